@@ -1,0 +1,36 @@
+//! Authentication: a verified client certificate or a known bearer token names the user;
+//! anything else is 401. (Authorization comes later: an authenticated user may do anything.)
+
+use std::collections::BTreeMap;
+
+use http::HeaderMap;
+
+use crate::pki::TokenUser;
+use crate::tls::ClientCertificateIdentity;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserInfo {
+    pub name: String,
+    pub groups: Vec<String>,
+}
+
+pub struct Authenticator {
+    tokens: BTreeMap<String, TokenUser>,
+}
+
+impl Authenticator {
+    pub fn new(tokens: BTreeMap<String, TokenUser>) -> Self {
+        Authenticator { tokens }
+    }
+
+    /// The user behind a request, or `None` when it proves nobody.
+    pub fn authenticate(&self, headers: &HeaderMap, certificate: Option<&ClientCertificateIdentity>) -> Option<UserInfo> {
+        if let Some(value) = headers.get(http::header::AUTHORIZATION) {
+            // A presented but unknown token is a failure even with a certificate, as upstream.
+            let token = value.to_str().ok()?.strip_prefix("Bearer ")?.trim();
+            let user = self.tokens.get(token)?;
+            return Some(UserInfo { name: user.user.clone(), groups: user.groups.clone() });
+        }
+        certificate.map(|c| c.0.clone())
+    }
+}

@@ -1,0 +1,275 @@
+//! Garbage collection and namespace deletion, run inside the server against the registry.
+//!
+//! An in-memory graph of owners and dependents is kept from one watch over every
+//! object, so each change costs a lookup rather than a scan:
+//! - a dependent whose owners are all gone is deleted (background propagation);
+//! - dependents of an owner deleted in the foreground are deleted, and the owner's
+//!   `foregroundDeletion` finalizer goes once no blocking dependent remains;
+//! - dependents of an owner deleted with `orphan` lose that owner reference, then the
+//!   owner's `orphan` finalizer goes;
+//! - a terminating namespace has its content deleted, then disappears.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use apimachinery::status::Status;
+use futures::StreamExt;
+use serde_json::Value;
+use store::{EventKind, ListOptions};
+
+use crate::object;
+use crate::registry::{Change, DeleteOptions, Propagation, Registry, WriteOptions};
+
+const MANAGER: &str = "virtplane-garbage-collector";
+const FOREGROUND: &str = "foregroundDeletion";
+const ORPHAN: &str = "orphan";
+
+#[derive(Clone, Debug)]
+struct Node {
+    uid: String,
+    namespace: String,
+    owners: Vec<(String, bool)>,
+    deleting: bool,
+    finalizers: Vec<String>,
+    is_namespace: bool,
+}
+
+#[derive(Default)]
+struct Graph {
+    nodes: HashMap<String, Node>,
+    by_uid: HashMap<String, String>,
+    dependents: HashMap<String, HashSet<String>>,
+}
+
+impl Graph {
+    fn remove(&mut self, key: &str) -> Option<Node> {
+        let node = self.nodes.remove(key)?;
+        self.by_uid.remove(&node.uid);
+        for (owner, _) in &node.owners {
+            if let Some(set) = self.dependents.get_mut(owner) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.dependents.remove(owner);
+                }
+            }
+        }
+        Some(node)
+    }
+
+    fn insert(&mut self, key: &str, obj: &Value) -> Node {
+        let node = Node {
+            uid: object::uid(obj).to_string(),
+            namespace: object::namespace(obj).to_string(),
+            owners: object::owner_uids(obj),
+            deleting: object::is_deleting(obj),
+            finalizers: object::finalizers(obj),
+            is_namespace: key.starts_with("/registry/core/namespaces/"),
+        };
+        self.by_uid.insert(node.uid.clone(), key.to_string());
+        for (owner, _) in &node.owners {
+            self.dependents.entry(owner.clone()).or_default().insert(key.to_string());
+        }
+        self.nodes.insert(key.to_string(), node.clone());
+        node
+    }
+
+    fn key_of(&self, uid: &str) -> Option<&String> {
+        self.by_uid.get(uid)
+    }
+
+    fn owner_key(&self, owner_uid: &str) -> Option<String> {
+        self.key_of(owner_uid).cloned()
+    }
+
+    fn namespace_key(namespace: &str) -> String {
+        format!("/registry/core/namespaces/{namespace}")
+    }
+
+    /// Keys whose handling may change when `node` at `key` changes.
+    fn affected(&self, key: &str, node: &Node) -> Vec<String> {
+        let mut out = vec![key.to_string()];
+        out.extend(node.owners.iter().filter_map(|(uid, _)| self.owner_key(uid)));
+        if let Some(deps) = self.dependents.get(&node.uid) {
+            out.extend(deps.iter().cloned());
+        }
+        if !node.namespace.is_empty() {
+            out.push(Self::namespace_key(&node.namespace));
+        }
+        out
+    }
+}
+
+/// Runs until the process ends; a failure rebuilds the graph from a fresh list.
+pub async fn run(registry: Arc<Registry>) {
+    loop {
+        if let Err(e) = run_once(&registry).await {
+            tracing::warn!("garbage collector restarting: {e}");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+async fn run_once(registry: &Registry) -> Result<(), Status> {
+    let listed = registry.store.list("/registry/", ListOptions::default()).await.map_err(crate::registry::store_failure)?;
+    let mut graph = Graph::default();
+    let mut queue: BTreeSet<String> = BTreeSet::new();
+    for kv in &listed.items {
+        let obj = Registry::decode(kv)?;
+        graph.insert(&kv.key, &obj);
+        queue.insert(kv.key.clone());
+    }
+    let mut events = registry.store.watch("/registry/", listed.revision).await.map_err(crate::registry::store_failure)?;
+    let mut retry = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        while let Some(key) = queue.pop_first() {
+            if let Err(e) = process(registry, &graph, &key).await {
+                tracing::debug!("garbage collection of {key}: {e}");
+            }
+        }
+        tokio::select! {
+            event = events.next() => {
+                let event = match event {
+                    Some(Ok(event)) => event,
+                    Some(Err(e)) => return Err(crate::registry::store_failure(e)),
+                    None => return Ok(()),
+                };
+                let key = event.kv.key.clone();
+                if let Some(old) = graph.remove(&key) {
+                    queue.extend(graph.affected(&key, &old));
+                }
+                if event.kind == EventKind::Put {
+                    let obj = Registry::decode(&event.kv)?;
+                    let node = graph.insert(&key, &obj);
+                    queue.extend(graph.affected(&key, &node));
+                }
+            }
+            // Work waiting on others (terminating namespaces, blocked finalizers) is
+            // looked at again now and then, in case a step failed.
+            _ = retry.tick() => {
+                for (key, node) in &graph.nodes {
+                    if node.deleting {
+                        queue.insert(key.clone());
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn process(registry: &Registry, graph: &Graph, key: &str) -> Result<(), Status> {
+    let Some(node) = graph.nodes.get(key) else { return Ok(()) };
+    // Owners first: does this object still belong to anything alive?
+    if !node.owners.is_empty() {
+        let owners: Vec<Option<&Node>> =
+            node.owners.iter().map(|(uid, _)| graph.key_of(uid).and_then(|k| graph.nodes.get(k))).collect();
+        if owners.iter().all(Option::is_none) {
+            return delete(registry, key, node, Propagation::Background).await;
+        }
+        for (owner_uid, _) in &node.owners {
+            let Some(owner) = graph.key_of(owner_uid).and_then(|k| graph.nodes.get(k)) else { continue };
+            if owner.deleting && owner.finalizers.iter().any(|f| f == FOREGROUND) && !node.deleting {
+                return delete(registry, key, node, Propagation::Foreground).await;
+            }
+            if owner.deleting && owner.finalizers.iter().any(|f| f == ORPHAN) {
+                return drop_owner(registry, key, owner_uid).await;
+            }
+        }
+    }
+    if !node.deleting {
+        return Ok(());
+    }
+    let dependents: Vec<&Node> = graph
+        .dependents
+        .get(&node.uid)
+        .map(|keys| keys.iter().filter_map(|k| graph.nodes.get(k)).collect())
+        .unwrap_or_default();
+    if node.finalizers.iter().any(|f| f == FOREGROUND) {
+        let blocking = dependents.iter().any(|d| d.owners.iter().any(|(uid, block)| uid == &node.uid && *block));
+        if !blocking {
+            remove_finalizer(registry, key, FOREGROUND).await?;
+        }
+    }
+    if node.finalizers.iter().any(|f| f == ORPHAN) && dependents.is_empty() {
+        remove_finalizer(registry, key, ORPHAN).await?;
+    }
+    if node.is_namespace {
+        let namespace = key.trim_start_matches("/registry/core/namespaces/");
+        let content: Vec<(&String, &Node)> = graph.nodes.iter().filter(|(_, n)| n.namespace == namespace).collect();
+        for (content_key, content_node) in &content {
+            if !content_node.deleting {
+                delete(registry, content_key, content_node, Propagation::Background).await?;
+            }
+        }
+        if content.is_empty() && node.finalizers.is_empty() {
+            match registry.store.delete(key, None).await {
+                Ok(_) | Err(store::StoreError::NotFound) => {}
+                Err(e) => return Err(crate::registry::store_failure(e)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Resolves a store key to its registration, namespace and name.
+fn locate(registry: &Registry, key: &str) -> Option<(Arc<crate::registry::Registration>, Option<String>, String)> {
+    registry.registrations().iter().find_map(|reg| {
+        let rest = key.strip_prefix(&Registry::resource_prefix(reg.info))?;
+        if reg.info.namespaced {
+            let (ns, name) = rest.split_once('/')?;
+            Some((reg.clone(), Some(ns.to_string()), name.to_string()))
+        } else {
+            Some((reg.clone(), None, rest.to_string()))
+        }
+    })
+}
+
+fn ignore_gone(result: Result<(), Status>) -> Result<(), Status> {
+    match result {
+        Err(s) if s.code == 404 || s.code == 409 => Ok(()),
+        other => other,
+    }
+}
+
+async fn delete(registry: &Registry, key: &str, node: &Node, propagation: Propagation) -> Result<(), Status> {
+    let Some((reg, ns, name)) = locate(registry, key) else { return Ok(()) };
+    let options = DeleteOptions { propagation, precondition_uid: Some(node.uid.clone()), ..Default::default() };
+    ignore_gone(registry.delete(&reg, ns.as_deref(), &name, &options).await.map(|_| ()))
+}
+
+fn gc_write_options() -> WriteOptions {
+    WriteOptions { field_manager: MANAGER.into(), ..Default::default() }
+}
+
+async fn remove_finalizer(registry: &Registry, key: &str, finalizer: &str) -> Result<(), Status> {
+    let Some((reg, ns, name)) = locate(registry, key) else { return Ok(()) };
+    let result = registry
+        .update_with(&reg, ns.as_deref(), &name, None, &gc_write_options(), |old| {
+            let mut new = old.clone();
+            let finalizers = object::finalizers(old).into_iter().filter(|f| f != finalizer).collect();
+            object::set_finalizers(&mut new, finalizers);
+            object::meta_mut(&mut new).remove("resourceVersion");
+            Ok(Change::replace(new))
+        })
+        .await;
+    ignore_gone(result.map(|_| ()))
+}
+
+async fn drop_owner(registry: &Registry, key: &str, owner_uid: &str) -> Result<(), Status> {
+    let Some((reg, ns, name)) = locate(registry, key) else { return Ok(()) };
+    let result = registry
+        .update_with(&reg, ns.as_deref(), &name, None, &gc_write_options(), |old| {
+            let mut new = old.clone();
+            let meta = object::meta_mut(&mut new);
+            meta.remove("resourceVersion");
+            if let Some(refs) = meta.get_mut("ownerReferences").and_then(Value::as_array_mut) {
+                refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(owner_uid));
+                if refs.is_empty() {
+                    meta.remove("ownerReferences");
+                }
+            }
+            Ok(Change::replace(new))
+        })
+        .await;
+    ignore_gone(result.map(|_| ()))
+}

@@ -1,0 +1,524 @@
+//! The HTTP edge: authenticates, parses the request into a typed target, calls the
+//! registry, and writes the answer in the representation the client asked for.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use apimachinery::status::Status;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use futures::StreamExt;
+use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use serde_json::{json, Value};
+
+use crate::auth::{Authenticator, UserInfo};
+use crate::discovery::Discovery;
+use crate::negotiate::{self, Format};
+use crate::registry::{Change, DeleteOptions, DeleteResult, FieldValidation, ListRequest, Outcome, Propagation, Registration, Registry, WriteOptions};
+use crate::request::{self, Query, ResourcePath, Target};
+use crate::tls::ClientCertificateIdentity;
+use crate::watch::{WatchEvent, WatchStart};
+
+/// kube-apiserver's request body limit.
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+pub struct ApiServer {
+    pub registry: Arc<Registry>,
+    pub authenticator: Authenticator,
+    pub discovery: Discovery,
+    pub openapi: crate::openapi::OpenApi,
+    /// `host:port` clients use to reach us, for `/api`'s serverAddressByClientCIDRs.
+    pub server_address: String,
+}
+
+pub fn router(server: Arc<ApiServer>) -> Router {
+    Router::new().fallback(handle).with_state(server)
+}
+
+fn json_response(code: StatusCode, body: &Value) -> Response {
+    let mut response = (code, serde_json::to_vec(body).unwrap_or_default()).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+pub fn status_response(status: &Status) -> Response {
+    let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json_response(code, &status.to_json())
+}
+
+fn not_found_path() -> Status {
+    Status::failure(404, "NotFound", "the server could not find the requested resource")
+        .with_empty_details()
+}
+
+trait EmptyDetails {
+    fn with_empty_details(self) -> Self;
+}
+
+impl EmptyDetails for Status {
+    fn with_empty_details(mut self) -> Self {
+        self.details = Some(Default::default());
+        self
+    }
+}
+
+fn add_warnings(response: &mut Response, warnings: &[String]) {
+    for warning in warnings {
+        let text = format!("299 - {}", serde_json::to_string(warning).unwrap_or_default());
+        if let Ok(value) = HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+}
+
+/// Writes `body` as JSON or YAML.
+fn object_response(code: StatusCode, body: &Value, format: Format) -> Response {
+    match format {
+        Format::Yaml => {
+            let mut response = (code, crate::yaml::to_string(body)).into_response();
+            response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/yaml"));
+            response
+        }
+        _ => json_response(code, body),
+    }
+}
+
+async fn handle(State(server): State<Arc<ApiServer>>, request: Request) -> Response {
+    match server.serve(request).await {
+        Ok(response) => response,
+        Err(status) => status_response(&status),
+    }
+}
+
+impl ApiServer {
+    async fn serve(&self, request: Request) -> Result<Response, Status> {
+        let (parts, body) = request.into_parts();
+        let registry = &self.registry;
+        let target = request::parse_path(parts.uri.path(), |g, v, p| {
+            registry.find(g, v, p).is_some_and(|r| r.info.namespaced)
+        })
+        .ok_or_else(not_found_path)?;
+        match &target {
+            Target::Health(_) => return Ok((StatusCode::OK, "ok").into_response()),
+            Target::Version => return Ok(json_response(StatusCode::OK, &crate::version::info())),
+            _ => {}
+        }
+        let certificate = parts.extensions.get::<ClientCertificateIdentity>();
+        let user = self.authenticator.authenticate(&parts.headers, certificate).ok_or_else(Status::unauthorized)?;
+        let query = Query::parse(parts.uri.query())?;
+        let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+        match target {
+            Target::CoreVersions | Target::Groups => {
+                let core = target == Target::CoreVersions;
+                if accept.is_some_and(|a| a.contains("as=APIGroupDiscoveryList")) {
+                    let mut response = json_response(StatusCode::OK, &self.discovery.aggregated(core));
+                    response.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"),
+                    );
+                    response.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept"));
+                    return Ok(response);
+                }
+                let doc = if core { self.discovery.api_versions(&self.server_address) } else { self.discovery.group_list() };
+                Ok(json_response(StatusCode::OK, &doc))
+            }
+            Target::Group(group) => {
+                self.discovery.group(&group).map(|d| json_response(StatusCode::OK, &d)).ok_or_else(not_found_path)
+            }
+            Target::GroupVersion { group, version } => self
+                .discovery
+                .resource_list(&group, &version)
+                .map(|d| json_response(StatusCode::OK, &d))
+                .ok_or_else(not_found_path),
+            Target::OpenApiV3Root => Ok(json_response(StatusCode::OK, &self.openapi.root())),
+            Target::OpenApiV3 { group, version } => self.openapi.group_version(&group, &version, query.hash.as_deref()),
+            Target::OpenApiV2 => Err(not_found_path()),
+            Target::Resource(path) => {
+                let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
+                    .await
+                    .map_err(|_| Status::request_too_large(MAX_BODY_BYTES))?;
+                self.serve_resource(&parts.method, &parts.headers, &path, &query, &body, &user).await
+            }
+            Target::Health(_) | Target::Version => Err(not_found_path()),
+        }
+    }
+
+    async fn serve_resource(
+        &self,
+        method: &Method,
+        headers: &HeaderMap,
+        path: &ResourcePath,
+        query: &Query,
+        body: &[u8],
+        user: &UserInfo,
+    ) -> Result<Response, Status> {
+        if path.group == "authorization.k8s.io" && path.plural == "selfsubjectaccessreviews" && method == Method::POST {
+            return Ok(crate::review::self_subject_access_review(body, user));
+        }
+        let reg = self.registry.find(&path.group, &path.version, &path.plural).ok_or_else(not_found_path)?;
+        let info = reg.info;
+        if info.namespaced && path.name.is_some() && path.namespace.is_none() {
+            return Err(not_found_path());
+        }
+        let namespace = path.namespace.as_deref();
+        let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+        let content_type = negotiate::content_type_essence(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));
+        let subresource = path.subresource.as_deref();
+        match subresource {
+            None => {}
+            Some("status") if info.status_subresource => {}
+            Some(_) => return Err(not_found_path()),
+        }
+        let write_options = || -> Result<WriteOptions, Status> {
+            Ok(WriteOptions {
+                dry_run: query.dry_run,
+                field_manager: field_manager(query, headers)?,
+                field_validation: field_validation(query)?,
+            })
+        };
+        let kind = info.kind;
+        let version = info.version;
+        match (method.clone(), path.name.as_deref()) {
+            (Method::GET, None) => {
+                let format = negotiate::negotiate(accept, true)?;
+                let list_request = list_request(&reg, namespace, query)?;
+                if query.watch {
+                    return self.serve_watch(reg, list_request, query, format).await;
+                }
+                let result = self.registry.list(&reg, &list_request).await?;
+                let mut metadata = json!({"resourceVersion": result.resource_version.to_string()});
+                if let Some(token) = &result.continue_token {
+                    metadata["continue"] = json!(token);
+                }
+                if let Some(remaining) = result.remaining {
+                    metadata["remainingItemCount"] = json!(remaining);
+                }
+                if format == Format::Table {
+                    let table = crate::printing::table(info, &result.items, metadata, query.include_object.as_deref());
+                    return Ok(table_response(&table));
+                }
+                let list = json!({"apiVersion": info.api_version(), "kind": info.list_kind, "metadata": metadata, "items": result.items});
+                Ok(object_response(StatusCode::OK, &list, format))
+            }
+            (Method::GET, Some(name)) => {
+                let format = negotiate::negotiate(accept, true)?;
+                let obj = self.registry.get(&reg, namespace, name).await?;
+                if format == Format::Table {
+                    let rv = crate::object::meta_str(&obj, "resourceVersion").unwrap_or("").to_string();
+                    let table = crate::printing::table(info, &[obj], json!({"resourceVersion": rv}), query.include_object.as_deref());
+                    return Ok(table_response(&table));
+                }
+                Ok(object_response(StatusCode::OK, &obj, format))
+            }
+            (Method::POST, None) => {
+                let format = negotiate::negotiate(accept, false)?;
+                let obj = negotiate::decode_body(&content_type, body, kind, version)?;
+                let outcome = self.registry.create(&reg, namespace, obj, &write_options()?).await?;
+                Ok(outcome_response(outcome, format))
+            }
+            (Method::PUT, Some(name)) => {
+                let format = negotiate::negotiate(accept, false)?;
+                let obj = negotiate::decode_body(&content_type, body, kind, version)?;
+                if crate::object::name(&obj) != name {
+                    return Err(Status::bad_request(format!(
+                        "the name of the object ({}) does not match the name on the URL ({name})",
+                        crate::object::name(&obj)
+                    )));
+                }
+                if crate::object::meta_str(&obj, "resourceVersion").is_none_or(str::is_empty) {
+                    let err = apimachinery::field::FieldError::invalid(
+                        "metadata.resourceVersion",
+                        Value::Null,
+                        "must be specified for an update",
+                    );
+                    let mut status = Status::invalid(&info.group_kind(), name, &[err]);
+                    status.message = format!(
+                        "{} {name:?} is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
+                        info.group_resource().qualified()
+                    );
+                    return Err(status);
+                }
+                let options = write_options()?;
+                let outcome = self
+                    .registry
+                    .update_with(&reg, namespace, name, subresource, &options, |_| Ok(Change::replace(obj.clone())))
+                    .await?;
+                Ok(outcome_response(outcome, format))
+            }
+            (Method::PATCH, Some(name)) => {
+                let format = negotiate::negotiate(accept, false)?;
+                crate::patching::patch(&self.registry, &reg, namespace, name, subresource, &content_type, body, query, &write_options()?)
+                    .await
+                    .map(|outcome| outcome_response(outcome, format))
+            }
+            (Method::DELETE, Some(name)) => {
+                let format = negotiate::negotiate(accept, false)?;
+                let options = delete_options(query, body)?;
+                let outcome = self.registry.delete(&reg, namespace, name, &options).await?;
+                Ok(match outcome.value {
+                    DeleteResult::Deleted(obj) => {
+                        let status = Status::success_deleted(&info.group_resource(), name, crate::object::uid(&obj));
+                        object_response(StatusCode::OK, &status.to_json(), format)
+                    }
+                    DeleteResult::Pending(obj) => object_response(StatusCode::OK, &obj, format),
+                })
+            }
+            (Method::DELETE, None) => {
+                let format = negotiate::negotiate(accept, false)?;
+                let options = delete_options(query, body)?;
+                let list_request = list_request(&reg, namespace, query)?;
+                let listed = self.registry.list(&reg, &list_request).await?;
+                let mut deleted = Vec::new();
+                for obj in listed.items {
+                    let ns = crate::object::namespace(&obj).to_string();
+                    let ns = (!ns.is_empty()).then_some(ns);
+                    match self.registry.delete(&reg, ns.as_deref(), crate::object::name(&obj), &options).await {
+                        Ok(outcome) => deleted.push(match outcome.value {
+                            DeleteResult::Deleted(o) | DeleteResult::Pending(o) => o,
+                        }),
+                        Err(status) if status.code == 404 => {}
+                        Err(status) => return Err(status),
+                    }
+                }
+                let list = json!({"apiVersion": info.api_version(), "kind": info.list_kind,
+                    "metadata": {"resourceVersion": self.registry.store.current_revision().to_string()}, "items": deleted});
+                Ok(object_response(StatusCode::OK, &list, format))
+            }
+            (method, name) => {
+                let action = match (method, name) {
+                    (Method::POST, Some(_)) => "create",
+                    (Method::PUT, None) => "update",
+                    (Method::PATCH, None) => "patch",
+                    _ => "this method",
+                };
+                Err(Status::method_not_allowed(&info.group_resource(), action))
+            }
+        }
+    }
+
+    async fn serve_watch(&self, reg: Arc<Registration>, list_request: ListRequest, query: &Query, format: Format) -> Result<Response, Status> {
+        let start = match (query.send_initial_events, query.resource_version.as_deref()) {
+            (Some(true), _) => {
+                if query.resource_version_match.as_deref() != Some("NotOlderThan") {
+                    return Err(Status::bad_request("sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"));
+                }
+                WatchStart::WithInitialState { end_marker: query.allow_watch_bookmarks }
+            }
+            (_, None) | (_, Some("0")) => WatchStart::WithInitialState { end_marker: false },
+            (_, Some(rv)) => WatchStart::After(parse_revision(rv)?),
+        };
+        if query.resource_version_match.is_some() && query.send_initial_events.is_none() {
+            return Err(Status::bad_request("resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"));
+        }
+        let events = self.registry.watch(&reg, list_request, start).await?;
+        // Without a timeout the server ends a watch after a random 30-60 minutes, as upstream.
+        let timeout = Duration::from_secs(query.timeout_seconds.unwrap_or_else(|| 1800 + rand::random::<u64>() % 1800));
+        let bookmarks = query.allow_watch_bookmarks;
+        let info = reg.info;
+        let include = query.include_object.clone();
+        let mut last_revision = None::<i64>;
+        let mut first_table = true;
+        let deadline = tokio::time::sleep(timeout);
+        let ticker = tokio::time::interval_at(tokio::time::Instant::now() + Duration::from_secs(30), Duration::from_secs(30));
+        let lines = async_stream_lines(events, deadline, ticker, move |event| {
+            if let Some(rv) = event.as_ref().and_then(WatchEvent::revision) {
+                last_revision = Some(rv);
+            }
+            let event = match event {
+                Some(event) => event,
+                // A tick: a bookmark when the client accepts them.
+                None => {
+                    let rv = last_revision?;
+                    if !bookmarks {
+                        return None;
+                    }
+                    WatchEvent::Bookmark(rv)
+                }
+            };
+            let (kind, object) = match event {
+                WatchEvent::Added(o) => ("ADDED", o),
+                WatchEvent::Modified(o) => ("MODIFIED", o),
+                WatchEvent::Deleted(o) => ("DELETED", o),
+                WatchEvent::Bookmark(rv) => ("BOOKMARK", bookmark_object(info, rv, false)),
+                WatchEvent::InitialEventsEnd(rv) => {
+                    if !bookmarks {
+                        return None;
+                    }
+                    ("BOOKMARK", bookmark_object(info, rv, true))
+                }
+                WatchEvent::Error(status) => ("ERROR", status.to_json()),
+            };
+            let object = if format == Format::Table && kind != "ERROR" && kind != "BOOKMARK" {
+                let rv = crate::object::meta_str(&object, "resourceVersion").unwrap_or("").to_string();
+                let mut table = crate::printing::table(info, &[object], json!({"resourceVersion": rv}), include.as_deref());
+                if !first_table {
+                    table["columnDefinitions"] = Value::Null;
+                }
+                first_table = false;
+                table
+            } else {
+                object
+            };
+            let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+            line.push(b'\n');
+            Some(line)
+        });
+        let mut response = Response::new(Body::from_stream(lines.map(Ok::<_, std::io::Error>)));
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+        Ok(response)
+    }
+}
+
+/// Turns watch events (and periodic ticks, passed as `None`) into body chunks until the
+/// deadline or the end of the events.
+fn async_stream_lines(
+    events: crate::watch::EventStream,
+    deadline: tokio::time::Sleep,
+    ticker: tokio::time::Interval,
+    mut render: impl FnMut(Option<WatchEvent>) -> Option<Vec<u8>> + Send + 'static,
+) -> impl futures::Stream<Item = Vec<u8>> + Send {
+    let ticks = tokio_stream::wrappers::IntervalStream::new(ticker).map(|_| None);
+    let merged = futures::stream::select(events.map(Some), ticks);
+    let until_deadline = merged.take_until(deadline);
+    until_deadline.filter_map(move |event| futures::future::ready(render(event)))
+}
+
+fn bookmark_object(info: &apimachinery::resource::ResourceInfo, rv: i64, initial_end: bool) -> Value {
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if initial_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": metadata})
+}
+
+fn table_response(table: &Value) -> Response {
+    let mut response = json_response(StatusCode::OK, table);
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(negotiate::TABLE_CONTENT_TYPE));
+    response
+}
+
+fn outcome_response(outcome: Outcome<Value>, format: Format) -> Response {
+    let code = if outcome.created { StatusCode::CREATED } else { StatusCode::OK };
+    let mut response = object_response(code, &outcome.value, format);
+    add_warnings(&mut response, &outcome.warnings);
+    response
+}
+
+fn parse_revision(rv: &str) -> Result<i64, Status> {
+    rv.parse::<i64>()
+        .ok()
+        .filter(|r| *r >= 0)
+        .ok_or_else(|| Status::bad_request(format!("invalid resource version {rv:?}")))
+}
+
+/// The manager a write is recorded under: `fieldManager`, else the client's name.
+fn field_manager(query: &Query, headers: &HeaderMap) -> Result<String, Status> {
+    if let Some(manager) = &query.field_manager {
+        if manager.len() > 128 || manager.chars().any(|c| c.is_control()) {
+            return Err(Status::bad_request("fieldManager: Invalid value: must be at most 128 printable characters"));
+        }
+        return Ok(manager.clone());
+    }
+    let agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("unknown");
+    Ok(agent.split('/').next().unwrap_or(agent).chars().take(128).collect())
+}
+
+fn field_validation(query: &Query) -> Result<FieldValidation, Status> {
+    match query.field_validation.as_deref() {
+        None | Some("") | Some("Warn") => Ok(FieldValidation::Warn),
+        Some("Strict") => Ok(FieldValidation::Strict),
+        Some("Ignore") => Ok(FieldValidation::Ignore),
+        Some(other) => Err(Status::bad_request(format!(
+            "fieldValidation parameter unsupported: {other}. Expected one of \"Ignore\", \"Warn\" or \"Strict\""
+        ))),
+    }
+}
+
+fn list_request(reg: &Registration, namespace: Option<&str>, query: &Query) -> Result<ListRequest, Status> {
+    let label = match &query.label_selector {
+        Some(s) => apimachinery::selector::LabelSelector::parse(s).map_err(Status::bad_request)?,
+        None => Default::default(),
+    };
+    let field = match &query.field_selector {
+        Some(s) => apimachinery::selector::FieldSelector::parse(s).map_err(Status::bad_request)?,
+        None => Default::default(),
+    };
+    let supported = crate::printing::selectable_fields(reg.info);
+    for name in field.fields() {
+        if name != "metadata.name" && name != "metadata.namespace" && !supported.contains(&name.as_str()) {
+            return Err(Status::bad_request(apimachinery::selector::field_label_not_supported(&name)));
+        }
+    }
+    let rv_match = query.resource_version_match.as_deref();
+    if rv_match.is_some() && query.resource_version.is_none() {
+        return Err(Status::bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided"));
+    }
+    if rv_match.is_some() && query.continue_token.is_some() {
+        return Err(Status::bad_request("resourceVersionMatch is forbidden when continue is provided"));
+    }
+    if query.send_initial_events.is_some() && !query.watch {
+        return Err(Status::bad_request("sendInitialEvents is forbidden for list"));
+    }
+    let rv = match query.resource_version.as_deref() {
+        Some(rv) => Some(parse_revision(rv)?),
+        None => None,
+    };
+    let (exact, min) = match (rv_match, rv) {
+        (Some("Exact"), Some(0)) => {
+            return Err(Status::bad_request("resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""))
+        }
+        (Some("Exact"), Some(r)) => (Some(r), None),
+        (Some("NotOlderThan") | None, Some(r)) if r > 0 && !query.watch => (None, Some(r)),
+        (Some("NotOlderThan") | None, _) => (None, None),
+        (Some(other), _) => {
+            return Err(Status::bad_request(format!(
+                "resourceVersionMatch: Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\""
+            )))
+        }
+    };
+    Ok(ListRequest {
+        namespace: namespace.map(str::to_string),
+        label,
+        field,
+        limit: if query.watch { None } else { query.limit },
+        continue_token: query.continue_token.clone(),
+        exact_revision: exact,
+        min_revision: min,
+    })
+}
+
+fn delete_options(query: &Query, body: &[u8]) -> Result<DeleteOptions, Status> {
+    let mut options = DeleteOptions { dry_run: query.dry_run, ..Default::default() };
+    let mut policy = query.propagation_policy.clone();
+    if !body.is_empty() {
+        let parsed: Value = serde_json::from_slice(body)
+            .map_err(|e| Status::bad_request(format!("DeleteOptions cannot be decoded: {e}")))?;
+        if let Some(p) = parsed.get("propagationPolicy").and_then(Value::as_str) {
+            policy = Some(p.to_string());
+        }
+        if parsed.get("orphanDependents").and_then(Value::as_bool) == Some(true) && policy.is_none() {
+            policy = Some("Orphan".into());
+        }
+        if let Some(pre) = parsed.get("preconditions") {
+            options.precondition_uid = pre.get("uid").and_then(Value::as_str).map(str::to_string);
+            options.precondition_resource_version = pre.get("resourceVersion").and_then(Value::as_str).map(str::to_string);
+        }
+        if let Some(dry) = parsed.get("dryRun").and_then(Value::as_array) {
+            options.dry_run |= dry.iter().any(|d| d == "All");
+        }
+    }
+    options.propagation = match policy.as_deref() {
+        None | Some("Background") => Propagation::Background,
+        Some("Foreground") => Propagation::Foreground,
+        Some("Orphan") => Propagation::Orphan,
+        Some(other) => {
+            return Err(Status::bad_request(format!(
+                "propagationPolicy: Unsupported value: {other:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
+            )))
+        }
+    };
+    Ok(options)
+}

@@ -1,0 +1,169 @@
+//! The virtplane API server: Kubernetes API semantics for KubeVirt's resources over
+//! HTTPS, on any `store::Store`.
+
+pub mod auth;
+mod core;
+pub mod discovery;
+mod gc;
+pub mod http;
+mod kubevirt;
+pub mod negotiate;
+pub mod object;
+mod openapi;
+mod patching;
+pub mod pki;
+mod printing;
+pub mod registry;
+pub mod request;
+mod review;
+pub mod tls;
+mod version;
+pub mod watch;
+mod yaml;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+use store::Store;
+
+use crate::discovery::{Discovery, ExtraResource};
+use crate::registry::{Registration, Registry, WriteOptions};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("certificates: {0}")]
+    Pki(#[from] pki::PkiError),
+    #[error("TLS: {0}")]
+    Tls(#[from] tls::TlsError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("schema of {kind}: {message}")]
+    Schema { kind: &'static str, message: String },
+    #[error("creating namespace {name}: {status}")]
+    Bootstrap { name: String, status: apimachinery::status::Status },
+}
+
+pub struct ServerConfig {
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub store: Arc<dyn Store>,
+}
+
+/// A server that is listening; dropping it does not stop it.
+pub struct RunningServer {
+    pub registry: Arc<Registry>,
+    pub local_addr: SocketAddr,
+    pub url: String,
+}
+
+/// Every schema the server knows, in OpenAPI components form.
+fn components() -> Map<String, Value> {
+    let mut all = Map::new();
+    if let Some(kubevirt) = kubevirt_api::openapi_components().as_object() {
+        all.extend(kubevirt.clone());
+    }
+    if let Value::Object(core) = core::schemas() {
+        all.extend(core);
+    }
+    all
+}
+
+fn registrations(components: &Map<String, Value>) -> Result<Vec<Registration>, ServerError> {
+    let components_value = Value::Object(components.clone());
+    let schema = |info: &'static apimachinery::resource::ResourceInfo| {
+        apimachinery::schema::Schema::from_components(&components_value, info.schema_name)
+            .map(Some)
+            .map_err(|message| ServerError::Schema { kind: info.kind, message })
+    };
+    let mut out = vec![Registration {
+        info: &core::NAMESPACE,
+        schema: schema(&core::NAMESPACE)?,
+        hooks: Box::new(core::NamespaceHooks),
+    }];
+    for (info, hooks) in kubevirt::registrations() {
+        out.push(Registration { info, schema: schema(info)?, hooks });
+    }
+    Ok(out)
+}
+
+fn extra_resources() -> Vec<ExtraResource> {
+    vec![ExtraResource {
+        group: "authorization.k8s.io",
+        version: "v1",
+        name: "selfsubjectaccessreviews",
+        kind: "SelfSubjectAccessReview",
+        namespaced: false,
+        verbs: &["create"],
+    }]
+}
+
+async fn ensure_namespaces(registry: &Registry) -> Result<(), ServerError> {
+    let Some(reg) = registry.find("", "v1", "namespaces") else { return Ok(()) };
+    let options = WriteOptions { field_manager: "virtplane".into(), ..Default::default() };
+    for name in core::SYSTEM_NAMESPACES {
+        let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+        match registry.create(&reg, None, obj, &options).await {
+            Ok(_) => {}
+            Err(status) if status.code == 409 => {}
+            Err(status) => return Err(ServerError::Bootstrap { name: name.into(), status }),
+        }
+    }
+    Ok(())
+}
+
+/// Compacts store history older than the previous tick, so watches and continue
+/// tokens stay valid for at least `INTERVAL` (kube-apiserver compacts every 5 minutes).
+async fn compact_periodically(store: Arc<dyn Store>) {
+    const INTERVAL: Duration = Duration::from_secs(300);
+    let mut previous = store.current_revision();
+    loop {
+        tokio::time::sleep(INTERVAL).await;
+        if let Err(e) = store.compact(previous).await {
+            tracing::warn!("compaction to revision {previous} failed: {e}");
+        }
+        previous = store.current_revision();
+    }
+}
+
+/// Starts serving: certificates and kubeconfigs in the data dir, the HTTPS listener,
+/// and the in-process garbage collector.
+pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
+    let hostname = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    let mut hosts = vec![config.listen.ip().to_string()];
+    if !hostname.is_empty() {
+        hosts.push(hostname);
+    }
+    let pki = pki::Pki::load_or_create(&config.data_dir.join("pki"), &hosts)?;
+    let tls_config = tls::server_config(&pki)?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ServerError::Listen { addr: config.listen, source })?;
+    let local_addr = listener.local_addr().map_err(|source| ServerError::Listen { addr: config.listen, source })?;
+    let host = if local_addr.ip().is_unspecified() { "127.0.0.1".to_string() } else { local_addr.ip().to_string() };
+    let server_address = if local_addr.is_ipv6() { format!("[{host}]:{}", local_addr.port()) } else { format!("{host}:{}", local_addr.port()) };
+    let url = format!("https://{server_address}");
+
+    let components = components();
+    let registry = Arc::new(Registry::new(config.store.clone(), registrations(&components)?));
+    ensure_namespaces(&registry).await?;
+    let infos: Vec<&'static apimachinery::resource::ResourceInfo> = registry.registrations().iter().map(|r| r.info).collect();
+    let server = Arc::new(http::ApiServer {
+        registry: registry.clone(),
+        authenticator: auth::Authenticator::new(pki.tokens.clone()),
+        discovery: Discovery::new(infos.clone(), extra_resources()),
+        openapi: openapi::OpenApi::new(&infos, &components),
+        server_address,
+    });
+    pki.write_kubeconfigs(&config.data_dir, &url)?;
+    tokio::spawn(tls::serve(listener, tls_config, http::router(server)));
+    tokio::spawn(gc::run(registry.clone()));
+    tokio::spawn(compact_periodically(config.store.clone()));
+    Ok(RunningServer { registry, local_addr, url })
+}

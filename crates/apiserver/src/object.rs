@@ -1,0 +1,112 @@
+//! Small accessors for objects held as JSON: the server treats every resource as
+//! unstructured data and reads the few metadata fields it needs through these.
+
+use serde_json::{Map, Value};
+
+pub fn meta(obj: &Value) -> Option<&Map<String, Value>> {
+    obj.get("metadata")?.as_object()
+}
+
+/// `metadata`, created as an empty map when absent or not a map.
+pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.is_object() {
+        *obj = Value::Object(Map::new());
+    }
+    let Value::Object(root) = obj else { unreachable!("just made an object") };
+    let entry = root.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    if !entry.is_object() {
+        *entry = Value::Object(Map::new());
+    }
+    match entry {
+        Value::Object(map) => map,
+        _ => unreachable!("just made an object"),
+    }
+}
+
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    meta(obj)?.get(field)?.as_str()
+}
+
+pub fn name(obj: &Value) -> &str {
+    meta_str(obj, "name").unwrap_or("")
+}
+
+pub fn namespace(obj: &Value) -> &str {
+    meta_str(obj, "namespace").unwrap_or("")
+}
+
+pub fn uid(obj: &Value) -> &str {
+    meta_str(obj, "uid").unwrap_or("")
+}
+
+pub fn labels(obj: &Value) -> Map<String, Value> {
+    meta(obj).and_then(|m| m.get("labels")).and_then(Value::as_object).cloned().unwrap_or_default()
+}
+
+pub fn finalizers(obj: &Value) -> Vec<String> {
+    meta(obj)
+        .and_then(|m| m.get("finalizers"))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+pub fn set_finalizers(obj: &mut Value, finalizers: Vec<String>) {
+    let meta = meta_mut(obj);
+    if finalizers.is_empty() {
+        meta.remove("finalizers");
+    } else {
+        meta.insert("finalizers".into(), Value::from(finalizers));
+    }
+}
+
+pub fn is_deleting(obj: &Value) -> bool {
+    meta(obj).is_some_and(|m| m.get("deletionTimestamp").is_some_and(|t| !t.is_null()))
+}
+
+/// `metadata.ownerReferences` as (uid, blockOwnerDeletion) pairs.
+pub fn owner_uids(obj: &Value) -> Vec<(String, bool)> {
+    meta(obj)
+        .and_then(|m| m.get("ownerReferences"))
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| {
+                    let uid = r.get("uid")?.as_str()?.to_string();
+                    let block = r.get("blockOwnerDeletion").and_then(Value::as_bool).unwrap_or(false);
+                    Some((uid, block))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The current time as `metav1.Time` prints it: whole seconds, UTC.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// The object without the fields a write does not change by itself, for "did anything
+/// change" comparisons.
+pub fn comparable(obj: &Value) -> Value {
+    let mut copy = obj.clone();
+    if let Some(meta) = copy.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("resourceVersion");
+        meta.remove("managedFields");
+    }
+    copy
+}
+
+/// Everything but `metadata` (and `status` when it is a subresource): what bumps generation.
+pub fn spec_part(obj: &Value, without_status: bool) -> Value {
+    let mut copy = obj.clone();
+    if let Some(map) = copy.as_object_mut() {
+        map.remove("metadata");
+        map.remove("apiVersion");
+        map.remove("kind");
+        if without_status {
+            map.remove("status");
+        }
+    }
+    copy
+}

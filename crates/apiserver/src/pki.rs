@@ -1,0 +1,239 @@
+//! The server's certificate authority, serving certificate, client credentials and the
+//! kubeconfig files handed to users and node agents. Kept in `DIR/pki/` so that clients
+//! keep trusting the server across restarts.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use rand::RngCore;
+use rcgen::{
+    date_time_ymd, BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+    KeyPair, KeyUsagePurpose, SanType,
+};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("certificate generation failed: {0}")]
+    Certificate(#[from] rcgen::Error),
+    #[error("{path} is not valid: {message}")]
+    Corrupt { path: PathBuf, message: String },
+}
+
+/// Who a bearer token stands for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUser {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+/// PEM material of a running server.
+pub struct Pki {
+    pub dir: PathBuf,
+    pub ca_cert_pem: String,
+    pub server_cert_pem: String,
+    pub server_key_pem: String,
+    /// Bearer tokens accepted by the server.
+    pub tokens: BTreeMap<String, TokenUser>,
+    ca_key: KeyPair,
+}
+
+pub const ADMIN_USER: &str = "admin";
+pub const ADMIN_GROUP: &str = "system:masters";
+pub const NODE_JOIN_USER: &str = "system:node-joiner";
+pub const NODES_GROUP: &str = "system:nodes";
+
+fn read(path: &Path) -> Result<Option<String>, PkiError> {
+    match fs::read_to_string(path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(PkiError::Io { path: path.to_path_buf(), source }),
+    }
+}
+
+/// Writes a file readable by its owner only: it holds private keys or tokens.
+fn write_private(path: &Path, contents: &str) -> Result<(), PkiError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let io_err = |source| PkiError::Io { path: path.to_path_buf(), source };
+    let tmp = path.with_extension("tmp");
+    {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).map_err(io_err)?;
+        f.write_all(contents.as_bytes()).map_err(io_err)?;
+        f.sync_all().map_err(io_err)?;
+    }
+    fs::rename(&tmp, path).map_err(io_err)
+}
+
+fn ca_params() -> CertificateParams {
+    let mut params = CertificateParams::default();
+    params.not_before = date_time_ymd(2025, 1, 1);
+    params.not_after = date_time_ymd(2125, 1, 1);
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, "virtplane-ca");
+    params.distinguished_name = dn;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    params
+}
+
+fn leaf_params(common_name: &str, organizations: &[&str]) -> CertificateParams {
+    let mut params = CertificateParams::default();
+    params.not_before = date_time_ymd(2025, 1, 1);
+    params.not_after = date_time_ymd(2125, 1, 1);
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, common_name);
+    for o in organizations {
+        dn.push(DnType::OrganizationName, *o);
+    }
+    params.distinguished_name = dn;
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params
+}
+
+fn random_token() -> String {
+    let mut bytes = [0u8; 24];
+    rand::rng().fill_bytes(&mut bytes);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+impl Pki {
+    /// Loads the CA and tokens from `dir`, creating them on first start, and issues a
+    /// serving certificate for `hosts` (DNS names or IP addresses).
+    pub fn load_or_create(dir: &Path, hosts: &[String]) -> Result<Pki, PkiError> {
+        fs::create_dir_all(dir).map_err(|source| PkiError::Io { path: dir.to_path_buf(), source })?;
+        let ca_cert_path = dir.join("ca.crt");
+        let ca_key_path = dir.join("ca.key");
+        let (ca_cert_pem, ca_key) = match (read(&ca_cert_path)?, read(&ca_key_path)?) {
+            (Some(cert), Some(key)) => {
+                let key = KeyPair::from_pem(&key)
+                    .map_err(|e| PkiError::Corrupt { path: ca_key_path.clone(), message: e.to_string() })?;
+                (cert, key)
+            }
+            _ => {
+                let key = KeyPair::generate()?;
+                let cert = ca_params().self_signed(&key)?;
+                write_private(&ca_key_path, &key.serialize_pem())?;
+                write_private(&ca_cert_path, &cert.pem())?;
+                (cert.pem(), key)
+            }
+        };
+
+        let tokens_path = dir.join("tokens.json");
+        let tokens: BTreeMap<String, TokenUser> = match read(&tokens_path)? {
+            Some(text) => serde_json::from_str(&text)
+                .map_err(|e| PkiError::Corrupt { path: tokens_path.clone(), message: e.to_string() })?,
+            None => {
+                let mut tokens = BTreeMap::new();
+                tokens.insert(
+                    random_token(),
+                    TokenUser { user: ADMIN_USER.into(), groups: vec![ADMIN_GROUP.into(), "system:authenticated".into()] },
+                );
+                tokens.insert(
+                    random_token(),
+                    TokenUser {
+                        user: NODE_JOIN_USER.into(),
+                        groups: vec![NODES_GROUP.into(), "system:authenticated".into()],
+                    },
+                );
+                let text = serde_json::to_string_pretty(&tokens).unwrap_or_default();
+                write_private(&tokens_path, &text)?;
+                tokens
+            }
+        };
+
+        let mut pki = Pki {
+            dir: dir.to_path_buf(),
+            ca_cert_pem,
+            server_cert_pem: String::new(),
+            server_key_pem: String::new(),
+            tokens,
+            ca_key,
+        };
+        pki.issue_serving_certificate(hosts)?;
+        Ok(pki)
+    }
+
+    fn issuer(&self) -> Result<Issuer<'_, &KeyPair>, PkiError> {
+        Ok(Issuer::from_ca_cert_pem(&self.ca_cert_pem, &self.ca_key)?)
+    }
+
+    fn issue_serving_certificate(&mut self, hosts: &[String]) -> Result<(), PkiError> {
+        let mut params = leaf_params("virtplane-apiserver", &[]);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let mut names: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+        names.extend(hosts.iter().cloned());
+        names.sort();
+        names.dedup();
+        for name in names {
+            let san = match name.parse::<IpAddr>() {
+                Ok(ip) => SanType::IpAddress(ip),
+                Err(_) => SanType::DnsName(name.clone().try_into()?),
+            };
+            params.subject_alt_names.push(san);
+        }
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer()?)?;
+        self.server_cert_pem = cert.pem();
+        self.server_key_pem = key.serialize_pem();
+        Ok(())
+    }
+
+    /// A client certificate and key (PEM) for `user` in `groups`, signed by the CA.
+    pub fn issue_client_certificate(&self, user: &str, groups: &[&str]) -> Result<(String, String), PkiError> {
+        let mut params = leaf_params(user, groups);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer()?)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+
+    /// The bearer token of the first user with this name.
+    pub fn token_of(&self, user: &str) -> Option<&str> {
+        self.tokens.iter().find(|(_, u)| u.user == user).map(|(t, _)| t.as_str())
+    }
+
+    /// Writes `admin.kubeconfig` (cluster-admin client certificate) and
+    /// `node-join.kubeconfig` (the node-joining token) into `data_dir`.
+    pub fn write_kubeconfigs(&self, data_dir: &Path, server_url: &str) -> Result<(), PkiError> {
+        let (cert, key) = self.issue_client_certificate(ADMIN_USER, &[ADMIN_GROUP])?;
+        let admin = Credentials::ClientCertificate { cert: &cert, key: &key };
+        write_private(&data_dir.join("admin.kubeconfig"), &self.kubeconfig(server_url, ADMIN_USER, admin))?;
+        if let Some(token) = self.token_of(NODE_JOIN_USER) {
+            let join = Credentials::Token(token);
+            write_private(&data_dir.join("node-join.kubeconfig"), &self.kubeconfig(server_url, "node-joiner", join))?;
+        }
+        Ok(())
+    }
+
+    /// A kubeconfig for `server_url` trusting our CA, with the given credentials.
+    pub fn kubeconfig(&self, server_url: &str, user: &str, credentials: Credentials<'_>) -> String {
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
+        let user_fields = match credentials {
+            Credentials::ClientCertificate { cert, key } => {
+                format!("    client-certificate-data: {}\n    client-key-data: {}\n", b64(cert), b64(key))
+            }
+            Credentials::Token(token) => format!("    token: {token}\n"),
+        };
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: virtplane\n  cluster:\n    server: {server_url}\n    certificate-authority-data: {ca}\ncontexts:\n- name: virtplane\n  context:\n    cluster: virtplane\n    user: {user}\n    namespace: default\ncurrent-context: virtplane\nusers:\n- name: {user}\n  user:\n{user_fields}",
+            ca = b64(&self.ca_cert_pem),
+        )
+    }
+}
+
+/// How a kubeconfig user proves who it is.
+pub enum Credentials<'a> {
+    ClientCertificate { cert: &'a str, key: &'a str },
+    Token(&'a str),
+}

@@ -1,0 +1,58 @@
+//! Server-side printing: the `Table` kubectl shows for `get` without `-o`, with the
+//! printer columns each kind declares.
+
+use apimachinery::resource::ResourceInfo;
+use serde_json::{json, Value};
+
+/// Field selectors a kind supports beyond `metadata.name` and `metadata.namespace`.
+pub fn selectable_fields(info: &ResourceInfo) -> &'static [&'static str] {
+    match (info.group, info.plural) {
+        ("kubevirt.io", "virtualmachineinstances") => &["status.nodeName", "status.phase"],
+        ("kubevirt.io", "virtualmachineinstancemigrations") => &["spec.vmiName", "status.phase"],
+        ("", "namespaces") => &["status.phase"],
+        _ => &[],
+    }
+}
+
+fn column_definitions(info: &ResourceInfo) -> Vec<Value> {
+    let mut columns = vec![json!({"name": "Name", "type": "string", "format": "name",
+        "description": "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
+        "priority": 0})];
+    for column in info.printer_columns {
+        let description = if column.description.is_empty() {
+            format!("Custom resource definition column (in JSONPath format): {}", column.json_path)
+        } else {
+            column.description.to_string()
+        };
+        columns.push(json!({"name": column.name, "type": column.column_type, "format": "",
+            "description": description, "priority": column.priority}));
+    }
+    columns
+}
+
+fn row_object(obj: &Value, include: Option<&str>) -> Value {
+    match include {
+        Some("None") => Value::Null,
+        Some("Object") => obj.clone(),
+        _ => json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                     "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({}))}),
+    }
+}
+
+/// A meta.k8s.io/v1 Table of `items`.
+pub fn table(info: &ResourceInfo, items: &[Value], metadata: Value, include: Option<&str>) -> Value {
+    let now = chrono::Utc::now();
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|obj| {
+            let mut cells = vec![json!(crate::object::name(obj))];
+            for column in info.printer_columns {
+                let values = apimachinery::jsonpath::eval(column.json_path, obj).unwrap_or_default();
+                cells.push(apimachinery::table::cell(column.column_type, values, now));
+            }
+            json!({"cells": cells, "object": row_object(obj, include)})
+        })
+        .collect();
+    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata,
+           "columnDefinitions": column_definitions(info), "rows": rows})
+}

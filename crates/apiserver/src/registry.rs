@@ -1,0 +1,797 @@
+//! The generic registry: create, read, update, patch, delete, list and watch for every
+//! registered resource, with kube-apiserver's semantics. It knows nothing of HTTP; the
+//! transport layer turns requests into calls here and `Status` errors into responses.
+
+use std::sync::Arc;
+
+use apimachinery::resource::ResourceInfo;
+use apimachinery::schema::Schema;
+use apimachinery::status::Status;
+use bytes::Bytes;
+use serde_json::{json, Map, Value};
+use store::{KeyValue, ListOptions, Revision, Store, StoreError};
+
+use crate::object::{self, meta_mut};
+
+/// How a write treats fields the schema does not know (`fieldValidation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    Ignore,
+    /// The server default when the parameter is absent.
+    #[default]
+    Warn,
+    Strict,
+}
+
+/// Options every write carries.
+#[derive(Clone, Debug, Default)]
+pub struct WriteOptions {
+    pub dry_run: bool,
+    pub field_manager: String,
+    pub field_validation: FieldValidation,
+}
+
+/// A successful result with the `Warning` headers it should carry.
+#[derive(Debug)]
+pub struct Outcome<T> {
+    pub value: T,
+    pub warnings: Vec<String>,
+    /// Whether the write created the object (201 rather than 200).
+    pub created: bool,
+}
+
+/// What admission said about an object.
+#[derive(Debug, Default)]
+pub struct Admission {
+    pub errors: Vec<apimachinery::field::FieldError>,
+    pub warnings: Vec<String>,
+}
+
+/// Per-resource behaviour: defaulting (mutating admission), validation (validating
+/// admission) and anything a kind fills in on create.
+pub trait ResourceHooks: Send + Sync {
+    /// The admission webhook whose name prefixes rejections; `None` for built-in kinds,
+    /// whose errors are plain `Invalid`.
+    fn webhook(&self) -> Option<&'static str> {
+        None
+    }
+    fn default_on_create(&self, _obj: &mut Value) {}
+    fn validate_create(&self, _obj: &Value) -> Admission {
+        Admission::default()
+    }
+    fn validate_update(&self, _old: &Value, _new: &Value) -> Admission {
+        Admission::default()
+    }
+}
+
+/// A served resource: its names and the schema and hooks that govern writes.
+pub struct Registration {
+    pub info: &'static ResourceInfo,
+    pub schema: Option<Schema>,
+    pub hooks: Box<dyn ResourceHooks>,
+}
+
+/// The result of a LIST.
+#[derive(Debug)]
+pub struct ListResult {
+    pub items: Vec<Value>,
+    pub resource_version: Revision,
+    pub continue_token: Option<String>,
+    pub remaining: Option<usize>,
+}
+
+pub struct Registry {
+    pub store: Arc<dyn Store>,
+    registrations: Vec<Arc<Registration>>,
+}
+
+/// Maps store failures that the caller did not anticipate to a Status.
+pub(crate) fn store_failure(e: StoreError) -> Status {
+    match e {
+        StoreError::Compacted { .. } => Status::gone("The resourceVersion for the provided list is too old."),
+        StoreError::FutureRevision { requested, current } => Status::too_large_resource_version(requested, current),
+        other => Status::internal(other),
+    }
+}
+
+impl Registry {
+    pub fn new(store: Arc<dyn Store>, registrations: Vec<Registration>) -> Self {
+        Registry { store, registrations: registrations.into_iter().map(Arc::new).collect() }
+    }
+
+    pub fn registrations(&self) -> &[Arc<Registration>] {
+        &self.registrations
+    }
+
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<Arc<Registration>> {
+        self.registrations
+            .iter()
+            .find(|r| r.info.group == group && r.info.version == version && r.info.plural == plural)
+            .cloned()
+    }
+
+    pub fn find_kind(&self, group: &str, kind: &str) -> Option<Arc<Registration>> {
+        self.registrations.iter().find(|r| r.info.group == group && r.info.kind == kind).cloned()
+    }
+
+    /// `/registry/<group>/<plural>/` (`core` for the core group).
+    pub fn resource_prefix(info: &ResourceInfo) -> String {
+        let group = if info.group.is_empty() { "core" } else { info.group };
+        format!("/registry/{group}/{}/", info.plural)
+    }
+
+    pub fn key(info: &ResourceInfo, namespace: Option<&str>, name: &str) -> String {
+        match namespace {
+            Some(ns) if info.namespaced => format!("{}{ns}/{name}", Self::resource_prefix(info)),
+            _ => format!("{}{name}", Self::resource_prefix(info)),
+        }
+    }
+
+    fn list_prefix(info: &ResourceInfo, namespace: Option<&str>) -> String {
+        match namespace {
+            Some(ns) if info.namespaced => format!("{}{ns}/", Self::resource_prefix(info)),
+            _ => Self::resource_prefix(info),
+        }
+    }
+
+    /// Decodes a stored object and stamps its resourceVersion.
+    pub fn decode(kv: &KeyValue) -> Result<Value, Status> {
+        let mut obj: Value = serde_json::from_slice(&kv.value)
+            .map_err(|e| Status::internal(format!("stored object {} is corrupt: {e}", kv.key)))?;
+        meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(kv.mod_revision.to_string()));
+        Ok(obj)
+    }
+
+    fn encode(obj: &Value) -> Bytes {
+        let mut copy = obj.clone();
+        meta_mut(&mut copy).remove("resourceVersion");
+        Bytes::from(serde_json::to_vec(&copy).unwrap_or_default())
+    }
+
+    pub async fn get(&self, reg: &Registration, namespace: Option<&str>, name: &str) -> Result<Value, Status> {
+        let key = Self::key(reg.info, namespace, name);
+        match self.store.get(&key).await.map_err(store_failure)? {
+            Some(kv) => Self::decode(&kv),
+            None => Err(Status::not_found(&reg.info.group_resource(), name)),
+        }
+    }
+
+    async fn get_kv(&self, reg: &Registration, namespace: Option<&str>, name: &str) -> Result<KeyValue, Status> {
+        let key = Self::key(reg.info, namespace, name);
+        self.store
+            .get(&key)
+            .await
+            .map_err(store_failure)?
+            .ok_or_else(|| Status::not_found(&reg.info.group_resource(), name))
+    }
+
+    /// Whether the namespace exists, and whether it is being deleted.
+    pub async fn namespace_state(&self, namespace: &str) -> Result<Option<bool>, Status> {
+        let key = format!("/registry/core/namespaces/{namespace}");
+        match self.store.get(&key).await.map_err(store_failure)? {
+            None => Ok(None),
+            Some(kv) => Ok(Some(object::is_deleting(&Self::decode(&kv)?))),
+        }
+    }
+
+    async fn require_namespace(&self, reg: &Registration, namespace: Option<&str>, name: &str) -> Result<(), Status> {
+        let Some(ns) = namespace.filter(|_| reg.info.namespaced) else { return Ok(()) };
+        match self.namespace_state(ns).await? {
+            None => Err(Status::not_found(&apimachinery::status::GroupResource::new("", "namespaces"), ns)),
+            Some(true) => {
+                let mut status = Status::forbidden(
+                    &reg.info.group_resource(),
+                    name,
+                    &format!("unable to create new content in namespace {ns} because it is being terminated"),
+                );
+                if let Some(details) = status.details.as_mut() {
+                    details.causes.push(apimachinery::status::StatusCause {
+                        reason: "NamespaceTerminating".into(),
+                        message: format!("namespace {ns} is being terminated"),
+                        field: "metadata.namespace".into(),
+                    });
+                }
+                Err(status)
+            }
+            Some(false) => Ok(()),
+        }
+    }
+
+    /// Checks apiVersion/kind and the namespace of a body against the request.
+    fn check_identity(reg: &Registration, obj: &mut Value, namespace: Option<&str>) -> Result<(), Status> {
+        let info = reg.info;
+        let Some(root) = obj.as_object_mut() else {
+            return Err(Status::bad_request(format!(
+                "{} in version {:?} cannot be handled as a {}: the body is not a JSON object",
+                info.kind, info.version, info.kind
+            )));
+        };
+        let kind = root.get("kind").and_then(Value::as_str).unwrap_or("");
+        let api_version = root.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        if kind.is_empty() {
+            return Err(Status::bad_request(format!("Object 'Kind' is missing in '{}'", obj_preview(root))));
+        }
+        if kind != info.kind || api_version != info.api_version() {
+            return Err(Status::bad_request(format!(
+                "the API version in the data ({api_version}) does not match the expected API version ({})",
+                info.api_version()
+            ))
+            .with_kind_mismatch(kind, info.kind));
+        }
+        let meta = meta_mut(obj);
+        if info.namespaced {
+            let body_ns = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
+            if let Some(ns) = namespace {
+                if !body_ns.is_empty() && body_ns != ns {
+                    return Err(Status::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ));
+                }
+                meta.insert("namespace".into(), Value::String(ns.to_string()));
+            }
+        } else {
+            meta.remove("namespace");
+        }
+        Ok(())
+    }
+
+    /// Drops unknown fields as `fieldValidation` asks, returning warnings.
+    fn prune(reg: &Registration, obj: &mut Value, validation: FieldValidation, is_patch: bool) -> Result<Vec<String>, Status> {
+        let Some(schema) = &reg.schema else { return Ok(Vec::new()) };
+        let unknown = schema.prune(obj);
+        if unknown.is_empty() {
+            return Ok(Vec::new());
+        }
+        let texts: Vec<String> = unknown.iter().map(|p| format!("unknown field {p:?}")).collect();
+        match validation {
+            FieldValidation::Ignore => Ok(Vec::new()),
+            FieldValidation::Warn => Ok(texts),
+            FieldValidation::Strict if is_patch => {
+                let err = apimachinery::field::FieldError::invalid(
+                    "patch",
+                    Value::String(obj.to_string()),
+                    format!("strict decoding error: {}", texts.join(", ")),
+                );
+                Err(Status::invalid(&apimachinery::status::GroupKind::new("", ""), "", &[err]))
+            }
+            FieldValidation::Strict => Err(Status::bad_request(format!(
+                "{} in version {:?} cannot be handled as a {}: strict decoding error: {}",
+                reg.info.kind,
+                reg.info.version,
+                reg.info.kind,
+                texts.join(", ")
+            ))),
+        }
+    }
+
+    /// Metadata, schema and admission validation of an object about to be written.
+    fn validate(reg: &Registration, obj: &Value, old: Option<&Value>) -> Result<Vec<String>, Status> {
+        let info = reg.info;
+        let name = object::name(obj).to_string();
+        let rule = if info.plural == "namespaces" {
+            apimachinery::meta_validation::NameRule::Label
+        } else {
+            apimachinery::meta_validation::NameRule::Subdomain
+        };
+        let meta = obj.get("metadata").cloned().unwrap_or(Value::Null);
+        let (mut errors, mut warnings) = apimachinery::meta_validation::validate_object_meta(&meta, info.namespaced, rule);
+        if let Some(old) = old {
+            let old_meta = old.get("metadata").cloned().unwrap_or(Value::Null);
+            errors.extend(apimachinery::meta_validation::validate_object_meta_update(&meta, &old_meta));
+        }
+        if let Some(schema) = &reg.schema {
+            errors.extend(schema.validate(obj));
+        }
+        if !errors.is_empty() {
+            return Err(Status::invalid(&info.group_kind(), &name, &errors));
+        }
+        let admission = match old {
+            None => reg.hooks.validate_create(obj),
+            Some(old) => reg.hooks.validate_update(old, obj),
+        };
+        if !admission.errors.is_empty() {
+            return Err(match reg.hooks.webhook() {
+                Some(webhook) => Status::denied_by_webhook(&info.group_kind(), &name, webhook, &admission.errors),
+                None => Status::invalid(&info.group_kind(), &name, &admission.errors),
+            });
+        }
+        warnings.extend(admission.warnings);
+        Ok(warnings)
+    }
+
+    /// POST: create an object in `namespace`.
+    pub async fn create(
+        &self,
+        reg: &Registration,
+        namespace: Option<&str>,
+        mut obj: Value,
+        options: &WriteOptions,
+    ) -> Result<Outcome<Value>, Status> {
+        Self::check_identity(reg, &mut obj, namespace)?;
+        let mut warnings = Self::prune(reg, &mut obj, options.field_validation, false)?;
+        let generate_name = object::meta_str(&obj, "generateName").unwrap_or("").to_string();
+        let requested_name = object::name(&obj).to_string();
+        self.require_namespace(reg, namespace, &requested_name).await?;
+
+        // System fields are the server's to set.
+        {
+            let meta = meta_mut(&mut obj);
+            for field in ["uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+                meta.remove(field);
+            }
+            meta.insert("generation".into(), json!(1));
+            meta.insert("uid".into(), Value::String(uuid::Uuid::new_v4().to_string()));
+            meta.insert("creationTimestamp".into(), Value::String(object::now_rfc3339()));
+        }
+        if reg.info.status_subresource {
+            if let Some(root) = obj.as_object_mut() {
+                root.remove("status");
+            }
+        }
+        reg.hooks.default_on_create(&mut obj);
+        let generated = requested_name.is_empty() && !generate_name.is_empty();
+        if generated {
+            meta_mut(&mut obj).insert("name".into(), Value::String(apimachinery::names::generate_name(&generate_name)));
+        }
+        warnings.extend(Self::validate(reg, &obj, None)?);
+        apimachinery::ssa::record_update(
+            None,
+            &mut obj,
+            &options.field_manager,
+            "Update",
+            None,
+            &reg.info.api_version(),
+            &object::now_rfc3339(),
+        );
+        if options.dry_run {
+            return Ok(Outcome { value: obj, warnings, created: true });
+        }
+        // A generated name may collide; upstream retries a few times with fresh names.
+        let attempts = if generated { 8 } else { 1 };
+        for attempt in 0..attempts {
+            if attempt > 0 {
+                meta_mut(&mut obj)
+                    .insert("name".into(), Value::String(apimachinery::names::generate_name(&generate_name)));
+            }
+            let name = object::name(&obj).to_string();
+            let key = Self::key(reg.info, namespace, &name);
+            match self.store.create(&key, Self::encode(&obj)).await {
+                Ok(kv) => {
+                    meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(kv.mod_revision.to_string()));
+                    return Ok(Outcome { value: obj, warnings, created: true });
+                }
+                Err(StoreError::AlreadyExists) if attempt + 1 < attempts => continue,
+                Err(StoreError::AlreadyExists) => {
+                    let existing = self.store.get(&key).await.map_err(store_failure)?;
+                    let deleting = existing.as_ref().and_then(|kv| Self::decode(kv).ok()).is_some_and(|o| object::is_deleting(&o));
+                    let mut status = Status::already_exists(&reg.info.group_resource(), &name);
+                    if generated {
+                        status.message.push_str(", the server was not able to generate a unique name for the object");
+                        if let Some(d) = status.details.as_mut() {
+                            d.retry_after_seconds = Some(1);
+                        }
+                    } else if deleting {
+                        status.message = format!("object is being deleted: {}", status.message);
+                    }
+                    return Err(status);
+                }
+                Err(e) => return Err(store_failure(e)),
+            }
+        }
+        Err(Status::internal("name generation exhausted"))
+    }
+
+    /// Applies a change to the stored object and writes it with compare-and-swap.
+    /// `change` gets the current object (with its resourceVersion) and returns the
+    /// desired one. When it returns an object carrying a resourceVersion that differs
+    /// from the stored one, the write fails with 409; otherwise conflicts with
+    /// concurrent writers are retried against the newer object.
+    pub async fn update_with<F>(
+        &self,
+        reg: &Registration,
+        namespace: Option<&str>,
+        name: &str,
+        subresource: Option<&str>,
+        options: &WriteOptions,
+        change: F,
+    ) -> Result<Outcome<Value>, Status>
+    where
+        F: Fn(&Value) -> Result<Change, Status>,
+    {
+        loop {
+            let kv = self.get_kv(reg, namespace, name).await?;
+            let old = Self::decode(&kv)?;
+            let Change { object: mut new, mut warnings, managed_fields_done } = change(&old)?;
+            if !new.is_object() {
+                return Err(Status::bad_request("the body is not a JSON object"));
+            }
+            let requested_rv = object::meta_str(&new, "resourceVersion").map(str::to_string);
+            if let Some(rv) = &requested_rv {
+                if rv != &kv.mod_revision.to_string() {
+                    return Err(Status::modified(&reg.info.group_resource(), name));
+                }
+            }
+            new = self.prepare_update(reg, namespace, &old, new, subresource)?;
+            warnings.extend(Self::prune(reg, &mut new, options.field_validation, subresource.is_none() && managed_fields_done.is_none())?);
+            warnings.extend(Self::validate(reg, &new, Some(&old))?);
+            if object::comparable(&new) == object::comparable(&old) {
+                return Ok(Outcome { value: old, warnings, created: false });
+            }
+            if managed_fields_done.is_none() {
+                apimachinery::ssa::record_update(
+                    Some(&old),
+                    &mut new,
+                    &options.field_manager,
+                    "Update",
+                    subresource,
+                    &reg.info.api_version(),
+                    &object::now_rfc3339(),
+                );
+            }
+            if options.dry_run {
+                return Ok(Outcome { value: new, warnings, created: false });
+            }
+            let key = Self::key(reg.info, namespace, name);
+            let result = if object::is_deleting(&new) && object::finalizers(&new).is_empty() {
+                self.store.delete(&key, Some(kv.mod_revision)).await
+            } else {
+                self.store.update(&key, Self::encode(&new), kv.mod_revision).await
+            };
+            match result {
+                Ok(written) => {
+                    meta_mut(&mut new).insert("resourceVersion".into(), Value::String(written.mod_revision.to_string()));
+                    return Ok(Outcome { value: new, warnings, created: false });
+                }
+                Err(StoreError::Conflict { .. }) if requested_rv.is_none() => continue,
+                Err(StoreError::Conflict { .. }) => return Err(Status::modified(&reg.info.group_resource(), name)),
+                Err(StoreError::NotFound) => return Err(Status::not_found(&reg.info.group_resource(), name)),
+                Err(e) => return Err(store_failure(e)),
+            }
+        }
+    }
+
+    /// Carries over what a write may not change and bumps generation on spec changes.
+    fn prepare_update(
+        &self,
+        reg: &Registration,
+        namespace: Option<&str>,
+        old: &Value,
+        mut new: Value,
+        subresource: Option<&str>,
+    ) -> Result<Value, Status> {
+        Self::check_identity(reg, &mut new, namespace)?;
+        if subresource == Some("status") {
+            // Only status changes through /status; everything else stays as stored.
+            let mut merged = old.clone();
+            if let Some(root) = merged.as_object_mut() {
+                match new.get("status") {
+                    Some(status) => root.insert("status".into(), status.clone()),
+                    None => root.remove("status"),
+                };
+            }
+            if let Some(mf) = object::meta(&new).and_then(|m| m.get("managedFields")) {
+                meta_mut(&mut merged).insert("managedFields".into(), mf.clone());
+            }
+            return Ok(merged);
+        }
+        if reg.info.status_subresource {
+            if let Some(root) = new.as_object_mut() {
+                match old.get("status") {
+                    Some(status) => root.insert("status".into(), status.clone()),
+                    None => root.remove("status"),
+                };
+            }
+        }
+        let old_meta = object::meta(old).cloned().unwrap_or_default();
+        let new_meta = meta_mut(&mut new);
+        for field in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "name", "namespace"] {
+            if !new_meta.contains_key(field) {
+                if let Some(v) = old_meta.get(field) {
+                    new_meta.insert(field.into(), v.clone());
+                }
+            }
+        }
+        if !new_meta.contains_key("managedFields") {
+            if let Some(v) = old_meta.get("managedFields") {
+                new_meta.insert("managedFields".into(), v.clone());
+            }
+        }
+        if new_meta.get("uid") != old_meta.get("uid") {
+            return Err(Status::conflict(
+                &reg.info.group_resource(),
+                object::name(old),
+                &format!(
+                    "Precondition failed: UID in precondition: {}, UID in object meta: {}",
+                    new_meta.get("uid").and_then(Value::as_str).unwrap_or(""),
+                    old_meta.get("uid").and_then(Value::as_str).unwrap_or("")
+                ),
+            ));
+        }
+        let old_generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
+        let spec_changed =
+            object::spec_part(old, reg.info.status_subresource) != object::spec_part(&new, reg.info.status_subresource);
+        let new_meta = meta_mut(&mut new);
+        let requested_generation = new_meta.get("generation").and_then(Value::as_i64).unwrap_or(old_generation);
+        let generation = if spec_changed { old_generation + 1 } else { requested_generation.max(old_generation) };
+        if requested_generation < old_generation {
+            // Let validation report the decrement the way upstream does.
+            new_meta.insert("generation".into(), json!(requested_generation));
+        } else {
+            new_meta.insert("generation".into(), json!(generation));
+        }
+        Ok(new)
+    }
+
+    /// DELETE of one object.
+    pub async fn delete(
+        &self,
+        reg: &Registration,
+        namespace: Option<&str>,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<Outcome<DeleteResult>, Status> {
+        loop {
+            let kv = self.get_kv(reg, namespace, name).await?;
+            let old = Self::decode(&kv)?;
+            if let Some(uid) = &options.precondition_uid {
+                if uid != object::uid(&old) {
+                    return Err(Status::conflict(
+                        &reg.info.group_resource(),
+                        name,
+                        &format!(
+                            "the UID in the precondition ({uid}) does not match the UID in record ({}). The object might have been deleted and then recreated",
+                            object::uid(&old)
+                        ),
+                    )
+                    .with_conflict_kind(reg.info));
+                }
+            }
+            if let Some(rv) = &options.precondition_resource_version {
+                if rv != &kv.mod_revision.to_string() {
+                    return Err(Status::conflict(
+                        &reg.info.group_resource(),
+                        name,
+                        &format!(
+                            "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({}). The object might have been modified",
+                            kv.mod_revision
+                        ),
+                    )
+                    .with_conflict_kind(reg.info));
+                }
+            }
+            let mut finalizers = object::finalizers(&old);
+            let gc_finalizer = match options.propagation {
+                Propagation::Foreground => Some("foregroundDeletion"),
+                Propagation::Orphan => Some("orphan"),
+                Propagation::Background => None,
+            };
+            if let Some(f) = gc_finalizer {
+                // The two GC finalizers exclude each other; the newer request wins.
+                finalizers.retain(|x| x != "foregroundDeletion" && x != "orphan");
+                finalizers.push(f.to_string());
+            }
+            let key = Self::key(reg.info, namespace, name);
+            if finalizers.is_empty() && !(reg.info.plural == "namespaces") {
+                if options.dry_run {
+                    return Ok(Outcome { value: DeleteResult::Deleted(old), warnings: vec![], created: false });
+                }
+                match self.store.delete(&key, Some(kv.mod_revision)).await {
+                    Ok(_) => return Ok(Outcome { value: DeleteResult::Deleted(old), warnings: vec![], created: false }),
+                    Err(StoreError::Conflict { .. }) => continue,
+                    Err(StoreError::NotFound) => return Err(Status::not_found(&reg.info.group_resource(), name)),
+                    Err(e) => return Err(store_failure(e)),
+                }
+            }
+            // Finalizers hold the object: mark it as being deleted instead.
+            let mut new = old.clone();
+            let changed = {
+                let was_deleting = object::is_deleting(&old);
+                if !was_deleting {
+                    let meta = meta_mut(&mut new);
+                    meta.insert("deletionTimestamp".into(), Value::String(object::now_rfc3339()));
+                    meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+                    let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
+                    meta.insert("generation".into(), json!(generation + 1));
+                    if reg.info.plural == "namespaces" {
+                        if let Some(root) = new.as_object_mut() {
+                            root.insert("status".into(), json!({"phase": "Terminating"}));
+                        }
+                    }
+                }
+                object::set_finalizers(&mut new, finalizers.clone());
+                !was_deleting || object::finalizers(&old) != finalizers
+            };
+            if !changed || options.dry_run {
+                return Ok(Outcome { value: DeleteResult::Pending(new), warnings: vec![], created: false });
+            }
+            meta_mut(&mut new).remove("resourceVersion");
+            match self.store.update(&key, Self::encode(&new), kv.mod_revision).await {
+                Ok(written) => {
+                    meta_mut(&mut new).insert("resourceVersion".into(), Value::String(written.mod_revision.to_string()));
+                    return Ok(Outcome { value: DeleteResult::Pending(new), warnings: vec![], created: false });
+                }
+                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) => return Err(store_failure(e)),
+            }
+        }
+    }
+
+    /// LIST with selectors, paging and resourceVersion semantics.
+    pub async fn list(&self, reg: &Registration, request: &ListRequest) -> Result<ListResult, Status> {
+        let prefix = Self::list_prefix(reg.info, request.namespace.as_deref());
+        let resource_prefix = Self::resource_prefix(reg.info);
+        let (revision, mut start_after) = match &request.continue_token {
+            Some(token) => {
+                let (rv, start) = apimachinery::continue_token::decode(token).map_err(Status::bad_request)?;
+                (Some(rv), Some(format!("{resource_prefix}{start}")))
+            }
+            None => (request.exact_revision, None),
+        };
+        if let Some(min) = request.min_revision {
+            let current = self.store.current_revision();
+            if min > current {
+                return Err(Status::too_large_resource_version(min, current));
+            }
+        }
+        let filtering = !request.label.is_empty() || !request.field.is_empty();
+        let limit = request.limit.filter(|l| *l > 0);
+        let mut items = Vec::new();
+        let mut read_revision = revision;
+        loop {
+            let chunk = limit.map(|l| (l - items.len()).max(1) * if filtering { 4 } else { 1 });
+            let page = self
+                .store
+                .list(&prefix, ListOptions { start_after: start_after.clone(), limit: chunk, revision: read_revision })
+                .await
+                .map_err(|e| match e {
+                    StoreError::Compacted { .. } if request.continue_token.is_some() => Status::gone(
+                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                    ),
+                    other => store_failure(other),
+                })?;
+            read_revision = Some(page.revision);
+            let exhausted = page.remaining == 0;
+            let mut last_key = None;
+            for kv in &page.items {
+                last_key = Some(kv.key.clone());
+                let obj = Self::decode(kv)?;
+                if request.matches(&obj) {
+                    items.push(obj);
+                    if limit.is_some_and(|l| items.len() >= l) {
+                        break;
+                    }
+                }
+            }
+            let full = limit.is_some_and(|l| items.len() >= l);
+            let more_after_last = match (&last_key, page.items.last()) {
+                (Some(last), Some(page_last)) => last != &page_last.key || !exhausted,
+                _ => false,
+            };
+            if full || exhausted || page.items.is_empty() {
+                let revision = page.revision;
+                if full && more_after_last {
+                    let last = last_key.unwrap_or_default();
+                    let relative = last.strip_prefix(&resource_prefix).unwrap_or(&last).to_string();
+                    let remaining = if filtering {
+                        None
+                    } else {
+                        let consumed_in_page = page.items.iter().position(|kv| kv.key == last).map(|p| p + 1).unwrap_or(0);
+                        Some(page.items.len() - consumed_in_page + page.remaining)
+                    };
+                    return Ok(ListResult {
+                        items,
+                        resource_version: revision,
+                        continue_token: Some(apimachinery::continue_token::encode(revision, &relative)),
+                        remaining,
+                    });
+                }
+                return Ok(ListResult { items, resource_version: revision, continue_token: None, remaining: None });
+            }
+            start_after = last_key;
+        }
+    }
+}
+
+/// What a change function produced for `update_with`.
+pub struct Change {
+    pub object: Value,
+    pub warnings: Vec<String>,
+    /// Set when the change already computed managedFields (server-side apply).
+    pub managed_fields_done: Option<()>,
+}
+
+impl Change {
+    pub fn replace(object: Value) -> Self {
+        Change { object, warnings: Vec::new(), managed_fields_done: None }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Propagation {
+    #[default]
+    Background,
+    Foreground,
+    Orphan,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOptions {
+    pub propagation: Propagation,
+    pub precondition_uid: Option<String>,
+    pub precondition_resource_version: Option<String>,
+    pub dry_run: bool,
+}
+
+/// A delete either removed the object or left it waiting for finalizers.
+#[derive(Debug)]
+pub enum DeleteResult {
+    Deleted(Value),
+    Pending(Value),
+}
+
+/// A LIST or WATCH filter and position.
+#[derive(Debug, Default, Clone)]
+pub struct ListRequest {
+    pub namespace: Option<String>,
+    pub label: apimachinery::selector::LabelSelector,
+    pub field: apimachinery::selector::FieldSelector,
+    pub limit: Option<usize>,
+    pub continue_token: Option<String>,
+    /// `resourceVersionMatch=Exact`: read at exactly this revision.
+    pub exact_revision: Option<Revision>,
+    /// A resourceVersion the answer must not be older than.
+    pub min_revision: Option<Revision>,
+}
+
+impl ListRequest {
+    pub fn matches(&self, obj: &Value) -> bool {
+        let labels = object::labels(obj);
+        self.label.matches(&labels)
+            && self.field.matches(|field| match field {
+                "metadata.name" => Some(object::name(obj).to_string()),
+                "metadata.namespace" => Some(object::namespace(obj).to_string()),
+                other => field_value(obj, other),
+            })
+    }
+}
+
+/// Reads a dotted field path as a string, for the field selectors a kind supports
+/// beyond name and namespace (e.g. `status.nodeName`).
+fn field_value(obj: &Value, path: &str) -> Option<String> {
+    let mut cur = obj;
+    for part in path.split('.') {
+        cur = cur.get(part)?;
+    }
+    Some(match cur {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    })
+}
+
+fn obj_preview(root: &Map<String, Value>) -> String {
+    let text = Value::Object(root.clone()).to_string();
+    text.chars().take(200).collect()
+}
+
+trait StatusExt {
+    fn with_kind_mismatch(self, got: &str, want: &str) -> Self;
+    fn with_conflict_kind(self, info: &ResourceInfo) -> Self;
+}
+
+impl StatusExt for Status {
+    fn with_kind_mismatch(mut self, got: &str, want: &str) -> Self {
+        if got != want {
+            self.message = format!("the kind in the data ({got}) does not match the expected kind ({want})");
+        }
+        self
+    }
+
+    /// Delete preconditions name the Kind, not the resource, in their message.
+    fn with_conflict_kind(mut self, info: &ResourceInfo) -> Self {
+        let resource = info.group_resource().qualified();
+        let kind = info.group_kind().qualified();
+        self.message = self.message.replacen(&resource, &kind, 1);
+        self
+    }
+}

@@ -1,0 +1,114 @@
+//! WATCH: initial state, then every change, translated into Kubernetes watch events with
+//! selector transitions (an object that stops matching is DELETED for this watcher).
+
+use apimachinery::status::Status;
+use futures::{Stream, StreamExt};
+use serde_json::Value;
+use store::{EventKind, Revision, StoreError};
+
+use crate::registry::{store_failure, ListRequest, Registration, Registry};
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum WatchEvent {
+    Added(Value),
+    Modified(Value),
+    Deleted(Value),
+    /// A progress marker carrying only a resourceVersion.
+    Bookmark(Revision),
+    /// The end of `sendInitialEvents`' initial state, at this revision.
+    InitialEventsEnd(Revision),
+    Error(Status),
+}
+
+impl WatchEvent {
+    pub fn revision(&self) -> Option<Revision> {
+        match self {
+            WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => {
+                crate::object::meta_str(o, "resourceVersion")?.parse().ok()
+            }
+            WatchEvent::Bookmark(r) | WatchEvent::InitialEventsEnd(r) => Some(*r),
+            WatchEvent::Error(_) => None,
+        }
+    }
+}
+
+/// Where a watch starts.
+#[derive(Clone, Debug)]
+pub enum WatchStart {
+    /// Synthetic ADDED events for the current state first (resourceVersion unset or "0",
+    /// or `sendInitialEvents=true`).
+    WithInitialState { end_marker: bool },
+    /// Only changes after this revision.
+    After(Revision),
+}
+
+pub type EventStream = std::pin::Pin<Box<dyn Stream<Item = WatchEvent> + Send>>;
+
+impl Registry {
+    pub async fn watch(&self, reg: &Registration, request: ListRequest, start: WatchStart) -> Result<EventStream, Status> {
+        let prefix = match request.namespace.as_deref() {
+            Some(ns) if reg.info.namespaced => format!("{}{ns}/", Registry::resource_prefix(reg.info)),
+            _ => Registry::resource_prefix(reg.info),
+        };
+        let (initial, after, end_marker) = match start {
+            WatchStart::WithInitialState { end_marker } => {
+                let list_request = ListRequest { limit: None, continue_token: None, ..request.clone() };
+                let listed = self.list(reg, &list_request).await?;
+                let events: Vec<WatchEvent> = listed.items.into_iter().map(WatchEvent::Added).collect();
+                (events, listed.resource_version, end_marker)
+            }
+            WatchStart::After(revision) => (Vec::new(), revision, false),
+        };
+        let changes = match self.store.watch(&prefix, after).await {
+            Ok(stream) => stream,
+            Err(StoreError::Compacted { .. }) => {
+                let status = Status::gone(format!(
+                    "too old resource version: {after} ({})",
+                    self.store.compacted_revision()
+                ));
+                return Ok(Box::pin(futures::stream::iter(vec![WatchEvent::Error(status)])));
+            }
+            Err(e) => return Err(store_failure(e)),
+        };
+        let mut head = initial;
+        if end_marker {
+            head.push(WatchEvent::InitialEventsEnd(after));
+        }
+        let filter = request;
+        let changes = changes.filter_map(move |item| {
+            let event = match item {
+                Ok(event) => translate(&filter, event),
+                Err(StoreError::Compacted { requested, compacted }) => Some(WatchEvent::Error(Status::gone(format!(
+                    "too old resource version: {requested} ({compacted})"
+                )))),
+                Err(e) => Some(WatchEvent::Error(Status::internal(e))),
+            };
+            futures::future::ready(event)
+        });
+        Ok(Box::pin(futures::stream::iter(head).chain(changes)))
+    }
+}
+
+/// One store event as this watcher sees it, or nothing when it concerns objects the
+/// watcher's selectors exclude before and after.
+fn translate(filter: &ListRequest, event: store::Event) -> Option<WatchEvent> {
+    let decode = |kv: &store::KeyValue| Registry::decode(kv).ok();
+    match event.kind {
+        EventKind::Delete => {
+            let obj = decode(&event.kv)?;
+            filter.matches(&obj).then_some(WatchEvent::Deleted(obj))
+        }
+        EventKind::Put => {
+            let obj = decode(&event.kv)?;
+            let now = filter.matches(&obj);
+            let before = event.prev.as_ref().and_then(decode).map(|o| filter.matches(&o));
+            match (before, now) {
+                (None, true) => Some(WatchEvent::Added(obj)),
+                (Some(true), true) => Some(WatchEvent::Modified(obj)),
+                (Some(false), true) => Some(WatchEvent::Added(obj)),
+                (Some(true), false) => Some(WatchEvent::Deleted(obj)),
+                (_, false) => None,
+            }
+        }
+    }
+}

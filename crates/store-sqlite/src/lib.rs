@@ -1,0 +1,431 @@
+//! SQLite store backend.
+//!
+//! SQLite holds only the current rows (`kv`) and the current revision (`meta`); the in-memory
+//! [`MemoryStore`] loaded at open serves every read and watch, so no read touches the disk.
+//! One writer thread owns the connection and commits whatever is queued as one transaction
+//! (group commit): one fsync acknowledges many writes. A batch becomes visible to readers and
+//! watchers only after its commit, and callers are answered only after that.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
+use store::{
+    EventKind, KeyValue, ListOptions, ListResult, MemoryStore, Result, Revision, StagedBatch,
+    Store, StoreError, WatchStream, WriteOp,
+};
+use tokio::sync::oneshot;
+
+/// Most writes committed in one transaction; bounds the latency of the first one queued.
+const MAX_BATCH: usize = 1000;
+/// After this long without writes the WAL is checkpointed and truncated.
+const IDLE_CHECKPOINT: Duration = Duration::from_secs(5);
+/// How long open waits for another connection's lock before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
+/// Stored in `PRAGMA user_version`, so a newer layout is refused rather than misread.
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+    CREATE TABLE kv (
+        key TEXT PRIMARY KEY,
+        value BLOB NOT NULL,
+        create_rev INTEGER NOT NULL,
+        mod_rev INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+    INSERT INTO meta (name, value) VALUES ('revision', 0);
+";
+const UPSERT: &str = "INSERT INTO kv (key, value, create_rev, mod_rev) VALUES (?1, ?2, ?3, ?4)
+    ON CONFLICT (key) DO UPDATE SET
+        value = excluded.value, create_rev = excluded.create_rev, mod_rev = excluded.mod_rev";
+const DELETE: &str = "DELETE FROM kv WHERE key = ?1";
+const SET_REVISION: &str = "UPDATE meta SET value = ?1 WHERE name = 'revision'";
+
+#[derive(Debug, thiserror::Error)]
+enum SqliteError {
+    #[error("{} is in use by another process (is another server running on this data dir?)", path.display())]
+    Locked { path: PathBuf },
+    #[error("cannot open {}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("{} has schema version {found}; this build understands up to {SCHEMA_VERSION}", path.display())]
+    NewerSchema { path: PathBuf, found: i64 },
+    #[error("{} cannot use write-ahead logging (journal mode stays {mode})", path.display())]
+    NotWal { path: PathBuf, mode: String },
+    #[error("cannot start the writer thread")]
+    Spawn(#[source] std::io::Error),
+    #[error("writing the batch failed")]
+    Write(#[source] rusqlite::Error),
+    /// The commit may or may not be on disk, so the writer refuses further writes.
+    #[error("committing the batch failed; the store needs a restart")]
+    Commit(#[source] rusqlite::Error),
+    #[error("the writer thread has stopped")]
+    WriterGone,
+}
+
+impl From<SqliteError> for StoreError {
+    fn from(err: SqliteError) -> Self {
+        let mut message = err.to_string();
+        let mut source = std::error::Error::source(&err);
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        StoreError::Backend(message)
+    }
+}
+
+/// Counters of the writer thread, for tests and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Committed SQLite transactions.
+    pub transactions: u64,
+    /// Successful writes in those transactions.
+    pub writes: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    transactions: AtomicU64,
+    writes: AtomicU64,
+}
+
+enum Request {
+    Write {
+        op: WriteOp,
+        reply: oneshot::Sender<Result<KeyValue>>,
+    },
+    Shutdown,
+}
+
+/// The durable default store: SQLite in WAL mode with `synchronous=FULL`, so an acknowledged
+/// write survives a crash of the process or the machine.
+pub struct SqliteStore {
+    index: Arc<MemoryStore>,
+    requests: mpsc::Sender<Request>,
+    counters: Arc<Counters>,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` and loads it into memory. The
+    /// connection holds an exclusive lock, so a second store on the same file fails to open.
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        let conn = open_connection(path)?;
+        let (items, revision) = load(&conn).map_err(|source| open_error(path, source))?;
+        let index = Arc::new(MemoryStore::load(items, revision));
+        let counters = Arc::new(Counters::default());
+        let (requests, queue) = mpsc::channel();
+        let writer = Writer {
+            conn,
+            index: index.clone(),
+            counters: counters.clone(),
+            failed: None,
+        };
+        let writer = std::thread::Builder::new()
+            .name("store-sqlite-writer".into())
+            .spawn(move || writer.run(&queue))
+            .map_err(SqliteError::Spawn)?;
+        Ok(SqliteStore {
+            index,
+            requests,
+            counters,
+            writer: Some(writer),
+        })
+    }
+
+    /// How well group commit is doing: writes per transaction under load.
+    pub fn stats(&self) -> WriterStats {
+        WriterStats {
+            transactions: self.counters.transactions.load(Ordering::Relaxed),
+            writes: self.counters.writes.load(Ordering::Relaxed),
+        }
+    }
+
+    async fn submit(&self, op: WriteOp) -> Result<KeyValue> {
+        let (reply, answer) = oneshot::channel();
+        self.requests
+            .send(Request::Write { op, reply })
+            .map_err(|_| SqliteError::WriterGone)?;
+        answer.await.map_err(|_| SqliteError::WriterGone)?
+    }
+}
+
+impl Drop for SqliteStore {
+    /// Waits for queued writes and closes the database, so it can be reopened at once.
+    fn drop(&mut self) {
+        // Sending fails only if the writer already stopped; joining then returns at once.
+        let _ = self.requests.send(Request::Shutdown);
+        if let Some(writer) = self.writer.take() {
+            if writer.join().is_err() {
+                tracing::error!("the SQLite writer thread panicked");
+            }
+        }
+    }
+}
+
+fn open_error(path: &Path, source: rusqlite::Error) -> SqliteError {
+    match source.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => SqliteError::Locked {
+            path: path.to_owned(),
+        },
+        _ => SqliteError::Open {
+            path: path.to_owned(),
+            source,
+        },
+    }
+}
+
+fn open_connection(path: &Path) -> Result<Connection, SqliteError> {
+    let conn = Connection::open(path).map_err(|source| open_error(path, source))?;
+    let setup = || -> rusqlite::Result<(String, i64)> {
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        // Exclusive locking: the lock is held from the first access until close, and the
+        // WAL needs no shared-memory file.
+        conn.pragma_update(None, "locking_mode", "EXCLUSIVE")?;
+        let mode = conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+        // FULL syncs the WAL at every commit: NORMAL may lose acknowledged writes on power loss.
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        let version = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        Ok((mode, version))
+    };
+    let (mode, version) = setup().map_err(|source| open_error(path, source))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(SqliteError::NotWal {
+            path: path.to_owned(),
+            mode,
+        });
+    }
+    match version {
+        0 => {
+            let create = || -> rusqlite::Result<()> {
+                conn.execute_batch(&format!(
+                    "BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
+                ))
+            };
+            create().map_err(|source| open_error(path, source))?;
+        }
+        SCHEMA_VERSION => {}
+        found => {
+            return Err(SqliteError::NewerSchema {
+                path: path.to_owned(),
+                found,
+            })
+        }
+    }
+    Ok(conn)
+}
+
+/// Reads every row and the current revision.
+fn load(conn: &Connection) -> rusqlite::Result<(Vec<KeyValue>, Revision)> {
+    let revision: Revision = conn
+        .query_row(
+            "SELECT value FROM meta WHERE name = 'revision'",
+            [],
+            |row| row.get(0),
+        )
+        .optional()?
+        .unwrap_or(0);
+    let mut stmt = conn.prepare("SELECT key, value, create_rev, mod_rev FROM kv")?;
+    let items = stmt
+        .query_map([], |row| {
+            Ok(KeyValue {
+                key: row.get(0)?,
+                value: Bytes::from(row.get::<_, Vec<u8>>(1)?),
+                create_revision: row.get(2)?,
+                mod_revision: row.get(3)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok((items, revision))
+}
+
+struct Writer {
+    conn: Connection,
+    index: Arc<MemoryStore>,
+    counters: Arc<Counters>,
+    /// Set when a commit's outcome is unknown: memory may no longer match the disk, so every
+    /// later write is refused until the process restarts and reloads.
+    failed: Option<StoreError>,
+}
+
+impl Writer {
+    fn run(mut self, queue: &mpsc::Receiver<Request>) {
+        let mut dirty = false;
+        loop {
+            let first = match queue.recv_timeout(IDLE_CHECKPOINT) {
+                Ok(request) => request,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if std::mem::take(&mut dirty) {
+                        self.checkpoint();
+                    }
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            };
+            let mut batch = Vec::new();
+            let mut shutdown = false;
+            let mut next = Some(first);
+            while let Some(request) = next.take() {
+                match request {
+                    Request::Write { op, reply } => batch.push((op, reply)),
+                    Request::Shutdown => {
+                        shutdown = true;
+                        break;
+                    }
+                }
+                if batch.len() < MAX_BATCH {
+                    next = queue.try_recv().ok();
+                }
+            }
+            if !batch.is_empty() {
+                dirty |= self.write_batch(batch);
+            }
+            if shutdown {
+                return;
+            }
+        }
+    }
+
+    /// Stages, persists, publishes and answers one batch; true if anything was committed.
+    fn write_batch(&mut self, batch: Vec<(WriteOp, oneshot::Sender<Result<KeyValue>>)>) -> bool {
+        let (ops, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+        let (outcomes, committed) = match &self.failed {
+            Some(err) => (vec![Err(err.clone()); ops.len()], false),
+            None => self.commit(ops),
+        };
+        for (reply, outcome) in replies.into_iter().zip(outcomes) {
+            // The caller may have stopped waiting; its write stands anyway.
+            let _ = reply.send(outcome);
+        }
+        committed
+    }
+
+    fn commit(&mut self, ops: Vec<WriteOp>) -> (Vec<Result<KeyValue>>, bool) {
+        let count = ops.len();
+        let staged = self.index.stage(ops);
+        let writes = staged.events().len() as u64;
+        if writes > 0 {
+            if let Err(err) = persist(&mut self.conn, &staged) {
+                tracing::error!(error = %err, "SQLite store write failed");
+                let unknown_outcome = matches!(err, SqliteError::Commit(_));
+                let err = StoreError::from(err);
+                if unknown_outcome {
+                    self.failed = Some(err.clone());
+                }
+                return (vec![Err(err); count], false);
+            }
+            self.counters.transactions.fetch_add(1, Ordering::Relaxed);
+            self.counters.writes.fetch_add(writes, Ordering::Relaxed);
+        }
+        match self.index.commit(staged) {
+            Ok(outcomes) => (outcomes, writes > 0),
+            Err(err) => {
+                // Unreachable while this thread is the index's only writer; if it happens the
+                // disk is ahead of memory, so stop writing.
+                tracing::error!(error = %err, "SQLite store index diverged from disk");
+                self.failed = Some(err.clone());
+                (vec![Err(err); count], false)
+            }
+        }
+    }
+
+    fn checkpoint(&self) {
+        if let Err(err) = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        {
+            tracing::warn!(error = %err, "SQLite WAL checkpoint failed");
+        }
+    }
+}
+
+/// Writes a staged batch and the new revision in one transaction.
+fn persist(conn: &mut Connection, staged: &StagedBatch) -> Result<(), SqliteError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(SqliteError::Write)?;
+    {
+        let mut upsert = tx.prepare_cached(UPSERT).map_err(SqliteError::Write)?;
+        let mut delete = tx.prepare_cached(DELETE).map_err(SqliteError::Write)?;
+        for event in staged.events() {
+            let kv = &event.kv;
+            match event.kind {
+                EventKind::Put => upsert.execute(params![
+                    kv.key,
+                    &kv.value[..],
+                    kv.create_revision,
+                    kv.mod_revision
+                ]),
+                EventKind::Delete => delete.execute([&kv.key]),
+            }
+            .map_err(SqliteError::Write)?;
+        }
+        tx.execute(SET_REVISION, [staged.revision()])
+            .map_err(SqliteError::Write)?;
+    }
+    // Dropping an uncommitted transaction rolls it back.
+    tx.commit().map_err(SqliteError::Commit)
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        self.index.get(key).await
+    }
+
+    async fn list(&self, prefix: &str, options: ListOptions) -> Result<ListResult> {
+        self.index.list(prefix, options).await
+    }
+
+    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
+        self.submit(WriteOp::Create {
+            key: key.to_owned(),
+            value,
+        })
+        .await
+    }
+
+    async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
+        self.submit(WriteOp::Update {
+            key: key.to_owned(),
+            value,
+            expected,
+        })
+        .await
+    }
+
+    async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue> {
+        self.submit(WriteOp::Delete {
+            key: key.to_owned(),
+            expected,
+        })
+        .await
+    }
+
+    async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream> {
+        self.index.watch(prefix, after).await
+    }
+
+    fn current_revision(&self) -> Revision {
+        self.index.current_revision()
+    }
+
+    fn compacted_revision(&self) -> Revision {
+        self.index.compacted_revision()
+    }
+
+    /// Only the in-memory history is compacted: SQLite keeps no history.
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        self.index.compact(revision).await
+    }
+}

@@ -1,0 +1,241 @@
+//! Black-box tests of the SQLite backend: the shared conformance suite, persistence across
+//! reopen, durability across `kill -9`, and group commit under concurrency.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use store::{ListOptions, Store, StoreError};
+use store_sqlite::SqliteStore;
+
+/// Set only in the child process of `acknowledged_writes_survive_kill_9`.
+const CRASH_CHILD_DB: &str = "STORE_SQLITE_CRASH_CHILD_DB";
+
+fn open(path: &Path) -> SqliteStore {
+    SqliteStore::open(path).expect("open SQLite store")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut n = 0;
+    store::conformance::run_all(|| {
+        n += 1;
+        let path = dir.path().join(format!("case-{n}.db"));
+        async move { Arc::new(open(&path)) as Arc<dyn Store> }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn reopen_preserves_state_and_revision() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    let store = open(&path);
+    let a = store
+        .create("/r/a", Bytes::from_static(b"a1"))
+        .await
+        .expect("create");
+    let b = store
+        .create("/r/b", Bytes::from_static(b"b1"))
+        .await
+        .expect("create");
+    let a = store
+        .update("/r/a", Bytes::from_static(b"a2"), a.mod_revision)
+        .await
+        .expect("update");
+    store
+        .create("/r/c", Bytes::from_static(b"c1"))
+        .await
+        .expect("create");
+    store.delete("/r/c", None).await.expect("delete");
+    store
+        .create("/r/newest", Bytes::from_static(b"n"))
+        .await
+        .expect("create");
+    // Deleting the newest key must not let the revision go back on reopen.
+    let deleted = store.delete("/r/newest", None).await.expect("delete");
+    let revision = store.current_revision();
+    assert_eq!(revision, deleted.mod_revision);
+    let before = store.list("/", ListOptions::default()).await.expect("list");
+    drop(store);
+
+    let store = open(&path);
+    assert_eq!(store.current_revision(), revision);
+    assert_eq!(store.compacted_revision(), revision);
+    assert_eq!(store.get("/r/a").await, Ok(Some(a)));
+    assert_eq!(store.get("/r/b").await, Ok(Some(b)));
+    assert_eq!(store.get("/r/c").await, Ok(None));
+    assert_eq!(store.get("/r/newest").await, Ok(None));
+    assert_eq!(store.list("/", ListOptions::default()).await, Ok(before));
+
+    assert!(matches!(
+        store.watch("/", revision - 1).await.err(),
+        Some(StoreError::Compacted { .. })
+    ));
+    assert!(store.watch("/", revision).await.is_ok());
+    let next = store
+        .create("/r/d", Bytes::from_static(b"d"))
+        .await
+        .expect("create after reopen");
+    assert_eq!(next.mod_revision, revision + 1);
+    drop(store);
+    assert_eq!(open(&path).current_revision(), revision + 1);
+}
+
+#[tokio::test]
+async fn second_open_of_same_file_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    let first = open(&path);
+    first
+        .create("/k", Bytes::from_static(b"v"))
+        .await
+        .expect("create");
+    match SqliteStore::open(&path) {
+        Err(StoreError::Backend(message)) => assert!(message.contains("in use"), "{message}"),
+        Err(other) => panic!("unexpected error: {other}"),
+        Ok(_) => panic!("a second store opened the same database"),
+    }
+    drop(first);
+    assert_eq!(open(&path).current_revision(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_share_commits() {
+    const TASKS: usize = 32;
+    const PER_TASK: usize = 50;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(open(&dir.path().join("state.db")));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in 0..PER_TASK {
+                    store
+                        .create(&format!("/c/{t:02}/{i:02}"), Bytes::from_static(b"v"))
+                        .await
+                        .expect("create");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("writer task");
+    }
+    let stats = store.stats();
+    println!(
+        "{} writes in {} transactions ({:.1} writes per commit)",
+        stats.writes,
+        stats.transactions,
+        stats.writes as f64 / stats.transactions.max(1) as f64
+    );
+    assert_eq!(stats.writes, (TASKS * PER_TASK) as u64);
+    assert!(stats.transactions >= 1 && stats.transactions <= stats.writes);
+    assert_eq!(store.current_revision(), (TASKS * PER_TASK) as i64);
+}
+
+/// Runs in a child process only: writes until killed, printing each acknowledged write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_child_writer() {
+    let Some(path) = std::env::var_os(CRASH_CHILD_DB) else {
+        return;
+    };
+    let store = Arc::new(open(Path::new(&path)));
+    let tasks: Vec<_> = (0..8)
+        .map(|t| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in 0.. {
+                    let key = format!("/crash/{t}/{i:06}");
+                    let kv = store
+                        .create(&key, Bytes::from(key.clone()))
+                        .await
+                        .expect("create");
+                    println!("put {key} {}", kv.mod_revision);
+                    if i % 3 == 0 {
+                        let kv = store.delete(&key, None).await.expect("delete");
+                        println!("del {key} {}", kv.mod_revision);
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("writer task");
+    }
+}
+
+#[tokio::test]
+async fn acknowledged_writes_survive_kill_9() {
+    const ACKS_BEFORE_KILL: usize = 600;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path: PathBuf = dir.path().join("state.db");
+    let mut child = Command::new(std::env::current_exe().expect("test binary path"))
+        .args(["crash_child_writer", "--exact", "--nocapture"])
+        .env(CRASH_CHILD_DB, &path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn child");
+    let stdout = child.stdout.take().expect("child stdout");
+
+    // key -> (kind of the last acknowledged write, its revision)
+    let mut acked: HashMap<String, (String, i64)> = HashMap::new();
+    let mut max_revision = 0;
+    let mut lines = 0;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("read child output");
+        let mut fields = line.split(' ');
+        let (Some(kind @ ("put" | "del")), Some(key), Some(revision)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let revision: i64 = revision.parse().expect("revision");
+        max_revision = max_revision.max(revision);
+        acked.insert(key.to_owned(), (kind.to_owned(), revision));
+        lines += 1;
+        if lines == ACKS_BEFORE_KILL {
+            // SIGKILL; lines already printed are still read below.
+            child.kill().expect("kill child");
+        }
+    }
+    child.wait().expect("reap child");
+    assert!(
+        lines >= ACKS_BEFORE_KILL,
+        "child acknowledged only {lines} writes"
+    );
+
+    let store = open(&path);
+    assert!(store.current_revision() >= max_revision);
+    for (key, (kind, revision)) in &acked {
+        let stored = store.get(key).await.expect("get");
+        match kind.as_str() {
+            "del" => assert_eq!(stored, None, "{key} was deleted at {revision}"),
+            _ => match stored {
+                Some(kv) => {
+                    assert_eq!(kv.mod_revision, *revision, "{key}");
+                    assert_eq!(kv.value, Bytes::from(key.clone()));
+                }
+                // Only keys written with i % 3 == 0 have a delete that may have committed
+                // without being acknowledged.
+                None => assert!(
+                    key.rsplit('/')
+                        .next()
+                        .and_then(|i| i.parse::<u64>().ok())
+                        .is_some_and(|i| i % 3 == 0),
+                    "acknowledged {key} at {revision} is lost"
+                ),
+            },
+        }
+    }
+    println!(
+        "{} keys checked after kill -9 at revision {}",
+        acked.len(),
+        store.current_revision()
+    );
+}

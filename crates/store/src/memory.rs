@@ -1,0 +1,671 @@
+//! An in-memory MVCC store.
+//!
+//! Used on its own in tests and as the read index of durable backends: a backend stages a
+//! batch of writes here ([`MemoryStore::stage`]), persists the staged events, and only then
+//! makes them visible ([`MemoryStore::commit`]), so readers and watchers never see a write
+//! that is not durable.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ops::Bound;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::sync::broadcast;
+
+use crate::{
+    Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision, Store, StoreError,
+    WatchStream,
+};
+
+/// Committed batches a watcher may fall behind by before its stream ends with `Compacted`.
+const DEFAULT_WATCH_BUFFER: usize = 4096;
+
+/// One write of a batch, checked against the state left by the writes before it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteOp {
+    Create {
+        key: String,
+        value: Bytes,
+    },
+    Update {
+        key: String,
+        value: Bytes,
+        expected: Revision,
+    },
+    Delete {
+        key: String,
+        expected: Option<Revision>,
+    },
+}
+
+impl WriteOp {
+    fn key(&self) -> &str {
+        match self {
+            WriteOp::Create { key, .. }
+            | WriteOp::Update { key, .. }
+            | WriteOp::Delete { key, .. } => key,
+        }
+    }
+}
+
+/// A batch of writes checked against the current state and given consecutive revisions, not
+/// yet visible to readers. Valid only until another batch is committed.
+#[derive(Debug)]
+pub struct StagedBatch {
+    /// The store's revision when the batch was staged.
+    base: Revision,
+    /// The successful writes, one per revision from `base + 1`.
+    events: Vec<Event>,
+    /// The result of every op, in submission order.
+    outcomes: Vec<Result<KeyValue>>,
+}
+
+impl StagedBatch {
+    /// The successful writes in revision order: what a durable backend must persist.
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// The store revision once this batch is committed.
+    pub fn revision(&self) -> Revision {
+        self.base + self.events.len() as Revision
+    }
+}
+
+/// One version of a key. `value: None` is a tombstone: the key was deleted at `mod_revision`.
+#[derive(Clone, Debug)]
+struct Version {
+    mod_revision: Revision,
+    create_revision: Revision,
+    value: Option<Bytes>,
+}
+
+impl Version {
+    fn to_kv(&self, key: &str) -> Option<KeyValue> {
+        self.value.as_ref().map(|value| KeyValue {
+            key: key.to_owned(),
+            value: value.clone(),
+            create_revision: self.create_revision,
+            mod_revision: self.mod_revision,
+        })
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Every key's versions newer than the compacted revision, plus the one visible at it;
+    /// ascending by `mod_revision`.
+    keys: BTreeMap<String, Vec<Version>>,
+    current: Revision,
+    compacted: Revision,
+    /// One event per revision, contiguous up to `current`.
+    history: VecDeque<Event>,
+}
+
+impl State {
+    fn latest(&self, key: &str) -> Option<KeyValue> {
+        self.keys.get(key)?.last()?.to_kv(key)
+    }
+
+    /// The first revision the history can replay; `current + 1` when it is empty.
+    fn history_start(&self) -> Revision {
+        self.history
+            .front()
+            .map_or(self.current + 1, |event| event.kv.mod_revision)
+    }
+
+    fn stage(&self, ops: Vec<WriteOp>) -> StagedBatch {
+        // Keys written earlier in this batch: `None` means deleted.
+        let mut overlay: HashMap<String, Option<KeyValue>> = HashMap::new();
+        let mut events = Vec::new();
+        let mut outcomes = Vec::with_capacity(ops.len());
+        for op in ops {
+            let key = op.key().to_owned();
+            let current = match overlay.get(&key) {
+                Some(kv) => kv.clone(),
+                None => self.latest(&key),
+            };
+            let revision = self.current + events.len() as Revision + 1;
+            match resolve(op, current, revision) {
+                Ok(event) => {
+                    let after = (event.kind == EventKind::Put).then(|| event.kv.clone());
+                    overlay.insert(key, after);
+                    outcomes.push(Ok(event.kv.clone()));
+                    events.push(event);
+                }
+                Err(err) => outcomes.push(Err(err)),
+            }
+        }
+        StagedBatch {
+            base: self.current,
+            events,
+            outcomes,
+        }
+    }
+
+    /// Applies a staged batch; returns the committed events for broadcasting.
+    fn apply(&mut self, batch: StagedBatch) -> Result<(Vec<Event>, Vec<Result<KeyValue>>)> {
+        if batch.base != self.current {
+            return Err(StoreError::Backend(format!(
+                "staged batch is stale: staged at revision {}, store is at {}",
+                batch.base, self.current
+            )));
+        }
+        self.current = batch.revision();
+        for event in &batch.events {
+            let value = (event.kind == EventKind::Put).then(|| event.kv.value.clone());
+            self.keys
+                .entry(event.kv.key.clone())
+                .or_default()
+                .push(Version {
+                    mod_revision: event.kv.mod_revision,
+                    create_revision: event.kv.create_revision,
+                    value,
+                });
+            self.history.push_back(event.clone());
+        }
+        Ok((batch.events, batch.outcomes))
+    }
+
+    fn list(&self, prefix: &str, options: &ListOptions) -> Result<ListResult> {
+        let revision = options.revision.unwrap_or(self.current);
+        self.check_readable(revision)?;
+        let lower = match &options.start_after {
+            Some(after) if after.as_str() >= prefix => Bound::Excluded(after.as_str()),
+            _ => Bound::Included(prefix),
+        };
+        let limit = options.limit.filter(|&n| n > 0).unwrap_or(usize::MAX);
+        let mut live = self
+            .keys
+            .range::<str, _>((lower, Bound::Unbounded))
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .filter_map(|(key, versions)| {
+                let visible = versions.partition_point(|v| v.mod_revision <= revision);
+                visible.checked_sub(1).and_then(|i| versions[i].to_kv(key))
+            });
+        let items: Vec<KeyValue> = live.by_ref().take(limit).collect();
+        Ok(ListResult {
+            items,
+            revision,
+            remaining: live.count(),
+        })
+    }
+
+    fn check_readable(&self, revision: Revision) -> Result<()> {
+        if revision < self.compacted {
+            return Err(StoreError::Compacted {
+                requested: revision,
+                compacted: self.compacted,
+            });
+        }
+        if revision > self.current {
+            return Err(StoreError::FutureRevision {
+                requested: revision,
+                current: self.current,
+            });
+        }
+        Ok(())
+    }
+
+    fn compact(&mut self, revision: Revision) -> Result<()> {
+        if revision > self.current {
+            return Err(StoreError::FutureRevision {
+                requested: revision,
+                current: self.current,
+            });
+        }
+        if revision <= self.compacted {
+            return Ok(());
+        }
+        self.keys.retain(|_, versions| {
+            // Keep the version visible at `revision` (unless it is a tombstone) and newer ones.
+            let visible = versions.partition_point(|v| v.mod_revision <= revision);
+            if let Some(last) = visible.checked_sub(1) {
+                let drop = if versions[last].value.is_some() {
+                    last
+                } else {
+                    visible
+                };
+                versions.drain(..drop);
+            }
+            !versions.is_empty()
+        });
+        while self
+            .history
+            .front()
+            .is_some_and(|event| event.kv.mod_revision < revision)
+        {
+            self.history.pop_front();
+        }
+        self.compacted = revision;
+        Ok(())
+    }
+}
+
+/// Checks one op against the key's current value and builds its event at `revision`.
+fn resolve(op: WriteOp, current: Option<KeyValue>, revision: Revision) -> Result<Event> {
+    match (op, current) {
+        (WriteOp::Create { .. }, Some(_)) => Err(StoreError::AlreadyExists),
+        (WriteOp::Create { key, value }, None) => Ok(Event {
+            kind: EventKind::Put,
+            kv: KeyValue {
+                key,
+                value,
+                create_revision: revision,
+                mod_revision: revision,
+            },
+            prev: None,
+        }),
+        (WriteOp::Update { .. } | WriteOp::Delete { .. }, None) => Err(StoreError::NotFound),
+        (
+            WriteOp::Update {
+                key,
+                value,
+                expected,
+            },
+            Some(prev),
+        ) => {
+            if prev.mod_revision != expected {
+                return Err(StoreError::Conflict {
+                    current: Some(prev),
+                });
+            }
+            Ok(Event {
+                kind: EventKind::Put,
+                kv: KeyValue {
+                    key,
+                    value,
+                    create_revision: prev.create_revision,
+                    mod_revision: revision,
+                },
+                prev: Some(prev),
+            })
+        }
+        (WriteOp::Delete { expected, .. }, Some(prev)) => {
+            if expected.is_some_and(|expected| expected != prev.mod_revision) {
+                return Err(StoreError::Conflict {
+                    current: Some(prev),
+                });
+            }
+            Ok(Event {
+                kind: EventKind::Delete,
+                kv: KeyValue {
+                    mod_revision: revision,
+                    ..prev.clone()
+                },
+                prev: Some(prev),
+            })
+        }
+    }
+}
+
+struct Shared {
+    state: RwLock<State>,
+    /// Committed batches, sent while the state's write lock is held so that a watcher that
+    /// subscribes under the read lock sees every later batch and no earlier one.
+    events: broadcast::Sender<Arc<[Event]>>,
+}
+
+/// The in-memory MVCC store. Old versions and the event history are kept until
+/// [`Store::compact`], so callers must compact periodically to bound memory.
+pub struct MemoryStore {
+    shared: Arc<Shared>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store at revision 0.
+    pub fn new() -> Self {
+        Self::with_watch_buffer(DEFAULT_WATCH_BUFFER)
+    }
+
+    /// An empty store whose watchers may lag by at most `batches` committed batches.
+    pub fn with_watch_buffer(batches: usize) -> Self {
+        Self::from_state(State::default(), batches)
+    }
+
+    /// A store holding `items` at `revision`, as a durable backend finds them on restart.
+    /// No history is kept, so reads and watches before `revision` get `Compacted`. The
+    /// revision is raised to the newest item's if it is older, so it never goes backwards.
+    pub fn load(items: Vec<KeyValue>, revision: Revision) -> Self {
+        let mut state = State::default();
+        for kv in items {
+            state.current = state.current.max(kv.mod_revision);
+            state.keys.insert(
+                kv.key,
+                vec![Version {
+                    mod_revision: kv.mod_revision,
+                    create_revision: kv.create_revision,
+                    value: Some(kv.value),
+                }],
+            );
+        }
+        state.current = state.current.max(revision);
+        state.compacted = state.current;
+        Self::from_state(state, DEFAULT_WATCH_BUFFER)
+    }
+
+    fn from_state(state: State, watch_buffer: usize) -> Self {
+        let (events, _) = broadcast::channel(watch_buffer.max(1));
+        Self {
+            shared: Arc::new(Shared {
+                state: RwLock::new(state),
+                events,
+            }),
+        }
+    }
+
+    // A panic while holding the lock cannot leave the state half-updated (writes are
+    // validated before anything is mutated), so a poisoned lock is still usable.
+    fn read(&self) -> RwLockReadGuard<'_, State> {
+        self.shared
+            .state
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, State> {
+        self.shared
+            .state
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Checks `ops` in order against the current state (each op sees the ones before it) and
+    /// assigns consecutive revisions to the successful ones, without making them visible.
+    /// Only one stager/committer may run at a time; a batch is stale once another commits.
+    pub fn stage(&self, ops: Vec<WriteOp>) -> StagedBatch {
+        self.read().stage(ops)
+    }
+
+    /// Makes a staged batch visible, broadcasts its events to watchers, and returns the result
+    /// of every op in submission order. Fails if another batch was committed since staging.
+    pub fn commit(&self, batch: StagedBatch) -> Result<Vec<Result<KeyValue>>> {
+        let mut state = self.write();
+        let (events, outcomes) = state.apply(batch)?;
+        self.broadcast(events);
+        Ok(outcomes)
+    }
+
+    /// Must be called with the state's write lock held (see [`Shared::events`]).
+    fn broadcast(&self, events: Vec<Event>) {
+        if !events.is_empty() {
+            // An error only means nobody is watching.
+            let _ = self.shared.events.send(events.into());
+        }
+    }
+
+    fn write_one(&self, op: WriteOp) -> Result<KeyValue> {
+        let mut state = self.write();
+        let batch = state.stage(vec![op]);
+        let (events, outcomes) = state.apply(batch)?;
+        self.broadcast(events);
+        outcomes
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Err(StoreError::Backend("write produced no outcome".into())))
+    }
+}
+
+/// Where a watch stream is: events it still has to send, then live batches.
+struct WatchCursor {
+    prefix: String,
+    /// The highest revision already considered (sent or filtered out).
+    position: Revision,
+    pending: VecDeque<Event>,
+    live: broadcast::Receiver<Arc<[Event]>>,
+    ended: bool,
+}
+
+impl WatchCursor {
+    async fn next(mut self) -> Option<(Result<Event>, Self)> {
+        loop {
+            if self.ended {
+                return None;
+            }
+            if let Some(event) = self.pending.pop_front() {
+                return Some((Ok(event), self));
+            }
+            match self.live.recv().await {
+                Ok(batch) => {
+                    let prefix = &self.prefix;
+                    let position = self.position;
+                    self.pending.extend(
+                        batch
+                            .iter()
+                            .filter(|e| {
+                                e.kv.mod_revision > position && e.kv.key.starts_with(prefix)
+                            })
+                            .cloned(),
+                    );
+                    if let Some(last) = batch.last() {
+                        self.position = self.position.max(last.kv.mod_revision);
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    // The oldest batch still buffered tells from where a new watch could resume.
+                    let resumable = match self.live.try_recv() {
+                        Ok(batch) => batch.first().map(|e| e.kv.mod_revision - 1),
+                        Err(_) => None,
+                    };
+                    self.ended = true;
+                    let err = StoreError::Compacted {
+                        requested: self.position,
+                        compacted: resumable.unwrap_or(self.position + 1),
+                    };
+                    return Some((Err(err), self));
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        Ok(self.read().latest(key))
+    }
+
+    async fn list(&self, prefix: &str, options: ListOptions) -> Result<ListResult> {
+        self.read().list(prefix, &options)
+    }
+
+    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
+        self.write_one(WriteOp::Create {
+            key: key.to_owned(),
+            value,
+        })
+    }
+
+    async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
+        self.write_one(WriteOp::Update {
+            key: key.to_owned(),
+            value,
+            expected,
+        })
+    }
+
+    async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue> {
+        self.write_one(WriteOp::Delete {
+            key: key.to_owned(),
+            expected,
+        })
+    }
+
+    async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream> {
+        let state = self.read();
+        if after > state.current {
+            return Err(StoreError::FutureRevision {
+                requested: after,
+                current: state.current,
+            });
+        }
+        let start = state.history_start();
+        if after + 1 < start {
+            return Err(StoreError::Compacted {
+                requested: after,
+                compacted: state.compacted,
+            });
+        }
+        // Subscribing under the read lock: every batch committed later reaches `live`.
+        let live = self.shared.events.subscribe();
+        let skip = usize::try_from(after + 1 - start).unwrap_or(0);
+        let pending = state
+            .history
+            .iter()
+            .skip(skip)
+            .filter(|e| e.kv.key.starts_with(prefix))
+            .cloned()
+            .collect();
+        let cursor = WatchCursor {
+            prefix: prefix.to_owned(),
+            position: state.current,
+            pending,
+            live,
+            ended: false,
+        };
+        drop(state);
+        Ok(Box::pin(futures::stream::unfold(cursor, WatchCursor::next)))
+    }
+
+    fn current_revision(&self) -> Revision {
+        self.read().current
+    }
+
+    fn compacted_revision(&self) -> Revision {
+        self.read().compacted
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        self.write().compact(revision)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use futures::StreamExt;
+
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn conformance() {
+        crate::conformance::run_all(|| async { Arc::new(MemoryStore::new()) as Arc<dyn Store> })
+            .await;
+    }
+
+    #[tokio::test]
+    async fn lagging_watcher_ends_with_compacted() {
+        let store = MemoryStore::with_watch_buffer(2);
+        let mut watch = store.watch("/", 0).await.expect("watch");
+        for i in 0..5 {
+            store
+                .create(&format!("/k{i}"), Bytes::from_static(b"v"))
+                .await
+                .expect("create");
+        }
+        let item = tokio::time::timeout(Duration::from_secs(5), watch.next())
+            .await
+            .expect("no timeout");
+        match item {
+            Some(Err(StoreError::Compacted {
+                requested,
+                compacted,
+            })) => {
+                assert_eq!(requested, 0);
+                assert_eq!(compacted, 3, "oldest buffered batch is revision 4");
+            }
+            other => panic!("expected Compacted, got {other:?}"),
+        }
+        assert!(watch.next().await.is_none(), "stream ends after the error");
+    }
+
+    #[test]
+    fn staged_batch_is_invisible_until_commit() {
+        let store = MemoryStore::new();
+        let batch = store.stage(vec![
+            WriteOp::Create {
+                key: "/a".into(),
+                value: Bytes::from_static(b"1"),
+            },
+            WriteOp::Create {
+                key: "/a".into(),
+                value: Bytes::from_static(b"2"),
+            },
+            WriteOp::Update {
+                key: "/a".into(),
+                value: Bytes::from_static(b"3"),
+                expected: 1,
+            },
+            WriteOp::Delete {
+                key: "/a".into(),
+                expected: Some(1),
+            },
+        ]);
+        assert_eq!(batch.revision(), 2);
+        assert_eq!(batch.events().len(), 2);
+        assert_eq!(store.read().latest("/a"), None);
+        assert_eq!(store.current_revision(), 0);
+
+        let outcomes = store.commit(batch).expect("commit");
+        assert_eq!(outcomes.len(), 4);
+        assert_eq!(outcomes[0].as_ref().map(|kv| kv.mod_revision), Ok(1));
+        assert_eq!(outcomes[1], Err(StoreError::AlreadyExists));
+        assert_eq!(outcomes[2].as_ref().map(|kv| kv.mod_revision), Ok(2));
+        match &outcomes[3] {
+            Err(StoreError::Conflict { current: Some(kv) }) => assert_eq!(kv.mod_revision, 2),
+            other => panic!("expected Conflict, got {other:?}"),
+        }
+        assert_eq!(store.current_revision(), 2);
+        assert_eq!(
+            store.read().latest("/a").map(|kv| kv.value),
+            Some(Bytes::from_static(b"3"))
+        );
+    }
+
+    #[test]
+    fn stale_batch_is_rejected() {
+        let store = MemoryStore::new();
+        let op = || WriteOp::Create {
+            key: "/a".into(),
+            value: Bytes::new(),
+        };
+        let first = store.stage(vec![op()]);
+        let second = store.stage(vec![op()]);
+        store.commit(first).expect("first commit");
+        assert!(matches!(store.commit(second), Err(StoreError::Backend(_))));
+        assert_eq!(store.current_revision(), 1);
+    }
+
+    #[tokio::test]
+    async fn load_starts_at_persisted_revision() {
+        let kv = KeyValue {
+            key: "/a".into(),
+            value: Bytes::from_static(b"x"),
+            create_revision: 3,
+            mod_revision: 5,
+        };
+        let store = MemoryStore::load(vec![kv.clone()], 9);
+        assert_eq!(store.current_revision(), 9);
+        assert_eq!(store.compacted_revision(), 9);
+        assert_eq!(store.get("/a").await, Ok(Some(kv)));
+        assert!(matches!(
+            store.watch("/", 8).await.err(),
+            Some(StoreError::Compacted {
+                requested: 8,
+                compacted: 9
+            })
+        ));
+        assert!(store.watch("/", 9).await.is_ok());
+        let next = store.create("/b", Bytes::new()).await.expect("create");
+        assert_eq!(next.mod_revision, 10);
+    }
+}
