@@ -65,7 +65,13 @@ pub struct FieldError {
 
 impl FieldError {
     fn new(kind: ErrorType, field: impl Into<String>, value: Option<Value>, detail: impl Into<String>) -> Self {
-        FieldError { kind, field: field.into(), value, detail: detail.into(), verbatim: false }
+        FieldError {
+            kind,
+            field: field.into(),
+            value,
+            detail: detail.into(),
+            verbatim: false,
+        }
     }
 
     pub fn required(field: impl Into<String>, detail: impl Into<String>) -> Self {
@@ -77,8 +83,17 @@ impl FieldError {
     }
 
     pub fn not_supported(field: impl Into<String>, value: impl Into<Value>, supported: &[&str]) -> Self {
-        let list = supported.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", ");
-        Self::new(ErrorType::NotSupported, field, Some(value.into()), format!("supported values: {list}"))
+        let list = supported
+            .iter()
+            .map(|s| format!("{s:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Self::new(
+            ErrorType::NotSupported,
+            field,
+            Some(value.into()),
+            format!("supported values: {list}"),
+        )
     }
 
     pub fn duplicate(field: impl Into<String>, value: impl Into<Value>) -> Self {
@@ -103,7 +118,13 @@ impl FieldError {
 
     /// An admission-webhook cause: `message` is shown as it is, `kind` only picks the reason.
     pub fn webhook(kind: ErrorType, field: impl Into<String>, message: impl Into<String>) -> Self {
-        FieldError { kind, field: field.into(), value: None, detail: message.into(), verbatim: true }
+        FieldError {
+            kind,
+            field: field.into(),
+            value: None,
+            detail: message.into(),
+            verbatim: true,
+        }
     }
 
     /// The text after `<field>: ` in `Error()`: `Invalid value: "x": must be ...`.
@@ -113,7 +134,10 @@ impl FieldError {
         }
         let mut out = self.kind.label().to_string();
         if let Some(value) = &self.value {
-            if !matches!(self.kind, ErrorType::Required | ErrorType::Forbidden | ErrorType::TooLong | ErrorType::Internal) {
+            if !matches!(
+                self.kind,
+                ErrorType::Required | ErrorType::Forbidden | ErrorType::TooLong | ErrorType::Internal
+            ) {
                 out.push_str(": ");
                 out.push_str(&go_value(value));
             }
@@ -170,9 +194,15 @@ mod tests {
     #[test]
     fn renders_like_kubernetes() {
         let e = FieldError::invalid("metadata.name", "Bad_Name", "a lowercase RFC 1123 subdomain must ...");
-        assert_eq!(e.message(), "metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain must ...");
+        assert_eq!(
+            e.message(),
+            "metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain must ..."
+        );
         let e = FieldError::required("metadata.name", "name or generateName is required");
-        assert_eq!(e.message(), "metadata.name: Required value: name or generateName is required");
+        assert_eq!(
+            e.message(),
+            "metadata.name: Required value: name or generateName is required"
+        );
         let e = FieldError::not_supported("spec.runStrategy", "Sometimes", &["Always", "Halted"]);
         assert_eq!(
             e.message(),

@@ -1,5 +1,14 @@
 //! Kubernetes API machinery shared by the API server and the resource definitions.
 
+pub mod continue_token;
 pub mod field;
-pub mod status;
+pub mod jsonpath;
+pub mod meta_validation;
+pub mod names;
+pub mod patch;
 pub mod resource;
+pub mod schema;
+pub mod selector;
+pub mod ssa;
+pub mod status;
+pub mod table;

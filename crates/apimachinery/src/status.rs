@@ -15,7 +15,10 @@ pub struct GroupResource {
 
 impl GroupResource {
     pub fn new(group: &str, resource: &str) -> Self {
-        GroupResource { group: group.to_string(), resource: resource.to_string() }
+        GroupResource {
+            group: group.to_string(),
+            resource: resource.to_string(),
+        }
     }
 
     pub fn qualified(&self) -> String {
@@ -36,7 +39,10 @@ pub struct GroupKind {
 
 impl GroupKind {
     pub fn new(group: &str, kind: &str) -> Self {
-        GroupKind { group: group.to_string(), kind: kind.to_string() }
+        GroupKind {
+            group: group.to_string(),
+            kind: kind.to_string(),
+        }
     }
 
     pub fn qualified(&self) -> String {
@@ -147,13 +153,21 @@ impl Status {
     }
 
     pub fn not_found(resource: &GroupResource, name: &str) -> Self {
-        Status::failure(404, "NotFound", format!("{} {:?} not found", resource.qualified(), name))
-            .with_details(Self::resource_details(resource, name))
+        Status::failure(
+            404,
+            "NotFound",
+            format!("{} {:?} not found", resource.qualified(), name),
+        )
+        .with_details(Self::resource_details(resource, name))
     }
 
     pub fn already_exists(resource: &GroupResource, name: &str) -> Self {
-        Status::failure(409, "AlreadyExists", format!("{} {:?} already exists", resource.qualified(), name))
-            .with_details(Self::resource_details(resource, name))
+        Status::failure(
+            409,
+            "AlreadyExists",
+            format!("{} {:?} already exists", resource.qualified(), name),
+        )
+        .with_details(Self::resource_details(resource, name))
     }
 
     /// 409 Conflict: `Operation cannot be fulfilled on <resource> "<name>": <why>`.
@@ -161,7 +175,12 @@ impl Status {
         Status::failure(
             409,
             "Conflict",
-            format!("Operation cannot be fulfilled on {} {:?}: {}", resource.qualified(), name, why),
+            format!(
+                "Operation cannot be fulfilled on {} {:?}: {}",
+                resource.qualified(),
+                name,
+                why
+            ),
         )
         .with_details(Self::resource_details(resource, name))
     }
@@ -178,14 +197,31 @@ impl Status {
     /// 422 Invalid with one cause per field error.
     pub fn invalid(kind: &GroupKind, name: &str, errors: &[FieldError]) -> Self {
         let messages: Vec<String> = errors.iter().map(FieldError::message).collect();
-        let joined = if messages.len() == 1 { messages[0].clone() } else { format!("[{}]", messages.join(", ")) };
+        let joined = if messages.len() == 1 {
+            messages[0].clone()
+        } else {
+            format!("[{}]", messages.join(", "))
+        };
         let causes = errors
             .iter()
-            .map(|e| StatusCause { reason: e.kind.cause_reason().into(), message: e.message(), field: e.field.clone() })
+            .map(|e| StatusCause {
+                reason: e.kind.cause_reason().into(),
+                message: e.message(),
+                field: e.field.clone(),
+            })
             .collect();
-        Status::failure(422, "Invalid", format!("{} {:?} is invalid: {}", kind.qualified(), name, joined)).with_details(
-            StatusDetails { name: name.into(), group: kind.group.clone(), kind: kind.kind.clone(), causes, ..Default::default() },
+        Status::failure(
+            422,
+            "Invalid",
+            format!("{} {:?} is invalid: {}", kind.qualified(), name, joined),
         )
+        .with_details(StatusDetails {
+            name: name.into(),
+            group: kind.group.clone(),
+            kind: kind.kind.clone(),
+            causes,
+            ..Default::default()
+        })
     }
 
     /// 422 from an admission webhook: KubeVirt's messages joined with ", ".
@@ -197,16 +233,24 @@ impl Status {
         }
         let causes = shown
             .iter()
-            .map(|e| StatusCause { reason: e.kind.cause_reason().into(), message: e.message(), field: e.field.clone() })
-            .collect();
-        Status::failure(422, "Invalid", format!("admission webhook {webhook:?} denied the request: {message}"))
-            .with_details(StatusDetails {
-                name: name.into(),
-                group: kind.group.clone(),
-                kind: kind.kind.clone(),
-                causes,
-                ..Default::default()
+            .map(|e| StatusCause {
+                reason: e.kind.cause_reason().into(),
+                message: e.message(),
+                field: e.field.clone(),
             })
+            .collect();
+        Status::failure(
+            422,
+            "Invalid",
+            format!("admission webhook {webhook:?} denied the request: {message}"),
+        )
+        .with_details(StatusDetails {
+            name: name.into(),
+            group: kind.group.clone(),
+            kind: kind.kind.clone(),
+            causes,
+            ..Default::default()
+        })
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -218,7 +262,11 @@ impl Status {
     }
 
     pub fn forbidden(resource: &GroupResource, name: &str, why: &str) -> Self {
-        let subject = if name.is_empty() { resource.qualified() } else { format!("{} {:?}", resource.qualified(), name) };
+        let subject = if name.is_empty() {
+            resource.qualified()
+        } else {
+            format!("{} {:?}", resource.qualified(), name)
+        };
         Status::failure(403, "Forbidden", format!("{subject} is forbidden: {why}"))
             .with_details(Self::resource_details(resource, name))
     }
@@ -227,7 +275,10 @@ impl Status {
         Status::failure(
             405,
             "MethodNotAllowed",
-            format!("{action} is not supported on resources of kind {:?}", resource.qualified()),
+            format!(
+                "{action} is not supported on resources of kind {:?}",
+                resource.qualified()
+            ),
         )
         .with_details(Self::resource_details(resource, ""))
     }
@@ -256,27 +307,40 @@ impl Status {
     }
 
     pub fn request_too_large(limit: usize) -> Self {
-        Status::failure(413, "RequestEntityTooLarge", format!("Request entity too large: limit is {limit}"))
+        Status::failure(
+            413,
+            "RequestEntityTooLarge",
+            format!("Request entity too large: limit is {limit}"),
+        )
     }
 
     pub fn too_large_resource_version(requested: i64, current: i64) -> Self {
-        Status::failure(504, "Timeout", format!("Timeout: Too large resource version: {requested}, current: {current}"))
-            .with_details(StatusDetails {
-                causes: vec![StatusCause {
-                    reason: "ResourceVersionTooLarge".into(),
-                    message: "Too large resource version".into(),
-                    field: String::new(),
-                }],
-                retry_after_seconds: Some(1),
-                ..Default::default()
-            })
+        Status::failure(
+            504,
+            "Timeout",
+            format!("Timeout: Too large resource version: {requested}, current: {current}"),
+        )
+        .with_details(StatusDetails {
+            causes: vec![StatusCause {
+                reason: "ResourceVersionTooLarge".into(),
+                message: "Too large resource version".into(),
+                field: String::new(),
+            }],
+            retry_after_seconds: Some(1),
+            ..Default::default()
+        })
     }
 
     pub fn internal(message: impl std::fmt::Display) -> Self {
-        Status::failure(500, "InternalError", format!("Internal error occurred: {message}")).with_details(StatusDetails {
-            causes: vec![StatusCause { message: message.to_string(), ..Default::default() }],
-            ..Default::default()
-        })
+        Status::failure(500, "InternalError", format!("Internal error occurred: {message}")).with_details(
+            StatusDetails {
+                causes: vec![StatusCause {
+                    message: message.to_string(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        )
     }
 
     pub fn to_json(&self) -> Value {

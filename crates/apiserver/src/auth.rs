@@ -24,12 +24,19 @@ impl Authenticator {
     }
 
     /// The user behind a request, or `None` when it proves nobody.
-    pub fn authenticate(&self, headers: &HeaderMap, certificate: Option<&ClientCertificateIdentity>) -> Option<UserInfo> {
+    pub fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        certificate: Option<&ClientCertificateIdentity>,
+    ) -> Option<UserInfo> {
         if let Some(value) = headers.get(http::header::AUTHORIZATION) {
             // A presented but unknown token is a failure even with a certificate, as upstream.
             let token = value.to_str().ok()?.strip_prefix("Bearer ")?.trim();
             let user = self.tokens.get(token)?;
-            return Some(UserInfo { name: user.user.clone(), groups: user.groups.clone() });
+            return Some(UserInfo {
+                name: user.user.clone(),
+                groups: user.groups.clone(),
+            });
         }
         certificate.map(|c| c.0.clone())
     }

@@ -17,7 +17,16 @@ pub struct ExtraResource {
     pub verbs: &'static [&'static str],
 }
 
-const VERBS: [&str; 8] = ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"];
+const VERBS: [&str; 8] = [
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "create",
+    "update",
+    "watch",
+];
 const NAMESPACE_VERBS: [&str; 6] = ["create", "delete", "get", "list", "patch", "watch"];
 
 fn verbs(info: &ResourceInfo) -> Vec<&'static str> {
@@ -46,7 +55,11 @@ impl Discovery {
     /// Group-versions in the order they are advertised (core first).
     fn group_versions(&self) -> Vec<(&'static str, &'static str)> {
         let mut out: Vec<(&str, &str)> = Vec::new();
-        let all = self.infos.iter().map(|i| (i.group, i.version)).chain(self.extras.iter().map(|e| (e.group, e.version)));
+        let all = self
+            .infos
+            .iter()
+            .map(|i| (i.group, i.version))
+            .chain(self.extras.iter().map(|e| (e.group, e.version)));
         for gv in all {
             if !out.contains(&gv) {
                 out.push(gv);
@@ -65,13 +78,19 @@ impl Discovery {
     }
 
     fn group_json(group: &str, versions: &[&str]) -> Value {
-        let versions: Vec<Value> =
-            versions.iter().map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v})).collect();
+        let versions: Vec<Value> = versions
+            .iter()
+            .map(|v| json!({"groupVersion": format!("{group}/{v}"), "version": v}))
+            .collect();
         json!({"name": group, "versions": versions.clone(), "preferredVersion": versions[0].clone()})
     }
 
     fn versions_of(&self, group: &str) -> Vec<&'static str> {
-        self.group_versions().into_iter().filter(|(g, _)| *g == group).map(|(_, v)| v).collect()
+        self.group_versions()
+            .into_iter()
+            .filter(|(g, _)| *g == group)
+            .map(|(_, v)| v)
+            .collect()
     }
 
     pub fn group_list(&self) -> Value {
@@ -81,7 +100,10 @@ impl Discovery {
                 groups.push(g);
             }
         }
-        let groups: Vec<Value> = groups.iter().map(|g| Self::group_json(g, &self.versions_of(g))).collect();
+        let groups: Vec<Value> = groups
+            .iter()
+            .map(|g| Self::group_json(g, &self.versions_of(g)))
+            .collect();
         json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
     }
 
@@ -113,11 +135,19 @@ impl Discovery {
             }
         }
         for extra in self.extras.iter().filter(|e| e.group == group && e.version == version) {
-            resources.push(json!({"name": extra.name, "singularName": "", "namespaced": extra.namespaced,
-                "kind": extra.kind, "verbs": extra.verbs}));
+            resources.push(
+                json!({"name": extra.name, "singularName": "", "namespaced": extra.namespaced,
+                "kind": extra.kind, "verbs": extra.verbs}),
+            );
         }
-        let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-        Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}))
+        let group_version = if group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{group}/{version}")
+        };
+        Some(
+            json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}),
+        )
     }
 
     /// The aggregated form for `/api` (core only) or `/apis` (every named group).

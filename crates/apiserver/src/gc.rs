@@ -68,7 +68,10 @@ impl Graph {
         };
         self.by_uid.insert(node.uid.clone(), key.to_string());
         for (owner, _) in &node.owners {
-            self.dependents.entry(owner.clone()).or_default().insert(key.to_string());
+            self.dependents
+                .entry(owner.clone())
+                .or_default()
+                .insert(key.to_string());
         }
         self.nodes.insert(key.to_string(), node.clone());
         node
@@ -111,7 +114,11 @@ pub async fn run(registry: Arc<Registry>) {
 }
 
 async fn run_once(registry: &Registry) -> Result<(), Status> {
-    let listed = registry.store.list("/registry/", ListOptions::default()).await.map_err(crate::registry::store_failure)?;
+    let listed = registry
+        .store
+        .list("/registry/", ListOptions::default())
+        .await
+        .map_err(crate::registry::store_failure)?;
     let mut graph = Graph::default();
     let mut queue: BTreeSet<String> = BTreeSet::new();
     for kv in &listed.items {
@@ -119,7 +126,11 @@ async fn run_once(registry: &Registry) -> Result<(), Status> {
         graph.insert(&kv.key, &obj);
         queue.insert(kv.key.clone());
     }
-    let mut events = registry.store.watch("/registry/", listed.revision).await.map_err(crate::registry::store_failure)?;
+    let mut events = registry
+        .store
+        .watch("/registry/", listed.revision)
+        .await
+        .map_err(crate::registry::store_failure)?;
     let mut retry = tokio::time::interval(Duration::from_millis(500));
     loop {
         while let Some(key) = queue.pop_first() {
@@ -158,16 +169,23 @@ async fn run_once(registry: &Registry) -> Result<(), Status> {
 }
 
 async fn process(registry: &Registry, graph: &Graph, key: &str) -> Result<(), Status> {
-    let Some(node) = graph.nodes.get(key) else { return Ok(()) };
+    let Some(node) = graph.nodes.get(key) else {
+        return Ok(());
+    };
     // Owners first: does this object still belong to anything alive?
     if !node.owners.is_empty() {
-        let owners: Vec<Option<&Node>> =
-            node.owners.iter().map(|(uid, _)| graph.key_of(uid).and_then(|k| graph.nodes.get(k))).collect();
+        let owners: Vec<Option<&Node>> = node
+            .owners
+            .iter()
+            .map(|(uid, _)| graph.key_of(uid).and_then(|k| graph.nodes.get(k)))
+            .collect();
         if owners.iter().all(Option::is_none) {
             return delete(registry, key, node, Propagation::Background).await;
         }
         for (owner_uid, _) in &node.owners {
-            let Some(owner) = graph.key_of(owner_uid).and_then(|k| graph.nodes.get(k)) else { continue };
+            let Some(owner) = graph.key_of(owner_uid).and_then(|k| graph.nodes.get(k)) else {
+                continue;
+            };
             if owner.deleting && owner.finalizers.iter().any(|f| f == FOREGROUND) && !node.deleting {
                 return delete(registry, key, node, Propagation::Foreground).await;
             }
@@ -185,7 +203,9 @@ async fn process(registry: &Registry, graph: &Graph, key: &str) -> Result<(), St
         .map(|keys| keys.iter().filter_map(|k| graph.nodes.get(k)).collect())
         .unwrap_or_default();
     if node.finalizers.iter().any(|f| f == FOREGROUND) {
-        let blocking = dependents.iter().any(|d| d.owners.iter().any(|(uid, block)| uid == &node.uid && *block));
+        let blocking = dependents
+            .iter()
+            .any(|d| d.owners.iter().any(|(uid, block)| uid == &node.uid && *block));
         if !blocking {
             remove_finalizer(registry, key, FOREGROUND).await?;
         }
@@ -232,17 +252,28 @@ fn ignore_gone(result: Result<(), Status>) -> Result<(), Status> {
 }
 
 async fn delete(registry: &Registry, key: &str, node: &Node, propagation: Propagation) -> Result<(), Status> {
-    let Some((reg, ns, name)) = locate(registry, key) else { return Ok(()) };
-    let options = DeleteOptions { propagation, precondition_uid: Some(node.uid.clone()), ..Default::default() };
+    let Some((reg, ns, name)) = locate(registry, key) else {
+        return Ok(());
+    };
+    let options = DeleteOptions {
+        propagation,
+        precondition_uid: Some(node.uid.clone()),
+        ..Default::default()
+    };
     ignore_gone(registry.delete(&reg, ns.as_deref(), &name, &options).await.map(|_| ()))
 }
 
 fn gc_write_options() -> WriteOptions {
-    WriteOptions { field_manager: MANAGER.into(), ..Default::default() }
+    WriteOptions {
+        field_manager: MANAGER.into(),
+        ..Default::default()
+    }
 }
 
 async fn remove_finalizer(registry: &Registry, key: &str, finalizer: &str) -> Result<(), Status> {
-    let Some((reg, ns, name)) = locate(registry, key) else { return Ok(()) };
+    let Some((reg, ns, name)) = locate(registry, key) else {
+        return Ok(());
+    };
     let result = registry
         .update_with(&reg, ns.as_deref(), &name, None, &gc_write_options(), |old| {
             let mut new = old.clone();
@@ -256,7 +287,9 @@ async fn remove_finalizer(registry: &Registry, key: &str, finalizer: &str) -> Re
 }
 
 async fn drop_owner(registry: &Registry, key: &str, owner_uid: &str) -> Result<(), Status> {
-    let Some((reg, ns, name)) = locate(registry, key) else { return Ok(()) };
+    let Some((reg, ns, name)) = locate(registry, key) else {
+        return Ok(());
+    };
     let result = registry
         .update_with(&reg, ns.as_deref(), &name, None, &gc_write_options(), |old| {
             let mut new = old.clone();

@@ -16,7 +16,10 @@ use serde_json::{json, Value};
 use crate::auth::{Authenticator, UserInfo};
 use crate::discovery::Discovery;
 use crate::negotiate::{self, Format};
-use crate::registry::{Change, DeleteOptions, DeleteResult, FieldValidation, ListRequest, Outcome, Propagation, Registration, Registry, WriteOptions};
+use crate::registry::{
+    Change, DeleteOptions, DeleteResult, FieldValidation, ListRequest, Outcome, Propagation, Registration, Registry,
+    WriteOptions,
+};
 use crate::request::{self, Query, ResourcePath, Target};
 use crate::tls::ClientCertificateIdentity;
 use crate::watch::{WatchEvent, WatchStart};
@@ -39,7 +42,9 @@ pub fn router(server: Arc<ApiServer>) -> Router {
 
 fn json_response(code: StatusCode, body: &Value) -> Response {
     let mut response = (code, serde_json::to_vec(body).unwrap_or_default()).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 
@@ -49,8 +54,7 @@ pub fn status_response(status: &Status) -> Response {
 }
 
 fn not_found_path() -> Status {
-    Status::failure(404, "NotFound", "the server could not find the requested resource")
-        .with_empty_details()
+    Status::failure(404, "NotFound", "the server could not find the requested resource").with_empty_details()
 }
 
 trait EmptyDetails {
@@ -78,7 +82,9 @@ fn object_response(code: StatusCode, body: &Value, format: Format) -> Response {
     match format {
         Format::Yaml => {
             let mut response = (code, crate::yaml::to_string(body)).into_response();
-            response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/yaml"));
+            response
+                .headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/yaml"));
             response
         }
         _ => json_response(code, body),
@@ -106,7 +112,10 @@ impl ApiServer {
             _ => {}
         }
         let certificate = parts.extensions.get::<ClientCertificateIdentity>();
-        let user = self.authenticator.authenticate(&parts.headers, certificate).ok_or_else(Status::unauthorized)?;
+        let user = self
+            .authenticator
+            .authenticate(&parts.headers, certificate)
+            .ok_or_else(Status::unauthorized)?;
         let query = Query::parse(parts.uri.query())?;
         let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
         match target {
@@ -116,17 +125,27 @@ impl ApiServer {
                     let mut response = json_response(StatusCode::OK, &self.discovery.aggregated(core));
                     response.headers_mut().insert(
                         header::CONTENT_TYPE,
-                        HeaderValue::from_static("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"),
+                        HeaderValue::from_static(
+                            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+                        ),
                     );
-                    response.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept"));
+                    response
+                        .headers_mut()
+                        .insert(header::VARY, HeaderValue::from_static("Accept"));
                     return Ok(response);
                 }
-                let doc = if core { self.discovery.api_versions(&self.server_address) } else { self.discovery.group_list() };
+                let doc = if core {
+                    self.discovery.api_versions(&self.server_address)
+                } else {
+                    self.discovery.group_list()
+                };
                 Ok(json_response(StatusCode::OK, &doc))
             }
-            Target::Group(group) => {
-                self.discovery.group(&group).map(|d| json_response(StatusCode::OK, &d)).ok_or_else(not_found_path)
-            }
+            Target::Group(group) => self
+                .discovery
+                .group(&group)
+                .map(|d| json_response(StatusCode::OK, &d))
+                .ok_or_else(not_found_path),
             Target::GroupVersion { group, version } => self
                 .discovery
                 .resource_list(&group, &version)
@@ -139,7 +158,8 @@ impl ApiServer {
                 let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
                     .await
                     .map_err(|_| Status::request_too_large(MAX_BODY_BYTES))?;
-                self.serve_resource(&parts.method, &parts.headers, &path, &query, &body, &user).await
+                self.serve_resource(&parts.method, &parts.headers, &path, &query, &body, &user)
+                    .await
             }
             Target::Health(_) | Target::Version => Err(not_found_path()),
         }
@@ -157,14 +177,18 @@ impl ApiServer {
         if path.group == "authorization.k8s.io" && path.plural == "selfsubjectaccessreviews" && method == Method::POST {
             return Ok(crate::review::self_subject_access_review(body, user));
         }
-        let reg = self.registry.find(&path.group, &path.version, &path.plural).ok_or_else(not_found_path)?;
+        let reg = self
+            .registry
+            .find(&path.group, &path.version, &path.plural)
+            .ok_or_else(not_found_path)?;
         let info = reg.info;
         if info.namespaced && path.name.is_some() && path.namespace.is_none() {
             return Err(not_found_path());
         }
         let namespace = path.namespace.as_deref();
         let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-        let content_type = negotiate::content_type_essence(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));
+        let content_type =
+            negotiate::content_type_essence(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));
         let subresource = path.subresource.as_deref();
         match subresource {
             None => {}
@@ -206,8 +230,15 @@ impl ApiServer {
                 let format = negotiate::negotiate(accept, true)?;
                 let obj = self.registry.get(&reg, namespace, name).await?;
                 if format == Format::Table {
-                    let rv = crate::object::meta_str(&obj, "resourceVersion").unwrap_or("").to_string();
-                    let table = crate::printing::table(info, &[obj], json!({"resourceVersion": rv}), query.include_object.as_deref());
+                    let rv = crate::object::meta_str(&obj, "resourceVersion")
+                        .unwrap_or("")
+                        .to_string();
+                    let table = crate::printing::table(
+                        info,
+                        &[obj],
+                        json!({"resourceVersion": rv}),
+                        query.include_object.as_deref(),
+                    );
                     return Ok(table_response(&table));
                 }
                 Ok(object_response(StatusCode::OK, &obj, format))
@@ -243,15 +274,27 @@ impl ApiServer {
                 let options = write_options()?;
                 let outcome = self
                     .registry
-                    .update_with(&reg, namespace, name, subresource, &options, |_| Ok(Change::replace(obj.clone())))
+                    .update_with(&reg, namespace, name, subresource, &options, |_| {
+                        Ok(Change::replace(obj.clone()))
+                    })
                     .await?;
                 Ok(outcome_response(outcome, format))
             }
             (Method::PATCH, Some(name)) => {
                 let format = negotiate::negotiate(accept, false)?;
-                crate::patching::patch(&self.registry, &reg, namespace, name, subresource, &content_type, body, query, &write_options()?)
-                    .await
-                    .map(|outcome| outcome_response(outcome, format))
+                crate::patching::patch(
+                    &self.registry,
+                    &reg,
+                    namespace,
+                    name,
+                    subresource,
+                    &content_type,
+                    body,
+                    query,
+                    &write_options()?,
+                )
+                .await
+                .map(|outcome| outcome_response(outcome, format))
             }
             (Method::DELETE, Some(name)) => {
                 let format = negotiate::negotiate(accept, false)?;
@@ -274,7 +317,11 @@ impl ApiServer {
                 for obj in listed.items {
                     let ns = crate::object::namespace(&obj).to_string();
                     let ns = (!ns.is_empty()).then_some(ns);
-                    match self.registry.delete(&reg, ns.as_deref(), crate::object::name(&obj), &options).await {
+                    match self
+                        .registry
+                        .delete(&reg, ns.as_deref(), crate::object::name(&obj), &options)
+                        .await
+                    {
                         Ok(outcome) => deleted.push(match outcome.value {
                             DeleteResult::Deleted(o) | DeleteResult::Pending(o) => o,
                         }),
@@ -298,30 +345,49 @@ impl ApiServer {
         }
     }
 
-    async fn serve_watch(&self, reg: Arc<Registration>, list_request: ListRequest, query: &Query, format: Format) -> Result<Response, Status> {
+    async fn serve_watch(
+        &self,
+        reg: Arc<Registration>,
+        list_request: ListRequest,
+        query: &Query,
+        format: Format,
+    ) -> Result<Response, Status> {
         let start = match (query.send_initial_events, query.resource_version.as_deref()) {
             (Some(true), _) => {
                 if query.resource_version_match.as_deref() != Some("NotOlderThan") {
-                    return Err(Status::bad_request("sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"));
+                    return Err(Status::bad_request(
+                        "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                    ));
                 }
-                WatchStart::WithInitialState { end_marker: query.allow_watch_bookmarks }
+                WatchStart::WithInitialState {
+                    end_marker: query.allow_watch_bookmarks,
+                }
             }
             (_, None) | (_, Some("0")) => WatchStart::WithInitialState { end_marker: false },
             (_, Some(rv)) => WatchStart::After(parse_revision(rv)?),
         };
         if query.resource_version_match.is_some() && query.send_initial_events.is_none() {
-            return Err(Status::bad_request("resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"));
+            return Err(Status::bad_request(
+                "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+            ));
         }
         let events = self.registry.watch(&reg, list_request, start).await?;
         // Without a timeout the server ends a watch after a random 30-60 minutes, as upstream.
-        let timeout = Duration::from_secs(query.timeout_seconds.unwrap_or_else(|| 1800 + rand::random::<u64>() % 1800));
+        let timeout = Duration::from_secs(
+            query
+                .timeout_seconds
+                .unwrap_or_else(|| 1800 + rand::random::<u64>() % 1800),
+        );
         let bookmarks = query.allow_watch_bookmarks;
         let info = reg.info;
         let include = query.include_object.clone();
         let mut last_revision = None::<i64>;
         let mut first_table = true;
         let deadline = tokio::time::sleep(timeout);
-        let ticker = tokio::time::interval_at(tokio::time::Instant::now() + Duration::from_secs(30), Duration::from_secs(30));
+        let ticker = tokio::time::interval_at(
+            tokio::time::Instant::now() + Duration::from_secs(30),
+            Duration::from_secs(30),
+        );
         let lines = async_stream_lines(events, deadline, ticker, move |event| {
             if let Some(rv) = event.as_ref().and_then(WatchEvent::revision) {
                 last_revision = Some(rv);
@@ -351,8 +417,11 @@ impl ApiServer {
                 WatchEvent::Error(status) => ("ERROR", status.to_json()),
             };
             let object = if format == Format::Table && kind != "ERROR" && kind != "BOOKMARK" {
-                let rv = crate::object::meta_str(&object, "resourceVersion").unwrap_or("").to_string();
-                let mut table = crate::printing::table(info, &[object], json!({"resourceVersion": rv}), include.as_deref());
+                let rv = crate::object::meta_str(&object, "resourceVersion")
+                    .unwrap_or("")
+                    .to_string();
+                let mut table =
+                    crate::printing::table(info, &[object], json!({"resourceVersion": rv}), include.as_deref());
                 if !first_table {
                     table["columnDefinitions"] = Value::Null;
                 }
@@ -366,8 +435,12 @@ impl ApiServer {
             Some(line)
         });
         let mut response = Response::new(Body::from_stream(lines.map(Ok::<_, std::io::Error>)));
-        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response
+            .headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
         Ok(response)
     }
 }
@@ -396,12 +469,19 @@ fn bookmark_object(info: &apimachinery::resource::ResourceInfo, rv: i64, initial
 
 fn table_response(table: &Value) -> Response {
     let mut response = json_response(StatusCode::OK, table);
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(negotiate::TABLE_CONTENT_TYPE));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(negotiate::TABLE_CONTENT_TYPE),
+    );
     response
 }
 
 fn outcome_response(outcome: Outcome<Value>, format: Format) -> Response {
-    let code = if outcome.created { StatusCode::CREATED } else { StatusCode::OK };
+    let code = if outcome.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
     let mut response = object_response(code, &outcome.value, format);
     add_warnings(&mut response, &outcome.warnings);
     response
@@ -418,11 +498,16 @@ fn parse_revision(rv: &str) -> Result<i64, Status> {
 fn field_manager(query: &Query, headers: &HeaderMap) -> Result<String, Status> {
     if let Some(manager) = &query.field_manager {
         if manager.len() > 128 || manager.chars().any(|c| c.is_control()) {
-            return Err(Status::bad_request("fieldManager: Invalid value: must be at most 128 printable characters"));
+            return Err(Status::bad_request(
+                "fieldManager: Invalid value: must be at most 128 printable characters",
+            ));
         }
         return Ok(manager.clone());
     }
-    let agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("unknown");
+    let agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("unknown");
     Ok(agent.split('/').next().unwrap_or(agent).chars().take(128).collect())
 }
 
@@ -448,16 +533,22 @@ fn list_request(reg: &Registration, namespace: Option<&str>, query: &Query) -> R
     };
     let supported = crate::printing::selectable_fields(reg.info);
     for name in field.fields() {
-        if name != "metadata.name" && name != "metadata.namespace" && !supported.contains(&name.as_str()) {
-            return Err(Status::bad_request(apimachinery::selector::field_label_not_supported(&name)));
+        if name != "metadata.name" && name != "metadata.namespace" && !supported.contains(&name) {
+            return Err(Status::bad_request(apimachinery::selector::field_label_not_supported(
+                name,
+            )));
         }
     }
     let rv_match = query.resource_version_match.as_deref();
     if rv_match.is_some() && query.resource_version.is_none() {
-        return Err(Status::bad_request("resourceVersionMatch is forbidden unless resourceVersion is provided"));
+        return Err(Status::bad_request(
+            "resourceVersionMatch is forbidden unless resourceVersion is provided",
+        ));
     }
     if rv_match.is_some() && query.continue_token.is_some() {
-        return Err(Status::bad_request("resourceVersionMatch is forbidden when continue is provided"));
+        return Err(Status::bad_request(
+            "resourceVersionMatch is forbidden when continue is provided",
+        ));
     }
     if query.send_initial_events.is_some() && !query.watch {
         return Err(Status::bad_request("sendInitialEvents is forbidden for list"));
@@ -468,7 +559,9 @@ fn list_request(reg: &Registration, namespace: Option<&str>, query: &Query) -> R
     };
     let (exact, min) = match (rv_match, rv) {
         (Some("Exact"), Some(0)) => {
-            return Err(Status::bad_request("resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\""))
+            return Err(Status::bad_request(
+                "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+            ))
         }
         (Some("Exact"), Some(r)) => (Some(r), None),
         (Some("NotOlderThan") | None, Some(r)) if r > 0 && !query.watch => (None, Some(r)),
@@ -491,7 +584,10 @@ fn list_request(reg: &Registration, namespace: Option<&str>, query: &Query) -> R
 }
 
 fn delete_options(query: &Query, body: &[u8]) -> Result<DeleteOptions, Status> {
-    let mut options = DeleteOptions { dry_run: query.dry_run, ..Default::default() };
+    let mut options = DeleteOptions {
+        dry_run: query.dry_run,
+        ..Default::default()
+    };
     let mut policy = query.propagation_policy.clone();
     if !body.is_empty() {
         let parsed: Value = serde_json::from_slice(body)
@@ -504,7 +600,8 @@ fn delete_options(query: &Query, body: &[u8]) -> Result<DeleteOptions, Status> {
         }
         if let Some(pre) = parsed.get("preconditions") {
             options.precondition_uid = pre.get("uid").and_then(Value::as_str).map(str::to_string);
-            options.precondition_resource_version = pre.get("resourceVersion").and_then(Value::as_str).map(str::to_string);
+            options.precondition_resource_version =
+                pre.get("resourceVersion").and_then(Value::as_str).map(str::to_string);
         }
         if let Some(dry) = parsed.get("dryRun").and_then(Value::as_array) {
             options.dry_run |= dry.iter().any(|d| d == "All");

@@ -47,7 +47,10 @@ pub enum ServerError {
     #[error("schema of {kind}: {message}")]
     Schema { kind: &'static str, message: String },
     #[error("creating namespace {name}: {status}")]
-    Bootstrap { name: String, status: apimachinery::status::Status },
+    Bootstrap {
+        name: String,
+        status: apimachinery::status::Status,
+    },
 }
 
 pub struct ServerConfig {
@@ -66,7 +69,7 @@ pub struct RunningServer {
 /// Every schema the server knows, in OpenAPI components form.
 fn components() -> Map<String, Value> {
     let mut all = Map::new();
-    if let Some(kubevirt) = kubevirt_api::openapi_components().as_object() {
+    if let Some(kubevirt) = kubevirt_api::schema::openapi_components().as_object() {
         all.extend(kubevirt.clone());
     }
     if let Value::Object(core) = core::schemas() {
@@ -78,9 +81,12 @@ fn components() -> Map<String, Value> {
 fn registrations(components: &Map<String, Value>) -> Result<Vec<Registration>, ServerError> {
     let components_value = Value::Object(components.clone());
     let schema = |info: &'static apimachinery::resource::ResourceInfo| {
-        apimachinery::schema::Schema::from_components(&components_value, info.schema_name)
-            .map(Some)
-            .map_err(|message| ServerError::Schema { kind: info.kind, message })
+        apimachinery::schema::Schema::from_components(&components_value, info.schema_name).map_err(|message| {
+            ServerError::Schema {
+                kind: info.kind,
+                message,
+            }
+        })
     };
     let mut out = vec![Registration {
         info: &core::NAMESPACE,
@@ -88,7 +94,11 @@ fn registrations(components: &Map<String, Value>) -> Result<Vec<Registration>, S
         hooks: Box::new(core::NamespaceHooks),
     }];
     for (info, hooks) in kubevirt::registrations() {
-        out.push(Registration { info, schema: schema(info)?, hooks });
+        out.push(Registration {
+            info,
+            schema: schema(info)?,
+            hooks,
+        });
     }
     Ok(out)
 }
@@ -105,14 +115,24 @@ fn extra_resources() -> Vec<ExtraResource> {
 }
 
 async fn ensure_namespaces(registry: &Registry) -> Result<(), ServerError> {
-    let Some(reg) = registry.find("", "v1", "namespaces") else { return Ok(()) };
-    let options = WriteOptions { field_manager: "virtplane".into(), ..Default::default() };
+    let Some(reg) = registry.find("", "v1", "namespaces") else {
+        return Ok(());
+    };
+    let options = WriteOptions {
+        field_manager: "virtplane".into(),
+        ..Default::default()
+    };
     for name in core::SYSTEM_NAMESPACES {
         let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
         match registry.create(&reg, None, obj, &options).await {
             Ok(_) => {}
             Err(status) if status.code == 409 => {}
-            Err(status) => return Err(ServerError::Bootstrap { name: name.into(), status }),
+            Err(status) => {
+                return Err(ServerError::Bootstrap {
+                    name: name.into(),
+                    status,
+                })
+            }
         }
     }
     Ok(())
@@ -135,7 +155,9 @@ async fn compact_periodically(store: Arc<dyn Store>) {
 /// Starts serving: certificates and kubeconfigs in the data dir, the HTTPS listener,
 /// and the in-process garbage collector.
 pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
-    let hostname = std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+    let hostname = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
     let mut hosts = vec![config.listen.ip().to_string()];
     if !hostname.is_empty() {
         hosts.push(hostname);
@@ -144,16 +166,31 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let tls_config = tls::server_config(&pki)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
-        .map_err(|source| ServerError::Listen { addr: config.listen, source })?;
-    let local_addr = listener.local_addr().map_err(|source| ServerError::Listen { addr: config.listen, source })?;
-    let host = if local_addr.ip().is_unspecified() { "127.0.0.1".to_string() } else { local_addr.ip().to_string() };
-    let server_address = if local_addr.is_ipv6() { format!("[{host}]:{}", local_addr.port()) } else { format!("{host}:{}", local_addr.port()) };
+        .map_err(|source| ServerError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    let local_addr = listener.local_addr().map_err(|source| ServerError::Listen {
+        addr: config.listen,
+        source,
+    })?;
+    let host = if local_addr.ip().is_unspecified() {
+        "127.0.0.1".to_string()
+    } else {
+        local_addr.ip().to_string()
+    };
+    let server_address = if local_addr.is_ipv6() {
+        format!("[{host}]:{}", local_addr.port())
+    } else {
+        format!("{host}:{}", local_addr.port())
+    };
     let url = format!("https://{server_address}");
 
     let components = components();
     let registry = Arc::new(Registry::new(config.store.clone(), registrations(&components)?));
     ensure_namespaces(&registry).await?;
-    let infos: Vec<&'static apimachinery::resource::ResourceInfo> = registry.registrations().iter().map(|r| r.info).collect();
+    let infos: Vec<&'static apimachinery::resource::ResourceInfo> =
+        registry.registrations().iter().map(|r| r.info).collect();
     let server = Arc::new(http::ApiServer {
         registry: registry.clone(),
         authenticator: auth::Authenticator::new(pki.tokens.clone()),
@@ -165,5 +202,9 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     tokio::spawn(tls::serve(listener, tls_config, http::router(server)));
     tokio::spawn(gc::run(registry.clone()));
     tokio::spawn(compact_periodically(config.store.clone()));
-    Ok(RunningServer { registry, local_addr, url })
+    Ok(RunningServer {
+        registry,
+        local_addr,
+        url,
+    })
 }

@@ -13,7 +13,11 @@ pub enum Format {
 }
 
 pub const TABLE_CONTENT_TYPE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
-pub const ACCEPTED_MEDIA_TYPES: [&str; 3] = ["application/json", "application/yaml", "application/vnd.kubernetes.protobuf"];
+pub const ACCEPTED_MEDIA_TYPES: [&str; 3] = [
+    "application/json",
+    "application/yaml",
+    "application/vnd.kubernetes.protobuf",
+];
 
 struct MediaRange<'a> {
     essence: &'a str,
@@ -26,7 +30,10 @@ fn media_ranges(header: &str) -> Vec<MediaRange<'_>> {
         .map(|part| {
             let mut pieces = part.split(';').map(str::trim);
             let essence = pieces.next().unwrap_or("");
-            let params = pieces.filter_map(|p| p.split_once('=')).map(|(k, v)| (k.trim(), v.trim())).collect();
+            let params = pieces
+                .filter_map(|p| p.split_once('='))
+                .map(|(k, v)| (k.trim(), v.trim()))
+                .collect();
             MediaRange { essence, params }
         })
         .collect()
@@ -35,11 +42,15 @@ fn media_ranges(header: &str) -> Vec<MediaRange<'_>> {
 /// Picks the first representation in the client's list that we can produce.
 /// `table_allowed` is false where Tables make no sense (e.g. discovery).
 pub fn negotiate(accept: Option<&str>, table_allowed: bool) -> Result<Format, Status> {
-    let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else { return Ok(Format::Json) };
+    let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
+        return Ok(Format::Json);
+    };
     for range in media_ranges(accept) {
         let param = |name: &str| range.params.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
         match (range.essence, param("as")) {
-            ("application/json", Some("Table")) if table_allowed && param("v") == Some("v1") => return Ok(Format::Table),
+            ("application/json", Some("Table")) if table_allowed && param("v") == Some("v1") => {
+                return Ok(Format::Table)
+            }
             ("application/json", Some(_)) => continue,
             ("application/json", None) | ("*/*", _) | ("application/*", _) => return Ok(Format::Json),
             ("application/yaml", None) => return Ok(Format::Yaml),
@@ -51,13 +62,18 @@ pub fn negotiate(accept: Option<&str>, table_allowed: bool) -> Result<Format, St
 
 /// The essence of a Content-Type header (`application/json`), lower-cased.
 pub fn content_type_essence(header: Option<&str>) -> String {
-    header.and_then(|h| h.split(';').next()).map(|s| s.trim().to_ascii_lowercase()).unwrap_or_default()
+    header
+        .and_then(|h| h.split(';').next())
+        .map(|s| s.trim().to_ascii_lowercase())
+        .unwrap_or_default()
 }
 
 /// Reads a request body as JSON or YAML into a JSON value.
 pub fn decode_body(content_type: &str, body: &[u8], kind: &str, version: &str) -> Result<Value, Status> {
     let decode_error = |detail: String| {
-        Status::bad_request(format!("{kind} in version {version:?} cannot be handled as a {kind}: {detail}"))
+        Status::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: {detail}"
+        ))
     };
     match content_type {
         "" | "application/json" | "*/*" => serde_json::from_slice(body).map_err(|e| decode_error(e.to_string())),
@@ -65,8 +81,14 @@ pub fn decode_body(content_type: &str, body: &[u8], kind: &str, version: &str) -
             let text = std::str::from_utf8(body).map_err(|e| decode_error(e.to_string()))?;
             crate::yaml::from_str(text).map_err(decode_error)
         }
-        "application/vnd.kubernetes.protobuf" => Err(Status::unsupported_media_type(&["application/json", "application/yaml"])),
-        _ => Err(Status::unsupported_media_type(&["application/json", "application/yaml"])),
+        "application/vnd.kubernetes.protobuf" => Err(Status::unsupported_media_type(&[
+            "application/json",
+            "application/yaml",
+        ])),
+        _ => Err(Status::unsupported_media_type(&[
+            "application/json",
+            "application/yaml",
+        ])),
     }
 }
 
@@ -80,7 +102,12 @@ mod tests {
         assert_eq!(negotiate(Some(accept), true).unwrap(), Format::Table);
         assert_eq!(negotiate(Some(accept), false).unwrap(), Format::Json);
         assert_eq!(negotiate(Some("application/yaml"), true).unwrap(), Format::Yaml);
-        assert_eq!(negotiate(Some("application/vnd.kubernetes.protobuf"), true).unwrap_err().code, 406);
+        assert_eq!(
+            negotiate(Some("application/vnd.kubernetes.protobuf"), true)
+                .unwrap_err()
+                .code,
+            406
+        );
         assert_eq!(negotiate(None, true).unwrap(), Format::Json);
     }
 }

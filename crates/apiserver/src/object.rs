@@ -12,7 +12,9 @@ pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     if !obj.is_object() {
         *obj = Value::Object(Map::new());
     }
-    let Value::Object(root) = obj else { unreachable!("just made an object") };
+    let Value::Object(root) = obj else {
+        unreachable!("just made an object")
+    };
     let entry = root.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
     if !entry.is_object() {
         *entry = Value::Object(Map::new());
@@ -40,7 +42,11 @@ pub fn uid(obj: &Value) -> &str {
 }
 
 pub fn labels(obj: &Value) -> Map<String, Value> {
-    meta(obj).and_then(|m| m.get("labels")).and_then(Value::as_object).cloned().unwrap_or_default()
+    meta(obj)
+        .and_then(|m| m.get("labels"))
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default()
 }
 
 pub fn finalizers(obj: &Value) -> Vec<String> {

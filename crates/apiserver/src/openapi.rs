@@ -63,7 +63,11 @@ fn operation(info: &ResourceInfo, action: &str, id: &str, params: &[&str], body:
 }
 
 fn paths_for(info: &ResourceInfo, paths: &mut Map<String, Value>) {
-    let root = if info.group.is_empty() { format!("/api/{}", info.version) } else { format!("/apis/{}/{}", info.group, info.version) };
+    let root = if info.group.is_empty() {
+        format!("/api/{}", info.version)
+    } else {
+        format!("/apis/{}/{}", info.group, info.version)
+    };
     let collection = if info.namespaced {
         format!("{root}/namespaces/{{namespace}}/{}", info.plural)
     } else {
@@ -72,15 +76,24 @@ fn paths_for(info: &ResourceInfo, paths: &mut Map<String, Value>) {
     let item = format!("{collection}/{{name}}");
     let kind = info.schema_name;
     let list_kind = format!("{}List", info.schema_name);
-    let body = json!({"application/json": {"schema": schema_ref(kind)}, "application/yaml": {"schema": schema_ref(kind)}});
+    let body =
+        json!({"application/json": {"schema": schema_ref(kind)}, "application/yaml": {"schema": schema_ref(kind)}});
     let patch_body = json!({
         "application/json-patch+json": {"schema": {"type": "object"}},
         "application/merge-patch+json": {"schema": {"type": "object"}},
         "application/apply-patch+yaml": {"schema": {"type": "object"}},
     });
     let list_params = [
-        "allowWatchBookmarks", "continue", "fieldSelector", "labelSelector", "limit", "resourceVersion",
-        "resourceVersionMatch", "sendInitialEvents", "timeoutSeconds", "watch",
+        "allowWatchBookmarks",
+        "continue",
+        "fieldSelector",
+        "labelSelector",
+        "limit",
+        "resourceVersion",
+        "resourceVersionMatch",
+        "sendInitialEvents",
+        "timeoutSeconds",
+        "watch",
     ];
     let write_params = ["dryRun", "fieldManager", "fieldValidation"];
     let id = |verb: &str| format!("{verb}{}", info.kind);
@@ -113,7 +126,14 @@ fn paths_for(info: &ResourceInfo, paths: &mut Map<String, Value>) {
     };
     let mut item_value = item_ops("");
     item_value["delete"] = with_path_params(
-        operation(info, "delete", &id("delete"), &["dryRun", "gracePeriodSeconds", "propagationPolicy"], None, response("io.k8s.apimachinery.pkg.apis.meta.v1.Status")),
+        operation(
+            info,
+            "delete",
+            &id("delete"),
+            &["dryRun", "gracePeriodSeconds", "propagationPolicy"],
+            None,
+            response("io.k8s.apimachinery.pkg.apis.meta.v1.Status"),
+        ),
         &name_params,
     );
     paths.insert(item.clone(), item_value);
@@ -157,7 +177,10 @@ impl OpenApi {
     pub fn new(infos: &[&'static ResourceInfo], components: &Map<String, Value>) -> Self {
         let mut grouped: BTreeMap<(String, String), Vec<&ResourceInfo>> = BTreeMap::new();
         for info in infos {
-            grouped.entry((info.group.to_string(), info.version.to_string())).or_default().push(info);
+            grouped
+                .entry((info.group.to_string(), info.version.to_string()))
+                .or_default()
+                .push(info);
         }
         let mut documents = BTreeMap::new();
         for ((group, version), infos) in grouped {
@@ -170,7 +193,11 @@ impl OpenApi {
             }
             let root_refs: Vec<&str> = roots.iter().map(String::as_str).collect();
             let schemas = reachable(components, &root_refs);
-            let title = if group.is_empty() { "Kubernetes".to_string() } else { group.clone() };
+            let title = if group.is_empty() {
+                "Kubernetes".to_string()
+            } else {
+                group.clone()
+            };
             let doc = json!({
                 "openapi": "3.0.0",
                 "info": {"title": title, "version": version},
@@ -198,7 +225,10 @@ impl OpenApi {
             .iter()
             .map(|((g, v), (_, hash))| {
                 let url = Self::url(g, v);
-                (url.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{url}?hash={hash}")}))
+                (
+                    url.clone(),
+                    json!({"serverRelativeURL": format!("/openapi/v3/{url}?hash={hash}")}),
+                )
             })
             .collect();
         json!({"paths": paths})
@@ -206,7 +236,11 @@ impl OpenApi {
 
     pub fn group_version(&self, group: &str, version: &str, hash: Option<&str>) -> Result<Response, Status> {
         let Some((doc, current)) = self.documents.get(&(group.to_string(), version.to_string())) else {
-            return Err(Status::failure(404, "NotFound", "the server could not find the requested resource"));
+            return Err(Status::failure(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            ));
         };
         if let Some(requested) = hash {
             if requested != current {

@@ -9,7 +9,11 @@ use crate::object;
 use crate::registry::{Change, Outcome, Registration, Registry, WriteOptions};
 use crate::request::Query;
 
-pub const PATCH_TYPES: [&str; 3] = ["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"];
+pub const PATCH_TYPES: [&str; 3] = [
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/apply-patch+yaml",
+];
 
 /// Keeps a resourceVersion only when the patch itself set one, so that a patch without
 /// one is retried on concurrent writes while one with a stale one fails with 409.
@@ -34,13 +38,16 @@ pub async fn patch(
 ) -> Result<Outcome<Value>, Status> {
     let is_apply = content_type == "application/apply-patch+yaml";
     if query.force.is_some() && !is_apply {
-        return Err(invalid_patch_options("force", "Forbidden: may not be specified for non-apply patch"));
+        return Err(invalid_patch_options(
+            "force",
+            "Forbidden: may not be specified for non-apply patch",
+        ));
     }
     match content_type {
         "application/merge-patch+json" => {
             registry
                 .update_with(reg, namespace, name, subresource, options, |old| {
-                    let new = apimachinery::patch::merge_patch(old, body).map_err(Status::from)?;
+                    let new = apimachinery::patch::merge_patch(old, body).map_err(|e| *e.0)?;
                     Ok(Change::replace(keep_requested_version(old, new)))
                 })
                 .await
@@ -48,18 +55,24 @@ pub async fn patch(
         "application/json-patch+json" => {
             registry
                 .update_with(reg, namespace, name, subresource, options, |old| {
-                    let new = apimachinery::patch::json_patch(old, body).map_err(Status::from)?;
+                    let new = apimachinery::patch::json_patch(old, body).map_err(|e| *e.0)?;
                     Ok(Change::replace(keep_requested_version(old, new)))
                 })
                 .await
         }
-        "application/apply-patch+yaml" => apply(registry, reg, namespace, name, subresource, body, query, options).await,
+        "application/apply-patch+yaml" => {
+            apply(registry, reg, namespace, name, subresource, body, query, options).await
+        }
         _ => Err(Status::unsupported_media_type(&PATCH_TYPES)),
     }
 }
 
 fn invalid_patch_options(field: &str, detail: &str) -> Status {
-    let mut status = Status::failure(422, "Invalid", format!("PatchOptions.meta.k8s.io \"\" is invalid: {field}: {detail}"));
+    let mut status = Status::failure(
+        422,
+        "Invalid",
+        format!("PatchOptions.meta.k8s.io \"\" is invalid: {field}: {detail}"),
+    );
     status.details = Some(apimachinery::status::StatusDetails {
         group: "meta.k8s.io".into(),
         kind: "PatchOptions".into(),
@@ -85,7 +98,10 @@ async fn apply(
     options: &WriteOptions,
 ) -> Result<Outcome<Value>, Status> {
     let Some(manager) = query.field_manager.clone().filter(|m| !m.is_empty()) else {
-        return Err(invalid_patch_options("fieldManager", "Required value: is required for apply patch"));
+        return Err(invalid_patch_options(
+            "fieldManager",
+            "Required value: is required for apply patch",
+        ));
     };
     let text = std::str::from_utf8(body).map_err(|e| Status::bad_request(format!("error decoding YAML: {e}")))?;
     let applied = match serde_json::from_str::<Value>(text) {
@@ -93,7 +109,9 @@ async fn apply(
         Err(_) => crate::yaml::from_str(text).map_err(|e| Status::bad_request(format!("error decoding YAML: {e}")))?,
     };
     if !applied.is_object() {
-        return Err(Status::bad_request("error decoding YAML: the applied configuration is not an object"));
+        return Err(Status::bad_request(
+            "error decoding YAML: the applied configuration is not an object",
+        ));
     }
     if object::name(&applied) != name {
         return Err(Status::bad_request(format!(
@@ -102,13 +120,17 @@ async fn apply(
         )));
     }
     let force = query.force.unwrap_or(false);
-    let schema = reg.schema.as_ref();
+    let schema = &reg.schema;
     let now = object::now_rfc3339();
-    let options = WriteOptions { field_manager: manager.clone(), ..options.clone() };
+    let options = WriteOptions {
+        field_manager: manager.clone(),
+        ..options.clone()
+    };
     match registry.get(reg, namespace, name).await {
         Err(status) if status.code == 404 && subresource.is_none() => {
             // Apply creates what does not exist yet.
-            let created = apimachinery::ssa::apply(None, &applied, &manager, force, schema, &now).map_err(Status::from)?;
+            let created =
+                apimachinery::ssa::apply(None, &applied, &manager, force, schema, &now).map_err(|e| e.to_status())?;
             let mut outcome = registry.create(reg, namespace, created, &options).await?;
             outcome.created = true;
             Ok(outcome)
@@ -117,8 +139,13 @@ async fn apply(
         Ok(_) => {
             registry
                 .update_with(reg, namespace, name, subresource, &options, |old| {
-                    let new = apimachinery::ssa::apply(Some(old), &applied, &manager, force, schema, &now).map_err(Status::from)?;
-                    Ok(Change { object: keep_requested_version(old, new), warnings: Vec::new(), managed_fields_done: Some(()) })
+                    let new = apimachinery::ssa::apply(Some(old), &applied, &manager, force, schema, &now)
+                        .map_err(|e| e.to_status())?;
+                    Ok(Change {
+                        object: keep_requested_version(old, new),
+                        warnings: Vec::new(),
+                        managed_fields_done: Some(()),
+                    })
                 })
                 .await
         }

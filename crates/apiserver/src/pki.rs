@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use base64::Engine;
 use rand::RngCore;
 use rcgen::{
-    date_time_ymd, BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-    KeyPair, KeyUsagePurpose, SanType,
+    date_time_ymd, BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 use serde::{Deserialize, Serialize};
 
@@ -57,18 +57,30 @@ fn read(path: &Path) -> Result<Option<String>, PkiError> {
     match fs::read_to_string(path) {
         Ok(s) => Ok(Some(s)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(PkiError::Io { path: path.to_path_buf(), source }),
+        Err(source) => Err(PkiError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
     }
 }
 
 /// Writes a file readable by its owner only: it holds private keys or tokens.
 fn write_private(path: &Path, contents: &str) -> Result<(), PkiError> {
     use std::os::unix::fs::OpenOptionsExt;
-    let io_err = |source| PkiError::Io { path: path.to_path_buf(), source };
+    let io_err = |source| PkiError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
     let tmp = path.with_extension("tmp");
     {
         use std::io::Write;
-        let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).map_err(io_err)?;
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(io_err)?;
         f.write_all(contents.as_bytes()).map_err(io_err)?;
         f.sync_all().map_err(io_err)?;
     }
@@ -83,7 +95,11 @@ fn ca_params() -> CertificateParams {
     dn.push(DnType::CommonName, "virtplane-ca");
     params.distinguished_name = dn;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     params
 }
 
@@ -111,13 +127,18 @@ impl Pki {
     /// Loads the CA and tokens from `dir`, creating them on first start, and issues a
     /// serving certificate for `hosts` (DNS names or IP addresses).
     pub fn load_or_create(dir: &Path, hosts: &[String]) -> Result<Pki, PkiError> {
-        fs::create_dir_all(dir).map_err(|source| PkiError::Io { path: dir.to_path_buf(), source })?;
+        fs::create_dir_all(dir).map_err(|source| PkiError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
         let ca_cert_path = dir.join("ca.crt");
         let ca_key_path = dir.join("ca.key");
         let (ca_cert_pem, ca_key) = match (read(&ca_cert_path)?, read(&ca_key_path)?) {
             (Some(cert), Some(key)) => {
-                let key = KeyPair::from_pem(&key)
-                    .map_err(|e| PkiError::Corrupt { path: ca_key_path.clone(), message: e.to_string() })?;
+                let key = KeyPair::from_pem(&key).map_err(|e| PkiError::Corrupt {
+                    path: ca_key_path.clone(),
+                    message: e.to_string(),
+                })?;
                 (cert, key)
             }
             _ => {
@@ -131,13 +152,18 @@ impl Pki {
 
         let tokens_path = dir.join("tokens.json");
         let tokens: BTreeMap<String, TokenUser> = match read(&tokens_path)? {
-            Some(text) => serde_json::from_str(&text)
-                .map_err(|e| PkiError::Corrupt { path: tokens_path.clone(), message: e.to_string() })?,
+            Some(text) => serde_json::from_str(&text).map_err(|e| PkiError::Corrupt {
+                path: tokens_path.clone(),
+                message: e.to_string(),
+            })?,
             None => {
                 let mut tokens = BTreeMap::new();
                 tokens.insert(
                     random_token(),
-                    TokenUser { user: ADMIN_USER.into(), groups: vec![ADMIN_GROUP.into(), "system:authenticated".into()] },
+                    TokenUser {
+                        user: ADMIN_USER.into(),
+                        groups: vec![ADMIN_GROUP.into(), "system:authenticated".into()],
+                    },
                 );
                 tokens.insert(
                     random_token(),
@@ -164,8 +190,10 @@ impl Pki {
         Ok(pki)
     }
 
+    /// The CA as a signer. Its parameters are fixed, so rebuilding them from the kept key
+    /// yields the same issuer name and key identifier as the stored certificate.
     fn issuer(&self) -> Result<Issuer<'_, &KeyPair>, PkiError> {
-        Ok(Issuer::from_ca_cert_pem(&self.ca_cert_pem, &self.ca_key)?)
+        Ok(Issuer::new(ca_params(), &self.ca_key))
     }
 
     fn issue_serving_certificate(&mut self, hosts: &[String]) -> Result<(), PkiError> {
@@ -200,7 +228,10 @@ impl Pki {
 
     /// The bearer token of the first user with this name.
     pub fn token_of(&self, user: &str) -> Option<&str> {
-        self.tokens.iter().find(|(_, u)| u.user == user).map(|(t, _)| t.as_str())
+        self.tokens
+            .iter()
+            .find(|(_, u)| u.user == user)
+            .map(|(t, _)| t.as_str())
     }
 
     /// Writes `admin.kubeconfig` (cluster-admin client certificate) and
@@ -208,10 +239,16 @@ impl Pki {
     pub fn write_kubeconfigs(&self, data_dir: &Path, server_url: &str) -> Result<(), PkiError> {
         let (cert, key) = self.issue_client_certificate(ADMIN_USER, &[ADMIN_GROUP])?;
         let admin = Credentials::ClientCertificate { cert: &cert, key: &key };
-        write_private(&data_dir.join("admin.kubeconfig"), &self.kubeconfig(server_url, ADMIN_USER, admin))?;
+        write_private(
+            &data_dir.join("admin.kubeconfig"),
+            &self.kubeconfig(server_url, ADMIN_USER, admin),
+        )?;
         if let Some(token) = self.token_of(NODE_JOIN_USER) {
             let join = Credentials::Token(token);
-            write_private(&data_dir.join("node-join.kubeconfig"), &self.kubeconfig(server_url, "node-joiner", join))?;
+            write_private(
+                &data_dir.join("node-join.kubeconfig"),
+                &self.kubeconfig(server_url, "node-joiner", join),
+            )?;
         }
         Ok(())
     }
@@ -221,7 +258,11 @@ impl Pki {
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
         let user_fields = match credentials {
             Credentials::ClientCertificate { cert, key } => {
-                format!("    client-certificate-data: {}\n    client-key-data: {}\n", b64(cert), b64(key))
+                format!(
+                    "    client-certificate-data: {}\n    client-key-data: {}\n",
+                    b64(cert),
+                    b64(key)
+                )
             }
             Credentials::Token(token) => format!("    token: {token}\n"),
         };

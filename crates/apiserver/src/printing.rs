@@ -20,7 +20,10 @@ fn column_definitions(info: &ResourceInfo) -> Vec<Value> {
         "priority": 0})];
     for column in info.printer_columns {
         let description = if column.description.is_empty() {
-            format!("Custom resource definition column (in JSONPath format): {}", column.json_path)
+            format!(
+                "Custom resource definition column (in JSONPath format): {}",
+                column.json_path
+            )
         } else {
             column.description.to_string()
         };
@@ -48,7 +51,7 @@ pub fn table(info: &ResourceInfo, items: &[Value], metadata: Value, include: Opt
             let mut cells = vec![json!(crate::object::name(obj))];
             for column in info.printer_columns {
                 let values = apimachinery::jsonpath::eval(column.json_path, obj).unwrap_or_default();
-                cells.push(apimachinery::table::cell(column.column_type, values, now));
+                cells.push(apimachinery::table::cell(column.column_type, &values, now));
             }
             json!({"cells": cells, "object": row_object(obj, include)})
         })

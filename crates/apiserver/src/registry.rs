@@ -67,7 +67,7 @@ pub trait ResourceHooks: Send + Sync {
 /// A served resource: its names and the schema and hooks that govern writes.
 pub struct Registration {
     pub info: &'static ResourceInfo,
-    pub schema: Option<Schema>,
+    pub schema: Schema,
     pub hooks: Box<dyn ResourceHooks>,
 }
 
@@ -96,7 +96,10 @@ pub(crate) fn store_failure(e: StoreError) -> Status {
 
 impl Registry {
     pub fn new(store: Arc<dyn Store>, registrations: Vec<Registration>) -> Self {
-        Registry { store, registrations: registrations.into_iter().map(Arc::new).collect() }
+        Registry {
+            store,
+            registrations: registrations.into_iter().map(Arc::new).collect(),
+        }
     }
 
     pub fn registrations(&self) -> &[Arc<Registration>] {
@@ -111,7 +114,10 @@ impl Registry {
     }
 
     pub fn find_kind(&self, group: &str, kind: &str) -> Option<Arc<Registration>> {
-        self.registrations.iter().find(|r| r.info.group == group && r.info.kind == kind).cloned()
+        self.registrations
+            .iter()
+            .find(|r| r.info.group == group && r.info.kind == kind)
+            .cloned()
     }
 
     /// `/registry/<group>/<plural>/` (`core` for the core group).
@@ -175,9 +181,14 @@ impl Registry {
     }
 
     async fn require_namespace(&self, reg: &Registration, namespace: Option<&str>, name: &str) -> Result<(), Status> {
-        let Some(ns) = namespace.filter(|_| reg.info.namespaced) else { return Ok(()) };
+        let Some(ns) = namespace.filter(|_| reg.info.namespaced) else {
+            return Ok(());
+        };
         match self.namespace_state(ns).await? {
-            None => Err(Status::not_found(&apimachinery::status::GroupResource::new("", "namespaces"), ns)),
+            None => Err(Status::not_found(
+                &apimachinery::status::GroupResource::new("", "namespaces"),
+                ns,
+            )),
             Some(true) => {
                 let mut status = Status::forbidden(
                     &reg.info.group_resource(),
@@ -209,7 +220,10 @@ impl Registry {
         let kind = root.get("kind").and_then(Value::as_str).unwrap_or("");
         let api_version = root.get("apiVersion").and_then(Value::as_str).unwrap_or("");
         if kind.is_empty() {
-            return Err(Status::bad_request(format!("Object 'Kind' is missing in '{}'", obj_preview(root))));
+            return Err(Status::bad_request(format!(
+                "Object 'Kind' is missing in '{}'",
+                obj_preview(root)
+            )));
         }
         if kind != info.kind || api_version != info.api_version() {
             return Err(Status::bad_request(format!(
@@ -236,9 +250,13 @@ impl Registry {
     }
 
     /// Drops unknown fields as `fieldValidation` asks, returning warnings.
-    fn prune(reg: &Registration, obj: &mut Value, validation: FieldValidation, is_patch: bool) -> Result<Vec<String>, Status> {
-        let Some(schema) = &reg.schema else { return Ok(Vec::new()) };
-        let unknown = schema.prune(obj);
+    fn prune(
+        reg: &Registration,
+        obj: &mut Value,
+        validation: FieldValidation,
+        is_patch: bool,
+    ) -> Result<Vec<String>, Status> {
+        let unknown = reg.schema.prune(obj);
         if unknown.is_empty() {
             return Ok(Vec::new());
         }
@@ -252,7 +270,11 @@ impl Registry {
                     Value::String(obj.to_string()),
                     format!("strict decoding error: {}", texts.join(", ")),
                 );
-                Err(Status::invalid(&apimachinery::status::GroupKind::new("", ""), "", &[err]))
+                Err(Status::invalid(
+                    &apimachinery::status::GroupKind::new("", ""),
+                    "",
+                    &[err],
+                ))
             }
             FieldValidation::Strict => Err(Status::bad_request(format!(
                 "{} in version {:?} cannot be handled as a {}: strict decoding error: {}",
@@ -274,14 +296,15 @@ impl Registry {
             apimachinery::meta_validation::NameRule::Subdomain
         };
         let meta = obj.get("metadata").cloned().unwrap_or(Value::Null);
-        let (mut errors, mut warnings) = apimachinery::meta_validation::validate_object_meta(&meta, info.namespaced, rule);
+        let (mut errors, mut warnings) =
+            apimachinery::meta_validation::validate_object_meta(&meta, info.namespaced, rule);
         if let Some(old) = old {
             let old_meta = old.get("metadata").cloned().unwrap_or(Value::Null);
-            errors.extend(apimachinery::meta_validation::validate_object_meta_update(&meta, &old_meta));
+            errors.extend(apimachinery::meta_validation::validate_object_meta_update(
+                &meta, &old_meta,
+            ));
         }
-        if let Some(schema) = &reg.schema {
-            errors.extend(schema.validate(obj));
-        }
+        errors.extend(reg.schema.validate(obj));
         if !errors.is_empty() {
             return Err(Status::invalid(&info.group_kind(), &name, &errors));
         }
@@ -316,7 +339,14 @@ impl Registry {
         // System fields are the server's to set.
         {
             let meta = meta_mut(&mut obj);
-            for field in ["uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+            for field in [
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "selfLink",
+            ] {
                 meta.remove(field);
             }
             meta.insert("generation".into(), json!(1));
@@ -331,42 +361,60 @@ impl Registry {
         reg.hooks.default_on_create(&mut obj);
         let generated = requested_name.is_empty() && !generate_name.is_empty();
         if generated {
-            meta_mut(&mut obj).insert("name".into(), Value::String(apimachinery::names::generate_name(&generate_name)));
+            meta_mut(&mut obj).insert(
+                "name".into(),
+                Value::String(apimachinery::names::generate_name(&generate_name)),
+            );
         }
         warnings.extend(Self::validate(reg, &obj, None)?);
         apimachinery::ssa::record_update(
             None,
             &mut obj,
             &options.field_manager,
-            "Update",
             None,
             &reg.info.api_version(),
             &object::now_rfc3339(),
+            &reg.schema,
         );
         if options.dry_run {
-            return Ok(Outcome { value: obj, warnings, created: true });
+            return Ok(Outcome {
+                value: obj,
+                warnings,
+                created: true,
+            });
         }
         // A generated name may collide; upstream retries a few times with fresh names.
         let attempts = if generated { 8 } else { 1 };
         for attempt in 0..attempts {
             if attempt > 0 {
-                meta_mut(&mut obj)
-                    .insert("name".into(), Value::String(apimachinery::names::generate_name(&generate_name)));
+                meta_mut(&mut obj).insert(
+                    "name".into(),
+                    Value::String(apimachinery::names::generate_name(&generate_name)),
+                );
             }
             let name = object::name(&obj).to_string();
             let key = Self::key(reg.info, namespace, &name);
             match self.store.create(&key, Self::encode(&obj)).await {
                 Ok(kv) => {
                     meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(kv.mod_revision.to_string()));
-                    return Ok(Outcome { value: obj, warnings, created: true });
+                    return Ok(Outcome {
+                        value: obj,
+                        warnings,
+                        created: true,
+                    });
                 }
                 Err(StoreError::AlreadyExists) if attempt + 1 < attempts => continue,
                 Err(StoreError::AlreadyExists) => {
                     let existing = self.store.get(&key).await.map_err(store_failure)?;
-                    let deleting = existing.as_ref().and_then(|kv| Self::decode(kv).ok()).is_some_and(|o| object::is_deleting(&o));
+                    let deleting = existing
+                        .as_ref()
+                        .and_then(|kv| Self::decode(kv).ok())
+                        .is_some_and(|o| object::is_deleting(&o));
                     let mut status = Status::already_exists(&reg.info.group_resource(), &name);
                     if generated {
-                        status.message.push_str(", the server was not able to generate a unique name for the object");
+                        status
+                            .message
+                            .push_str(", the server was not able to generate a unique name for the object");
                         if let Some(d) = status.details.as_mut() {
                             d.retry_after_seconds = Some(1);
                         }
@@ -401,7 +449,11 @@ impl Registry {
         loop {
             let kv = self.get_kv(reg, namespace, name).await?;
             let old = Self::decode(&kv)?;
-            let Change { object: mut new, mut warnings, managed_fields_done } = change(&old)?;
+            let Change {
+                object: mut new,
+                mut warnings,
+                managed_fields_done,
+            } = change(&old)?;
             if !new.is_object() {
                 return Err(Status::bad_request("the body is not a JSON object"));
             }
@@ -412,24 +464,37 @@ impl Registry {
                 }
             }
             new = self.prepare_update(reg, namespace, &old, new, subresource)?;
-            warnings.extend(Self::prune(reg, &mut new, options.field_validation, subresource.is_none() && managed_fields_done.is_none())?);
+            warnings.extend(Self::prune(
+                reg,
+                &mut new,
+                options.field_validation,
+                subresource.is_none() && managed_fields_done.is_none(),
+            )?);
             warnings.extend(Self::validate(reg, &new, Some(&old))?);
             if object::comparable(&new) == object::comparable(&old) {
-                return Ok(Outcome { value: old, warnings, created: false });
+                return Ok(Outcome {
+                    value: old,
+                    warnings,
+                    created: false,
+                });
             }
             if managed_fields_done.is_none() {
                 apimachinery::ssa::record_update(
                     Some(&old),
                     &mut new,
                     &options.field_manager,
-                    "Update",
                     subresource,
                     &reg.info.api_version(),
                     &object::now_rfc3339(),
+                    &reg.schema,
                 );
             }
             if options.dry_run {
-                return Ok(Outcome { value: new, warnings, created: false });
+                return Ok(Outcome {
+                    value: new,
+                    warnings,
+                    created: false,
+                });
             }
             let key = Self::key(reg.info, namespace, name);
             let result = if object::is_deleting(&new) && object::finalizers(&new).is_empty() {
@@ -439,8 +504,15 @@ impl Registry {
             };
             match result {
                 Ok(written) => {
-                    meta_mut(&mut new).insert("resourceVersion".into(), Value::String(written.mod_revision.to_string()));
-                    return Ok(Outcome { value: new, warnings, created: false });
+                    meta_mut(&mut new).insert(
+                        "resourceVersion".into(),
+                        Value::String(written.mod_revision.to_string()),
+                    );
+                    return Ok(Outcome {
+                        value: new,
+                        warnings,
+                        created: false,
+                    });
                 }
                 Err(StoreError::Conflict { .. }) if requested_rv.is_none() => continue,
                 Err(StoreError::Conflict { .. }) => return Err(Status::modified(&reg.info.group_resource(), name)),
@@ -484,7 +556,15 @@ impl Registry {
         }
         let old_meta = object::meta(old).cloned().unwrap_or_default();
         let new_meta = meta_mut(&mut new);
-        for field in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "name", "namespace"] {
+        for field in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "name",
+            "namespace",
+        ] {
             if !new_meta.contains_key(field) {
                 if let Some(v) = old_meta.get(field) {
                     new_meta.insert(field.into(), v.clone());
@@ -511,8 +591,15 @@ impl Registry {
         let spec_changed =
             object::spec_part(old, reg.info.status_subresource) != object::spec_part(&new, reg.info.status_subresource);
         let new_meta = meta_mut(&mut new);
-        let requested_generation = new_meta.get("generation").and_then(Value::as_i64).unwrap_or(old_generation);
-        let generation = if spec_changed { old_generation + 1 } else { requested_generation.max(old_generation) };
+        let requested_generation = new_meta
+            .get("generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(old_generation);
+        let generation = if spec_changed {
+            old_generation + 1
+        } else {
+            requested_generation.max(old_generation)
+        };
         if requested_generation < old_generation {
             // Let validation report the decrement the way upstream does.
             new_meta.insert("generation".into(), json!(requested_generation));
@@ -573,10 +660,20 @@ impl Registry {
             let key = Self::key(reg.info, namespace, name);
             if finalizers.is_empty() && !(reg.info.plural == "namespaces") {
                 if options.dry_run {
-                    return Ok(Outcome { value: DeleteResult::Deleted(old), warnings: vec![], created: false });
+                    return Ok(Outcome {
+                        value: DeleteResult::Deleted(old),
+                        warnings: vec![],
+                        created: false,
+                    });
                 }
                 match self.store.delete(&key, Some(kv.mod_revision)).await {
-                    Ok(_) => return Ok(Outcome { value: DeleteResult::Deleted(old), warnings: vec![], created: false }),
+                    Ok(_) => {
+                        return Ok(Outcome {
+                            value: DeleteResult::Deleted(old),
+                            warnings: vec![],
+                            created: false,
+                        })
+                    }
                     Err(StoreError::Conflict { .. }) => continue,
                     Err(StoreError::NotFound) => return Err(Status::not_found(&reg.info.group_resource(), name)),
                     Err(e) => return Err(store_failure(e)),
@@ -602,13 +699,24 @@ impl Registry {
                 !was_deleting || object::finalizers(&old) != finalizers
             };
             if !changed || options.dry_run {
-                return Ok(Outcome { value: DeleteResult::Pending(new), warnings: vec![], created: false });
+                return Ok(Outcome {
+                    value: DeleteResult::Pending(new),
+                    warnings: vec![],
+                    created: false,
+                });
             }
             meta_mut(&mut new).remove("resourceVersion");
             match self.store.update(&key, Self::encode(&new), kv.mod_revision).await {
                 Ok(written) => {
-                    meta_mut(&mut new).insert("resourceVersion".into(), Value::String(written.mod_revision.to_string()));
-                    return Ok(Outcome { value: DeleteResult::Pending(new), warnings: vec![], created: false });
+                    meta_mut(&mut new).insert(
+                        "resourceVersion".into(),
+                        Value::String(written.mod_revision.to_string()),
+                    );
+                    return Ok(Outcome {
+                        value: DeleteResult::Pending(new),
+                        warnings: vec![],
+                        created: false,
+                    });
                 }
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(e) => return Err(store_failure(e)),
@@ -675,7 +783,12 @@ impl Registry {
                     let remaining = if filtering {
                         None
                     } else {
-                        let consumed_in_page = page.items.iter().position(|kv| kv.key == last).map(|p| p + 1).unwrap_or(0);
+                        let consumed_in_page = page
+                            .items
+                            .iter()
+                            .position(|kv| kv.key == last)
+                            .map(|p| p + 1)
+                            .unwrap_or(0);
                         Some(page.items.len() - consumed_in_page + page.remaining)
                     };
                     return Ok(ListResult {
@@ -685,7 +798,12 @@ impl Registry {
                         remaining,
                     });
                 }
-                return Ok(ListResult { items, resource_version: revision, continue_token: None, remaining: None });
+                return Ok(ListResult {
+                    items,
+                    resource_version: revision,
+                    continue_token: None,
+                    remaining: None,
+                });
             }
             start_after = last_key;
         }
@@ -702,7 +820,11 @@ pub struct Change {
 
 impl Change {
     pub fn replace(object: Value) -> Self {
-        Change { object, warnings: Vec::new(), managed_fields_done: None }
+        Change {
+            object,
+            warnings: Vec::new(),
+            managed_fields_done: None,
+        }
     }
 }
 

@@ -15,9 +15,15 @@ pub enum Target {
     /// `/apis/<group>`
     Group(String),
     /// `/api/v1` or `/apis/<group>/<version>`
-    GroupVersion { group: String, version: String },
+    GroupVersion {
+        group: String,
+        version: String,
+    },
     OpenApiV3Root,
-    OpenApiV3 { group: String, version: String },
+    OpenApiV3 {
+        group: String,
+        version: String,
+    },
     OpenApiV2,
     Resource(ResourcePath),
 }
@@ -48,13 +54,23 @@ pub fn parse_path(path: &str, is_namespaced_plural: impl Fn(&str, &str, &str) ->
         ["apis"] => Some(Target::Groups),
         ["openapi", "v3"] => Some(Target::OpenApiV3Root),
         ["openapi", "v2"] => Some(Target::OpenApiV2),
-        ["openapi", "v3", "api", version] => Some(Target::OpenApiV3 { group: String::new(), version: version.to_string() }),
-        ["openapi", "v3", "apis", group, version] => {
-            Some(Target::OpenApiV3 { group: group.to_string(), version: version.to_string() })
-        }
+        ["openapi", "v3", "api", version] => Some(Target::OpenApiV3 {
+            group: String::new(),
+            version: version.to_string(),
+        }),
+        ["openapi", "v3", "apis", group, version] => Some(Target::OpenApiV3 {
+            group: group.to_string(),
+            version: version.to_string(),
+        }),
         ["apis", group] => Some(Target::Group(group.to_string())),
-        ["api", version] => Some(Target::GroupVersion { group: String::new(), version: version.to_string() }),
-        ["apis", group, version] => Some(Target::GroupVersion { group: group.to_string(), version: version.to_string() }),
+        ["api", version] => Some(Target::GroupVersion {
+            group: String::new(),
+            version: version.to_string(),
+        }),
+        ["apis", group, version] => Some(Target::GroupVersion {
+            group: group.to_string(),
+            version: version.to_string(),
+        }),
         ["api", version, rest @ ..] => resource_path("", version, rest, &is_namespaced_plural),
         ["apis", group, version, rest @ ..] => resource_path(group, version, rest, &is_namespaced_plural),
         _ => None,
@@ -140,14 +156,18 @@ fn parse_bool(name: &str, value: &str) -> Result<bool, Status> {
     match value {
         "true" | "1" | "True" | "TRUE" => Ok(true),
         "false" | "0" | "False" | "FALSE" | "" => Ok(false),
-        other => Err(Status::bad_request(format!("invalid value {other:?} for query parameter {name:?}: must be true or false"))),
+        other => Err(Status::bad_request(format!(
+            "invalid value {other:?} for query parameter {name:?}: must be true or false"
+        ))),
     }
 }
 
 fn parse_number<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, Status> {
-    value
-        .parse()
-        .map_err(|_| Status::bad_request(format!("invalid value {value:?} for query parameter {name:?}: must be an integer")))
+    value.parse().map_err(|_| {
+        Status::bad_request(format!(
+            "invalid value {value:?} for query parameter {name:?}: must be an integer"
+        ))
+    })
 }
 
 impl Query {
@@ -199,22 +219,41 @@ mod tests {
     use super::*;
 
     fn parse(path: &str) -> Option<Target> {
-        parse_path(path, |g, _, p| g == "kubevirt.io" && p == "virtualmachines" || g.is_empty() && p == "persistentvolumeclaims")
+        parse_path(path, |g, _, p| {
+            g == "kubevirt.io" && p == "virtualmachines" || g.is_empty() && p == "persistentvolumeclaims"
+        })
     }
 
     #[test]
     fn namespaced_and_cluster_paths() {
-        let Some(Target::Resource(r)) = parse("/apis/kubevirt.io/v1/namespaces/default/virtualmachines/vm1/status") else {
+        let Some(Target::Resource(r)) = parse("/apis/kubevirt.io/v1/namespaces/default/virtualmachines/vm1/status")
+        else {
             panic!("not a resource")
         };
         assert_eq!(r.namespace.as_deref(), Some("default"));
         assert_eq!(r.name.as_deref(), Some("vm1"));
         assert_eq!(r.subresource.as_deref(), Some("status"));
-        let Some(Target::Resource(r)) = parse("/api/v1/namespaces/default") else { panic!("not a resource") };
-        assert_eq!((r.plural.as_str(), r.name.as_deref(), r.namespace), ("namespaces", Some("default"), None));
-        let Some(Target::Resource(r)) = parse("/apis/kubevirt.io/v1/virtualmachines") else { panic!("not a resource") };
-        assert_eq!((r.plural.as_str(), r.name, r.namespace), ("virtualmachines", None, None));
-        assert_eq!(parse("/apis/kubevirt.io/v1"), Some(Target::GroupVersion { group: "kubevirt.io".into(), version: "v1".into() }));
+        let Some(Target::Resource(r)) = parse("/api/v1/namespaces/default") else {
+            panic!("not a resource")
+        };
+        assert_eq!(
+            (r.plural.as_str(), r.name.as_deref(), r.namespace),
+            ("namespaces", Some("default"), None)
+        );
+        let Some(Target::Resource(r)) = parse("/apis/kubevirt.io/v1/virtualmachines") else {
+            panic!("not a resource")
+        };
+        assert_eq!(
+            (r.plural.as_str(), r.name, r.namespace),
+            ("virtualmachines", None, None)
+        );
+        assert_eq!(
+            parse("/apis/kubevirt.io/v1"),
+            Some(Target::GroupVersion {
+                group: "kubevirt.io".into(),
+                version: "v1".into()
+            })
+        );
     }
 
     #[test]

@@ -13,7 +13,10 @@ pub fn self_subject_access_review(body: &[u8], user: &UserInfo) -> Response {
     let spec = if body.starts_with(b"k8s\0") {
         protobuf_spec(&body[4..]).unwrap_or_else(|| json!({}))
     } else {
-        serde_json::from_slice::<Value>(body).ok().and_then(|v| v.get("spec").cloned()).unwrap_or_else(|| json!({}))
+        serde_json::from_slice::<Value>(body)
+            .ok()
+            .and_then(|v| v.get("spec").cloned())
+            .unwrap_or_else(|| json!({}))
     };
     let review = json!({
         "kind": "SelfSubjectAccessReview",
@@ -23,7 +26,9 @@ pub fn self_subject_access_review(body: &[u8], user: &UserInfo) -> Response {
         "status": {"allowed": true, "reason": format!("user {:?} is authenticated; virtplane grants authenticated users every action", user.name)},
     });
     let mut response = (StatusCode::CREATED, serde_json::to_vec(&review).unwrap_or_default()).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 
@@ -73,10 +78,24 @@ fn protobuf_spec(unknown: &[u8]) -> Option<Value> {
     for (number, bytes) in fields(spec)? {
         match number {
             1 => {
-                let names = ["", "namespace", "verb", "group", "version", "resource", "subresource", "name"];
+                let names = [
+                    "",
+                    "namespace",
+                    "verb",
+                    "group",
+                    "version",
+                    "resource",
+                    "subresource",
+                    "name",
+                ];
                 let attrs: serde_json::Map<String, Value> = fields(bytes)?
                     .into_iter()
-                    .filter_map(|(n, b)| names.get(n as usize).filter(|s| !s.is_empty()).map(|s| (s.to_string(), text(b))))
+                    .filter_map(|(n, b)| {
+                        names
+                            .get(n as usize)
+                            .filter(|s| !s.is_empty())
+                            .map(|s| (s.to_string(), text(b)))
+                    })
                     .collect();
                 out.insert("resourceAttributes".into(), Value::Object(attrs));
             }
@@ -84,7 +103,12 @@ fn protobuf_spec(unknown: &[u8]) -> Option<Value> {
                 let names = ["", "path", "verb"];
                 let attrs: serde_json::Map<String, Value> = fields(bytes)?
                     .into_iter()
-                    .filter_map(|(n, b)| names.get(n as usize).filter(|s| !s.is_empty()).map(|s| (s.to_string(), text(b))))
+                    .filter_map(|(n, b)| {
+                        names
+                            .get(n as usize)
+                            .filter(|s| !s.is_empty())
+                            .map(|s| (s.to_string(), text(b)))
+                    })
                     .collect();
                 out.insert("nonResourceAttributes".into(), Value::Object(attrs));
             }

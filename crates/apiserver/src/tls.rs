@@ -38,8 +38,7 @@ pub fn server_config(pki: &Pki) -> Result<Arc<ServerConfig>, TlsError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pki.server_cert_pem.as_bytes())
         .collect::<Result<_, _>>()
         .map_err(|e| TlsError::Pem(e.to_string()))?;
-    let key =
-        PrivateKeyDer::from_pem_slice(pki.server_key_pem.as_bytes()).map_err(|e| TlsError::Pem(e.to_string()))?;
+    let key = PrivateKeyDer::from_pem_slice(pki.server_key_pem.as_bytes()).map_err(|e| TlsError::Pem(e.to_string()))?;
     let mut roots = RootCertStore::empty();
     for ca in CertificateDer::pem_slice_iter(pki.ca_cert_pem.as_bytes()) {
         roots.add(ca.map_err(|e| TlsError::Pem(e.to_string()))?)?;
@@ -48,7 +47,9 @@ pub fn server_config(pki: &Pki) -> Result<Arc<ServerConfig>, TlsError> {
         .allow_unauthenticated()
         .build()
         .map_err(|e| TlsError::Verifier(e.to_string()))?;
-    let mut config = ServerConfig::builder().with_client_cert_verifier(verifier).with_single_cert(certs, key)?;
+    let mut config = ServerConfig::builder()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -57,8 +58,10 @@ fn identity_from_certificate(der: &CertificateDer<'_>) -> Option<UserInfo> {
     let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
     let subject = cert.subject();
     let user = subject.iter_common_name().next()?.as_str().ok()?.to_string();
-    let mut groups: Vec<String> =
-        subject.iter_organization().filter_map(|o| o.as_str().ok().map(str::to_string)).collect();
+    let mut groups: Vec<String> = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(str::to_string))
+        .collect();
     groups.push("system:authenticated".into());
     Some(UserInfo { name: user, groups })
 }
@@ -105,8 +108,9 @@ pub async fn serve(listener: TcpListener, config: Arc<ServerConfig>, app: Router
                 async move { tower::Service::call(&mut app, request.map(axum::body::Body::new)).await }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-            if let Err(e) =
-                builder.serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tls), service).await
+            if let Err(e) = builder
+                .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tls), service)
+                .await
             {
                 tracing::debug!("connection from {peer} ended: {e}");
             }

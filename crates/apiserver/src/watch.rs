@@ -45,14 +45,23 @@ pub enum WatchStart {
 pub type EventStream = std::pin::Pin<Box<dyn Stream<Item = WatchEvent> + Send>>;
 
 impl Registry {
-    pub async fn watch(&self, reg: &Registration, request: ListRequest, start: WatchStart) -> Result<EventStream, Status> {
+    pub async fn watch(
+        &self,
+        reg: &Registration,
+        request: ListRequest,
+        start: WatchStart,
+    ) -> Result<EventStream, Status> {
         let prefix = match request.namespace.as_deref() {
             Some(ns) if reg.info.namespaced => format!("{}{ns}/", Registry::resource_prefix(reg.info)),
             _ => Registry::resource_prefix(reg.info),
         };
         let (initial, after, end_marker) = match start {
             WatchStart::WithInitialState { end_marker } => {
-                let list_request = ListRequest { limit: None, continue_token: None, ..request.clone() };
+                let list_request = ListRequest {
+                    limit: None,
+                    continue_token: None,
+                    ..request.clone()
+                };
                 let listed = self.list(reg, &list_request).await?;
                 let events: Vec<WatchEvent> = listed.items.into_iter().map(WatchEvent::Added).collect();
                 (events, listed.resource_version, end_marker)

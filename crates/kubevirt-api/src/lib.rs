@@ -1,1 +1,14 @@
 //! kubevirt.io/v1 resources: what they are called, their schemas, defaults and admission rules.
+//!
+//! Everything here works on `serde_json::Value` objects as clients sent them, so a wrong JSON
+//! type anywhere becomes a field error instead of a deserialization failure or a panic.
+
+pub mod admission;
+pub mod defaults;
+pub mod resources;
+pub mod schema;
+
+mod access;
+mod quantity;
+mod typecheck;
+mod validation;

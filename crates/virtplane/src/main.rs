@@ -9,7 +9,11 @@ use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "virtplane", version, about = "A KubeVirt-compatible virtualization control plane in one binary")]
+#[command(
+    name = "virtplane",
+    version,
+    about = "A KubeVirt-compatible virtualization control plane in one binary"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -86,9 +90,7 @@ struct VmArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
@@ -112,9 +114,15 @@ fn not_yet(what: &str, _subject: &str) -> anyhow::Result<()> {
 fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     if args.store != "sqlite" {
         if args.store.starts_with("etcd=") {
-            bail!("--store {}: the etcd backend is not built yet; use the default SQLite store (omit --store)", args.store);
+            bail!(
+                "--store {}: the etcd backend is not built yet; use the default SQLite store (omit --store)",
+                args.store
+            );
         }
-        bail!("--store {}: unknown store; use `sqlite` or `etcd=URL[,URL...]`", args.store);
+        bail!(
+            "--store {}: unknown store; use `sqlite` or `etcd=URL[,URL...]`",
+            args.store
+        );
     }
     if let Some(n) = args.sim_nodes {
         bail!("--sim-nodes {n}: simulated nodes are not built yet; run without --sim-nodes");

@@ -1,0 +1,987 @@
+//! Server-side apply and `managedFields`, following the behaviour of
+//! kubernetes-sigs/structured-merge-diff and apimachinery's fieldmanager (our own
+//! implementation).
+//!
+//! Every write records who owns which fields. `apply` merges an applied configuration by
+//! the schema, refuses to change fields another manager owns (409) unless forced, and
+//! removes what the applier stopped applying; [`record_update`] gives the fields a
+//! non-apply write changed to its manager.
+
+mod fieldset;
+mod managed;
+mod walk;
+
+use std::fmt;
+
+use serde_json::{json, Value};
+
+use fieldset::server_fields;
+pub use fieldset::{canonical_json, path_string, FieldSet, PathElement};
+use managed::{Entry, Managed, ManagerId, Operation};
+
+use crate::schema::{too_deep, Schema, MAX_DEPTH};
+use crate::status::{Status, StatusCause, StatusDetails};
+
+/// The annotation client-side `kubectl apply` keeps its configuration in.
+pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Only this manager upgrades client-side-apply ownership and keeps the annotation in sync
+/// (upstream hard-codes it too).
+const KUBECTL_MANAGER: &str = "kubectl";
+
+#[derive(Clone, Debug)]
+struct Conflict {
+    manager: ManagerId,
+    path: Vec<PathElement>,
+}
+
+/// Fields an apply would change that other managers own.
+#[derive(Clone, Debug)]
+pub struct ApplyConflicts {
+    conflicts: Vec<Conflict>,
+}
+
+impl ApplyConflicts {
+    /// Grouped by manager in identifier order, each manager's paths in set order, which is
+    /// how upstream prints them.
+    fn new(mut by_manager: Vec<(ManagerId, FieldSet)>) -> ApplyConflicts {
+        by_manager.sort_by_key(|(id, _)| id.identifier());
+        let conflicts = by_manager
+            .into_iter()
+            .flat_map(|(manager, set)| {
+                set.paths().into_iter().map(move |path| Conflict {
+                    manager: manager.clone(),
+                    path,
+                })
+            })
+            .collect();
+        ApplyConflicts { conflicts }
+    }
+
+    fn without(self, allowed: &FieldSet) -> ApplyConflicts {
+        ApplyConflicts {
+            conflicts: self
+                .conflicts
+                .into_iter()
+                .filter(|c| !allowed.contains(&c.path))
+                .collect(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.conflicts.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.conflicts.is_empty()
+    }
+
+    /// The conflicting paths (`.spec.runStrategy`), for logs and tests.
+    pub fn paths(&self) -> Vec<String> {
+        self.conflicts.iter().map(|c| path_string(&c.path)).collect()
+    }
+
+    /// `Apply failed with 1 conflict: conflict with "m" using v1: .spec.x`, or the grouped
+    /// form for several.
+    pub fn message(&self) -> String {
+        if let [only] = self.conflicts.as_slice() {
+            return format!(
+                "Apply failed with 1 conflict: conflict with {}: {}",
+                only.manager.describe(),
+                path_string(&only.path)
+            );
+        }
+        let mut lines = Vec::new();
+        let mut current: Option<&ManagerId> = None;
+        for c in &self.conflicts {
+            if current != Some(&c.manager) {
+                lines.push(format!("conflicts with {}:", c.manager.describe()));
+                current = Some(&c.manager);
+            }
+            lines.push(format!("- {}", path_string(&c.path)));
+        }
+        format!(
+            "Apply failed with {} conflicts: {}",
+            self.conflicts.len(),
+            lines.join("\n")
+        )
+    }
+
+    /// The 409 answer: reason Conflict, one `FieldManagerConflict` cause per path.
+    pub fn to_status(&self) -> Status {
+        let causes = self
+            .conflicts
+            .iter()
+            .map(|c| StatusCause {
+                reason: "FieldManagerConflict".into(),
+                message: format!("conflict with {}", c.manager.describe()),
+                field: path_string(&c.path),
+            })
+            .collect();
+        let mut status = Status::failure(409, "Conflict", self.message());
+        status.details = Some(StatusDetails {
+            causes,
+            ..Default::default()
+        });
+        status
+    }
+}
+
+impl fmt::Display for ApplyConflicts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message())
+    }
+}
+
+impl std::error::Error for ApplyConflicts {}
+
+/// Why an apply was refused.
+#[derive(Clone, Debug)]
+pub enum ApplyError {
+    /// 409: fields owned by other managers would change.
+    Conflicts(ApplyConflicts),
+    /// 400: the request itself is unacceptable (managedFields sent, wrong type).
+    BadRequest(String),
+    /// 500 without a reason, as upstream answers when the configuration does not fit the
+    /// schema (`failed to create typed patch object …`).
+    Untypable(String),
+}
+
+impl ApplyError {
+    pub fn to_status(&self) -> Status {
+        match self {
+            ApplyError::Conflicts(c) => c.to_status(),
+            ApplyError::BadRequest(m) => Status::bad_request(m.clone()),
+            ApplyError::Untypable(m) => Status::failure(500, "", m.clone()),
+        }
+    }
+}
+
+impl fmt::Display for ApplyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ApplyError::Conflicts(c) => write!(f, "{c}"),
+            ApplyError::BadRequest(m) | ApplyError::Untypable(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for ApplyError {}
+
+/// Server-side apply of `applied` (the decoded apply-patch body) by `manager` onto `live`
+/// (`None` creates). Returns the new object with `metadata.managedFields` set; the caller
+/// still fills server fields on create and validates the result.
+pub fn apply(
+    live: Option<&Value>,
+    applied: &Value,
+    manager: &str,
+    force: bool,
+    schema: &Schema,
+    now_rfc3339: &str,
+) -> Result<Value, ApplyError> {
+    if !applied.is_object() {
+        return Err(ApplyError::BadRequest(
+            "the apply configuration must be an object".into(),
+        ));
+    }
+    if too_deep(applied, MAX_DEPTH) || live.is_some_and(|l| too_deep(l, MAX_DEPTH)) {
+        return Err(ApplyError::BadRequest(format!(
+            "object nesting exceeds {MAX_DEPTH} levels"
+        )));
+    }
+    if applied.pointer("/metadata/managedFields").is_some_and(|v| !v.is_null()) {
+        return Err(ApplyError::BadRequest("metadata.managedFields must be nil".into()));
+    }
+    let type_meta = |v: &Value| {
+        let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        (s("apiVersion"), s("kind"))
+    };
+    let (api_version, kind) = type_meta(applied);
+    let gvk = gvk_string(&api_version, &kind);
+    if api_version.is_empty()
+        || kind.is_empty()
+        || live.is_some_and(|l| type_meta(l) != (api_version.clone(), kind.clone()))
+    {
+        return Err(ApplyError::BadRequest(format!("invalid object type: {gvk}")));
+    }
+    let problems = walk::check_applied(applied, schema);
+    if !problems.is_empty() {
+        let text = |k: &str| {
+            applied
+                .get("metadata")
+                .and_then(|m| m.get(k))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        };
+        let detail = if problems.len() == 1 {
+            problems[0].clone()
+        } else {
+            format!("errors:\n  {}", problems.join("\n  "))
+        };
+        return Err(ApplyError::Untypable(format!(
+            "failed to create typed patch object ({}/{}; {gvk}): {detail}",
+            text("namespace"),
+            text("name")
+        )));
+    }
+
+    let mut live_obj = live.cloned().unwrap_or_else(|| json!({}));
+    let stored = take_managed_fields(&mut live_obj);
+    // Our store only holds what we wrote; unreadable entries are dropped, not fatal.
+    let managed = stored.and_then(|v| Managed::decode(&v).ok()).unwrap_or_default();
+    let id = ManagerId::new(manager, Operation::Apply, &api_version, "");
+
+    let outcome = match apply_once(&live_obj, &managed, applied, &id, force, schema) {
+        Err(conflicts) if manager == KUBECTL_MANAGER && !force => {
+            // Upgrading from client-side apply: fields whose last-applied value is still
+            // live are taken over silently.
+            let remaining = conflicts.without(&allowed_by_last_applied(&live_obj, schema));
+            if !remaining.is_empty() {
+                return Err(ApplyError::Conflicts(remaining));
+            }
+            apply_once(&live_obj, &managed, applied, &id, true, schema)
+        }
+        other => other,
+    };
+    let (mut obj, mut managed, changed) = outcome.map_err(ApplyError::Conflicts)?;
+    if let Some(entry) = managed.get_mut(&id) {
+        entry.api_version = api_version;
+        if changed || entry.time.is_none() {
+            entry.time = Some(now_rfc3339.to_string());
+        }
+    }
+    if manager == KUBECTL_MANAGER && obj.pointer(&annotation_pointer()).is_some() {
+        if let Some(annotations) = obj.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+            annotations.insert(LAST_APPLIED_ANNOTATION.into(), Value::String(last_applied(applied)));
+        }
+    }
+    managed.cap_updates();
+    write_managed_fields(&mut obj, managed);
+    Ok(obj)
+}
+
+/// One structured-merge-diff apply: merge, remove what the manager stopped applying,
+/// then check and transfer ownership. Returns the object, the managers and whether the
+/// object changed.
+fn apply_once(
+    live: &Value,
+    managed: &Managed,
+    applied: &Value,
+    id: &ManagerId,
+    force: bool,
+    schema: &Schema,
+) -> Result<(Value, Managed, bool), ApplyConflicts> {
+    let mut managed = managed.clone();
+    let merged = walk::merge(live, applied, schema);
+    let applied_set = walk::to_set(applied, schema);
+    let last = match managed.get_mut(id) {
+        Some(entry) => Some(std::mem::replace(&mut entry.set, applied_set)),
+        None => {
+            managed.entries.push(Entry {
+                id: id.clone(),
+                api_version: String::new(),
+                time: None,
+                set: applied_set,
+            });
+            None
+        }
+    };
+    let new_obj = match last.filter(|s| !s.is_empty()) {
+        Some(last) => {
+            let owned = managed.entries.iter().fold(FieldSet::new(), |acc, e| acc.union(&e.set));
+            let mut remove =
+                walk::ensure_named_fields(&last, schema).difference(&walk::ensure_named_fields(&owned, schema));
+            // The object's identity is never removed, whatever the sets say.
+            let mut identity = FieldSet::new();
+            for f in ["apiVersion", "kind", "metadata"] {
+                identity.insert(&[PathElement::Field(f.into())]);
+            }
+            remove = remove.difference(&identity);
+            let mut pruned = merged;
+            walk::remove_items(&mut pruned, &remove, schema);
+            pruned
+        }
+        None => merged,
+    };
+    let cmp = walk::compare(live, &new_obj, schema);
+    let changed = cmp.added.union(&cmp.modified);
+    let conflicts: Vec<(ManagerId, FieldSet)> = managed
+        .entries
+        .iter()
+        .filter(|e| e.id != *id)
+        .map(|e| (e.id.clone(), e.set.intersection(&changed)))
+        .filter(|(_, c)| !c.is_empty())
+        .collect();
+    if !force && !conflicts.is_empty() {
+        return Err(ApplyConflicts::new(conflicts));
+    }
+    for entry in managed.entries.iter_mut() {
+        entry.set = if entry.id == *id {
+            entry.set.difference(&server_fields())
+        } else {
+            entry.set.difference(&changed).difference(&cmp.removed)
+        };
+    }
+    managed.drop_empty();
+    Ok((new_obj, managed, !cmp.is_same()))
+}
+
+/// Records a non-apply write (create, update, patch, or a subresource write) in
+/// `new.metadata.managedFields`: the fields whose value the write set or changed go to
+/// `manager`'s `Update` entry and are taken from every other entry.
+///
+/// Which entries the write starts from, as upstream decides: subresource writes always
+/// use the stored ones; otherwise `managedFields` sent by the client replace them, unless
+/// absent or undecodable. `[]` or `[{}]` resets them, and an update of an object without
+/// entries is not tracked at all (only creates and applies start tracking), so a reset
+/// leaves the object without `managedFields`.
+pub fn record_update(
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    subresource: Option<&str>,
+    api_version: &str,
+    now_rfc3339: &str,
+    schema: &Schema,
+) {
+    if !new.is_object() {
+        return;
+    }
+    let sent = take_managed_fields(new);
+    if too_deep(new, MAX_DEPTH) || old.is_some_and(|o| too_deep(o, MAX_DEPTH)) {
+        return;
+    }
+    let mut old_obj = old.cloned().unwrap_or_else(|| json!({}));
+    let stored = take_managed_fields(&mut old_obj);
+    // Unreadable stored entries count as none, as upstream.
+    let stored = || {
+        stored
+            .as_ref()
+            .and_then(|v| Managed::decode(v).ok())
+            .unwrap_or_default()
+    };
+    let mut managed = match (subresource, sent) {
+        (None, Some(sent)) if is_reset(&sent) => Managed::default(),
+        (None, Some(sent)) => match Managed::decode(&sent) {
+            Ok(m) if !m.entries.is_empty() => m,
+            _ => stored(),
+        },
+        _ => stored(),
+    };
+    let is_create = old_obj
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty);
+    if managed.entries.is_empty() && !is_create {
+        return;
+    }
+
+    let cmp = walk::compare(&old_obj, new, schema);
+    let changed = cmp.added.union(&cmp.modified);
+    for entry in managed.entries.iter_mut() {
+        entry.set = entry.set.difference(&changed).difference(&cmp.removed);
+    }
+    let taken = changed.difference(&server_fields());
+    if !taken.is_empty() {
+        let id = ManagerId::new(manager, Operation::Update, api_version, subresource.unwrap_or_default());
+        match managed.get_mut(&id) {
+            Some(entry) => {
+                entry.set = entry.set.union(&taken);
+                entry.time = Some(now_rfc3339.to_string());
+            }
+            None => managed.entries.push(Entry {
+                id,
+                api_version: api_version.to_string(),
+                time: Some(now_rfc3339.to_string()),
+                set: taken,
+            }),
+        }
+    }
+    managed.drop_empty();
+    managed.cap_updates();
+    write_managed_fields(new, managed);
+}
+
+/// `[]` or a single entry with nothing set: the client asks to clear managedFields.
+fn is_reset(sent: &Value) -> bool {
+    match sent.as_array().map(Vec::as_slice) {
+        Some([]) => true,
+        Some([only]) => only.as_object().is_some_and(|m| {
+            m.values().all(|v| match v {
+                Value::Null => true,
+                Value::String(s) => s.is_empty(),
+                Value::Object(o) => o.is_empty(),
+                _ => false,
+            })
+        }),
+        _ => false,
+    }
+}
+
+fn take_managed_fields(obj: &mut Value) -> Option<Value> {
+    obj.get_mut("metadata")
+        .and_then(Value::as_object_mut)
+        .and_then(|m| m.remove("managedFields"))
+}
+
+fn write_managed_fields(obj: &mut Value, managed: Managed) {
+    let entries = managed.encode();
+    let Some(root) = obj.as_object_mut() else {
+        return;
+    };
+    let meta = root.entry("metadata").or_insert_with(|| json!({}));
+    if let Some(meta) = meta.as_object_mut() {
+        if entries.is_empty() {
+            meta.remove("managedFields");
+        } else {
+            meta.insert("managedFields".into(), Value::Array(entries));
+        }
+    }
+}
+
+/// `kubevirt.io/v1, Kind=VirtualMachine` (`/v1, Kind=Pod` for the core group).
+fn gvk_string(api_version: &str, kind: &str) -> String {
+    let gv = if api_version.contains('/') {
+        api_version.to_string()
+    } else {
+        format!("/{api_version}")
+    };
+    format!("{gv}, Kind={kind}")
+}
+
+fn annotation_pointer() -> String {
+    format!(
+        "/metadata/annotations/{}",
+        LAST_APPLIED_ANNOTATION.replace('~', "~0").replace('/', "~1")
+    )
+}
+
+/// The fields of the last client-side apply whose values are still live: kubectl may take
+/// these over from `kubectl-client-side-apply` without a conflict.
+fn allowed_by_last_applied(live: &Value, schema: &Schema) -> FieldSet {
+    let Some(text) = live.pointer(&annotation_pointer()).and_then(Value::as_str) else {
+        return FieldSet::new();
+    };
+    let last: Value = match serde_json::from_str(text) {
+        Ok(v @ Value::Object(_)) if !too_deep(&v, MAX_DEPTH) => v,
+        _ => return FieldSet::new(),
+    };
+    let cmp = walk::compare(&last, live, schema);
+    walk::to_set(&last, schema)
+        .difference(&cmp.modified)
+        .difference(&cmp.added)
+        .difference(&cmp.removed)
+}
+
+/// The applied configuration as kubectl would have written the annotation: itself minus
+/// the annotation, as sorted compact JSON with a trailing newline.
+fn last_applied(applied: &Value) -> String {
+    let mut copy = applied.clone();
+    if let Some(annotations) = copy.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+        annotations.remove(LAST_APPLIED_ANNOTATION);
+    }
+    canonical_json(&copy) + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::tests::vm_schema;
+
+    const T0: &str = "2025-01-01T00:00:00Z";
+    const T1: &str = "2025-01-01T00:01:00Z";
+    const T2: &str = "2025-01-01T00:02:00Z";
+
+    fn vm(spec: Value) -> Value {
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+               "metadata": {"name": "vm", "namespace": "default"}, "spec": spec})
+    }
+
+    /// An applied configuration that sets nothing in spec.
+    fn bare() -> Value {
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": "vm", "namespace": "default"}})
+    }
+
+    fn with_labels(mut obj: Value, labels: Value) -> Value {
+        obj["metadata"]["labels"] = labels;
+        obj
+    }
+
+    fn created_by_client_side_apply() -> Value {
+        let mut obj = with_labels(
+            vm(json!({"runStrategy": "Always", "template": {"spec": {"domain": {"devices": {}}}}})),
+            json!({"app": "x"}),
+        );
+        record_update(
+            None,
+            &mut obj,
+            "kubectl-client-side-apply",
+            None,
+            "kubevirt.io/v1",
+            T0,
+            &vm_schema(),
+        );
+        // What the server sets on create; it makes later writes updates.
+        obj["metadata"]["uid"] = json!("6a1a2c5e-4b3f-4f7e-9b1e-0e2d3c4b5a69");
+        obj
+    }
+
+    fn managers(obj: &Value) -> Vec<(String, String)> {
+        obj["metadata"]["managedFields"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|e| {
+                        (
+                            e["manager"].as_str().unwrap().to_string(),
+                            e["operation"].as_str().unwrap().to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn create_records_update_entry_with_structure() {
+        let obj = created_by_client_side_apply();
+        assert_eq!(
+            obj["metadata"]["managedFields"],
+            json!([{
+                "manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": "kubevirt.io/v1",
+                "time": T0, "fieldsType": "FieldsV1",
+                "fieldsV1": {
+                    "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+                    "f:spec": {".": {}, "f:runStrategy": {}, "f:template": {".": {}, "f:spec": {".": {},
+                        "f:domain": {".": {}, "f:devices": {}}}}}
+                }
+            }])
+        );
+    }
+
+    #[test]
+    fn apply_conflicts_with_client_side_apply_then_force_takes_over() {
+        let s = vm_schema();
+        let live = created_by_client_side_apply();
+        let applied = vm(json!({"runStrategy": "Halted"}));
+        let err = apply(Some(&live), &applied, "kubectl", false, &s, T1).unwrap_err();
+        let status = err.to_status();
+        assert_eq!(status.code, 409);
+        assert_eq!(status.reason, "Conflict");
+        assert_eq!(
+            status.message,
+            r#"Apply failed with 1 conflict: conflict with "kubectl-client-side-apply" using kubevirt.io/v1: .spec.runStrategy"#
+        );
+        assert_eq!(
+            status.to_json()["details"],
+            json!({"causes": [{"reason": "FieldManagerConflict",
+                "message": "conflict with \"kubectl-client-side-apply\" using kubevirt.io/v1", "field": ".spec.runStrategy"}]})
+        );
+
+        let obj = apply(Some(&live), &applied, "kubectl", true, &s, T1).unwrap();
+        assert_eq!(obj["spec"]["runStrategy"], json!("Halted"));
+        let fields = &obj["metadata"]["managedFields"];
+        assert_eq!(
+            managers(&obj),
+            [
+                ("kubectl".into(), "Apply".into()),
+                ("kubectl-client-side-apply".into(), "Update".into())
+            ]
+        );
+        assert_eq!(fields[0]["fieldsV1"], json!({"f:spec": {"f:runStrategy": {}}}));
+        assert_eq!(fields[0]["time"], json!(T1));
+        assert_eq!(fields[0]["apiVersion"], json!("kubevirt.io/v1"));
+        assert!(FieldSet::from_fields_v1(&fields[1]["fieldsV1"])
+            .unwrap()
+            .paths()
+            .iter()
+            .all(|p| path_string(p) != ".spec.runStrategy"));
+
+        // The same value is no conflict: the field becomes shared.
+        let same = apply(
+            Some(&live),
+            &vm(json!({"runStrategy": "Always"})),
+            "other",
+            false,
+            &s,
+            T1,
+        )
+        .unwrap();
+        assert_eq!(managers(&same).len(), 2);
+    }
+
+    #[test]
+    fn kubectl_upgrades_from_client_side_apply_via_last_applied() {
+        let s = vm_schema();
+        let mut live = created_by_client_side_apply();
+        let last = vm(json!({"runStrategy": "Always", "template": {"spec": {"domain": {"devices": {}}}}}));
+        live["metadata"]["annotations"] =
+            json!({LAST_APPLIED_ANNOTATION: canonical_json(&with_labels(last, json!({"app": "x"})))});
+        let applied = vm(json!({"runStrategy": "Halted"}));
+        let obj = apply(Some(&live), &applied, "kubectl", false, &s, T1).unwrap();
+        assert_eq!(obj["spec"]["runStrategy"], json!("Halted"));
+        assert_eq!(
+            obj["metadata"]["annotations"][LAST_APPLIED_ANNOTATION],
+            json!(canonical_json(&applied) + "\n"),
+            "kubectl keeps the client-side annotation in sync"
+        );
+        // Another manager gets no such grace.
+        assert!(matches!(
+            apply(Some(&live), &applied, "helm", false, &s, T1),
+            Err(ApplyError::Conflicts(_))
+        ));
+    }
+
+    #[test]
+    fn several_conflicts_are_grouped_by_manager() {
+        let s = vm_schema();
+        let live = apply(
+            None,
+            &with_labels(vm(json!({})), json!({"app": "x"})),
+            "bar",
+            false,
+            &s,
+            T0,
+        )
+        .unwrap();
+        let mut next = live.clone();
+        next["spec"]["runStrategy"] = json!("Always");
+        record_update(Some(&live), &mut next, "foo", None, "kubevirt.io/v1", T1, &s);
+        let applied = with_labels(vm(json!({"runStrategy": "Halted"})), json!({"app": "y"}));
+        let err = apply(Some(&next), &applied, "baz", false, &s, T2).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 2 conflicts: conflicts with \"bar\":\n- .metadata.labels.app\nconflicts with \"foo\" using kubevirt.io/v1:\n- .spec.runStrategy"
+        );
+    }
+
+    #[test]
+    fn dropping_an_applied_label_removes_it_unless_someone_else_owns_it() {
+        let s = vm_schema();
+        let first = with_labels(vm(json!({"runStrategy": "Always"})), json!({"app": "x", "tier": "web"}));
+        let obj = apply(None, &first, "a", false, &s, T0).unwrap();
+        let obj = apply(
+            Some(&obj),
+            &with_labels(vm(json!({"runStrategy": "Always"})), json!({"app": "x"})),
+            "a",
+            false,
+            &s,
+            T1,
+        )
+        .unwrap();
+        assert_eq!(obj["metadata"]["labels"], json!({"app": "x"}));
+
+        // b co-owns app by applying the same value; a dropping it leaves it.
+        let obj = apply(
+            Some(&obj),
+            &with_labels(bare(), json!({"app": "x"})),
+            "b",
+            false,
+            &s,
+            T1,
+        )
+        .unwrap();
+        let obj = apply(Some(&obj), &vm(json!({"runStrategy": "Always"})), "a", false, &s, T2).unwrap();
+        assert_eq!(obj["metadata"]["labels"], json!({"app": "x"}));
+        // Once b drops it too, the label and the emptied map go.
+        let obj = apply(Some(&obj), &bare(), "b", false, &s, T2).unwrap();
+        assert!(obj["metadata"].get("labels").is_none(), "{obj}");
+        assert_eq!(obj["spec"]["runStrategy"], json!("Always"));
+        assert_eq!(managers(&obj), [("a".into(), "Apply".into())]);
+    }
+
+    #[test]
+    fn map_lists_merge_by_key_and_atomic_lists_replace() {
+        let s = vm_schema();
+        let volumes = |v: Value| vm(json!({"template": {"spec": {"volumes": v, "domain": {"devices": {}}}}}));
+        let obj = apply(
+            None,
+            &volumes(json!([{"name": "a", "containerDisk": {"image": "i1"}}, {"name": "b"}])),
+            "m1",
+            false,
+            &s,
+            T0,
+        )
+        .unwrap();
+        let obj = apply(
+            Some(&obj),
+            &volumes(json!([{"name": "c", "containerDisk": {"image": "i3"}}])),
+            "m2",
+            false,
+            &s,
+            T1,
+        )
+        .unwrap();
+        assert_eq!(
+            obj["spec"]["template"]["spec"]["volumes"],
+            json!([{"name": "a", "containerDisk": {"image": "i1"}}, {"name": "b"}, {"name": "c", "containerDisk": {"image": "i3"}}])
+        );
+        let err = apply(
+            Some(&obj),
+            &volumes(json!([{"name": "a", "containerDisk": {"image": "i9"}}])),
+            "m2",
+            false,
+            &s,
+            T2,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"Apply failed with 1 conflict: conflict with "m1": .spec.template.spec.volumes[name="a"].containerDisk.image"#
+        );
+        // m2 dropping c removes only c.
+        let obj = apply(Some(&obj), &vm(json!({})), "m2", false, &s, T2).unwrap();
+        assert_eq!(obj["spec"]["template"]["spec"]["volumes"].as_array().unwrap().len(), 2);
+
+        let disks = |d: Value| vm(json!({"template": {"spec": {"domain": {"devices": {"disks": d}}}}}));
+        let obj = apply(None, &disks(json!([{"name": "x"}])), "m1", false, &s, T0).unwrap();
+        let err = apply(Some(&obj), &disks(json!([{"name": "y"}])), "m2", false, &s, T1).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r#"Apply failed with 1 conflict: conflict with "m1": .spec.template.spec.domain.devices.disks"#
+        );
+        let obj = apply(Some(&obj), &disks(json!([{"name": "y"}])), "m2", true, &s, T1).unwrap();
+        assert_eq!(
+            obj["spec"]["template"]["spec"]["domain"]["devices"]["disks"],
+            json!([{"name": "y"}])
+        );
+    }
+
+    #[test]
+    fn updates_take_fields_from_other_managers() {
+        let s = vm_schema();
+        let live = created_by_client_side_apply();
+        let mut labeled = live.clone();
+        labeled["metadata"]["labels"]["app"] = json!("z");
+        record_update(
+            Some(&live),
+            &mut labeled,
+            "kubectl-label",
+            None,
+            "kubevirt.io/v1",
+            T1,
+            &s,
+        );
+        assert_eq!(
+            managers(&labeled),
+            [
+                ("kubectl-client-side-apply".into(), "Update".into()),
+                ("kubectl-label".into(), "Update".into())
+            ]
+        );
+        assert_eq!(
+            labeled["metadata"]["managedFields"][1]["fieldsV1"],
+            json!({"f:metadata": {"f:labels": {"f:app": {}}}})
+        );
+
+        // A write that changes nothing leaves managedFields alone.
+        let mut same = labeled.clone();
+        record_update(
+            Some(&labeled),
+            &mut same,
+            "kubectl-edit",
+            None,
+            "kubevirt.io/v1",
+            T2,
+            &s,
+        );
+        assert_eq!(same, labeled);
+
+        // Status writes are recorded per subresource and ignore client-sent managedFields.
+        let mut status = labeled.clone();
+        status["status"] = json!({"ready": true});
+        status["metadata"]["managedFields"] = json!([{}]);
+        record_update(
+            Some(&labeled),
+            &mut status,
+            "virt-controller",
+            Some("status"),
+            "kubevirt.io/v1",
+            T2,
+            &s,
+        );
+        let last = status["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone();
+        assert_eq!(last["subresource"], json!("status"));
+        assert_eq!(last["fieldsV1"], json!({"f:status": {".": {}, "f:ready": {}}}));
+    }
+
+    #[test]
+    fn client_sent_managed_fields() {
+        let s = vm_schema();
+        let live = created_by_client_side_apply();
+        let mut reset = live.clone();
+        reset["metadata"]["managedFields"] = json!([{}]);
+        record_update(Some(&live), &mut reset, "kubectl-patch", None, "kubevirt.io/v1", T1, &s);
+        assert!(reset["metadata"].get("managedFields").is_none(), "[{{}}] clears them");
+
+        let mut emptied = live.clone();
+        emptied["metadata"]["managedFields"] = json!([]);
+        emptied["spec"]["runStrategy"] = json!("Halted");
+        record_update(
+            Some(&live),
+            &mut emptied,
+            "kubectl-patch",
+            None,
+            "kubevirt.io/v1",
+            T1,
+            &s,
+        );
+        assert!(
+            emptied["metadata"].get("managedFields").is_none(),
+            "[] clears them; updates do not start tracking"
+        );
+
+        let mut garbled = live.clone();
+        garbled["metadata"]["managedFields"] = json!([{"manager": "x"}]);
+        record_update(
+            Some(&live),
+            &mut garbled,
+            "kubectl-patch",
+            None,
+            "kubevirt.io/v1",
+            T1,
+            &s,
+        );
+        assert_eq!(
+            garbled["metadata"]["managedFields"], live["metadata"]["managedFields"],
+            "undecodable: stored kept"
+        );
+
+        // An object nobody tracks stays untracked by updates, but a create is tracked.
+        let mut untracked = emptied.clone();
+        untracked["spec"]["runStrategy"] = json!("Always");
+        record_update(
+            Some(&emptied),
+            &mut untracked,
+            "kubectl-edit",
+            None,
+            "kubevirt.io/v1",
+            T2,
+            &s,
+        );
+        assert!(untracked["metadata"].get("managedFields").is_none());
+
+        let mut replaced = live.clone();
+        replaced["metadata"]["managedFields"] = json!([{"manager": "me", "operation": "Update", "apiVersion": "kubevirt.io/v1",
+            "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:runStrategy": {}}}}]);
+        record_update(
+            Some(&live),
+            &mut replaced,
+            "kubectl-patch",
+            None,
+            "kubevirt.io/v1",
+            T1,
+            &s,
+        );
+        assert_eq!(managers(&replaced), [("me".into(), "Update".into())]);
+    }
+
+    #[test]
+    fn bad_apply_requests() {
+        let s = vm_schema();
+        let status = |e: ApplyError| e.to_status();
+        let mut with_mf = vm(json!({}));
+        with_mf["metadata"]["managedFields"] = json!([]);
+        assert_eq!(
+            status(apply(None, &with_mf, "m", false, &s, T0).unwrap_err()).message,
+            "metadata.managedFields must be nil"
+        );
+        assert_eq!(
+            status(apply(None, &json!([1]), "m", false, &s, T0).unwrap_err()).code,
+            400
+        );
+        assert_eq!(
+            status(apply(None, &json!({"kind": "VirtualMachine"}), "m", false, &s, T0).unwrap_err()).message,
+            "invalid object type: /, Kind=VirtualMachine"
+        );
+        let live = created_by_client_side_apply();
+        let mut other_kind = vm(json!({}));
+        other_kind["kind"] = json!("VirtualMachineInstance");
+        assert_eq!(
+            status(apply(Some(&live), &other_kind, "m", false, &s, T0).unwrap_err()).code,
+            400
+        );
+        let unknown = status(apply(None, &vm(json!({"bogus": 1})), "m", false, &s, T0).unwrap_err());
+        assert_eq!(unknown.code, 500);
+        assert_eq!(unknown.reason, "");
+        assert_eq!(
+            unknown.message,
+            "failed to create typed patch object (default/vm; kubevirt.io/v1, Kind=VirtualMachine): .spec.bogus: field not declared in schema"
+        );
+        let mut deep = json!("leaf");
+        for _ in 0..(MAX_DEPTH + 5) {
+            deep = json!({"x": deep});
+        }
+        assert_eq!(
+            status(apply(None, &vm(json!({"template": {"metadata": deep}})), "m", false, &s, T0).unwrap_err()).code,
+            400
+        );
+    }
+
+    #[test]
+    fn reapplying_the_same_config_keeps_the_time() {
+        let s = vm_schema();
+        let applied = vm(json!({"runStrategy": "Always"}));
+        let obj = apply(None, &applied, "m", false, &s, T0).unwrap();
+        let again = apply(Some(&obj), &applied, "m", false, &s, T1).unwrap();
+        assert_eq!(again, obj);
+    }
+
+    mod properties {
+        use super::*;
+        use crate::schema::tests::arb_json;
+        use proptest::prelude::*;
+
+        fn as_vm(mut v: Value) -> Value {
+            if let Some(m) = v.as_object_mut() {
+                m.insert("apiVersion".into(), json!("kubevirt.io/v1"));
+                m.insert("kind".into(), json!("VirtualMachine"));
+            }
+            v
+        }
+
+        proptest! {
+            #[test]
+            fn on_arbitrary_objects(live in arb_json(), applied in arb_json(), force in any::<bool>()) {
+                let s = vm_schema();
+                let (live, applied) = (as_vm(live), as_vm(applied));
+                let mut pruned = applied.clone();
+                s.prune(&mut pruned);
+                s.validate(&applied);
+                let _ = walk::check_applied(&applied, &s);
+                if let Ok(obj) = apply(Some(&live), &applied, "kubectl", force, &s, T0) {
+                    let _ = apply(Some(&obj), &applied, "other", force, &s, T1);
+                }
+                let _ = apply(None, &pruned, "m", force, &s, T0);
+                let mut new = applied.clone();
+                record_update(Some(&live), &mut new, "m", None, "kubevirt.io/v1", T1, &s);
+                let mut again = live.clone();
+                record_update(Some(&new), &mut again, "n", Some("status"), "kubevirt.io/v1", T2, &s);
+                let _ = FieldSet::from_fields_v1(&live);
+                let _ = FieldSet::from_object(&applied, &s);
+            }
+
+            #[test]
+            fn forced_apply_is_idempotent_and_owned(live in arb_json(), applied in arb_json()) {
+                let s = vm_schema();
+                let (mut live, applied) = (as_vm(live), as_vm(applied));
+                if let Some(m) = live.get_mut("metadata").and_then(Value::as_object_mut) { m.remove("managedFields"); }
+                if let Ok(once) = apply(Some(&live), &applied, "m", true, &s, T1) {
+                    let twice = apply(Some(&once), &applied, "m", true, &s, T2).unwrap();
+                    prop_assert_eq!(&twice, &once);
+                    let owned = once["metadata"]["managedFields"].as_array().and_then(|a| a.iter().find(|e| e["manager"] == "m")).cloned();
+                    let want = FieldSet::from_object(&applied, &s);
+                    if !want.is_empty() {
+                        let owned = FieldSet::from_fields_v1(&owned.unwrap()["fieldsV1"]).unwrap();
+                        prop_assert_eq!(owned, want);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! KubeVirt's mutating and validating admission, plugged into the generic registry.
+
+use apimachinery::resource::ResourceInfo;
+use kubevirt_api::{admission, defaults, resources};
+use serde_json::{json, Value};
+
+use crate::registry::{Admission, ResourceHooks};
+
+fn convert(result: admission::Admission) -> Admission {
+    Admission {
+        errors: result.errors,
+        warnings: result.warnings,
+    }
+}
+
+struct VirtualMachineHooks;
+
+impl ResourceHooks for VirtualMachineHooks {
+    fn webhook(&self) -> Option<&'static str> {
+        Some("virtualmachine-validator.kubevirt.io")
+    }
+    fn default_on_create(&self, obj: &mut Value) {
+        defaults::default_vm_on_create(obj);
+    }
+    fn validate_create(&self, obj: &Value) -> Admission {
+        convert(admission::validate_vm(obj))
+    }
+    fn validate_update(&self, _old: &Value, new: &Value) -> Admission {
+        convert(admission::validate_vm(new))
+    }
+}
+
+struct VirtualMachineInstanceHooks;
+
+impl ResourceHooks for VirtualMachineInstanceHooks {
+    fn webhook(&self) -> Option<&'static str> {
+        Some("virtualmachineinstances-create-validator.kubevirt.io")
+    }
+    fn default_on_create(&self, obj: &mut Value) {
+        // Our node agents implement masquerade (NAT) on the pod network, as many
+        // KubeVirt distributions configure it.
+        defaults::default_vmi(obj, defaults::DefaultNetworkBinding::Masquerade);
+        // The mutating webhook records the first phase.
+        if let Some(root) = obj.as_object_mut() {
+            let status = root.entry("status").or_insert_with(|| json!({}));
+            if let Some(status) = status.as_object_mut() {
+                status.entry("phase").or_insert_with(|| json!("Pending"));
+                status.entry("phaseTransitionTimestamps").or_insert_with(
+                    || json!([{"phase": "Pending", "phaseTransitionTimestamp": crate::object::now_rfc3339()}]),
+                );
+            }
+        }
+    }
+    fn validate_create(&self, obj: &Value) -> Admission {
+        convert(admission::validate_vmi_create(obj))
+    }
+    fn validate_update(&self, old: &Value, new: &Value) -> Admission {
+        convert(admission::validate_vmi_update(old, new))
+    }
+}
+
+struct MigrationHooks;
+
+impl ResourceHooks for MigrationHooks {
+    fn webhook(&self) -> Option<&'static str> {
+        Some("migration-create-validator.kubevirt.io")
+    }
+    fn validate_create(&self, obj: &Value) -> Admission {
+        convert(admission::validate_vmim_create(obj))
+    }
+    fn validate_update(&self, old: &Value, new: &Value) -> Admission {
+        convert(admission::validate_vmim_update(old, new))
+    }
+}
+
+pub fn registrations() -> Vec<(&'static ResourceInfo, Box<dyn ResourceHooks>)> {
+    vec![
+        (&resources::VIRTUAL_MACHINE, Box::new(VirtualMachineHooks)),
+        (
+            &resources::VIRTUAL_MACHINE_INSTANCE,
+            Box::new(VirtualMachineInstanceHooks),
+        ),
+        (&resources::VIRTUAL_MACHINE_INSTANCE_MIGRATION, Box::new(MigrationHooks)),
+    ]
+}

@@ -1,0 +1,177 @@
+//! Checks that a client's JSON has the types our schema declares before any admission rule
+//! looks at it, reporting mismatches the way the Kubernetes schema validator words them.
+//! Unknown fields are left alone: pruning them is the structural-schema engine's job.
+
+use apimachinery::field::FieldError;
+use serde_json::Value;
+
+use crate::quantity::{Quantity, FORMAT_ERROR};
+use crate::schema;
+
+const QUANTITY_SCHEMA: &str = "io.k8s.apimachinery.pkg.api.resource.Quantity";
+const REF_PREFIX: &str = "#/components/schemas/";
+
+/// Type errors of `value` against the named component schema, with paths below `path`.
+pub(crate) fn check(value: &Value, schema_name: &str, path: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if let Some(schema) = schema::lookup(schema_name) {
+        walk(value, schema, path, &mut errs);
+    }
+    errs
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn type_error(path: &str, value: &Value, expected: &str) -> FieldError {
+    let got = json_type(value);
+    FieldError::type_invalid(
+        path,
+        got,
+        format!("{path} in body must be of type {expected}: \"{got}\""),
+    )
+}
+
+fn child(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn walk(value: &Value, schema: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    if value.is_null() {
+        return;
+    }
+    if let Some(reference) = schema.get("$ref").and_then(Value::as_str) {
+        let name = reference.strip_prefix(REF_PREFIX).unwrap_or(reference);
+        if let Some(target) = schema::lookup(name) {
+            if name == QUANTITY_SCHEMA {
+                check_quantity(value, path, errs);
+            } else {
+                walk(value, target, path, errs);
+            }
+        }
+        return;
+    }
+    if schema.get("x-kubernetes-int-or-string").and_then(Value::as_bool) == Some(true) {
+        if !matches!(json_type(value), "integer" | "string") {
+            errs.push(type_error(path, value, "integer,string"));
+        }
+        return;
+    }
+    let expected = schema.get("type").and_then(Value::as_str).unwrap_or("");
+    let ok = match expected {
+        "object" => value.is_object(),
+        "array" => value.is_array(),
+        "string" => value.is_string(),
+        "boolean" => value.is_boolean(),
+        "number" => value.is_number(),
+        "integer" => crate::access::as_int(value).is_some(),
+        _ => true,
+    };
+    if !ok {
+        errs.push(type_error(path, value, expected));
+        return;
+    }
+    if expected == "string" && schema.get("pattern").and_then(Value::as_str) == quantity_pattern() {
+        check_quantity(value, path, errs);
+    }
+    match value {
+        Value::Object(map) => {
+            let props = schema.get("properties");
+            let extra = schema.get("additionalProperties").filter(|s| s.is_object());
+            for (key, member) in map {
+                if let Some(sub) = props.and_then(|p| p.get(key)) {
+                    walk(member, sub, &child(path, key), errs);
+                } else if let Some(sub) = extra {
+                    walk(member, sub, &child(path, key), errs);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(sub) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    walk(item, sub, &format!("{path}[{i}]"), errs);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The quantity pattern, shared by every quantity-typed string in the schema.
+fn quantity_pattern() -> Option<&'static str> {
+    schema::lookup(QUANTITY_SCHEMA)?.get("pattern")?.as_str()
+}
+
+/// Quantities must parse as Go would decode them, or KubeVirt's decoding would fail.
+fn check_quantity(value: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    if !matches!(value, Value::String(_) | Value::Number(_)) {
+        errs.push(type_error(path, value, "integer,string"));
+    } else if Quantity::from_json(value).is_none() {
+        errs.push(FieldError::invalid(path, value.clone(), FORMAT_ERROR));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reports_wrong_types_with_kubernetes_wording() {
+        let spec = json!({
+            "running": "yes",
+            "template": {"spec": {
+                "domain": {"devices": {"disks": [{"name": 3}]}, "cpu": {"cores": 1.0, "sockets": 1.5},
+                           "resources": {"requests": {"memory": "lots", "cpu": 2}}},
+                "volumes": "none",
+                "unknownField": {"anything": [1]},
+                "affinity": {"free": "form"}
+            }}
+        });
+        let errs = check(&spec, "io.kubevirt.v1.VirtualMachineSpec", "spec");
+        let mut fields: Vec<_> = errs.iter().map(|e| e.field.as_str()).collect();
+        fields.sort();
+        assert_eq!(
+            fields,
+            [
+                "spec.running",
+                "spec.template.spec.domain.cpu.sockets",
+                "spec.template.spec.domain.devices.disks[0].name",
+                "spec.template.spec.domain.resources.requests.memory",
+                "spec.template.spec.volumes",
+            ]
+        );
+        let running = errs.iter().find(|e| e.field == "spec.running").unwrap();
+        assert_eq!(
+            running.message(),
+            "spec.running: Invalid value: \"string\": spec.running in body must be of type boolean: \"string\""
+        );
+        let memory = errs.iter().find(|e| e.field.ends_with("memory")).unwrap();
+        assert!(memory.message().ends_with(FORMAT_ERROR));
+    }
+
+    #[test]
+    fn accepts_well_typed_objects_and_nulls() {
+        let spec = json!({"domain": {"devices": {}, "memory": {"guest": "1Gi", "maxGuest": 4294967296_u64},
+                                      "firmware": null}, "nodeSelector": {"a": "b"}});
+        assert!(check(&spec, "io.kubevirt.v1.VirtualMachineInstanceSpec", "spec").is_empty());
+        let bad = json!({"domain": {"devices": {}, "memory": {"guest": "1 Gi"}}, "nodeSelector": {"a": 1}});
+        let errs = check(&bad, "io.kubevirt.v1.VirtualMachineInstanceSpec", "spec");
+        let mut fields: Vec<_> = errs.iter().map(|e| e.field.as_str()).collect();
+        fields.sort();
+        assert_eq!(fields, ["spec.domain.memory.guest", "spec.nodeSelector.a"]);
+    }
+}
