@@ -17,13 +17,16 @@ struct VirtualMachineHooks;
 
 impl ResourceHooks for VirtualMachineHooks {
     fn webhook(&self) -> Option<&'static str> {
-        Some("virtualmachine-validator.kubevirt.io")
+        Some(admission::VM_VALIDATOR)
     }
     fn default_on_create(&self, obj: &mut Value) {
         defaults::default_vm_on_create(obj);
     }
+    fn default_on_update(&self, obj: &mut Value) {
+        defaults::default_vm_on_update(obj);
+    }
     fn validate_create(&self, obj: &Value) -> Admission {
-        convert(admission::validate_vm(obj))
+        convert(admission::validate_vm_create(obj))
     }
     fn validate_update(&self, _old: &Value, new: &Value) -> Admission {
         convert(admission::validate_vm(new))
@@ -34,7 +37,7 @@ struct VirtualMachineInstanceHooks;
 
 impl ResourceHooks for VirtualMachineInstanceHooks {
     fn webhook(&self) -> Option<&'static str> {
-        Some("virtualmachineinstances-create-validator.kubevirt.io")
+        Some(admission::VMI_CREATE_VALIDATOR)
     }
     fn default_on_create(&self, obj: &mut Value) {
         // Our node agents implement masquerade (NAT) on the pod network, as many
@@ -63,7 +66,10 @@ struct MigrationHooks;
 
 impl ResourceHooks for MigrationHooks {
     fn webhook(&self) -> Option<&'static str> {
-        Some("migration-create-validator.kubevirt.io")
+        Some(admission::MIGRATION_CREATE_VALIDATOR)
+    }
+    fn default_on_create(&self, obj: &mut Value) {
+        defaults::default_vmim_on_create(obj);
     }
     fn validate_create(&self, obj: &Value) -> Admission {
         convert(admission::validate_vmim_create(obj))

@@ -56,6 +56,7 @@ pub trait ResourceHooks: Send + Sync {
         None
     }
     fn default_on_create(&self, _obj: &mut Value) {}
+    fn default_on_update(&self, _obj: &mut Value) {}
     fn validate_create(&self, _obj: &Value) -> Admission {
         Admission::default()
     }
@@ -464,6 +465,9 @@ impl Registry {
                 }
             }
             new = self.prepare_update(reg, namespace, &old, new, subresource)?;
+            if subresource.is_none() {
+                reg.hooks.default_on_update(&mut new);
+            }
             warnings.extend(Self::prune(
                 reg,
                 &mut new,
