@@ -202,11 +202,13 @@ impl Status {
         } else {
             format!("[{}]", messages.join(", "))
         };
+        // Upstream causes carry `ErrorBody()`: the text without the field path, which
+        // kubectl prints after `<field>: ` itself.
         let causes = errors
             .iter()
             .map(|e| StatusCause {
                 reason: e.kind.cause_reason().into(),
-                message: e.message(),
+                message: e.message_body(),
                 field: e.field.clone(),
             })
             .collect();
@@ -225,7 +227,7 @@ impl Status {
     }
 
     /// 422 from an admission webhook: KubeVirt's messages joined with ", ".
-    pub fn denied_by_webhook(kind: &GroupKind, name: &str, webhook: &str, errors: &[FieldError]) -> Self {
+    pub fn denied_by_webhook(_kind: &GroupKind, _name: &str, webhook: &str, errors: &[FieldError]) -> Self {
         let shown: Vec<&FieldError> = errors.iter().take(10).collect();
         let mut message = shown.iter().map(|e| e.message()).collect::<Vec<_>>().join(", ");
         if errors.len() > shown.len() {
@@ -244,10 +246,9 @@ impl Status {
             "Invalid",
             format!("admission webhook {webhook:?} denied the request: {message}"),
         )
+        // KubeVirt's webhook answers a Status whose details hold only the causes;
+        // kube-apiserver passes it on as it is (kubectl: `The request is invalid: ...`).
         .with_details(StatusDetails {
-            name: name.into(),
-            group: kind.group.clone(),
-            kind: kind.kind.clone(),
             causes,
             ..Default::default()
         })

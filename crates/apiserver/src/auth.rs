@@ -14,6 +14,15 @@ pub struct UserInfo {
     pub groups: Vec<String>,
 }
 
+/// Members of these groups act as KubeVirt's own service accounts do.
+pub const COMPONENT_GROUPS: [&str; 2] = ["system:nodes", "system:virtplane-components"];
+
+impl UserInfo {
+    pub fn is_component(&self) -> bool {
+        self.groups.iter().any(|g| COMPONENT_GROUPS.contains(&g.as_str()))
+    }
+}
+
 pub struct Authenticator {
     tokens: BTreeMap<String, TokenUser>,
 }

@@ -182,9 +182,29 @@ impl Discovery {
                         })
                         .collect();
                     for extra in self.extras.iter().filter(|e| e.group == group && e.version == version) {
-                        resources.push(json!({"resource": extra.name,
-                            "responseKind": {"group": group, "version": version, "kind": extra.kind},
-                            "scope": if extra.namespaced { "Namespaced" } else { "Cluster" },
+                        let scope = if extra.namespaced { "Namespaced" } else { "Cluster" };
+                        let kind = if extra.kind.is_empty() {
+                            json!({"group": "", "version": "", "kind": ""})
+                        } else {
+                            json!({"group": group, "version": version, "kind": extra.kind})
+                        };
+                        // `parent/sub` entries become subresources of `parent`, creating the
+                        // parent when the group has none (kube-aggregator's conversion of
+                        // an aggregated API server's legacy discovery, e.g. virt-api's).
+                        if let Some((parent, sub)) = extra.name.split_once('/') {
+                            let subresource = json!({"subresource": sub, "responseKind": kind, "verbs": extra.verbs});
+                            match resources.iter_mut().find(|r| r["resource"] == parent) {
+                                Some(r) => match r["subresources"].as_array_mut() {
+                                    Some(subs) => subs.push(subresource),
+                                    None => r["subresources"] = json!([subresource]),
+                                },
+                                None => resources.push(json!({"resource": parent, "scope": scope,
+                                    "responseKind": {"group": "", "version": "", "kind": ""},
+                                    "singularResource": "", "verbs": [], "subresources": [subresource]})),
+                            }
+                            continue;
+                        }
+                        resources.push(json!({"resource": extra.name, "responseKind": kind, "scope": scope,
                             "singularResource": extra.name.trim_end_matches('s'), "verbs": extra.verbs}));
                     }
                     json!({"version": version, "resources": resources, "freshness": "Current"})

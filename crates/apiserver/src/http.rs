@@ -103,6 +103,11 @@ impl ApiServer {
         let (parts, body) = request.into_parts();
         let registry = &self.registry;
         let target = request::parse_path(parts.uri.path(), |g, v, p| {
+            let g = if g == crate::subresources::GROUP {
+                "kubevirt.io"
+            } else {
+                g
+            };
             registry.find(g, v, p).is_some_and(|r| r.info.namespaced)
         })
         .ok_or_else(not_found_path)?;
@@ -177,6 +182,9 @@ impl ApiServer {
         if path.group == "authorization.k8s.io" && path.plural == "selfsubjectaccessreviews" && method == Method::POST {
             return Ok(crate::review::self_subject_access_review(body, user));
         }
+        if path.group == crate::subresources::GROUP && path.version == "v1" {
+            return crate::subresources::handle(&self.registry, method, path, body).await;
+        }
         let reg = self
             .registry
             .find(&path.group, &path.version, &path.plural)
@@ -193,20 +201,42 @@ impl ApiServer {
         match subresource {
             None => {}
             Some("status") if info.status_subresource => {}
-            Some(_) => return Err(not_found_path()),
+            // A subresource the kind does not have: the object's own NotFound, as the
+            // custom resource handler answers.
+            Some(_) => {
+                return Err(Status::not_found(
+                    &info.group_resource(),
+                    path.name.as_deref().unwrap_or(""),
+                ))
+            }
         }
+        if let Some(refusal) = method_refusal(info, method, path.name.is_some(), subresource.is_some()) {
+            return Err(refusal);
+        }
+        crate::options::validate_request(method, path.name.is_some(), &content_type, query)?;
+        // Custom resources are served as JSON and YAML only (never protobuf).
+        let negotiate = |table_allowed: bool| {
+            negotiate::negotiate(accept, table_allowed).map_err(|status| {
+                if info.group.is_empty() {
+                    status
+                } else {
+                    Status::not_acceptable(&["application/json", "application/yaml"])
+                }
+            })
+        };
         let write_options = || -> Result<WriteOptions, Status> {
             Ok(WriteOptions {
                 dry_run: query.dry_run,
                 field_manager: field_manager(query, headers)?,
                 field_validation: field_validation(query)?,
+                privileged: user.is_component(),
             })
         };
         let kind = info.kind;
         let version = info.version;
         match (method.clone(), path.name.as_deref()) {
             (Method::GET, None) => {
-                let format = negotiate::negotiate(accept, true)?;
+                let format = negotiate(true)?;
                 let list_request = list_request(&reg, namespace, query)?;
                 if query.watch {
                     return self.serve_watch(reg, list_request, query, format).await;
@@ -223,11 +253,17 @@ impl ApiServer {
                     let table = crate::printing::table(info, &result.items, metadata, query.include_object.as_deref());
                     return Ok(table_response(&table));
                 }
+                if format == Format::Metadata {
+                    let items: Vec<Value> = result.items.iter().map(partial_metadata).collect();
+                    let list = json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+                                      "metadata": metadata, "items": items});
+                    return Ok(json_response(StatusCode::OK, &list));
+                }
                 let list = json!({"apiVersion": info.api_version(), "kind": info.list_kind, "metadata": metadata, "items": result.items});
                 Ok(object_response(StatusCode::OK, &list, format))
             }
             (Method::GET, Some(name)) => {
-                let format = negotiate::negotiate(accept, true)?;
+                let format = negotiate(true)?;
                 let obj = self.registry.get(&reg, namespace, name).await?;
                 if format == Format::Table {
                     let rv = crate::object::meta_str(&obj, "resourceVersion")
@@ -241,16 +277,19 @@ impl ApiServer {
                     );
                     return Ok(table_response(&table));
                 }
+                if format == Format::Metadata {
+                    return Ok(json_response(StatusCode::OK, &partial_metadata(&obj)));
+                }
                 Ok(object_response(StatusCode::OK, &obj, format))
             }
             (Method::POST, None) => {
-                let format = negotiate::negotiate(accept, false)?;
+                let format = negotiate(false)?;
                 let obj = negotiate::decode_body(&content_type, body, kind, version)?;
                 let outcome = self.registry.create(&reg, namespace, obj, &write_options()?).await?;
                 Ok(outcome_response(outcome, format))
             }
             (Method::PUT, Some(name)) => {
-                let format = negotiate::negotiate(accept, false)?;
+                let format = negotiate(false)?;
                 let obj = negotiate::decode_body(&content_type, body, kind, version)?;
                 if crate::object::name(&obj) != name {
                     return Err(Status::bad_request(format!(
@@ -258,30 +297,46 @@ impl ApiServer {
                         crate::object::name(&obj)
                     )));
                 }
-                if crate::object::meta_str(&obj, "resourceVersion").is_none_or(str::is_empty) {
-                    let err = apimachinery::field::FieldError::invalid(
-                        "metadata.resourceVersion",
-                        Value::Null,
-                        "must be specified for an update",
-                    );
-                    let mut status = Status::invalid(&info.group_kind(), name, &[err]);
-                    status.message = format!(
-                        "{} {name:?} is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
-                        info.group_resource().qualified()
-                    );
-                    return Err(status);
-                }
                 let options = write_options()?;
                 let outcome = self
                     .registry
-                    .update_with(&reg, namespace, name, subresource, &options, |_| {
+                    .update_with(&reg, namespace, name, subresource, &options, |old| {
+                        // A uid in the body is a storage precondition (checked first).
+                        let body_uid = crate::object::uid(&obj);
+                        if !body_uid.is_empty() && body_uid != crate::object::uid(old) {
+                            return Err(Status::conflict(
+                                &info.group_resource(),
+                                name,
+                                &format!(
+                                    "StorageError: invalid object, Code: 4, Key: {}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: {body_uid}, UID in object meta: {}",
+                                    crate::registry::Registry::key(info, namespace, name),
+                                    crate::object::uid(old)
+                                ),
+                            ));
+                        }
+                        // Checked once the object is known to exist (a missing one is 404),
+                        // with upstream's resource-as-kind and Go's `%#v` of 0.
+                        if crate::object::meta_str(&obj, "resourceVersion").is_none_or(str::is_empty) {
+                            let err = apimachinery::field::FieldError::webhook(
+                                apimachinery::field::ErrorType::Invalid,
+                                "metadata.resourceVersion",
+                                "Invalid value: 0x0: must be specified for an update",
+                            );
+                            let kind = apimachinery::status::GroupKind::new(info.group, info.plural);
+                            let mut status = Status::invalid(&kind, name, &[err]);
+                            status.message = format!(
+                                "{} {name:?} is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
+                                kind.qualified()
+                            );
+                            return Err(status);
+                        }
                         Ok(Change::replace(obj.clone()))
                     })
                     .await?;
                 Ok(outcome_response(outcome, format))
             }
             (Method::PATCH, Some(name)) => {
-                let format = negotiate::negotiate(accept, false)?;
+                let format = negotiate(false)?;
                 crate::patching::patch(
                     &self.registry,
                     &reg,
@@ -297,7 +352,7 @@ impl ApiServer {
                 .map(|outcome| outcome_response(outcome, format))
             }
             (Method::DELETE, Some(name)) => {
-                let format = negotiate::negotiate(accept, false)?;
+                let format = negotiate(false)?;
                 let options = delete_options(query, body)?;
                 let outcome = self.registry.delete(&reg, namespace, name, &options).await?;
                 Ok(match outcome.value {
@@ -309,7 +364,7 @@ impl ApiServer {
                 })
             }
             (Method::DELETE, None) => {
-                let format = negotiate::negotiate(accept, false)?;
+                let format = negotiate(false)?;
                 let options = delete_options(query, body)?;
                 let list_request = list_request(&reg, namespace, query)?;
                 let listed = self.registry.list(&reg, &list_request).await?;
@@ -416,7 +471,9 @@ impl ApiServer {
                 }
                 WatchEvent::Error(status) => ("ERROR", status.to_json()),
             };
-            let object = if format == Format::Table && kind != "ERROR" && kind != "BOOKMARK" {
+            let object = if format == Format::Metadata && kind != "ERROR" && kind != "BOOKMARK" {
+                partial_metadata(&object)
+            } else if format == Format::Table && kind != "ERROR" && kind != "BOOKMARK" {
                 let rv = crate::object::meta_str(&object, "resourceVersion")
                     .unwrap_or("")
                     .to_string();
@@ -459,12 +516,78 @@ fn async_stream_lines(
     until_deadline.filter_map(move |event| futures::future::ready(render(event)))
 }
 
+/// Verbs a path does not serve. `/status` serves get, update and patch only; custom
+/// resources answer other verbs with MethodNotAllowed naming the verb, and update or
+/// patch without a name with `name must be provided`; built-in kinds (go-restful) answer
+/// a method without a route with a generic 405 (namespaces have no deletecollection).
+fn method_refusal(
+    info: &apimachinery::resource::ResourceInfo,
+    method: &Method,
+    named: bool,
+    subresource: bool,
+) -> Option<Status> {
+    let verb = match (method.as_str(), named) {
+        ("GET" | "HEAD", _) => return None,
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => "",
+    };
+    let built_in = info.group.is_empty();
+    if built_in {
+        let served = match verb {
+            "create" => !named && !subresource,
+            "update" | "patch" => named,
+            "delete" => named && !subresource,
+            _ => false,
+        };
+        if served {
+            return None;
+        }
+        let mut status = Status::failure(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        );
+        status.details = Some(Default::default());
+        return Some(status);
+    }
+    let verb = if verb.is_empty() {
+        method.as_str().to_ascii_lowercase()
+    } else {
+        verb.to_string()
+    };
+    let served = if subresource {
+        matches!(verb.as_str(), "update" | "patch")
+    } else {
+        matches!(
+            verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        )
+    };
+    if !served {
+        return Some(Status::method_not_allowed(&info.group_resource(), &verb));
+    }
+    if !named && matches!(verb.as_str(), "update" | "patch") {
+        return Some(Status::bad_request("name must be provided"));
+    }
+    None
+}
+
 fn bookmark_object(info: &apimachinery::resource::ResourceInfo, rv: i64, initial_end: bool) -> Value {
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if initial_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
     json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": metadata})
+}
+
+/// An object reduced to its metadata, as `meta.k8s.io/v1` PartialObjectMetadata.
+fn partial_metadata(obj: &Value) -> Value {
+    json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+           "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({}))})
 }
 
 fn table_response(table: &Value) -> Response {
@@ -604,18 +727,22 @@ fn delete_options(query: &Query, body: &[u8]) -> Result<DeleteOptions, Status> {
                 pre.get("resourceVersion").and_then(Value::as_str).map(str::to_string);
         }
         if let Some(dry) = parsed.get("dryRun").and_then(Value::as_array) {
-            options.dry_run |= dry.iter().any(|d| d == "All");
+            let values: Vec<String> = dry.iter().map(|d| d.as_str().unwrap_or_default().to_string()).collect();
+            let errors = crate::options::dry_run_errors(&values);
+            if !errors.is_empty() {
+                return Err(crate::options::invalid("DeleteOptions", &errors));
+            }
+            options.dry_run |= !values.is_empty();
         }
     }
+    let errors = crate::options::delete_errors(&[], policy.as_deref());
+    if !errors.is_empty() {
+        return Err(crate::options::invalid("DeleteOptions", &errors));
+    }
     options.propagation = match policy.as_deref() {
-        None | Some("Background") => Propagation::Background,
         Some("Foreground") => Propagation::Foreground,
         Some("Orphan") => Propagation::Orphan,
-        Some(other) => {
-            return Err(Status::bad_request(format!(
-                "propagationPolicy: Unsupported value: {other:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
-            )))
-        }
+        _ => Propagation::Background,
     };
     Ok(options)
 }

@@ -28,7 +28,7 @@ impl ResourceHooks for VirtualMachineHooks {
     fn validate_create(&self, obj: &Value) -> Admission {
         convert(admission::validate_vm_create(obj))
     }
-    fn validate_update(&self, _old: &Value, new: &Value) -> Admission {
+    fn validate_update(&self, _old: &Value, new: &Value, _privileged: bool) -> Admission {
         convert(admission::validate_vm(new))
     }
 }
@@ -43,6 +43,13 @@ impl ResourceHooks for VirtualMachineInstanceHooks {
         // Our node agents implement masquerade (NAT) on the pod network, as many
         // KubeVirt distributions configure it.
         defaults::default_vmi(obj, defaults::DefaultNetworkBinding::Masquerade);
+        // Held until the node agent (or the scheduler or node lifecycle controller, for a
+        // VMI that never ran or whose node vanished) has stopped the guest.
+        let mut finalizers = crate::object::finalizers(obj);
+        if !finalizers.iter().any(|f| f == defaults::VMI_FOREGROUND_FINALIZER) {
+            finalizers.push(defaults::VMI_FOREGROUND_FINALIZER.to_string());
+            crate::object::set_finalizers(obj, finalizers);
+        }
         // The mutating webhook records the first phase.
         if let Some(root) = obj.as_object_mut() {
             let status = root.entry("status").or_insert_with(|| json!({}));
@@ -57,7 +64,10 @@ impl ResourceHooks for VirtualMachineInstanceHooks {
     fn validate_create(&self, obj: &Value) -> Admission {
         convert(admission::validate_vmi_create(obj))
     }
-    fn validate_update(&self, old: &Value, new: &Value) -> Admission {
+    fn validate_update(&self, old: &Value, new: &Value, privileged: bool) -> Admission {
+        if privileged {
+            return Admission::default();
+        }
         convert(admission::validate_vmi_update(old, new))
     }
 }
@@ -74,7 +84,10 @@ impl ResourceHooks for MigrationHooks {
     fn validate_create(&self, obj: &Value) -> Admission {
         convert(admission::validate_vmim_create(obj))
     }
-    fn validate_update(&self, old: &Value, new: &Value) -> Admission {
+    fn validate_update(&self, old: &Value, new: &Value, privileged: bool) -> Admission {
+        if privileged {
+            return Admission::default();
+        }
         convert(admission::validate_vmim_update(old, new))
     }
 }

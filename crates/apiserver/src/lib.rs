@@ -10,12 +10,14 @@ mod kubevirt;
 pub mod negotiate;
 pub mod object;
 mod openapi;
+mod options;
 mod patching;
 pub mod pki;
 mod printing;
 pub mod registry;
 pub mod request;
 mod review;
+pub mod subresources;
 pub mod tls;
 mod version;
 pub mod watch;
@@ -62,6 +64,10 @@ pub struct ServerConfig {
 /// A server that is listening; dropping it does not stop it.
 pub struct RunningServer {
     pub registry: Arc<Registry>,
+    /// The API as an in-process service for the server's own controllers and node
+    /// agents (e.g. `kube::Client::new(internal, "default")`): no TCP, no TLS, with the
+    /// identity of a virtplane component.
+    pub internal: axum::Router,
     pub local_addr: SocketAddr,
     pub url: String,
 }
@@ -93,6 +99,11 @@ fn registrations(components: &Map<String, Value>) -> Result<Vec<Registration>, S
         schema: schema(&core::NAMESPACE)?,
         hooks: Box::new(core::NamespaceHooks),
     }];
+    out.push(Registration {
+        info: &core::NODE,
+        schema: schema(&core::NODE)?,
+        hooks: Box::new(core::NodeHooks),
+    });
     for (info, hooks) in kubevirt::registrations() {
         out.push(Registration {
             info,
@@ -104,14 +115,16 @@ fn registrations(components: &Map<String, Value>) -> Result<Vec<Registration>, S
 }
 
 fn extra_resources() -> Vec<ExtraResource> {
-    vec![ExtraResource {
+    let mut extras = subresources::discovery_entries();
+    extras.push(ExtraResource {
         group: "authorization.k8s.io",
         version: "v1",
         name: "selfsubjectaccessreviews",
         kind: "SelfSubjectAccessReview",
         namespaced: false,
         verbs: &["create"],
-    }]
+    });
+    extras
 }
 
 async fn ensure_namespaces(registry: &Registry) -> Result<(), ServerError> {
@@ -199,11 +212,17 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         server_address,
     });
     pki.write_kubeconfigs(&config.data_dir, &url)?;
+    let component = auth::UserInfo {
+        name: "system:serviceaccount:kubevirt:kubevirt-controller".into(),
+        groups: vec!["system:virtplane-components".into(), "system:authenticated".into()],
+    };
+    let internal = http::router(server.clone()).layer(axum::Extension(tls::ClientCertificateIdentity(component)));
     tokio::spawn(tls::serve(listener, tls_config, http::router(server)));
     tokio::spawn(gc::run(registry.clone()));
     tokio::spawn(compact_periodically(config.store.clone()));
     Ok(RunningServer {
         registry,
+        internal,
         local_addr,
         url,
     })

@@ -10,6 +10,8 @@ pub enum Format {
     Yaml,
     /// `application/json;as=Table;v=v1;g=meta.k8s.io` — server-side printing.
     Table,
+    /// `as=PartialObjectMetadata(List)`: metadata only, for metadata informers.
+    Metadata,
 }
 
 pub const TABLE_CONTENT_TYPE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
@@ -51,6 +53,11 @@ pub fn negotiate(accept: Option<&str>, table_allowed: bool) -> Result<Format, St
             ("application/json", Some("Table")) if table_allowed && param("v") == Some("v1") => {
                 return Ok(Format::Table)
             }
+            ("application/json", Some("PartialObjectMetadata" | "PartialObjectMetadataList"))
+                if table_allowed && param("v") == Some("v1") =>
+            {
+                return Ok(Format::Metadata)
+            }
             ("application/json", Some(_)) => continue,
             ("application/json", None) | ("*/*", _) | ("application/*", _) => return Ok(Format::Json),
             ("application/yaml", None) => return Ok(Format::Yaml),
@@ -80,6 +87,10 @@ pub fn decode_body(content_type: &str, body: &[u8], kind: &str, version: &str) -
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
             let text = std::str::from_utf8(body).map_err(|e| decode_error(e.to_string()))?;
             crate::yaml::from_str(text).map_err(decode_error)
+        }
+        // Built-in kinds arrive as protobuf from kubectl's typed clients (`create namespace`).
+        "application/vnd.kubernetes.protobuf" if kind == "Namespace" => {
+            crate::review::namespace_from_protobuf(body).ok_or_else(|| decode_error("invalid protobuf body".into()))
         }
         "application/vnd.kubernetes.protobuf" => Err(Status::unsupported_media_type(&[
             "application/json",

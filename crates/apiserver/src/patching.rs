@@ -131,7 +131,8 @@ async fn apply(
             // Apply creates what does not exist yet.
             let created =
                 apimachinery::ssa::apply(None, &applied, &manager, force, schema, &now).map_err(|e| e.to_status())?;
-            let mut outcome = registry.create(reg, namespace, created, &options).await?;
+            // The apply already recorded this manager's Apply entry.
+            let mut outcome = registry.create_with(reg, namespace, created, &options, false).await?;
             outcome.created = true;
             Ok(outcome)
         }

@@ -10,6 +10,7 @@ pub fn selectable_fields(info: &ResourceInfo) -> &'static [&'static str] {
         ("kubevirt.io", "virtualmachineinstances") => &["status.nodeName", "status.phase"],
         ("kubevirt.io", "virtualmachineinstancemigrations") => &["spec.vmiName", "status.phase"],
         ("", "namespaces") => &["status.phase"],
+        ("", "nodes") => &["spec.unschedulable"],
         _ => &[],
     }
 }
@@ -52,6 +53,12 @@ pub fn table(info: &ResourceInfo, items: &[Value], metadata: Value, include: Opt
             for column in info.printer_columns {
                 let values = apimachinery::jsonpath::eval(column.json_path, obj).unwrap_or_default();
                 cells.push(apimachinery::table::cell(column.column_type, &values, now));
+            }
+            if info.plural == "nodes" {
+                // kubectl shows Ready/NotReady, not the condition's True/False.
+                if let Some(cell) = cells.get_mut(1) {
+                    *cell = json!(if cell == "True" { "Ready" } else { "NotReady" });
+                }
             }
             json!({"cells": cells, "object": row_object(obj, include)})
         })

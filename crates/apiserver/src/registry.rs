@@ -29,6 +29,9 @@ pub struct WriteOptions {
     pub dry_run: bool,
     pub field_manager: String,
     pub field_validation: FieldValidation,
+    /// The writer is a virtplane component (controller, node agent), which KubeVirt's
+    /// update webhooks let change what users may not (VMI spec, reserved labels).
+    pub privileged: bool,
 }
 
 /// A successful result with the `Warning` headers it should carry.
@@ -60,7 +63,7 @@ pub trait ResourceHooks: Send + Sync {
     fn validate_create(&self, _obj: &Value) -> Admission {
         Admission::default()
     }
-    fn validate_update(&self, _old: &Value, _new: &Value) -> Admission {
+    fn validate_update(&self, _old: &Value, _new: &Value, _privileged: bool) -> Admission {
         Admission::default()
     }
 }
@@ -226,12 +229,22 @@ impl Registry {
                 obj_preview(root)
             )));
         }
-        if kind != info.kind || api_version != info.api_version() {
+        if api_version != info.api_version() {
             return Err(Status::bad_request(format!(
                 "the API version in the data ({api_version}) does not match the expected API version ({})",
                 info.api_version()
-            ))
-            .with_kind_mismatch(kind, info.kind));
+            )));
+        }
+        if kind != info.kind {
+            // The custom resource validator's type-meta check.
+            let name = root
+                .get("metadata")
+                .and_then(|m| m.get("name"))
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let err = apimachinery::field::FieldError::invalid("kind", kind, format!("must be {}", info.kind));
+            return Err(Status::invalid(&info.group_kind(), &name, &[err]));
         }
         let meta = meta_mut(obj);
         if info.namespaced {
@@ -288,7 +301,7 @@ impl Registry {
     }
 
     /// Metadata, schema and admission validation of an object about to be written.
-    fn validate(reg: &Registration, obj: &Value, old: Option<&Value>) -> Result<Vec<String>, Status> {
+    fn validate(reg: &Registration, obj: &Value, old: Option<&Value>, privileged: bool) -> Result<Vec<String>, Status> {
         let info = reg.info;
         let name = object::name(obj).to_string();
         let rule = if info.plural == "namespaces" {
@@ -311,7 +324,7 @@ impl Registry {
         }
         let admission = match old {
             None => reg.hooks.validate_create(obj),
-            Some(old) => reg.hooks.validate_update(old, obj),
+            Some(old) => reg.hooks.validate_update(old, obj, privileged),
         };
         if !admission.errors.is_empty() {
             return Err(match reg.hooks.webhook() {
@@ -328,8 +341,21 @@ impl Registry {
         &self,
         reg: &Registration,
         namespace: Option<&str>,
+        obj: Value,
+        options: &WriteOptions,
+    ) -> Result<Outcome<Value>, Status> {
+        self.create_with(reg, namespace, obj, options, true).await
+    }
+
+    /// Create; `record_managed_fields` is false when the caller (server-side apply)
+    /// has already set `managedFields` for this write.
+    pub async fn create_with(
+        &self,
+        reg: &Registration,
+        namespace: Option<&str>,
         mut obj: Value,
         options: &WriteOptions,
+        record_managed_fields: bool,
     ) -> Result<Outcome<Value>, Status> {
         Self::check_identity(reg, &mut obj, namespace)?;
         let mut warnings = Self::prune(reg, &mut obj, options.field_validation, false)?;
@@ -367,16 +393,18 @@ impl Registry {
                 Value::String(apimachinery::names::generate_name(&generate_name)),
             );
         }
-        warnings.extend(Self::validate(reg, &obj, None)?);
-        apimachinery::ssa::record_update(
-            None,
-            &mut obj,
-            &options.field_manager,
-            None,
-            &reg.info.api_version(),
-            &object::now_rfc3339(),
-            &reg.schema,
-        );
+        warnings.extend(Self::validate(reg, &obj, None, options.privileged)?);
+        if record_managed_fields {
+            apimachinery::ssa::record_update(
+                None,
+                &mut obj,
+                &options.field_manager,
+                None,
+                &reg.info.api_version(),
+                &object::now_rfc3339(),
+                &reg.schema,
+            );
+        }
         if options.dry_run {
             return Ok(Outcome {
                 value: obj,
@@ -474,7 +502,7 @@ impl Registry {
                 options.field_validation,
                 subresource.is_none() && managed_fields_done.is_none(),
             )?);
-            warnings.extend(Self::validate(reg, &new, Some(&old))?);
+            warnings.extend(Self::validate(reg, &new, Some(&old), options.privileged)?);
             if object::comparable(&new) == object::comparable(&old) {
                 return Ok(Outcome {
                     value: old,
@@ -494,6 +522,8 @@ impl Registry {
                 );
             }
             if options.dry_run {
+                // Nothing is written, so the object keeps the stored resourceVersion.
+                meta_mut(&mut new).insert("resourceVersion".into(), Value::String(kv.mod_revision.to_string()));
                 return Ok(Outcome {
                     value: new,
                     warnings,
@@ -580,36 +610,23 @@ impl Registry {
                 new_meta.insert("managedFields".into(), v.clone());
             }
         }
-        if new_meta.get("uid") != old_meta.get("uid") {
-            return Err(Status::conflict(
-                &reg.info.group_resource(),
-                object::name(old),
-                &format!(
-                    "Precondition failed: UID in precondition: {}, UID in object meta: {}",
-                    new_meta.get("uid").and_then(Value::as_str).unwrap_or(""),
-                    old_meta.get("uid").and_then(Value::as_str).unwrap_or("")
-                ),
-            ));
+        // rest.BeforeUpdate: requests cannot change generation, creationTimestamp or an
+        // existing deletionTimestamp; they are reset from the stored object. A different
+        // uid is left for validation (immutable field); PUT checks it as a precondition.
+        for field in ["creationTimestamp", "deletionTimestamp"] {
+            if let Some(v) = old_meta.get(field).filter(|v| !v.is_null()) {
+                new_meta.insert(field.into(), v.clone());
+            }
         }
         let old_generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
         let spec_changed =
             object::spec_part(old, reg.info.status_subresource) != object::spec_part(&new, reg.info.status_subresource);
-        let new_meta = meta_mut(&mut new);
-        let requested_generation = new_meta
-            .get("generation")
-            .and_then(Value::as_i64)
-            .unwrap_or(old_generation);
         let generation = if spec_changed {
             old_generation + 1
         } else {
-            requested_generation.max(old_generation)
+            old_generation
         };
-        if requested_generation < old_generation {
-            // Let validation report the decrement the way upstream does.
-            new_meta.insert("generation".into(), json!(requested_generation));
-        } else {
-            new_meta.insert("generation".into(), json!(generation));
-        }
+        meta_mut(&mut new).insert("generation".into(), json!(generation));
         Ok(new)
     }
 
@@ -621,6 +638,17 @@ impl Registry {
         name: &str,
         options: &DeleteOptions,
     ) -> Result<Outcome<DeleteResult>, Status> {
+        // NamespaceLifecycle admission: the system namespaces are immortal.
+        if reg.info.group.is_empty()
+            && reg.info.plural == "namespaces"
+            && crate::core::SYSTEM_NAMESPACES.contains(&name)
+        {
+            return Err(Status::forbidden(
+                &reg.info.group_resource(),
+                name,
+                "this namespace may not be deleted",
+            ));
+        }
         loop {
             let kv = self.get_kv(reg, namespace, name).await?;
             let old = Self::decode(&kv)?;
@@ -901,18 +929,10 @@ fn obj_preview(root: &Map<String, Value>) -> String {
 }
 
 trait StatusExt {
-    fn with_kind_mismatch(self, got: &str, want: &str) -> Self;
     fn with_conflict_kind(self, info: &ResourceInfo) -> Self;
 }
 
 impl StatusExt for Status {
-    fn with_kind_mismatch(mut self, got: &str, want: &str) -> Self {
-        if got != want {
-            self.message = format!("the kind in the data ({got}) does not match the expected kind ({want})");
-        }
-        self
-    }
-
     /// Delete preconditions name the Kind, not the resource, in their message.
     fn with_conflict_kind(mut self, info: &ResourceInfo) -> Self {
         let resource = info.group_resource().qualified();

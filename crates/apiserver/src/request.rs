@@ -143,6 +143,9 @@ pub struct Query {
     pub allow_watch_bookmarks: bool,
     pub send_initial_events: Option<bool>,
     pub dry_run: bool,
+    /// Every `dryRun` value as sent; `dry_run` holds when they are all `All`
+    /// (anything else is refused by `options::validate_request`).
+    pub dry_run_values: Vec<String>,
     pub field_manager: Option<String>,
     pub field_validation: Option<String>,
     pub force: Option<bool>,
@@ -192,12 +195,8 @@ impl Query {
                 "allowWatchBookmarks" => q.allow_watch_bookmarks = parse_bool("allowWatchBookmarks", v)?,
                 "sendInitialEvents" => q.send_initial_events = Some(parse_bool("sendInitialEvents", v)?),
                 "dryRun" => {
-                    if v != "All" {
-                        return Err(Status::bad_request(format!(
-                            "dryRun: Unsupported value: {v:?}: supported values: \"All\""
-                        )));
-                    }
-                    q.dry_run = true;
+                    q.dry_run_values.push(v.to_string());
+                    q.dry_run = q.dry_run_values.iter().all(|d| d == "All");
                 }
                 "fieldManager" => q.field_manager = Some(v.to_string()),
                 "fieldValidation" => q.field_validation = Some(v.to_string()),

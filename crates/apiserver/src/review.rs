@@ -117,3 +117,35 @@ fn protobuf_spec(unknown: &[u8]) -> Option<Value> {
     }
     Some(Value::Object(out))
 }
+
+/// A Namespace sent as Kubernetes protobuf (`kubectl create namespace X` uses the typed
+/// client): `k8s\0` + runtime.Unknown{2: raw Namespace{1: ObjectMeta{1 name,
+/// 2 generateName, 11 labels, 12 annotations}}}. Spec and status are server-defaulted.
+pub fn namespace_from_protobuf(body: &[u8]) -> Option<Value> {
+    let unknown = body.strip_prefix(b"k8s\0")?;
+    let raw = fields(unknown)?.into_iter().find(|(n, _)| *n == 2)?.1;
+    let text = |b: &[u8]| Value::String(String::from_utf8_lossy(b).into_owned());
+    let mut metadata = serde_json::Map::new();
+    if let Some((_, meta)) = fields(raw)?.into_iter().find(|(n, _)| *n == 1) {
+        for (number, bytes) in fields(meta)? {
+            match number {
+                1 => {
+                    metadata.insert("name".into(), text(bytes));
+                }
+                2 => {
+                    metadata.insert("generateName".into(), text(bytes));
+                }
+                11 | 12 => {
+                    let key = if number == 11 { "labels" } else { "annotations" };
+                    let map = metadata.entry(key).or_insert_with(|| json!({}));
+                    let entry = fields(bytes)?;
+                    let k = entry.iter().find(|(n, _)| *n == 1).map(|(_, b)| *b).unwrap_or_default();
+                    let v = entry.iter().find(|(n, _)| *n == 2).map(|(_, b)| *b).unwrap_or_default();
+                    map[String::from_utf8_lossy(k).as_ref()] = text(v);
+                }
+                _ => {}
+            }
+        }
+    }
+    Some(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}))
+}

@@ -9,6 +9,6 @@ pub mod resources;
 pub mod schema;
 
 mod access;
-mod quantity;
+pub mod quantity;
 mod typecheck;
 mod validation;

@@ -12,12 +12,12 @@ const NANOS_PER_UNIT: i128 = 1_000_000_000;
 
 /// A quantity in units of 10^-9, saturated at the `i128` range.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Quantity {
+pub struct Quantity {
     nanos: i128,
 }
 
 impl Quantity {
-    pub(crate) fn parse(text: &str) -> Option<Quantity> {
+    pub fn parse(text: &str) -> Option<Quantity> {
         let bytes = text.as_bytes();
         if bytes.is_empty() {
             return None;
@@ -70,7 +70,7 @@ impl Quantity {
     }
 
     /// A quantity given as a JSON string or number (Kubernetes accepts both).
-    pub(crate) fn from_json(v: &Value) -> Option<Quantity> {
+    pub fn from_json(v: &Value) -> Option<Quantity> {
         match v {
             Value::String(s) => Quantity::parse(s.trim()),
             Value::Number(n) => Quantity::parse(&n.to_string()),
@@ -78,17 +78,17 @@ impl Quantity {
         }
     }
 
-    pub(crate) fn is_zero(self) -> bool {
+    pub fn is_zero(self) -> bool {
         self.nanos == 0
     }
 
     /// Go's `Quantity.Value()`: whole units, rounded away from zero.
-    pub(crate) fn value(self) -> i64 {
+    pub fn value(self) -> i64 {
         saturate(div_away_from_zero(self.nanos, NANOS_PER_UNIT))
     }
 
     /// Go's `Quantity.MilliValue()`.
-    pub(crate) fn milli_value(self) -> i64 {
+    pub fn milli_value(self) -> i64 {
         saturate(div_away_from_zero(self.nanos, NANOS_PER_UNIT / 1000))
     }
 }

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
@@ -58,6 +59,35 @@ struct ServerArgs {
     /// A directory hostDisk volumes may live in.
     #[arg(long = "host-disk-dir")]
     host_disk_dirs: Vec<PathBuf>,
+    #[command(flatten)]
+    sim: SimArgs,
+    #[command(flatten)]
+    timing: TimingArgs,
+}
+
+/// How simulated nodes behave.
+#[derive(Args, Clone)]
+struct SimArgs {
+    /// How long a simulated guest takes to boot (`500ms`, `2s`).
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    sim_boot_delay: Duration,
+    /// How long a simulated guest takes to shut down.
+    #[arg(long, default_value = "200ms", value_parser = parse_duration)]
+    sim_stop_delay: Duration,
+}
+
+#[derive(Args, Clone)]
+struct TimingArgs {
+    /// How often node agents report that they are alive.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    heartbeat_interval: Duration,
+    /// How long a node may stay silent before it is NotReady and its VMIs fail.
+    #[arg(long, default_value = "40s", value_parser = parse_duration)]
+    node_monitor_grace_period: Duration,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    node_agent::sim::parse_duration(text).ok_or_else(|| format!("{text:?} is not a duration like 500ms, 2s or 1m"))
 }
 
 #[derive(Args)]
@@ -74,6 +104,11 @@ struct NodeArgs {
     insecure_registries: Vec<String>,
     #[arg(long = "host-disk-dir")]
     host_disk_dirs: Vec<PathBuf>,
+    #[command(flatten)]
+    sim: SimArgs,
+    /// How often this agent reports that it is alive.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    heartbeat_interval: Duration,
 }
 
 #[derive(Args)]
@@ -95,8 +130,8 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Command::Server(args) => run_server(args),
-        Command::Node(args) => not_yet("virtplane node", &args.name),
-        Command::Vm(args) => not_yet(&format!("virtplane vm {}", args.verb), &args.name),
+        Command::Node(args) => run_node(args),
+        Command::Vm(args) => run_vm(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -107,8 +142,125 @@ fn main() -> ExitCode {
     }
 }
 
-fn not_yet(what: &str, _subject: &str) -> anyhow::Result<()> {
-    bail!("{what} is not available in this build yet (node agents and the virtctl verbs come with the VM lifecycle); run `virtplane server --no-node` for the API alone")
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    tokio::runtime::Runtime::new().context("cannot start the async runtime")
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+fn sim_hypervisor(args: &SimArgs) -> Arc<dyn node_agent::Hypervisor> {
+    Arc::new(node_agent::sim::Sim::new(node_agent::sim::SimConfig {
+        boot_delay: args.sim_boot_delay,
+        stop_delay: args.sim_stop_delay,
+        ..Default::default()
+    }))
+}
+
+/// The hypervisor a node runs, from `--hypervisor` (QEMU unless told otherwise).
+fn hypervisor(kind: Option<&str>, sim: &SimArgs) -> anyhow::Result<Arc<dyn node_agent::Hypervisor>> {
+    match kind.unwrap_or("qemu") {
+        "sim" => Ok(sim_hypervisor(sim)),
+        "qemu" => bail!("--hypervisor qemu: the QEMU backend is not built yet; use --hypervisor sim (or --no-node)"),
+        other => bail!("--hypervisor {other}: unknown hypervisor; use `qemu` or `sim`"),
+    }
+}
+
+fn run_node(args: NodeArgs) -> anyhow::Result<()> {
+    let _ = (&args.data_dir, &args.insecure_registries, &args.host_disk_dirs);
+    let hypervisor = hypervisor(args.hypervisor.as_deref(), &args.sim)?;
+    runtime()?.block_on(async move {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&args.kubeconfig)
+            .with_context(|| format!("cannot read kubeconfig {}", args.kubeconfig.display()))?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .with_context(|| format!("kubeconfig {} is not usable", args.kubeconfig.display()))?;
+        let client = kube::Client::try_from(config).context("cannot build an API client")?;
+        let agent = node_agent::AgentConfig {
+            nodes: vec![args.name.clone()],
+            address: "127.0.0.1".into(),
+            heartbeat_interval: args.heartbeat_interval,
+        };
+        tracing::info!("node {} joining", args.name);
+        node_agent::run(client, agent, hypervisor)
+            .await
+            .context("node agent stopped")?;
+        Ok(())
+    })
+}
+
+fn run_vm(args: VmArgs) -> anyhow::Result<()> {
+    let (plural, verb) = match args.verb.as_str() {
+        "start" | "stop" | "restart" | "migrate" => ("virtualmachines", args.verb.as_str()),
+        "pause" | "unpause" | "softreboot" | "soft-reboot" => (
+            "virtualmachineinstances",
+            if args.verb == "soft-reboot" {
+                "softreboot"
+            } else {
+                args.verb.as_str()
+            },
+        ),
+        "console" => bail!("virtplane vm console: serial consoles come with the QEMU backend, which is not built yet"),
+        other => {
+            bail!("unknown verb {other:?}; use start, stop, restart, pause, unpause, softreboot, migrate or console")
+        }
+    };
+    runtime()?.block_on(async move {
+        let config = match &args.kubeconfig {
+            Some(path) => {
+                let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                    .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
+            }
+            None => kube::Config::infer()
+                .await
+                .context("no kubeconfig found; pass --kubeconfig")?,
+        };
+        let namespace = args
+            .namespace
+            .clone()
+            .unwrap_or_else(|| config.default_namespace.clone());
+        let client = kube::Client::try_from(config).context("cannot build an API client")?;
+        let path = format!(
+            "/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/{plural}/{}/{verb}",
+            args.name
+        );
+        let request = http::Request::put(path)
+            .header("content-type", "application/json")
+            .body(b"{}".to_vec())?;
+        match client.request_text(request).await {
+            Ok(_) => {
+                println!("VM {} was scheduled to {verb}", args.name);
+                Ok(())
+            }
+            Err(kube::Error::Api(status)) => bail!("{verb} {}: {}", args.name, status.message),
+            Err(e) => Err(e).with_context(|| format!("{verb} {}", args.name)),
+        }
+    })
+}
+
+fn spawn_agent(
+    client: kube::Client,
+    nodes: Vec<String>,
+    hypervisor: Arc<dyn node_agent::Hypervisor>,
+    heartbeat: Duration,
+) {
+    let config = node_agent::AgentConfig {
+        nodes,
+        address: "127.0.0.1".into(),
+        heartbeat_interval: heartbeat,
+    };
+    tokio::spawn(async move {
+        if let Err(e) = node_agent::run(client, config, hypervisor).await {
+            tracing::error!("local node agent stopped: {e}");
+        }
+    });
 }
 
 fn run_server(args: ServerArgs) -> anyhow::Result<()> {
@@ -124,18 +276,15 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
             args.store
         );
     }
-    if let Some(n) = args.sim_nodes {
-        bail!("--sim-nodes {n}: simulated nodes are not built yet; run without --sim-nodes");
-    }
-    if let Some(h) = &args.hypervisor {
-        bail!("--hypervisor {h}: node agents are not built yet; run with --no-node");
-    }
-    let _ = (&args.node_name, &args.insecure_registries, &args.host_disk_dirs);
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    let _ = (&args.insecure_registries, &args.host_disk_dirs);
+    let local = if args.no_node {
+        None
+    } else {
+        Some(hypervisor(args.hypervisor.as_deref(), &args.sim)?)
+    };
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create data dir {}", args.data_dir.display()))?;
-    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
-    runtime.block_on(async move {
+    runtime()?.block_on(async move {
         let db = args.data_dir.join("state.db");
         let store = store_sqlite::SqliteStore::open(&db)
             .with_context(|| format!("cannot open the store at {}", db.display()))?;
@@ -145,8 +294,23 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
             store: Arc::new(store),
         })
         .await?;
-        if !args.no_node {
-            tracing::warn!("no local node agent yet: VMs are accepted but not run (this build has the API only)");
+        let client = kube::Client::new(server.internal.clone(), "default");
+        let controller_config = controllers::Config {
+            node_monitor_grace_period: args.timing.node_monitor_grace_period,
+        };
+        tokio::spawn(controllers::run(client.clone(), controller_config));
+        if let Some(hypervisor) = local {
+            let name = args.node_name.clone().unwrap_or_else(hostname);
+            spawn_agent(client.clone(), vec![name], hypervisor, args.timing.heartbeat_interval);
+        }
+        if let Some(count) = args.sim_nodes.filter(|n| *n > 0) {
+            let names = (0..count).map(|i| format!("sim-node-{i}")).collect();
+            spawn_agent(
+                client.clone(),
+                names,
+                sim_hypervisor(&args.sim),
+                args.timing.heartbeat_interval,
+            );
         }
         tracing::info!(
             "serving {} — kubectl --kubeconfig {}",

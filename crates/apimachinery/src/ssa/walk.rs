@@ -91,9 +91,11 @@ fn item_element(item: &Value, keys: Option<&[String]>, item_node: Option<NodeRef
             Some(v) => {
                 key.insert(k.clone(), v);
             }
-            None => return Err(format!(
+            None => {
+                return Err(format!(
                 "associative list with keys has an element that omits key field {k:?} (and doesn't have default value)"
-            )),
+            ))
+            }
         }
     }
     Ok(PathElement::key(&key))

@@ -31,7 +31,10 @@ pub struct Reply {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
 }
 
 pub fn binary() -> PathBuf {
@@ -40,7 +43,9 @@ pub fn binary() -> PathBuf {
 
 /// `field: base64` out of a kubeconfig, decoded.
 pub fn kubeconfig_field(kubeconfig: &str, field: &str) -> Option<Vec<u8>> {
-    let line = kubeconfig.lines().find(|l| l.trim_start().starts_with(&format!("{field}:")))?;
+    let line = kubeconfig
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{field}:")))?;
     let value = line.split_once(':')?.1.trim();
     base64::engine::general_purpose::STANDARD.decode(value).ok()
 }
@@ -65,8 +70,11 @@ fn clients(dir: &Path) -> (reqwest::Client, reqwest::Client) {
         .timeout(Duration::from_secs(60))
         .build()
         .expect("client");
-    let anonymous =
-        reqwest::Client::builder().tls_certs_only([ca]).timeout(Duration::from_secs(60)).build().expect("client");
+    let anonymous = reqwest::Client::builder()
+        .tls_certs_only([ca])
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("client");
     (client, anonymous)
 }
 
@@ -76,6 +84,7 @@ impl TestServer {
     }
 
     pub async fn start_with(args: &[&str]) -> TestServer {
+        install_crypto();
         let dir = tempfile::tempdir().expect("temp dir");
         let port = free_port();
         let mut server = TestServer {
@@ -145,7 +154,8 @@ impl TestServer {
 
     pub fn token(&self, user: &str) -> String {
         let tokens: Value =
-            serde_json::from_slice(&std::fs::read(self.dir.path().join("pki/tokens.json")).expect("tokens")).expect("json");
+            serde_json::from_slice(&std::fs::read(self.dir.path().join("pki/tokens.json")).expect("tokens"))
+                .expect("json");
         tokens
             .as_object()
             .and_then(|m| m.iter().find(|(_, u)| u["user"] == user))
@@ -166,7 +176,12 @@ impl TestServer {
         let headers = response.headers().clone();
         let text = response.text().await.unwrap_or_default();
         let body = serde_json::from_str(&text).unwrap_or(Value::Null);
-        Reply { status, body, headers, text }
+        Reply {
+            status,
+            body,
+            headers,
+            text,
+        }
     }
 
     pub async fn get(&self, path: &str) -> Reply {
@@ -174,19 +189,38 @@ impl TestServer {
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> Reply {
-        self.request(Method::POST, path, "application/json", Some(serde_json::to_vec(body).unwrap())).await
+        self.request(
+            Method::POST,
+            path,
+            "application/json",
+            Some(serde_json::to_vec(body).unwrap()),
+        )
+        .await
     }
 
     pub async fn put(&self, path: &str, body: &Value) -> Reply {
-        self.request(Method::PUT, path, "application/json", Some(serde_json::to_vec(body).unwrap())).await
+        self.request(
+            Method::PUT,
+            path,
+            "application/json",
+            Some(serde_json::to_vec(body).unwrap()),
+        )
+        .await
     }
 
     pub async fn patch(&self, path: &str, content_type: &str, body: &str) -> Reply {
-        self.request(Method::PATCH, path, content_type, Some(body.as_bytes().to_vec())).await
+        self.request(Method::PATCH, path, content_type, Some(body.as_bytes().to_vec()))
+            .await
     }
 
     pub async fn delete(&self, path: &str, body: Option<&Value>) -> Reply {
-        self.request(Method::DELETE, path, "application/json", body.map(|b| serde_json::to_vec(b).unwrap())).await
+        self.request(
+            Method::DELETE,
+            path,
+            "application/json",
+            body.map(|b| serde_json::to_vec(b).unwrap()),
+        )
+        .await
     }
 }
 

@@ -1,0 +1,529 @@
+//! `subresources.kubevirt.io/v1`: the lifecycle verbs virtctl calls (start, stop,
+//! restart, migrate on VMs; pause, unpause, softreboot on VMIs), with virt-api's
+//! acceptance rules and messages. They change state through the same registry calls any
+//! client could make: VM spec and `status.stateChangeRequests` for the VM controller,
+//! VMI annotations for the node agent.
+
+use apimachinery::status::Status;
+use axum::response::{IntoResponse, Response};
+use http::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use crate::object;
+use crate::registry::{Change, Registry, WriteOptions};
+use crate::request::ResourcePath;
+
+pub const GROUP: &str = "subresources.kubevirt.io";
+
+/// Desired pause state of a VMI, read by its node agent.
+pub const PAUSE_ANNOTATION: &str = "virtplane.io/paused";
+/// Time of the latest soft-reboot request, read by the node agent.
+pub const SOFT_REBOOT_ANNOTATION: &str = "virtplane.io/soft-reboot-requested";
+
+/// Resources advertised in discovery for `subresources.kubevirt.io/v1`, as virt-api does.
+pub fn discovery_entries() -> Vec<crate::discovery::ExtraResource> {
+    const NAMES: [&str; 7] = [
+        "virtualmachines/start",
+        "virtualmachines/stop",
+        "virtualmachines/restart",
+        "virtualmachines/migrate",
+        "virtualmachineinstances/pause",
+        "virtualmachineinstances/unpause",
+        "virtualmachineinstances/softreboot",
+    ];
+    NAMES
+        .iter()
+        .map(|name| crate::discovery::ExtraResource {
+            group: GROUP,
+            version: "v1",
+            name,
+            kind: "",
+            namespaced: true,
+            verbs: &["update"],
+        })
+        .collect()
+}
+
+fn conflict(message: &str) -> Status {
+    Status::failure(409, "Conflict", message)
+}
+
+fn options() -> WriteOptions {
+    WriteOptions {
+        field_manager: "virt-api".into(),
+        privileged: true,
+        ..Default::default()
+    }
+}
+
+fn accepted() -> Response {
+    StatusCode::ACCEPTED.into_response()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Strategy {
+    Always,
+    RerunOnFailure,
+    Manual,
+    Halted,
+    Once,
+}
+
+/// The effective run strategy and whether the VM uses the deprecated `running` field.
+fn strategy(vm: &Value) -> Result<(Strategy, bool), Status> {
+    let spec = vm.get("spec").cloned().unwrap_or(Value::Null);
+    if let Some(running) = spec.get("running").and_then(Value::as_bool) {
+        return Ok((if running { Strategy::Always } else { Strategy::Halted }, true));
+    }
+    let s = match spec.get("runStrategy").and_then(Value::as_str).unwrap_or("Halted") {
+        "Always" => Strategy::Always,
+        "RerunOnFailure" => Strategy::RerunOnFailure,
+        "Manual" => Strategy::Manual,
+        "Halted" => Strategy::Halted,
+        "Once" => Strategy::Once,
+        other => return Err(conflict(&format!("Invalid RunStrategy ({other})"))),
+    };
+    Ok((s, false))
+}
+
+fn phase(vmi: &Value) -> &str {
+    vmi.pointer("/status/phase").and_then(Value::as_str).unwrap_or("")
+}
+
+fn is_final(vmi: &Value) -> bool {
+    matches!(phase(vmi), "Succeeded" | "Failed")
+}
+
+fn is_paused(vmi: &Value) -> bool {
+    vmi.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Paused" && c["status"] == "True"))
+}
+
+fn dry_run(body: &Value) -> bool {
+    body.get("dryRun")
+        .and_then(Value::as_array)
+        .is_some_and(|d| d.iter().any(|x| x == "All"))
+}
+
+fn parse_body(body: &[u8], what: &str) -> Result<Value, Status> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(json!({}));
+    }
+    let text = std::str::from_utf8(body)
+        .map_err(|e| Status::bad_request(format!("Can not unmarshal Request body to struct, error: {e}")))?;
+    let value = serde_json::from_str::<Value>(text)
+        .or_else(|_| crate::yaml::from_str(text))
+        .map_err(|e| Status::bad_request(format!("Can not unmarshal Request body to struct, error: {e}")))?;
+    if !value.is_object() {
+        return Err(Status::bad_request(format!(
+            "Can not unmarshal Request body to struct, error: {what} must be an object"
+        )));
+    }
+    Ok(value)
+}
+
+pub async fn handle(
+    registry: &Registry,
+    method: &Method,
+    path: &ResourcePath,
+    body: &[u8],
+) -> Result<Response, Status> {
+    let (Some(namespace), Some(name), Some(verb)) = (
+        path.namespace.as_deref(),
+        path.name.as_deref(),
+        path.subresource.as_deref(),
+    ) else {
+        return Err(Status::failure(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ));
+    };
+    if method != Method::PUT {
+        return Err(Status::failure(
+            405,
+            "MethodNotAllowed",
+            format!("{method} is not supported on {verb}"),
+        ));
+    }
+    let vm_reg = registry
+        .find("kubevirt.io", "v1", "virtualmachines")
+        .ok_or_else(|| Status::internal("no VM registration"))?;
+    let vmi_reg = registry
+        .find("kubevirt.io", "v1", "virtualmachineinstances")
+        .ok_or_else(|| Status::internal("no VMI registration"))?;
+    match (path.plural.as_str(), verb) {
+        ("virtualmachines", "start" | "stop" | "restart" | "migrate") => {
+            let vm = registry.get(&vm_reg, Some(namespace), name).await?;
+            let vmi = match registry.get(&vmi_reg, Some(namespace), name).await {
+                Ok(v) => Some(v),
+                Err(s) if s.code == 404 => None,
+                Err(s) => return Err(s),
+            };
+            let body = parse_body(body, verb)?;
+            let lifecycle = Lifecycle {
+                registry,
+                namespace,
+                name,
+                vm: &vm,
+                vmi: vmi.as_ref(),
+                dry_run: dry_run(&body),
+            };
+            match verb {
+                "start" => lifecycle.start(&body).await,
+                "stop" => lifecycle.stop(&body).await,
+                "restart" => lifecycle.restart(&body).await,
+                _ => lifecycle.migrate(&body).await,
+            }
+        }
+        ("virtualmachineinstances", "pause" | "unpause" | "softreboot") => {
+            let vmi = registry.get(&vmi_reg, Some(namespace), name).await?;
+            let body = parse_body(body, verb)?;
+            vmi_action(registry, namespace, name, &vmi, verb, dry_run(&body)).await
+        }
+        _ => Err(Status::failure(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )),
+    }
+}
+
+struct Lifecycle<'a> {
+    registry: &'a Registry,
+    namespace: &'a str,
+    name: &'a str,
+    vm: &'a Value,
+    vmi: Option<&'a Value>,
+    dry_run: bool,
+}
+
+impl Lifecycle<'_> {
+    fn vmi_uid(&self) -> Option<String> {
+        self.vmi.map(|v| object::uid(v).to_string())
+    }
+
+    async fn start(&self, body: &Value) -> Result<Response, Status> {
+        let paused = body.get("paused").and_then(Value::as_bool).unwrap_or(false);
+        if let Some(vmi) = self.vmi {
+            if !is_final(vmi) && !matches!(phase(vmi), "" | "Unknown") {
+                return Err(conflict("VM is already running"));
+            }
+        }
+        let start = if paused {
+            json!({"action": "Start", "data": {"paused": "true"}})
+        } else {
+            json!({"action": "Start"})
+        };
+        let (strategy, uses_running) = strategy(self.vm)?;
+        match strategy {
+            Strategy::Halted if paused => self.queue(vec![start]).await,
+            Strategy::Halted => self.set_strategy(uses_running, true).await,
+            Strategy::Manual => match self.vmi.filter(|v| is_final(v)) {
+                Some(_) => self.queue(vec![self.stop_request(), start]).await,
+                None => self.queue(vec![start]).await,
+            },
+            Strategy::RerunOnFailure => match self.vmi.map(phase) {
+                Some("Succeeded") => self.queue(vec![self.stop_request(), start]).await,
+                Some("Failed") => Err(conflict(
+                    "RerunOnFailure does not support starting VM from failed state",
+                )),
+                _ => self.queue(vec![start]).await,
+            },
+            Strategy::Always => Err(conflict("Always does not support manual start requests")),
+            Strategy::Once => Err(conflict("Once does not support manual start requests")),
+        }
+    }
+
+    fn stop_request(&self) -> Value {
+        match self.vmi_uid() {
+            Some(uid) => json!({"action": "Stop", "uid": uid}),
+            None => json!({"action": "Stop"}),
+        }
+    }
+
+    async fn stop(&self, body: &Value) -> Result<Response, Status> {
+        let grace = body.get("gracePeriod").and_then(Value::as_i64);
+        let running = self.vmi.filter(|v| !is_final(v));
+        let old_grace = running
+            .and_then(|v| v.pointer("/spec/terminationGracePeriodSeconds"))
+            .and_then(Value::as_i64);
+        let (strategy, uses_running) = strategy(self.vm)?;
+        if strategy == Strategy::Halted || strategy == Strategy::Manual || strategy == Strategy::RerunOnFailure {
+            if running.is_none() {
+                return Err(conflict("VM is not running"));
+            }
+        }
+        if strategy == Strategy::Halted {
+            let shorter = match (grace, old_grace) {
+                (Some(new), Some(old)) => new < old,
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            if !shorter {
+                return Err(conflict(
+                    "Halted only supports manual stop requests with a shorter graceperiod",
+                ));
+            }
+        }
+        if let (Some(grace), Some(_)) = (grace, running) {
+            self.set_vmi_grace(grace).await?;
+        }
+        match strategy {
+            Strategy::Always | Strategy::Once => self.set_strategy(uses_running, false).await,
+            _ => self.queue(vec![self.stop_request()]).await,
+        }
+    }
+
+    async fn restart(&self, body: &Value) -> Result<Response, Status> {
+        let grace = body.get("gracePeriodSeconds").and_then(Value::as_i64);
+        match grace {
+            Some(g) if g > 0 => {
+                return Err(Status::bad_request(
+                    "For force restart, only gracePeriod=0 is supported for now",
+                ))
+            }
+            Some(g) if g < 0 => return Err(Status::bad_request("gracePeriod has to be greater or equal to 0")),
+            _ => {}
+        }
+        let (strategy, _) = strategy(self.vm)?;
+        match strategy {
+            Strategy::Halted => return Err(conflict("RunStategy Halted does not support manual restart requests")),
+            Strategy::Once => return Err(conflict("RunStategy Once does not support manual restart requests")),
+            _ => {}
+        }
+        if self.vmi.is_none() {
+            let printable = self
+                .vm
+                .pointer("/status/printableStatus")
+                .and_then(Value::as_str)
+                .unwrap_or("Stopped");
+            return Err(conflict(&format!("VM is not running: {printable}")));
+        }
+        if grace == Some(0) {
+            self.set_vmi_grace(1).await?;
+        }
+        self.queue(vec![self.stop_request(), json!({"action": "Start"})]).await
+    }
+
+    async fn migrate(&self, body: &Value) -> Result<Response, Status> {
+        let Some(vmi) = self.vmi.filter(|v| phase(v) == "Running") else {
+            return Err(conflict("VM is not running"));
+        };
+        let reg = self
+            .registry
+            .find("kubevirt.io", "v1", "virtualmachineinstancemigrations");
+        let reg = reg.ok_or_else(|| Status::internal("no migration registration"))?;
+        let mut spec = json!({"vmiName": object::name(vmi)});
+        if let Some(selector) = body.get("addedNodeSelector").filter(|s| s.is_object()) {
+            spec["addedNodeSelector"] = selector.clone();
+        }
+        let migration = json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+            "metadata": {"generateName": "kubevirt-migrate-vm-", "namespace": self.namespace}, "spec": spec});
+        let options = WriteOptions {
+            dry_run: self.dry_run,
+            ..options()
+        };
+        self.registry
+            .create(&reg, Some(self.namespace), migration, &options)
+            .await?;
+        Ok(accepted())
+    }
+
+    /// `runStrategy` (or the deprecated `running`) switched by a spec patch with a test
+    /// of the value it replaces, so a concurrent change makes this a 409.
+    async fn set_strategy(&self, uses_running: bool, start: bool) -> Result<Response, Status> {
+        let reg = self
+            .registry
+            .find("kubevirt.io", "v1", "virtualmachines")
+            .ok_or_else(|| Status::internal("no VM registration"))?;
+        let options = WriteOptions {
+            dry_run: self.dry_run,
+            ..options()
+        };
+        let expected = self.vm.get("spec").cloned().unwrap_or(Value::Null);
+        self.registry
+            .update_with(&reg, Some(self.namespace), self.name, None, &options, |old| {
+                if old.get("spec") != Some(&expected) {
+                    return Err(conflict("the VM changed while the request was handled; try again"));
+                }
+                let mut new = old.clone();
+                object::meta_mut(&mut new).remove("resourceVersion");
+                let spec = &mut new["spec"];
+                if uses_running {
+                    spec["running"] = json!(start);
+                } else {
+                    spec["runStrategy"] = json!(if start { "Always" } else { "Halted" });
+                }
+                Ok(Change::replace(new))
+            })
+            .await?;
+        self.clear_start_failure().await?;
+        Ok(accepted())
+    }
+
+    async fn clear_start_failure(&self) -> Result<(), Status> {
+        if self.vm.pointer("/status/startFailure").is_none() || self.dry_run {
+            return Ok(());
+        }
+        let reg = self
+            .registry
+            .find("kubevirt.io", "v1", "virtualmachines")
+            .ok_or_else(|| Status::internal("no VM registration"))?;
+        self.registry
+            .update_with(
+                &reg,
+                Some(self.namespace),
+                self.name,
+                Some("status"),
+                &options(),
+                |old| {
+                    let mut new = old.clone();
+                    object::meta_mut(&mut new).remove("resourceVersion");
+                    if let Some(status) = new.get_mut("status").and_then(Value::as_object_mut) {
+                        status.remove("startFailure");
+                    }
+                    Ok(Change::replace(new))
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Queues requests on `status.stateChangeRequests`, as virt-api does: onto an empty
+    /// queue, or a lone Stop replacing whatever is queued.
+    async fn queue(&self, requests: Vec<Value>) -> Result<Response, Status> {
+        let reg = self
+            .registry
+            .find("kubevirt.io", "v1", "virtualmachines")
+            .ok_or_else(|| Status::internal("no VM registration"))?;
+        let expected = self.vm.pointer("/status/stateChangeRequests").cloned();
+        let lone_stop = requests.len() == 1 && requests[0]["action"] == "Stop";
+        let options = WriteOptions {
+            dry_run: self.dry_run,
+            ..options()
+        };
+        self.registry
+            .update_with(&reg, Some(self.namespace), self.name, Some("status"), &options, |old| {
+                let current = old.pointer("/status/stateChangeRequests").cloned();
+                if current != expected {
+                    return Err(conflict(
+                        "the VM's state change requests changed while the request was handled; try again",
+                    ));
+                }
+                let queued = current
+                    .as_ref()
+                    .and_then(Value::as_array)
+                    .is_some_and(|q| !q.is_empty());
+                if queued && !lone_stop {
+                    return Err(conflict("unable to complete request: stop/start already underway"));
+                }
+                let mut new = old.clone();
+                object::meta_mut(&mut new).remove("resourceVersion");
+                if !new.get("status").is_some_and(Value::is_object) {
+                    new["status"] = json!({});
+                }
+                new["status"]["stateChangeRequests"] = Value::Array(requests.clone());
+                if let Some(status) = new["status"].as_object_mut() {
+                    status.remove("startFailure");
+                }
+                Ok(Change::replace(new))
+            })
+            .await?;
+        Ok(accepted())
+    }
+
+    async fn set_vmi_grace(&self, grace: i64) -> Result<(), Status> {
+        let reg = self
+            .registry
+            .find("kubevirt.io", "v1", "virtualmachineinstances")
+            .ok_or_else(|| Status::internal("no VMI registration"))?;
+        let options = WriteOptions {
+            dry_run: self.dry_run,
+            ..options()
+        };
+        self.registry
+            .update_with(&reg, Some(self.namespace), self.name, None, &options, |old| {
+                let mut new = old.clone();
+                object::meta_mut(&mut new).remove("resourceVersion");
+                new["spec"]["terminationGracePeriodSeconds"] = json!(grace);
+                Ok(Change::replace(new))
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+async fn vmi_action(
+    registry: &Registry,
+    namespace: &str,
+    name: &str,
+    vmi: &Value,
+    verb: &str,
+    dry_run: bool,
+) -> Result<Response, Status> {
+    let running = phase(vmi) == "Running";
+    let paused = is_paused(vmi);
+    let (key, value) = match verb {
+        "pause" => {
+            if !running {
+                return Err(conflict("VM is not running"));
+            }
+            if paused {
+                return Err(conflict("VMI is already paused"));
+            }
+            (PAUSE_ANNOTATION, Some("true".to_string()))
+        }
+        "unpause" => {
+            if !running {
+                return Err(conflict("VMI is not running"));
+            }
+            if !paused {
+                return Err(conflict("VMI is not paused"));
+            }
+            (PAUSE_ANNOTATION, None)
+        }
+        _ => {
+            if paused {
+                return Err(conflict("VMI is paused"));
+            }
+            if !running {
+                return Err(conflict("VMI is not running"));
+            }
+            let acpi_disabled = vmi
+                .pointer("/spec/domain/features/acpi/enabled")
+                .and_then(Value::as_bool)
+                == Some(false);
+            if acpi_disabled {
+                return Err(conflict(
+                    "VMI neither have the agent connected nor the ACPI feature enabled",
+                ));
+            }
+            (
+                SOFT_REBOOT_ANNOTATION,
+                Some(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
+            )
+        }
+    };
+    let reg = registry
+        .find("kubevirt.io", "v1", "virtualmachineinstances")
+        .ok_or_else(|| Status::internal("no VMI registration"))?;
+    let options = WriteOptions { dry_run, ..options() };
+    registry
+        .update_with(&reg, Some(namespace), name, None, &options, |old| {
+            let mut new = old.clone();
+            let meta = object::meta_mut(&mut new);
+            meta.remove("resourceVersion");
+            let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
+            if let Some(map) = annotations.as_object_mut() {
+                match &value {
+                    Some(v) => map.insert(key.to_string(), json!(v)),
+                    None => map.remove(key),
+                };
+            }
+            Ok(Change::replace(new))
+        })
+        .await?;
+    Ok(StatusCode::OK.into_response())
+}

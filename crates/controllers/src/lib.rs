@@ -1,0 +1,42 @@
+//! KubeVirt's controllers, written as ordinary Kubernetes controllers with kube-rs
+//! against our own API: inside `virtplane server` they reach it in-process.
+
+pub mod node_lifecycle;
+pub mod resources;
+pub mod run_strategy;
+pub mod scheduler;
+pub mod vm;
+
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("cannot build an object: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Tunables of the control loops.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// How long a node may go without a heartbeat before it is NotReady and its VMIs fail.
+    pub node_monitor_grace_period: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            node_monitor_grace_period: Duration::from_secs(40),
+        }
+    }
+}
+
+/// Runs every controller until the process ends.
+pub async fn run(client: kube::Client, config: Config) {
+    tokio::join!(
+        vm::run(client.clone()),
+        scheduler::run(client.clone()),
+        node_lifecycle::run(client, config.node_monitor_grace_period),
+    );
+}

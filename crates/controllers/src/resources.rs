@@ -1,0 +1,60 @@
+//! The kinds the controllers work with, as dynamic resources, and small accessors for
+//! the JSON they carry.
+
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use serde_json::Value;
+
+pub fn virtual_machine() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachine"),
+        "virtualmachines",
+    )
+}
+
+pub fn virtual_machine_instance() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachineInstance"),
+        "virtualmachineinstances",
+    )
+}
+
+pub fn node() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Node"), "nodes")
+}
+
+/// A string at a JSON pointer of the object's data (`/status/phase`).
+pub fn str_at<'a>(obj: &'a DynamicObject, pointer: &str) -> Option<&'a str> {
+    obj.data.pointer(pointer).and_then(Value::as_str)
+}
+
+/// The condition of `kind` in `status.conditions`, if any.
+pub fn condition<'a>(obj: &'a DynamicObject, kind: &str) -> Option<&'a Value> {
+    obj.data
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+pub fn condition_is(obj: &DynamicObject, kind: &str, status: &str) -> bool {
+    condition(obj, kind).is_some_and(|c| c["status"] == status)
+}
+
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// Replaces (or adds) a condition, keeping lastTransitionTime when the status is unchanged.
+pub fn set_condition(conditions: &mut Vec<Value>, mut condition: Value) {
+    let kind = condition["type"].clone();
+    if let Some(existing) = conditions.iter_mut().find(|c| c["type"] == kind) {
+        if existing["status"] == condition["status"] {
+            if let Some(t) = existing.get("lastTransitionTime") {
+                condition["lastTransitionTime"] = t.clone();
+            }
+        }
+        *existing = condition;
+    } else {
+        conditions.push(condition);
+    }
+}

@@ -1,0 +1,500 @@
+//! Places VMIs on nodes — the part of scheduling that KubeVirt leaves to the Kubernetes
+//! scheduler and its launcher pods. A VMI fits a node that is Ready and schedulable,
+//! whose taints it tolerates, whose labels match its nodeSelector and required node
+//! affinity, and that has the CPU and memory it requests left. Among those, the one with
+//! the most free memory wins. A VMI that fits nowhere says why, like a pending pod.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams};
+use kube::core::DynamicObject;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client, ResourceExt};
+use kubevirt_api::quantity::Quantity;
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+use crate::resources::{self, str_at};
+
+const MANAGER: &str = "virt-scheduler";
+const NODE_NAME_LABEL: &str = "kubevirt.io/nodeName";
+/// The CPU a vCPU requests by default: KubeVirt's cpuAllocationRatio of 10.
+const MILLICPU_PER_VCPU: i64 = 100;
+
+/// CPU (millicores) and memory (bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Resources {
+    pub millicpu: i64,
+    pub memory: i64,
+}
+
+fn quantity(v: Option<&Value>) -> Option<Quantity> {
+    v.and_then(Quantity::from_json)
+}
+
+/// What a VMI asks of its node.
+pub fn requests(vmi: &Value) -> Resources {
+    let domain = vmi.pointer("/spec/domain");
+    let get = |p: &str| domain.and_then(|d| d.pointer(p));
+    let memory = quantity(get("/resources/requests/memory"))
+        .or_else(|| quantity(get("/memory/guest")))
+        .or_else(|| quantity(get("/resources/limits/memory")))
+        .map_or(0, Quantity::value);
+    let vcpus = ["/cpu/sockets", "/cpu/cores", "/cpu/threads"]
+        .iter()
+        .map(|p| get(p).and_then(Value::as_i64).unwrap_or(1).max(1))
+        .product::<i64>();
+    let millicpu = quantity(get("/resources/requests/cpu")).map_or(vcpus * MILLICPU_PER_VCPU, Quantity::milli_value);
+    Resources { millicpu, memory }
+}
+
+/// What a node offers in total.
+pub fn allocatable(node: &Value) -> Resources {
+    let get = |k: &str| quantity(node.pointer(&format!("/status/allocatable/{k}")));
+    Resources {
+        millicpu: get("cpu").map_or(0, Quantity::milli_value),
+        memory: get("memory").map_or(0, Quantity::value),
+    }
+}
+
+/// Why a node was not chosen, worded as the Kubernetes scheduler words it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Misfit {
+    NotReady,
+    Unschedulable,
+    Taint,
+    Selector,
+    Cpu,
+    Memory,
+}
+
+impl Misfit {
+    fn text(self) -> &'static str {
+        match self {
+            Misfit::NotReady => "node(s) were not ready",
+            Misfit::Unschedulable => "node(s) were unschedulable",
+            Misfit::Taint => "node(s) had untolerated taint(s)",
+            Misfit::Selector => "node(s) didn't match Pod's node affinity/selector",
+            Misfit::Cpu => "Insufficient cpu",
+            Misfit::Memory => "Insufficient memory",
+        }
+    }
+}
+
+fn labels_of(node: &Value) -> serde_json::Map<String, Value> {
+    node.pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn tolerates(tolerations: &[Value], taint: &Value) -> bool {
+    tolerations.iter().any(|t| {
+        let key_ok = match t["key"].as_str().unwrap_or("") {
+            "" => t["operator"] == "Exists",
+            key => key == taint["key"].as_str().unwrap_or(""),
+        };
+        let value_ok =
+            t["operator"] == "Exists" || t["value"].as_str().unwrap_or("") == taint["value"].as_str().unwrap_or("");
+        let effect_ok = t["effect"].as_str().unwrap_or("").is_empty() || t["effect"] == taint["effect"];
+        key_ok && value_ok && effect_ok
+    })
+}
+
+/// One `nodeSelectorTerm`: every expression must hold.
+fn term_matches(term: &Value, node: &Value) -> bool {
+    let labels = labels_of(node);
+    let expressions = term["matchExpressions"].as_array().cloned().unwrap_or_default();
+    let fields = term["matchFields"].as_array().cloned().unwrap_or_default();
+    let holds = |expr: &Value, actual: Option<String>| {
+        let values: Vec<String> = expr["values"]
+            .as_array()
+            .map(|v| v.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        let number = |s: &str| s.parse::<i64>().ok();
+        match expr["operator"].as_str().unwrap_or("") {
+            "In" => actual.is_some_and(|a| values.contains(&a)),
+            "NotIn" => actual.is_none_or(|a| !values.contains(&a)),
+            "Exists" => actual.is_some(),
+            "DoesNotExist" => actual.is_none(),
+            "Gt" => {
+                matches!((actual.as_deref().and_then(number), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a > b)
+            }
+            "Lt" => {
+                matches!((actual.as_deref().and_then(number), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a < b)
+            }
+            _ => false,
+        }
+    };
+    expressions.iter().all(|e| {
+        holds(
+            e,
+            labels
+                .get(e["key"].as_str().unwrap_or(""))
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        )
+    }) && fields.iter().all(|e| {
+        let actual = (e["key"] == "metadata.name").then(|| {
+            node.pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        });
+        holds(e, actual)
+    })
+}
+
+/// Whether `vmi` may run on `node` at all, ignoring capacity.
+pub fn eligible(vmi: &Value, node: &Value) -> Result<(), Misfit> {
+    let ready = node
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+    if !ready {
+        return Err(Misfit::NotReady);
+    }
+    if node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+        return Err(Misfit::Unschedulable);
+    }
+    let tolerations = vmi
+        .pointer("/spec/tolerations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let taints = node
+        .pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if taints
+        .iter()
+        .any(|t| matches!(t["effect"].as_str(), Some("NoSchedule" | "NoExecute")) && !tolerates(&tolerations, t))
+    {
+        return Err(Misfit::Taint);
+    }
+    let labels = labels_of(node);
+    if let Some(selector) = vmi.pointer("/spec/nodeSelector").and_then(Value::as_object) {
+        if selector.iter().any(|(k, v)| labels.get(k) != Some(v)) {
+            return Err(Misfit::Selector);
+        }
+    }
+    let terms = vmi
+        .pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+        .and_then(Value::as_array);
+    if let Some(terms) = terms {
+        if !terms.is_empty() && !terms.iter().any(|t| term_matches(t, node)) {
+            return Err(Misfit::Selector);
+        }
+    }
+    Ok(())
+}
+
+/// The node to place `vmi` on, given what each node has left, or the reasons none fits.
+pub fn choose(vmi: &Value, nodes: &[(String, Value, Resources)]) -> Result<String, String> {
+    let want = requests(vmi);
+    let mut misfits: BTreeMap<Misfit, usize> = BTreeMap::new();
+    let mut best: Option<(&String, i64)> = None;
+    for (name, node, free) in nodes {
+        let verdict = eligible(vmi, node).and_then(|()| {
+            if want.millicpu > free.millicpu {
+                Err(Misfit::Cpu)
+            } else if want.memory > free.memory {
+                Err(Misfit::Memory)
+            } else {
+                Ok(())
+            }
+        });
+        match verdict {
+            Ok(()) if best.is_none_or(|(_, mem)| free.memory > mem) => best = Some((name, free.memory)),
+            Ok(()) => {}
+            Err(m) => *misfits.entry(m).or_default() += 1,
+        }
+    }
+    if let Some((name, _)) = best {
+        return Ok(name.clone());
+    }
+    let reasons: Vec<String> = misfits.iter().map(|(m, n)| format!("{n} {}", m.text())).collect();
+    Err(format!(
+        "0/{} nodes are available: {}.",
+        nodes.len(),
+        reasons.join(", ")
+    ))
+}
+
+fn is_final(vmi: &DynamicObject) -> bool {
+    matches!(str_at(vmi, "/status/phase"), Some("Succeeded" | "Failed"))
+}
+
+fn node_of(vmi: &DynamicObject) -> Option<&str> {
+    str_at(vmi, "/status/nodeName").filter(|n| !n.is_empty())
+}
+
+struct Scheduler {
+    client: Client,
+    nodes: Store<DynamicObject>,
+    vmis: Store<DynamicObject>,
+    /// Placements written but not yet seen in the VMI cache, by VMI uid.
+    assumed: HashMap<String, (String, Resources)>,
+}
+
+pub async fn run(client: Client) {
+    let changed = Arc::new(Notify::new());
+    let node_writer = reflector::store::Writer::new(resources::node());
+    let nodes = node_writer.as_reader();
+    let vmi_writer = reflector::store::Writer::new(resources::virtual_machine_instance());
+    let vmis = vmi_writer.as_reader();
+    let node_api = Api::<DynamicObject>::all_with(client.clone(), &resources::node());
+    let vmi_api = Api::<DynamicObject>::all_with(client.clone(), &resources::virtual_machine_instance());
+    let notify = changed.clone();
+    tokio::spawn(
+        watcher(node_api, watcher::Config::default())
+            .default_backoff()
+            .reflect(node_writer)
+            .for_each(move |_| {
+                notify.notify_one();
+                futures::future::ready(())
+            }),
+    );
+    let notify = changed.clone();
+    tokio::spawn(
+        watcher(vmi_api, watcher::Config::default())
+            .default_backoff()
+            .reflect(vmi_writer)
+            .for_each(move |_| {
+                notify.notify_one();
+                futures::future::ready(())
+            }),
+    );
+    let mut scheduler = Scheduler {
+        client,
+        nodes,
+        vmis,
+        assumed: HashMap::new(),
+    };
+    loop {
+        let _ = tokio::time::timeout(Duration::from_secs(2), changed.notified()).await;
+        scheduler.pass().await;
+    }
+}
+
+enum Step {
+    Bind {
+        vmi: Arc<DynamicObject>,
+        node: String,
+    },
+    Unschedulable {
+        vmi: Arc<DynamicObject>,
+        message: String,
+    },
+    /// Deleted before it was ever placed: nothing runs it, so nothing else will let it go.
+    ReleaseUnplaced {
+        vmi: Arc<DynamicObject>,
+    },
+}
+
+impl Scheduler {
+    async fn pass(&mut self) {
+        let vmis = self.vmis.state();
+        self.assumed.retain(|uid, _| {
+            vmis.iter()
+                .any(|v| v.uid().as_deref() == Some(uid) && node_of(v).is_none())
+        });
+        let mut used: HashMap<String, Resources> = HashMap::new();
+        for vmi in vmis.iter().filter(|v| !is_final(v)) {
+            if let Some(node) = node_of(vmi) {
+                let r = requests(&vmi.data_with_metadata());
+                let u = used.entry(node.to_string()).or_default();
+                u.millicpu += r.millicpu;
+                u.memory += r.memory;
+            }
+        }
+        for (node, r) in self.assumed.values() {
+            let u = used.entry(node.clone()).or_default();
+            u.millicpu += r.millicpu;
+            u.memory += r.memory;
+        }
+        let mut nodes: Vec<(String, Value, Resources)> = self
+            .nodes
+            .state()
+            .iter()
+            .map(|n| {
+                let value = n.data_with_metadata();
+                let total = allocatable(&value);
+                let u = used.get(&n.name_any()).copied().unwrap_or_default();
+                let free = Resources {
+                    millicpu: total.millicpu - u.millicpu,
+                    memory: total.memory - u.memory,
+                };
+                (n.name_any(), value, free)
+            })
+            .collect();
+        nodes.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut pending: Vec<Arc<DynamicObject>> = vmis
+            .iter()
+            .filter(|v| node_of(v).is_none() && !v.uid().is_some_and(|u| self.assumed.contains_key(&u)))
+            .filter(|v| {
+                v.metadata.deletion_timestamp.is_some()
+                    || matches!(str_at(v, "/status/phase"), None | Some("" | "Pending" | "Scheduling"))
+            })
+            .cloned()
+            .collect();
+        pending.sort_by_key(|v| v.metadata.creation_timestamp.clone().map(|t| t.0));
+        let mut steps = Vec::new();
+        for vmi in pending {
+            if vmi.metadata.deletion_timestamp.is_some() {
+                steps.push(Step::ReleaseUnplaced { vmi });
+                continue;
+            }
+            let value = vmi.data_with_metadata();
+            match choose(&value, &nodes) {
+                Ok(node) => {
+                    let want = requests(&value);
+                    if let Some(entry) = nodes.iter_mut().find(|(n, _, _)| n == &node) {
+                        entry.2.millicpu -= want.millicpu;
+                        entry.2.memory -= want.memory;
+                    }
+                    if let Some(uid) = vmi.uid() {
+                        self.assumed.insert(uid, (node.clone(), want));
+                    }
+                    steps.push(Step::Bind { vmi, node });
+                }
+                Err(message) => steps.push(Step::Unschedulable { vmi, message }),
+            }
+        }
+        let client = self.client.clone();
+        let failed: Vec<String> = futures::stream::iter(steps)
+            .map(|step| execute(client.clone(), step))
+            .buffer_unordered(16)
+            .filter_map(futures::future::ready)
+            .collect()
+            .await;
+        for uid in failed {
+            self.assumed.remove(&uid);
+        }
+    }
+}
+
+/// Carries out one step; returns the VMI uid when a binding did not happen.
+async fn execute(client: Client, step: Step) -> Option<String> {
+    let (vmi, patch) = match &step {
+        Step::Bind { vmi, node } => {
+            let mut transitions = vmi
+                .data
+                .pointer("/status/phaseTransitionTimestamps")
+                .cloned()
+                .unwrap_or_else(|| json!([]));
+            if let Some(list) = transitions.as_array_mut() {
+                list.push(json!({"phase": "Scheduling", "phaseTransitionTimestamp": resources::now_rfc3339()}));
+            }
+            let mut conditions: Vec<Value> = vmi
+                .data
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            conditions.retain(|c| c["type"] != "PodScheduled");
+            (
+                vmi,
+                json!({
+                    "metadata": {"resourceVersion": vmi.resource_version(), "labels": {NODE_NAME_LABEL: node}},
+                    "status": {"phase": "Scheduling", "nodeName": node, "phaseTransitionTimestamps": transitions,
+                               "conditions": conditions},
+                }),
+            )
+        }
+        Step::Unschedulable { vmi, message } => {
+            let already =
+                crate::resources::condition(vmi, "PodScheduled").is_some_and(|c| c["message"] == json!(message));
+            if already && str_at(vmi, "/status/phase") == Some("Scheduling") {
+                return None;
+            }
+            let mut conditions: Vec<Value> = vmi
+                .data
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            resources::set_condition(
+                &mut conditions,
+                json!({"type": "PodScheduled", "status": "False",
+                "reason": "Unschedulable", "message": message, "lastProbeTime": null,
+                "lastTransitionTime": resources::now_rfc3339()}),
+            );
+            let mut status = json!({"conditions": conditions});
+            if str_at(vmi, "/status/phase") != Some("Scheduling") {
+                let mut transitions = vmi
+                    .data
+                    .pointer("/status/phaseTransitionTimestamps")
+                    .cloned()
+                    .unwrap_or_else(|| json!([]));
+                if let Some(list) = transitions.as_array_mut() {
+                    list.push(json!({"phase": "Scheduling", "phaseTransitionTimestamp": resources::now_rfc3339()}));
+                }
+                status["phase"] = json!("Scheduling");
+                status["phaseTransitionTimestamps"] = transitions;
+            }
+            (
+                vmi,
+                json!({"metadata": {"resourceVersion": vmi.resource_version()}, "status": status}),
+            )
+        }
+        Step::ReleaseUnplaced { vmi } => {
+            let finalizers: Vec<&String> = vmi
+                .finalizers()
+                .iter()
+                .filter(|f| f.as_str() != kubevirt_api::defaults::VMI_FOREGROUND_FINALIZER)
+                .collect();
+            if finalizers.len() == vmi.finalizers().len() && is_final(vmi) {
+                return None;
+            }
+            (
+                vmi,
+                json!({"metadata": {"resourceVersion": vmi.resource_version(), "finalizers": finalizers},
+                         "status": {"phase": "Failed", "reason": "Deleted before it was scheduled"}}),
+            )
+        }
+    };
+    let api = Api::<DynamicObject>::namespaced_with(
+        client,
+        &vmi.namespace().unwrap_or_default(),
+        &resources::virtual_machine_instance(),
+    );
+    let params = PatchParams {
+        field_manager: Some(MANAGER.into()),
+        ..Default::default()
+    };
+    match api.patch(&vmi.name_any(), &params, &Patch::Merge(&patch)).await {
+        Ok(_) => None,
+        Err(e) => {
+            tracing::debug!(
+                "scheduler: {}/{}: {e}",
+                vmi.namespace().unwrap_or_default(),
+                vmi.name_any()
+            );
+            matches!(step, Step::Bind { .. }).then(|| vmi.uid().unwrap_or_default())
+        }
+    }
+}
+
+/// A DynamicObject as one JSON value with its metadata, for the pure functions above.
+trait WithMetadata {
+    fn data_with_metadata(&self) -> Value;
+}
+
+impl WithMetadata for DynamicObject {
+    fn data_with_metadata(&self) -> Value {
+        let mut value = self.data.clone();
+        if let Ok(meta) = serde_json::to_value(&self.metadata) {
+            value["metadata"] = meta;
+        }
+        value
+    }
+}
+
+#[cfg(test)]
+mod tests;

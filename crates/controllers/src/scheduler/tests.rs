@@ -1,0 +1,90 @@
+use super::*;
+
+fn node(name: &str, cpu: &str, memory: &str, labels: Value) -> (String, Value, Resources) {
+    let value = json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {},
+        "status": {"allocatable": {"cpu": cpu, "memory": memory},
+                   "conditions": [{"type": "Ready", "status": "True"}]},
+    });
+    let free = allocatable(&value);
+    (name.to_string(), value, free)
+}
+
+fn vmi(memory: &str) -> Value {
+    json!({"spec": {"domain": {"memory": {"guest": memory}, "cpu": {"sockets": 2}}}})
+}
+
+#[test]
+fn requests_follow_kubevirt_defaults() {
+    assert_eq!(
+        requests(&vmi("1Gi")),
+        Resources {
+            millicpu: 200,
+            memory: 1 << 30
+        }
+    );
+    let explicit = json!({"spec": {"domain": {"resources": {"requests": {"cpu": "1500m", "memory": "64Mi"}}}}});
+    assert_eq!(
+        requests(&explicit),
+        Resources {
+            millicpu: 1500,
+            memory: 64 << 20
+        }
+    );
+}
+
+#[test]
+fn picks_the_node_with_most_free_memory() {
+    let nodes = vec![node("a", "4", "2Gi", json!({})), node("b", "4", "8Gi", json!({}))];
+    assert_eq!(choose(&vmi("1Gi"), &nodes), Ok("b".to_string()));
+}
+
+#[test]
+fn explains_why_nothing_fits() {
+    let mut tainted = node("t", "4", "8Gi", json!({}));
+    tainted.1["spec"]["taints"] = json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]);
+    let mut cordoned = node("c", "4", "8Gi", json!({}));
+    cordoned.1["spec"]["unschedulable"] = json!(true);
+    let nodes = vec![node("small", "4", "512Mi", json!({})), tainted, cordoned];
+    assert_eq!(
+        choose(&vmi("1Gi"), &nodes),
+        Err("0/3 nodes are available: 1 node(s) were unschedulable, 1 node(s) had untolerated taint(s), 1 Insufficient memory.".into())
+    );
+    // A toleration lets it onto the tainted node.
+    let mut tolerant = vmi("1Gi");
+    tolerant["spec"]["tolerations"] =
+        json!([{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]);
+    assert_eq!(choose(&tolerant, &nodes), Ok("t".to_string()));
+}
+
+#[test]
+fn node_selector_and_required_affinity() {
+    let nodes = vec![
+        node("a", "4", "8Gi", json!({"zone": "x"})),
+        node("b", "4", "4Gi", json!({"zone": "y", "gen": "3"})),
+    ];
+    let mut selected = vmi("1Gi");
+    selected["spec"]["nodeSelector"] = json!({"zone": "y"});
+    assert_eq!(choose(&selected, &nodes), Ok("b".to_string()));
+    let mut affine = vmi("1Gi");
+    affine["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["2"]}]}]}}});
+    assert_eq!(choose(&affine, &nodes), Ok("b".to_string()));
+    affine["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        [0]["matchExpressions"][0]["values"] = json!(["5"]);
+    assert_eq!(
+        choose(&affine, &nodes),
+        Err("0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector.".into())
+    );
+}
+
+#[test]
+fn not_ready_nodes_are_skipped() {
+    let mut down = node("down", "4", "8Gi", json!({}));
+    down.1["status"]["conditions"] = json!([{"type": "Ready", "status": "Unknown"}]);
+    assert_eq!(
+        choose(&vmi("1Gi"), &[down]),
+        Err("0/1 nodes are available: 1 node(s) were not ready.".into())
+    );
+}

@@ -1,0 +1,432 @@
+//! The VirtualMachine controller: keeps one VMI per VM as its runStrategy and queued
+//! state-change requests say, and reports what it sees in the VM's status.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use serde_json::{json, Map, Value};
+
+use crate::resources::{self, condition, condition_is, str_at};
+use crate::run_strategy::{self, ChangeRequest, Phase, RunStrategy, StartFailure, VmState, VmiAction, VmiState};
+use crate::Error;
+
+pub const VM_FINALIZER: &str = "kubevirt.io/virtualMachineControllerFinalize";
+const MANAGER: &str = "virt-controller";
+
+struct Context {
+    client: Client,
+    vm: ApiResource,
+    vmi: ApiResource,
+}
+
+pub async fn run(client: Client) {
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        vm: resources::virtual_machine(),
+        vmi: resources::virtual_machine_instance(),
+    });
+    let vms = Api::<DynamicObject>::all_with(client.clone(), &ctx.vm);
+    let vmis = Api::<DynamicObject>::all_with(client, &ctx.vmi);
+    Controller::new_with(vms, watcher::Config::default(), ctx.vm.clone())
+        .owns_with(vmis, ctx.vmi.clone(), watcher::Config::default())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!("vm controller: {e}");
+            }
+        })
+        .await;
+}
+
+fn error_policy(_vm: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::debug!("vm reconcile failed: {error}");
+    Action::requeue(Duration::from_millis(500))
+}
+
+fn strategy_of(vm: &DynamicObject) -> Option<RunStrategy> {
+    let spec = vm.data.get("spec")?;
+    if let Some(running) = spec.get("running").and_then(Value::as_bool) {
+        return Some(if running {
+            RunStrategy::Always
+        } else {
+            RunStrategy::Halted
+        });
+    }
+    RunStrategy::parse(spec.get("runStrategy")?.as_str()?)
+}
+
+fn requests_of(vm: &DynamicObject) -> Vec<ChangeRequest> {
+    vm.data
+        .pointer("/status/stateChangeRequests")
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(|r| match r["action"].as_str()? {
+                    "Start" => Some(ChangeRequest::Start {
+                        paused: r.pointer("/data/paused") == Some(&json!("true")),
+                    }),
+                    "Stop" => Some(ChangeRequest::Stop {
+                        uid: r["uid"].as_str().map(str::to_string),
+                    }),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn request_json(request: &ChangeRequest) -> Value {
+    match request {
+        ChangeRequest::Start { paused: true } => json!({"action": "Start", "data": {"paused": "true"}}),
+        ChangeRequest::Start { paused: false } => json!({"action": "Start"}),
+        ChangeRequest::Stop { uid: Some(uid) } => json!({"action": "Stop", "uid": uid}),
+        ChangeRequest::Stop { uid: None } => json!({"action": "Stop"}),
+    }
+}
+
+fn start_failure_of(vm: &DynamicObject) -> Option<StartFailure> {
+    let f = vm.data.pointer("/status/startFailure")?;
+    Some(StartFailure {
+        consecutive_fail_count: f["consecutiveFailCount"].as_u64().unwrap_or(0) as u32,
+        last_failed_vmi_uid: f["lastFailedVMIUID"].as_str().unwrap_or("").to_string(),
+        retry_after: f["retryAfterTimestamp"]
+            .as_str()
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&Utc))
+            .unwrap_or_else(Utc::now),
+    })
+}
+
+fn start_failure_json(f: &StartFailure) -> Value {
+    json!({"consecutiveFailCount": f.consecutive_fail_count, "lastFailedVMIUID": f.last_failed_vmi_uid,
+           "retryAfterTimestamp": f.retry_after.format("%Y-%m-%dT%H:%M:%SZ").to_string()})
+}
+
+fn vmi_state(vmi: &DynamicObject) -> VmiState {
+    let migrating = vmi.data.pointer("/status/migrationState").is_some_and(|m| {
+        m.get("startTimestamp").is_some_and(|t| !t.is_null()) && m.get("endTimestamp").is_none_or(Value::is_null)
+    });
+    let sync_failure = condition(vmi, "Synchronized")
+        .filter(|c| c["status"] == "False")
+        .and_then(|c| c["reason"].as_str())
+        .map(str::to_string);
+    VmiState {
+        uid: vmi.uid().unwrap_or_default(),
+        phase: Phase::parse(str_at(vmi, "/status/phase").unwrap_or("")),
+        deleting: vmi.metadata.deletion_timestamp.is_some(),
+        ever_running: vmi
+            .data
+            .pointer("/status/phaseTransitionTimestamps")
+            .and_then(Value::as_array)
+            .is_some_and(|ts| ts.iter().any(|t| t["phase"] == "Running")),
+        paused: condition_is(vmi, "Paused", "True"),
+        unschedulable: condition(vmi, "PodScheduled")
+            .is_some_and(|c| c["status"] == "False" && c["reason"] == "Unschedulable"),
+        sync_failure,
+        migrating,
+    }
+}
+
+/// The VMI a VM starts: its template with the VM's name, owned by the VM (§1.6).
+fn vmi_from_template(vm: &DynamicObject, paused: bool) -> Value {
+    let template = vm.data.pointer("/spec/template").cloned().unwrap_or_else(|| json!({}));
+    let mut labels = template
+        .pointer("/metadata/labels")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    if !labels.is_object() {
+        labels = json!({});
+    }
+    let mut annotations = template
+        .pointer("/metadata/annotations")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    if !annotations.is_object() {
+        annotations = json!({});
+    }
+    annotations["kubevirt.io/vm-generation"] = json!(vm.metadata.generation.unwrap_or(1).to_string());
+    let mut spec = template.get("spec").cloned().unwrap_or_else(|| json!({}));
+    if paused {
+        spec["startStrategy"] = json!("Paused");
+    }
+    if spec.pointer("/domain/firmware/uuid").is_none() {
+        if spec.pointer("/domain/firmware").is_none() {
+            spec["domain"]["firmware"] = json!({});
+        }
+        spec["domain"]["firmware"]["uuid"] = json!(kubevirt_api::defaults::stable_firmware_uuid(&vm.name_any()));
+    }
+    json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {
+            "name": vm.name_any(),
+            "namespace": vm.namespace(),
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": vm.name_any(),
+                                 "uid": vm.uid(), "controller": true, "blockOwnerDeletion": true}],
+        },
+        "spec": spec,
+    })
+}
+
+fn post_params() -> PostParams {
+    PostParams {
+        field_manager: Some(MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+async fn reconcile(vm: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = vm.namespace().unwrap_or_default();
+    let name = vm.name_any();
+    let vms = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &ctx.vm);
+    let vmis = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &ctx.vmi);
+    let vm_uid = vm.uid().unwrap_or_default();
+    let vmi = vmis.get_opt(&name).await?.filter(|vmi| {
+        vmi.metadata
+            .owner_references
+            .as_ref()
+            .is_some_and(|refs| refs.iter().any(|r| r.uid == vm_uid))
+    });
+    let deleting = vm.metadata.deletion_timestamp.is_some();
+    let has_finalizer = vm.finalizers().iter().any(|f| f == VM_FINALIZER);
+    if deleting && vmi.is_none() {
+        if has_finalizer {
+            let finalizers: Vec<&String> = vm.finalizers().iter().filter(|f| *f != VM_FINALIZER).collect();
+            let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": vm.resource_version()}});
+            vms.patch(&name, &params_merge(), &Patch::Merge(&patch)).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    if !deleting && !has_finalizer {
+        let mut finalizers = vm.finalizers().to_vec();
+        finalizers.push(VM_FINALIZER.to_string());
+        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": vm.resource_version()}});
+        vms.patch(&name, &params_merge(), &Patch::Merge(&patch)).await?;
+        return Ok(Action::await_change());
+    }
+
+    let Some(strategy) = strategy_of(&vm) else {
+        let failure = json!({"type": "Failure", "status": "True", "reason": "FailedCreate",
+            "message": "Error fetching RunStrategy: running and runstrategy are mutually exclusive or missing",
+            "lastTransitionTime": resources::now_rfc3339()});
+        return update_status(&vms, &vm, |status| {
+            let mut conditions = existing_conditions(&vm);
+            resources::set_condition(&mut conditions, failure.clone());
+            status.insert("conditions".into(), json!(conditions));
+        })
+        .await;
+    };
+    let observed = vmi.as_ref().map(vmi_state);
+    let mut state = VmState {
+        strategy,
+        deleting,
+        last_strategy: str_at(&vm, "/status/runStrategy").and_then(RunStrategy::parse),
+        requests: requests_of(&vm),
+        start_failure: start_failure_of(&vm),
+    };
+    let now = Utc::now();
+    state.start_failure = run_strategy::next_start_failure(&state, observed.as_ref(), now, |max| {
+        chrono::Duration::milliseconds(rand::random_range(0..=max.num_milliseconds().max(0)))
+    });
+    let action = run_strategy::decide(&state, observed.as_ref(), now);
+    let mut requeue = None;
+    let mut creating = false;
+    let mut deleting_vmi = false;
+    match &action {
+        VmiAction::None => {}
+        VmiAction::Create { paused } => {
+            let body: DynamicObject = serde_json::from_value(vmi_from_template(&vm, *paused))?;
+            match vmis.create(&post_params(), &body).await {
+                Ok(_) => creating = true,
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        VmiAction::Delete => {
+            if let (Some(vmi), Some(observed)) = (&vmi, &observed) {
+                let dp = DeleteParams {
+                    preconditions: vmi.uid().map(|uid| kube::api::Preconditions {
+                        uid: Some(uid),
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                };
+                match vmis.delete(&name, &dp).await {
+                    Ok(_) => deleting_vmi = true,
+                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                    Err(e) => return Err(e.into()),
+                }
+                if run_strategy::start_after_delete(&state, observed) {
+                    state.requests.push(ChangeRequest::Start { paused: false });
+                }
+            }
+        }
+        VmiAction::WaitUntil(when) => {
+            requeue = Some((*when - now).to_std().unwrap_or(Duration::from_millis(100)));
+        }
+        VmiAction::SwitchToAlways => {
+            let patch = if vm.data.pointer("/spec/running").is_some() {
+                json!({"spec": {"running": true}})
+            } else {
+                json!({"spec": {"runStrategy": "Always"}})
+            };
+            vms.patch(&name, &params_merge(), &Patch::Merge(&patch)).await?;
+        }
+    }
+    if run_strategy::should_pop_head(&state.requests, observed.as_ref()) {
+        state.requests.remove(0);
+    }
+    let printable = run_strategy::printable_status(&state, observed.as_ref(), creating, deleting_vmi);
+    let generation = vm.metadata.generation;
+    let vmi_generation = vmi.as_ref().and_then(|v| {
+        v.annotations()
+            .get("kubevirt.io/vm-generation")
+            .and_then(|g| g.parse::<i64>().ok())
+    });
+    update_status(&vms, &vm, |status| {
+        status.insert("printableStatus".into(), json!(printable));
+        status.insert("created".into(), json!(vmi.is_some() || creating));
+        let ready = vmi.as_ref().is_some_and(|v| condition_is(v, "Ready", "True"));
+        status.insert("ready".into(), json!(ready));
+        if vmi.is_some() || creating || state.last_strategy.is_some() {
+            status.insert("runStrategy".into(), json!(strategy.as_str()));
+        }
+        status.insert("conditions".into(), json!(vm_conditions(vmi.as_ref())));
+        status.insert(
+            "stateChangeRequests".into(),
+            if state.requests.is_empty() {
+                Value::Null
+            } else {
+                json!(state.requests.iter().map(request_json).collect::<Vec<_>>())
+            },
+        );
+        status.insert(
+            "startFailure".into(),
+            state
+                .start_failure
+                .as_ref()
+                .map(start_failure_json)
+                .unwrap_or(Value::Null),
+        );
+        status.insert("desiredGeneration".into(), json!(generation));
+        status.insert(
+            "observedGeneration".into(),
+            vmi_generation.map(|g| json!(g)).unwrap_or(Value::Null),
+        );
+    })
+    .await?;
+    Ok(match requeue {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    })
+}
+
+fn existing_conditions(vm: &DynamicObject) -> Vec<Value> {
+    vm.data
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Ready from the VMI (or VMINotExists), and every other VMI condition mirrored (§2.3).
+fn vm_conditions(vmi: Option<&DynamicObject>) -> Vec<Value> {
+    let Some(vmi) = vmi else {
+        return vec![json!({"type": "Ready", "status": "False", "reason": "VMINotExists",
+                           "message": "VMI does not exist", "lastProbeTime": null,
+                           "lastTransitionTime": resources::now_rfc3339()})];
+    };
+    let mut out: Vec<Value> = vmi
+        .data
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if !out.iter().any(|c| c["type"] == "Ready") {
+        out.insert(
+            0,
+            json!({"type": "Ready", "status": "False", "reason": "VMIConditionMissing",
+                             "message": "VMI is missing the Ready condition", "lastProbeTime": null,
+                             "lastTransitionTime": resources::now_rfc3339()}),
+        );
+    }
+    out
+}
+
+/// Writes the status fields `fill` sets (a `null` removes a field) when anything
+/// changed, ignoring condition timestamps for the comparison.
+async fn update_status(
+    vms: &Api<DynamicObject>,
+    vm: &DynamicObject,
+    fill: impl FnOnce(&mut Map<String, Value>),
+) -> Result<Action, Error> {
+    let current = vm
+        .data
+        .get("status")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let mut desired = current.clone();
+    let mut changes = Map::new();
+    fill(&mut changes);
+    for (key, value) in &changes {
+        if value.is_null() {
+            desired.remove(key);
+        } else {
+            desired.insert(key.clone(), value.clone());
+        }
+    }
+    let strip = |status: &Map<String, Value>| {
+        let mut copy = status.clone();
+        if let Some(conditions) = copy.get_mut("conditions").and_then(Value::as_array_mut) {
+            for c in conditions {
+                if let Some(c) = c.as_object_mut() {
+                    c.remove("lastTransitionTime");
+                    c.remove("lastProbeTime");
+                }
+            }
+        }
+        copy
+    };
+    if strip(&desired) == strip(&current) {
+        return Ok(Action::await_change());
+    }
+    // Keep transition times of conditions whose status did not change.
+    if let (Some(Value::Array(new)), Some(Value::Array(old))) =
+        (changes.get_mut("conditions"), current.get("conditions"))
+    {
+        for c in new.iter_mut() {
+            if let Some(prev) = old
+                .iter()
+                .find(|o| o["type"] == c["type"] && o["status"] == c["status"])
+            {
+                c["lastTransitionTime"] = prev["lastTransitionTime"].clone();
+            }
+        }
+    }
+    let patch = json!({"metadata": {"resourceVersion": vm.resource_version()}, "status": changes});
+    match vms
+        .patch_status(&vm.name_any(), &params_merge(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(Action::await_change()),
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(Action::requeue(Duration::from_millis(50))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn params_merge() -> PatchParams {
+    PatchParams {
+        field_manager: Some(MANAGER.into()),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,73 @@
+//! What the agent asks of a hypervisor backend: the steps of a VMI's life, each answered
+//! with where things stand, so the agent only writes status and schedules re-checks.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kube::core::DynamicObject;
+
+/// Outcome of readying what a VMI needs before it can boot (images, disks, network).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Prepared {
+    Ready,
+    /// A failure the VMI reports as `Synchronized=False` with this reason (e.g. ErrImagePull).
+    Failed {
+        reason: String,
+        message: String,
+    },
+}
+
+/// What the guest reports once it runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GuestInfo {
+    /// (interface name, MAC, IP) of each interface.
+    pub interfaces: Vec<(String, String, String)>,
+    /// The machine type the hypervisor actually runs.
+    pub machine: String,
+    pub live_migratable: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Started {
+    Running(GuestInfo),
+    /// Still booting; ask again after this long.
+    Pending(Duration),
+    Failed {
+        reason: String,
+        message: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Observed {
+    /// Still running; look again after this long (or when the backend signals).
+    Running { recheck: Duration },
+    /// The guest is gone: powered off (`succeeded`) or crashed.
+    Exited { succeeded: bool, reason: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stopping {
+    /// Off: by the guest's own shutdown (`succeeded`) or killed after the grace period.
+    Done {
+        succeeded: bool,
+    },
+    Pending(Duration),
+}
+
+#[async_trait]
+pub trait Hypervisor: Send + Sync + 'static {
+    /// `sim` or `qemu`, shown as a node label.
+    fn kind(&self) -> &'static str;
+    /// CPU (millicores) and memory (bytes) this node offers.
+    fn capacity(&self) -> (i64, i64);
+    async fn prepare(&self, vmi: &DynamicObject) -> Prepared;
+    async fn start(&self, vmi: &DynamicObject) -> Started;
+    async fn observe(&self, vmi: &DynamicObject) -> Observed;
+    /// Graceful stop (ACPI power-down, then kill after `grace`).
+    async fn stop(&self, vmi: &DynamicObject, grace: Duration) -> Stopping;
+    async fn set_paused(&self, vmi: &DynamicObject, paused: bool) -> Result<(), String>;
+    async fn soft_reboot(&self, vmi: &DynamicObject) -> Result<(), String>;
+    /// Releases everything the VMI held on this node; safe to call more than once.
+    async fn cleanup(&self, vmi: &DynamicObject);
+}

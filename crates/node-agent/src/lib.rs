@@ -1,0 +1,48 @@
+//! The node agent: registers its nodes, heart-beats them, and drives every VMI bound to
+//! them through its phases with a hypervisor backend. One agent may serve several nodes
+//! (simulated nodes share one), with a single watch on VMIs.
+
+pub mod hypervisor;
+mod node;
+pub mod sim;
+mod vmi;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use hypervisor::Hypervisor;
+
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// The nodes this agent runs.
+    pub nodes: Vec<String>,
+    /// The address other hosts reach this node at.
+    pub address: String,
+    pub heartbeat_interval: Duration,
+}
+
+/// Registers the nodes, then runs heartbeats and VMI reconciliation until the process ends.
+pub async fn run(
+    client: kube::Client,
+    config: AgentConfig,
+    hypervisor: Arc<dyn Hypervisor>,
+) -> Result<(), kube::Error> {
+    let (millicpu, memory) = hypervisor.capacity();
+    for name in &config.nodes {
+        let spec = node::NodeSpec {
+            name,
+            hypervisor: hypervisor.kind(),
+            millicpu,
+            memory,
+            address: &config.address,
+        };
+        node::register(&client, &spec).await?;
+    }
+    tokio::spawn(node::heartbeat(
+        client.clone(),
+        config.nodes.clone(),
+        config.heartbeat_interval,
+    ));
+    vmi::run(client, config.nodes, hypervisor).await;
+    Ok(())
+}

@@ -1,0 +1,99 @@
+//! Registering a node and keeping it alive with heartbeats.
+
+use std::time::Duration;
+
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::Api;
+use serde_json::json;
+
+pub fn node_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Node"), "nodes")
+}
+
+fn now() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+fn params() -> PatchParams {
+    PatchParams {
+        field_manager: Some("virt-handler".into()),
+        ..Default::default()
+    }
+}
+
+/// What a node says about itself.
+pub struct NodeSpec<'a> {
+    pub name: &'a str,
+    pub hypervisor: &'a str,
+    pub millicpu: i64,
+    pub memory: i64,
+    pub address: &'a str,
+}
+
+fn ready_condition(since: &str) -> serde_json::Value {
+    json!({"type": "Ready", "status": "True", "reason": "KubeletReady",
+           "message": "virtplane node agent is posting ready status",
+           "lastHeartbeatTime": now(), "lastTransitionTime": since})
+}
+
+/// Creates the Node if it does not exist and reports capacity and readiness.
+pub async fn register(client: &kube::Client, spec: &NodeSpec<'_>) -> Result<(), kube::Error> {
+    let api = Api::<DynamicObject>::all_with(client.clone(), &node_resource());
+    let node: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": spec.name, "labels": {
+            "kubernetes.io/hostname": spec.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+            "kubevirt.io/schedulable": "true", "virtplane.io/hypervisor": spec.hypervisor}},
+        "spec": {},
+    }))
+    .map_err(kube::Error::SerdeError)?;
+    match api.create(&PostParams::default(), &node).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(e),
+    }
+    let capacity = json!({"cpu": format!("{}m", spec.millicpu), "memory": spec.memory.to_string(), "pods": "110"});
+    let status = json!({"status": {
+        "capacity": capacity, "allocatable": capacity,
+        "conditions": [ready_condition(&now())],
+        "addresses": [{"type": "InternalIP", "address": spec.address}, {"type": "Hostname", "address": spec.name}],
+        "nodeInfo": {"kubeletVersion": concat!("virtplane-", env!("CARGO_PKG_VERSION")), "operatingSystem": "linux",
+                     "architecture": "amd64", "containerRuntimeVersion": spec.hypervisor},
+    }});
+    api.patch_status(spec.name, &params(), &Patch::Merge(&status)).await?;
+    Ok(())
+}
+
+/// Refreshes the Ready condition's heartbeat every `interval`, until the process ends.
+pub async fn heartbeat(client: kube::Client, names: Vec<String>, interval: Duration) {
+    let api = Api::<DynamicObject>::all_with(client, &node_resource());
+    loop {
+        tokio::time::sleep(interval).await;
+        for name in &names {
+            let since = api
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|n| {
+                    let ready = n
+                        .data
+                        .pointer("/status/conditions")?
+                        .as_array()?
+                        .iter()
+                        .find(|c| c["type"] == "Ready")?
+                        .clone();
+                    (ready["status"] == "True")
+                        .then(|| ready["lastTransitionTime"].as_str().map(str::to_string))
+                        .flatten()
+                })
+                .unwrap_or_else(now);
+            let patch = json!({"metadata": {"annotations": {"kubevirt.io/heartbeat": now()}},
+                               "status": {"conditions": [ready_condition(&since)]}});
+            if let Err(e) = api.patch_status(name, &params(), &Patch::Merge(&patch)).await {
+                tracing::warn!("heartbeat of node {name} failed: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,216 @@
+//! The simulated hypervisor: no guest runs, but VMIs pass through the real phases with
+//! configurable delays, and failures can be injected per VMI with annotations:
+//! - `sim.virtplane.io/boot-delay`, `sim.virtplane.io/stop-delay`: durations (`1500ms`, `2s`);
+//! - `sim.virtplane.io/fail-start: "true"`: the start fails;
+//! - `sim.virtplane.io/fail-prepare: "<reason>"`: preparation fails with that reason
+//!   (e.g. `ErrImagePull`);
+//! - `sim.virtplane.io/crash-after`: the guest crashes that long after it started;
+//! - `sim.virtplane.io/power-off-after`: the guest powers itself off that long after start.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use kube::core::DynamicObject;
+use kube::ResourceExt;
+
+use crate::hypervisor::{GuestInfo, Hypervisor, Observed, Prepared, Started, Stopping};
+
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub boot_delay: Duration,
+    pub stop_delay: Duration,
+    pub cpu_millicores: i64,
+    pub memory_bytes: i64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            boot_delay: Duration::from_millis(500),
+            stop_delay: Duration::from_millis(200),
+            cpu_millicores: 64_000,
+            memory_bytes: 256 << 30,
+        }
+    }
+}
+
+/// Parses `1500ms`, `2s`, `1m`, or a bare number of milliseconds.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((text, "ms"), |i| text.split_at(i));
+    let value: f64 = number.parse().ok()?;
+    let millis = match unit {
+        "ms" => value,
+        "s" => value * 1000.0,
+        "m" => value * 60_000.0,
+        _ => return None,
+    };
+    (millis.is_finite() && millis >= 0.0).then(|| Duration::from_millis(millis as u64))
+}
+
+#[derive(Default)]
+struct Guest {
+    boot_started: Option<Instant>,
+    running_since: Option<Instant>,
+    stop_started: Option<Instant>,
+    paused: bool,
+}
+
+pub struct Sim {
+    config: SimConfig,
+    guests: Mutex<HashMap<String, Guest>>,
+}
+
+impl Sim {
+    pub fn new(config: SimConfig) -> Self {
+        Sim {
+            config,
+            guests: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn annotation(vmi: &DynamicObject, key: &str) -> Option<String> {
+        vmi.annotations().get(&format!("sim.virtplane.io/{key}")).cloned()
+    }
+
+    fn delay(vmi: &DynamicObject, key: &str, default: Duration) -> Duration {
+        Self::annotation(vmi, key)
+            .and_then(|t| parse_duration(&t))
+            .unwrap_or(default)
+    }
+
+    fn with_guest<T>(&self, vmi: &DynamicObject, f: impl FnOnce(&mut Guest) -> T) -> T {
+        let mut guests = self.guests.lock().unwrap_or_else(|p| p.into_inner());
+        f(guests.entry(vmi.uid().unwrap_or_default()).or_default())
+    }
+
+    fn remaining(since: Instant, total: Duration) -> Option<Duration> {
+        total.checked_sub(since.elapsed()).filter(|d| !d.is_zero())
+    }
+}
+
+#[async_trait]
+impl Hypervisor for Sim {
+    fn kind(&self) -> &'static str {
+        "sim"
+    }
+
+    fn capacity(&self) -> (i64, i64) {
+        (self.config.cpu_millicores, self.config.memory_bytes)
+    }
+
+    async fn prepare(&self, vmi: &DynamicObject) -> Prepared {
+        match Self::annotation(vmi, "fail-prepare") {
+            Some(reason) => Prepared::Failed {
+                message: format!("simulated failure to prepare the VMI ({reason})"),
+                reason,
+            },
+            None => Prepared::Ready,
+        }
+    }
+
+    async fn start(&self, vmi: &DynamicObject) -> Started {
+        if Self::annotation(vmi, "fail-start").as_deref() == Some("true") {
+            return Started::Failed {
+                reason: "SimulatedStartFailure".into(),
+                message: "simulated start failure".into(),
+            };
+        }
+        let boot = Self::delay(vmi, "boot-delay", self.config.boot_delay);
+        let paused = vmi.data.pointer("/spec/startStrategy").and_then(|s| s.as_str()) == Some("Paused");
+        self.with_guest(vmi, |g| {
+            let since = *g.boot_started.get_or_insert_with(Instant::now);
+            if let Some(left) = Self::remaining(since, boot) {
+                return Started::Pending(left);
+            }
+            g.running_since = Some(Instant::now());
+            g.paused = paused;
+            let ip = format!("10.244.{}.{}", rand_octet(vmi, 0), rand_octet(vmi, 1));
+            Started::Running(GuestInfo {
+                interfaces: vec![("default".into(), "02:00:00:00:00:01".into(), ip)],
+                machine: "pc-q35-sim".into(),
+                live_migratable: true,
+            })
+        })
+    }
+
+    async fn observe(&self, vmi: &DynamicObject) -> Observed {
+        let crash = Self::annotation(vmi, "crash-after").and_then(|t| parse_duration(&t));
+        let power_off = Self::annotation(vmi, "power-off-after").and_then(|t| parse_duration(&t));
+        self.with_guest(vmi, |g| {
+            let since = *g.running_since.get_or_insert_with(Instant::now);
+            let mut recheck = Duration::from_secs(60);
+            for (after, succeeded) in [(crash, false), (power_off, true)] {
+                if let Some(after) = after {
+                    match Self::remaining(since, after) {
+                        None => {
+                            let reason = if succeeded { "GuestPoweredOff" } else { "GuestCrashed" };
+                            return Observed::Exited {
+                                succeeded,
+                                reason: reason.into(),
+                            };
+                        }
+                        Some(left) => recheck = recheck.min(left),
+                    }
+                }
+            }
+            Observed::Running { recheck }
+        })
+    }
+
+    async fn stop(&self, vmi: &DynamicObject, grace: Duration) -> Stopping {
+        let delay = Self::delay(vmi, "stop-delay", self.config.stop_delay);
+        self.with_guest(vmi, |g| {
+            let since = *g.stop_started.get_or_insert_with(Instant::now);
+            // A guest that takes longer than its grace period is killed: Failed.
+            match Self::remaining(since, delay.min(grace)) {
+                Some(left) => Stopping::Pending(left),
+                None => Stopping::Done {
+                    succeeded: delay <= grace,
+                },
+            }
+        })
+    }
+
+    async fn set_paused(&self, vmi: &DynamicObject, paused: bool) -> Result<(), String> {
+        self.with_guest(vmi, |g| g.paused = paused);
+        Ok(())
+    }
+
+    async fn soft_reboot(&self, _vmi: &DynamicObject) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn cleanup(&self, vmi: &DynamicObject) {
+        let mut guests = self.guests.lock().unwrap_or_else(|p| p.into_inner());
+        guests.remove(&vmi.uid().unwrap_or_default());
+    }
+}
+
+/// A stable pseudo-random octet per VMI, so simulated IPs differ between VMIs.
+fn rand_octet(vmi: &DynamicObject, salt: u8) -> u8 {
+    let uid = vmi.uid().unwrap_or_default();
+    let sum = uid.bytes().fold(u32::from(salt) * 31, |acc, b| {
+        acc.wrapping_mul(33).wrapping_add(u32::from(b))
+    });
+    (sum % 250) as u8 + 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1500ms"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2s"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_duration("250"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1m"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_duration("soon"), None);
+        assert_eq!(parse_duration("-1s"), None);
+    }
+}

@@ -1,0 +1,693 @@
+//! Durable VirtualMachine creates and a 10,000-object LIST: the release `virtplane` server
+//! (embedded SQLite, `synchronous=FULL`) beside a local etcd (v3 JSON gateway) in one run.
+//!
+//! `cargo bench -p virtplane --bench api_vs_etcd`
+//!
+//! Both systems get the same VM JSON bytes over loopback from the same Rust client
+//! (reqwest, HTTP/1.1 keep-alive, one connection per client): 1 client doing sequential
+//! creates, then 32 concurrent clients, then LISTs of everything in one namespace/prefix.
+//! The phases alternate between the two systems so both see the same background load.
+//!
+//! Knobs (environment): `VIRTPLANE_BIN` (default: the binary cargo built for this bench),
+//! `ETCD_BIN` (default: `etcd` on PATH), `BENCH_SEQ` (2000), `BENCH_CONCURRENT` (10000),
+//! `BENCH_CLIENTS` (32), `BENCH_LIST_RUNS` (5).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine;
+use serde_json::{json, Value};
+
+const NAMESPACE: &str = "bench";
+const SEQ_NAMESPACE: &str = "bench-seq";
+const ETCD_PREFIX: &str = "/registry/kubevirt.io/virtualmachines/";
+
+fn main() -> ExitCode {
+    // `cargo bench` passes `--bench`; this harness takes no arguments of its own.
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("api_vs_etcd: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("api_vs_etcd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A child process that is killed (and reaped) when dropped.
+struct Proc {
+    name: &'static str,
+    child: Child,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    fn check_alive(&mut self, log: &Path) -> Result<()> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            let tail = std::fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = tail.lines().rev().take(20).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            bail!(
+                "{} exited early ({status}); its log ends:\n{}",
+                self.name,
+                tail.join("\n")
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A realistic VirtualMachine (about 1.5 KiB of JSON): labels, annotations, CPU/memory,
+/// two disks, a masquerade interface, a containerDisk and a cloud-init seed.
+fn vm(name: &str) -> Value {
+    json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "app": "bench",
+                "kubevirt.io/os": "fedora",
+                "tier": "backend",
+                "team": "platform"
+            },
+            "annotations": {
+                "description": "benchmark VM created by api_vs_etcd",
+                "kubevirt.io/latest-observed-api-version": "v1"
+            }
+        },
+        "spec": {
+            "runStrategy": "Halted",
+            "template": {
+                "metadata": {
+                    "labels": {"kubevirt.io/vm": name, "kubevirt.io/domain": name, "app": "bench"}
+                },
+                "spec": {
+                    "domain": {
+                        "cpu": {"cores": 2, "sockets": 1, "threads": 1},
+                        "memory": {"guest": "2Gi"},
+                        "resources": {"requests": {"memory": "2Gi", "cpu": "500m"}},
+                        "machine": {"type": "q35"},
+                        "devices": {
+                            "disks": [
+                                {"name": "rootdisk", "disk": {"bus": "virtio"}},
+                                {"name": "cloudinitdisk", "disk": {"bus": "virtio"}}
+                            ],
+                            "interfaces": [{"name": "default", "masquerade": {}}],
+                            "rng": {}
+                        }
+                    },
+                    "networks": [{"name": "default", "pod": {}}],
+                    "terminationGracePeriodSeconds": 180,
+                    "evictionStrategy": "LiveMigrate",
+                    "volumes": [
+                        {"name": "rootdisk", "containerDisk": {"image": "quay.io/containerdisks/fedora:40"}},
+                        {"name": "cloudinitdisk", "cloudInitNoCloud": {"userData":
+                            "#cloud-config\nuser: fedora\npassword: fedora\nchpasswd: { expire: False }\nssh_authorized_keys:\n  - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBenchmarkKeyBenchmarkKeyBenchmarkKeyXYZ bench@virtplane\npackages:\n  - qemu-guest-agent\nruncmd:\n  - [systemctl, enable, --now, qemu-guest-agent]\n"}}
+                    ]
+                }
+            }
+        }
+    })
+}
+
+/// One system under test: how to create VM number `i` and how to list them all.
+#[derive(Clone)]
+enum Target {
+    Virtplane { url: String, clients: Vec<reqwest::Client> },
+    Etcd { url: String, clients: Vec<reqwest::Client> },
+}
+
+impl Target {
+    fn name(&self) -> &'static str {
+        match self {
+            Target::Virtplane { .. } => "virtplane",
+            Target::Etcd { .. } => "etcd",
+        }
+    }
+
+    fn client(&self, worker: usize) -> &reqwest::Client {
+        let clients = match self {
+            Target::Virtplane { clients, .. } | Target::Etcd { clients, .. } => clients,
+        };
+        &clients[worker % clients.len()]
+    }
+
+    /// Opens (and keeps alive) the worker's connection before anything is timed.
+    async fn warm_up(&self, worker: usize) -> Result<()> {
+        let client = self.client(worker);
+        let response = match self {
+            Target::Virtplane { url, .. } => client.get(format!("{url}/readyz")).send().await?,
+            Target::Etcd { url, .. } => {
+                client
+                    .post(format!("{url}/v3/kv/range"))
+                    .body(json!({"key": B64.encode("/warm-up")}).to_string())
+                    .send()
+                    .await?
+            }
+        };
+        let status = response.status();
+        response.bytes().await?;
+        if !status.is_success() {
+            bail!("{}: warm-up request answered {status}", self.name());
+        }
+        Ok(())
+    }
+
+    async fn create(&self, worker: usize, namespace: &str, name: &str, body: Vec<u8>) -> Result<()> {
+        let client = self.client(worker);
+        let response = match self {
+            Target::Virtplane { url, .. } => {
+                client
+                    .post(format!(
+                        "{url}/apis/kubevirt.io/v1/namespaces/{namespace}/virtualmachines"
+                    ))
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await?
+            }
+            Target::Etcd { url, .. } => {
+                let put = json!({
+                    "key": B64.encode(format!("{ETCD_PREFIX}{namespace}/{name}")),
+                    "value": B64.encode(&body),
+                });
+                client
+                    .post(format!("{url}/v3/kv/put"))
+                    .body(put.to_string())
+                    .send()
+                    .await?
+            }
+        };
+        let status = response.status();
+        let text = response.bytes().await?;
+        let ok = match self {
+            Target::Virtplane { .. } => status == reqwest::StatusCode::CREATED,
+            Target::Etcd { .. } => status == reqwest::StatusCode::OK,
+        };
+        if !ok {
+            bail!(
+                "{}: create of {namespace}/{name} answered {status}: {}",
+                self.name(),
+                String::from_utf8_lossy(&text).chars().take(300).collect::<String>()
+            );
+        }
+        Ok(())
+    }
+
+    /// Lists everything in `namespace`; returns the body (read in full).
+    async fn list(&self, namespace: &str) -> Result<bytes::Bytes> {
+        let client = self.client(0);
+        let response = match self {
+            Target::Virtplane { url, .. } => {
+                client
+                    .get(format!(
+                        "{url}/apis/kubevirt.io/v1/namespaces/{namespace}/virtualmachines"
+                    ))
+                    .header("accept", "application/json")
+                    .send()
+                    .await?
+            }
+            Target::Etcd { url, .. } => {
+                let prefix = format!("{ETCD_PREFIX}{namespace}/");
+                let range = json!({"key": B64.encode(&prefix), "range_end": B64.encode(prefix_end(&prefix))});
+                client
+                    .post(format!("{url}/v3/kv/range"))
+                    .body(range.to_string())
+                    .send()
+                    .await?
+            }
+        };
+        let status = response.status();
+        let body = response.bytes().await?;
+        if status != reqwest::StatusCode::OK {
+            bail!("{}: LIST answered {status}", self.name());
+        }
+        Ok(body)
+    }
+
+    /// How many objects a LIST body holds.
+    fn count(&self, body: &[u8]) -> Result<usize> {
+        let doc: Value = serde_json::from_slice(body).context("LIST body is not JSON")?;
+        Ok(match self {
+            Target::Virtplane { .. } => doc["items"].as_array().map_or(0, Vec::len),
+            Target::Etcd { .. } => doc["kvs"].as_array().map_or(0, Vec::len),
+        })
+    }
+}
+
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    end
+}
+
+#[derive(Clone, Copy, Default)]
+struct Creates {
+    count: usize,
+    per_second: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+}
+
+/// `total` creates spread over `clients` concurrent workers (each on its own connection).
+async fn creates(target: &Target, namespace: &str, prefix: &str, total: usize, clients: usize) -> Result<Creates> {
+    for worker in 0..clients {
+        target.warm_up(worker).await?;
+    }
+    let bodies: Arc<Vec<(String, Vec<u8>)>> = Arc::new(
+        (0..total)
+            .map(|i| {
+                let name = format!("{prefix}-{i:05}");
+                let body = serde_json::to_vec(&vm(&name)).unwrap_or_default();
+                (name, body)
+            })
+            .collect(),
+    );
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for worker in 0..clients {
+        let (target, bodies, next, namespace) = (target.clone(), bodies.clone(), next.clone(), namespace.to_string());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some((name, body)) = bodies.get(i) else {
+                    return Ok::<_, anyhow::Error>(latencies);
+                };
+                let t = Instant::now();
+                target.create(worker, &namespace, name, body.clone()).await?;
+                latencies.push(t.elapsed());
+            }
+        }));
+    }
+    let mut latencies = Vec::with_capacity(total);
+    for task in tasks {
+        latencies.extend(task.await.map_err(|e| anyhow!("client task failed: {e}"))??);
+    }
+    let elapsed = started.elapsed();
+    latencies.sort();
+    Ok(Creates {
+        count: latencies.len(),
+        per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p50_ms: percentile(&latencies, 0.50),
+        p99_ms: percentile(&latencies, 0.99),
+    })
+}
+
+fn percentile(sorted: &[Duration], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1].as_secs_f64() * 1e3
+}
+
+#[derive(Clone, Copy, Default)]
+struct Lists {
+    median_ms: f64,
+    min_ms: f64,
+    max_ms: f64,
+    bytes: usize,
+    items: usize,
+}
+
+async fn lists(target: &Target, namespace: &str, runs: usize) -> Result<Lists> {
+    // One untimed LIST checks the count (and warms whatever caches either side has).
+    let body = target.list(namespace).await?;
+    let items = target.count(&body)?;
+    let mut times = Vec::new();
+    for _ in 0..runs.max(1) {
+        let t = Instant::now();
+        let body = target.list(namespace).await?;
+        times.push(t.elapsed());
+        drop(body);
+    }
+    times.sort();
+    Ok(Lists {
+        median_ms: percentile(&times, 0.5),
+        min_ms: times[0].as_secs_f64() * 1e3,
+        max_ms: times[times.len() - 1].as_secs_f64() * 1e3,
+        bytes: body.len(),
+        items,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Starting the two systems.
+
+fn virtplane_binary() -> PathBuf {
+    std::env::var_os("VIRTPLANE_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_virtplane")))
+}
+
+/// `field: base64` out of a kubeconfig, decoded.
+fn kubeconfig_field(kubeconfig: &str, field: &str) -> Option<Vec<u8>> {
+    let line = kubeconfig
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{field}:")))?;
+    B64.decode(line.split_once(':')?.1.trim()).ok()
+}
+
+async fn start_virtplane(dir: &Path, clients: usize) -> Result<(Proc, Target)> {
+    let binary = virtplane_binary();
+    let port = free_port()?;
+    let log_path = dir.join("virtplane.log");
+    let data = dir.join("virtplane");
+    let child = Command::new(&binary)
+        .args([
+            "server",
+            "--no-node",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(&data)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path)?)
+        .spawn()
+        .with_context(|| {
+            format!(
+                "cannot start {} (build it: cargo build --release --bin virtplane)",
+                binary.display()
+            )
+        })?;
+    let mut proc = Proc {
+        name: "virtplane",
+        child,
+    };
+    let url = format!("https://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let kubeconfig = data.join("admin.kubeconfig");
+    let tokens = data.join("pki/tokens.json");
+    while !(kubeconfig.exists() && tokens.exists()) {
+        proc.check_alive(&log_path)?;
+        if Instant::now() > deadline {
+            bail!("virtplane did not write {} within 60 s", kubeconfig.display());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let kubeconfig = std::fs::read_to_string(&kubeconfig)?;
+    let ca = kubeconfig_field(&kubeconfig, "certificate-authority-data").context("no CA in admin.kubeconfig")?;
+    let ca = reqwest::Certificate::from_pem(&ca)?;
+    let tokens: Value = serde_json::from_slice(&std::fs::read(&tokens)?)?;
+    let token = tokens
+        .as_object()
+        .and_then(|m| m.iter().find(|(_, u)| u["user"] == "admin"))
+        .map(|(t, _)| t.clone())
+        .context("no token for user admin in pki/tokens.json")?;
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {token}").parse()?);
+    let build = || {
+        reqwest::Client::builder()
+            .tls_certs_only([ca.clone()])
+            .default_headers(headers.clone())
+            .http1_only()
+            .timeout(Duration::from_secs(120))
+            .build()
+    };
+    let clients = (0..clients).map(|_| build()).collect::<reqwest::Result<Vec<_>>>()?;
+    let target = Target::Virtplane {
+        url: url.clone(),
+        clients,
+    };
+    loop {
+        proc.check_alive(&log_path)?;
+        if let Ok(r) = target.client(0).get(format!("{url}/readyz")).send().await {
+            if r.status().is_success() {
+                break;
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("virtplane never answered /readyz with 200");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for ns in [NAMESPACE, SEQ_NAMESPACE] {
+        let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        let r = target
+            .client(0)
+            .post(format!("{url}/api/v1/namespaces"))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await?;
+        if !r.status().is_success() {
+            bail!("virtplane: creating namespace {ns} answered {}", r.status());
+        }
+    }
+    Ok((proc, target))
+}
+
+async fn start_etcd(dir: &Path, clients: usize) -> Result<(Proc, Target, String)> {
+    let binary = std::env::var_os("ETCD_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("etcd"));
+    let version = Command::new(&binary).arg("--version").output().with_context(|| {
+        format!(
+            "cannot run {} (install etcd: apt-get install etcd-server, or set ETCD_BIN)",
+            binary.display()
+        )
+    })?;
+    let version = String::from_utf8_lossy(&version.stdout)
+        .lines()
+        .next()
+        .unwrap_or("etcd")
+        .trim()
+        .to_string();
+    let (client_port, peer_port) = (free_port()?, free_port()?);
+    let url = format!("http://127.0.0.1:{client_port}");
+    let peer = format!("http://127.0.0.1:{peer_port}");
+    let log_path = dir.join("etcd.log");
+    let child = Command::new(&binary)
+        .arg("--name")
+        .arg("bench")
+        .arg("--data-dir")
+        .arg(dir.join("etcd"))
+        .args(["--listen-client-urls", &url, "--advertise-client-urls", &url])
+        .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+        .args(["--initial-cluster", &format!("bench={peer}")])
+        .args(["--logger", "zap", "--log-level", "warn"])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log_path)?)
+        .spawn()
+        .with_context(|| format!("cannot start {}", binary.display()))?;
+    let mut proc = Proc { name: "etcd", child };
+    let build = || {
+        reqwest::Client::builder()
+            .http1_only()
+            .timeout(Duration::from_secs(120))
+            .build()
+    };
+    let clients = (0..clients).map(|_| build()).collect::<reqwest::Result<Vec<_>>>()?;
+    let target = Target::Etcd {
+        url: url.clone(),
+        clients,
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        proc.check_alive(&log_path)?;
+        if let Ok(r) = target.client(0).get(format!("{url}/health")).send().await {
+            if r.status().is_success() && r.text().await.unwrap_or_default().contains("true") {
+                break;
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("etcd never reported healthy on {url}/health");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok((proc, target, version))
+}
+
+// ---------------------------------------------------------------------------------------
+
+async fn run() -> Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let seq = env_usize("BENCH_SEQ", 2000);
+    let concurrent = env_usize("BENCH_CONCURRENT", 10_000);
+    let clients = env_usize("BENCH_CLIENTS", 32).max(1);
+    let list_runs = env_usize("BENCH_LIST_RUNS", 5);
+    let dir = tempfile::Builder::new().prefix("api-vs-etcd-").tempdir()?;
+
+    let (_etcd_proc, etcd, etcd_version) = start_etcd(dir.path(), clients).await?;
+    let (_vp_proc, vp) = start_virtplane(dir.path(), clients).await?;
+    let body_len = serde_json::to_vec(&vm("vm-00000"))?.len();
+    eprintln!(
+        "api_vs_etcd: {} vs {etcd_version}; VM body {body_len} B; {seq} sequential + {concurrent} creates with {clients} clients; data in {}",
+        virtplane_binary().display(),
+        dir.path().display()
+    );
+
+    // Alternate the systems phase by phase, so both see the same background load.
+    let mut seq_results = [Creates::default(); 2];
+    let mut conc_results = [Creates::default(); 2];
+    let mut list_results = [Lists::default(); 2];
+    for (i, target) in [&vp, &etcd].into_iter().enumerate() {
+        eprintln!("  {}: {seq} creates, 1 client", target.name());
+        seq_results[i] = creates(target, SEQ_NAMESPACE, "seq", seq, 1).await?;
+    }
+    for (i, target) in [&vp, &etcd].into_iter().enumerate() {
+        eprintln!("  {}: {concurrent} creates, {clients} clients", target.name());
+        conc_results[i] = creates(target, NAMESPACE, "vm", concurrent, clients).await?;
+    }
+    for (i, target) in [&vp, &etcd].into_iter().enumerate() {
+        eprintln!("  {}: LIST of {concurrent}, {list_runs} times", target.name());
+        list_results[i] = lists(target, NAMESPACE, list_runs).await?;
+        if list_results[i].items != concurrent {
+            bail!(
+                "{}: LIST returned {} items, expected {concurrent}",
+                target.name(),
+                list_results[i].items
+            );
+        }
+    }
+
+    print_table(
+        &etcd_version,
+        body_len,
+        clients,
+        &seq_results,
+        &conc_results,
+        &list_results,
+        list_runs,
+    );
+    Ok(())
+}
+
+fn print_table(
+    etcd_version: &str,
+    body_len: usize,
+    clients: usize,
+    seq: &[Creates; 2],
+    conc: &[Creates; 2],
+    list: &[Lists; 2],
+    list_runs: usize,
+) {
+    let ratio = |a: f64, b: f64| if b > 0.0 { format!("{:.2}x", a / b) } else { "-".into() };
+    let mut rows: Vec<[String; 4]> = Vec::new();
+    let mut creates_rows = |label: &str, r: &[Creates; 2]| {
+        rows.push([
+            format!(
+                "create VM, {label} ({} objects): creates/s (higher is better)",
+                r[0].count
+            ),
+            format!("{:.0}", r[0].per_second),
+            format!("{:.0}", r[1].per_second),
+            ratio(r[0].per_second, r[1].per_second),
+        ]);
+        rows.push([
+            format!("create VM, {label}: p50 latency ms (lower is better)"),
+            format!("{:.2}", r[0].p50_ms),
+            format!("{:.2}", r[1].p50_ms),
+            ratio(r[0].p50_ms, r[1].p50_ms),
+        ]);
+        rows.push([
+            format!("create VM, {label}: p99 latency ms (lower is better)"),
+            format!("{:.2}", r[0].p99_ms),
+            format!("{:.2}", r[1].p99_ms),
+            ratio(r[0].p99_ms, r[1].p99_ms),
+        ]);
+    };
+    creates_rows("1 client", seq);
+    creates_rows(&format!("{clients} clients"), conc);
+    rows.push([
+        format!(
+            "LIST {} VMs, JSON: median ms of {list_runs} (lower is better)",
+            list[0].items
+        ),
+        format!("{:.1}", list[0].median_ms),
+        format!("{:.1}", list[1].median_ms),
+        ratio(list[0].median_ms, list[1].median_ms),
+    ]);
+    rows.push([
+        "LIST: min..max ms".into(),
+        format!("{:.1}..{:.1}", list[0].min_ms, list[0].max_ms),
+        format!("{:.1}..{:.1}", list[1].min_ms, list[1].max_ms),
+        String::new(),
+    ]);
+    rows.push([
+        "LIST: response body MB".into(),
+        format!("{:.1}", list[0].bytes as f64 / 1e6),
+        format!("{:.1}", list[1].bytes as f64 / 1e6),
+        ratio(list[0].bytes as f64, list[1].bytes as f64),
+    ]);
+    let header = [
+        "measurement".to_string(),
+        "virtplane".into(),
+        "etcd".into(),
+        "virtplane/etcd".into(),
+    ];
+    let widths: Vec<usize> = (0..4)
+        .map(|c| rows.iter().chain([&header]).map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    let line = |r: &[String; 4]| {
+        format!(
+            "| {:<w0$} | {:>w1$} | {:>w2$} | {:>w3$} |",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3]
+        )
+    };
+    println!();
+    println!(
+        "virtplane (SQLite WAL, synchronous=FULL, group commit) vs {etcd_version} (v3 JSON gateway), same run, loopback, HTTP/1.1 keep-alive, VM body {body_len} B"
+    );
+    println!("{}", line(&header));
+    println!(
+        "|{}|{}|{}|{}|",
+        "-".repeat(widths[0] + 2),
+        "-".repeat(widths[1] + 2),
+        "-".repeat(widths[2] + 2),
+        "-".repeat(widths[3] + 2)
+    );
+    for r in &rows {
+        println!("{}", line(r));
+    }
+    let r = if conc[1].per_second > 0.0 {
+        conc[0].per_second / conc[1].per_second
+    } else {
+        0.0
+    };
+    let verdict = if r >= 1.0 { "MET" } else { "NOT MET" };
+    println!(
+        "target: creates/s with {clients} clients >= etcd's: {verdict} ({:.0}/s vs {:.0}/s, {r:.2}x)",
+        conc[0].per_second, conc[1].per_second
+    );
+}
