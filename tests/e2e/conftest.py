@@ -141,7 +141,8 @@ class WatchProcess:
 
 
 class Server:
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, extra_args: tuple[str, ...] = ()):
+        self.extra_args = list(extra_args)
         self.dir = workdir
         self.data = workdir / "data"
         self.cache = workdir / "kubecache"
@@ -157,7 +158,7 @@ class Server:
         self._log_file = open(self.log, "wb")
         self.proc = subprocess.Popen(
             [virtplane_bin(), "server", "--data-dir", str(self.data),
-             "--listen", f"127.0.0.1:{self.port}", "--no-node"],
+             "--listen", f"127.0.0.1:{self.port}", "--no-node", *self.extra_args],
             stdout=self._log_file, stderr=subprocess.STDOUT,
             env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
         )

@@ -331,7 +331,7 @@ def test_watch_table_stream(server):
     assert events[0]["object"]["kind"] == "Table"
     assert [c["name"] for c in events[0]["object"]["columnDefinitions"]] == ["Name", "Age", "Status", "Ready"]
     assert events[1]["object"]["columnDefinitions"] is None
-    assert events[1]["object"]["rows"][0]["cells"][0] == "db"
+    assert events[1]["object"]["rows"][0]["cells"][0] in ("db", "vm1", "vm2", "vm3", "watched")
     wait_until(lambda: server.vm("db", NS)["metadata"]["labels"].get("tick") == "1")
 
 
@@ -348,3 +348,44 @@ def test_get_not_found(kubectl):
     assert r.err.strip() == 'Error from server (NotFound): virtualmachines.kubevirt.io "nope" not found'
     r = kubectl("get", "nosuchkind").failed()
     assert r.err.strip() == 'error: the server doesn\'t have a resource type "nosuchkind"'
+
+
+def test_describe(server, kubectl):
+    out = kubectl("describe", "vm", "vm1", "-n", NS).ok().out
+    assert re.search(r"^Name:\s+vm1$", out, re.M)
+    assert re.search(rf"^Namespace:\s+{NS}$", out, re.M)
+    assert re.search(r"^API Version:\s+kubevirt\.io/v1$", out, re.M)
+    assert re.search(r"^Kind:\s+VirtualMachine$", out, re.M)
+    assert re.search(r"^  Run Strategy:\s+Halted$", out, re.M)
+    assert re.search(r"^Events:", out, re.M)
+    many = kubectl("describe", "vms", "-n", NS, "-l", "app=x").ok().out
+    assert len(re.findall(r"^Name:", many, re.M)) == 2
+
+
+def test_get_watch_all_namespaces(server, kubectl):
+    w = server.kubectl_bg("get", "vms", "-A", "-w")
+    try:
+        assert w.expect(r"^NAMESPACE\s").split() == ["NAMESPACE", "NAME", "AGE", "STATUS", "READY"]
+        w.expect(r"^getns2\s+other\s")
+        server.create_vm("aw", "getns2")
+        w.expect(r"^getns2\s+aw\s")
+    finally:
+        w.stop()
+
+
+def test_get_sorting_and_headers(kubectl):
+    out = kubectl("get", "vms", "-n", NS, "--sort-by=.metadata.name", "--no-headers").ok().out
+    assert [l.split()[0] for l in out.splitlines()] == ["db", "vm1", "vm2", "vm3"]
+    assert kubectl("get", "vm", "vm2", "-n", NS, "-o", "go-template={{.metadata.name}}").ok().out == "vm2"
+
+
+def test_get_name_forms(server, kubectl):
+    assert kubectl("get", "vm/vm1", "vmi/inst1", "-n", NS, "-o", "name").ok().out.split() == \
+        ["virtualmachine.kubevirt.io/vm1", "virtualmachineinstance.kubevirt.io/inst1"]
+    assert kubectl("get", "vm", "vm1", "vm2", "-n", NS, "-o", "name").ok().out.split() == \
+        ["virtualmachine.kubevirt.io/vm1", "virtualmachine.kubevirt.io/vm2"]
+    path = server.write("getfile.yaml", vm_manifest("vm3", namespace=NS))
+    assert kubectl("get", "-f", str(path), "-o", "name").ok().out == "virtualmachine.kubevirt.io/vm3\n"
+    partial = kubectl("get", "vm", "vm1", "ghost", "-n", NS, "-o", "name").failed()
+    assert partial.out == "virtualmachine.kubevirt.io/vm1\n"
+    assert partial.err == 'Error from server (NotFound): virtualmachines.kubevirt.io "ghost" not found\n'

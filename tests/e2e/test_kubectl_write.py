@@ -62,6 +62,31 @@ def test_create_namespace_typed_client(server, kubectl):
     assert kubectl("delete", "namespace", "made-by-kubectl").ok().out == 'namespace "made-by-kubectl" deleted\n'
 
 
+def test_namespace_apply_patch_label(server, kubectl):
+    """Namespaces are built-in: kubectl sends them strategic merge patches (apply after
+    create, patch's default type, label), which kube-apiserver accepts for built-ins."""
+    def ns(labels):
+        metadata = {"name": "applied-ns"}
+        if labels:
+            metadata["labels"] = labels
+        return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+    assert kubectl("apply", "-f", "-", input=json.dumps(ns({"a": "1"}))).ok().out == "namespace/applied-ns created\n"
+    assert kubectl("apply", "-f", "-", input=json.dumps(ns({"a": "2"}))).ok().out == \
+        "namespace/applied-ns configured\n"
+    assert kubectl("apply", "-f", "-", input=json.dumps(ns({"a": "2"}))).ok().out == \
+        "namespace/applied-ns unchanged\n"
+    assert kubectl("patch", "ns", "applied-ns", "-p", '{"metadata":{"labels":{"b":"3"}}}').ok().out == \
+        "namespace/applied-ns patched\n"
+    kubectl("label", "ns", "applied-ns", "c=4").ok()
+    labels = server.get_json("/api/v1/namespaces/applied-ns")["metadata"]["labels"]
+    assert labels == {"a": "2", "b": "3", "c": "4", "kubernetes.io/metadata.name": "applied-ns"}
+    # Dropping every label from the manifest removes them, but never the name label.
+    assert kubectl("apply", "-f", "-", input=json.dumps(ns(None))).ok().out == "namespace/applied-ns configured\n"
+    labels = server.get_json("/api/v1/namespaces/applied-ns")["metadata"]["labels"]
+    assert labels == {"kubernetes.io/metadata.name": "applied-ns"}
+    kubectl("delete", "ns", "applied-ns").ok()
+
+
 def test_create_unknown_field_validation_modes(server, kubectl):
     manifest = vm_manifest("unknownfield")
     manifest["spec"]["bogusField"] = 1
@@ -323,6 +348,23 @@ def test_diff(server, kubectl):
 
 # --- delete ---------------------------------------------------------------------------
 
+def test_server_dry_run_writes(server, kubectl):
+    server.create_vm("dry")
+    vm = settle_vm(server, "dry")
+    r = kubectl("patch", "vm", "dry", "--type=merge", "-p", '{"spec":{"runStrategy":"Manual"}}',
+                "--dry-run=server", "-o", "jsonpath={.spec.runStrategy}").ok()
+    assert r.out == "Manual"
+    assert kubectl("delete", "vm", "dry", "--dry-run=server").ok().out == \
+        'virtualmachine.kubevirt.io "dry" deleted (server dry run)\n'
+    created = kubectl("create", "-f", "-", "--dry-run=server", "-o", "json",
+                      input=json.dumps(vm_manifest("drynew"))).ok()
+    assert json.loads(created.out)["metadata"]["uid"]
+    assert server.vm("drynew") is None
+    after = server.vm("dry")
+    assert after["spec"]["runStrategy"] == "Halted" and "deletionTimestamp" not in after["metadata"]
+    assert after["metadata"]["resourceVersion"] == vm["metadata"]["resourceVersion"]
+
+
 def test_delete_by_name_and_not_found(server, kubectl):
     server.create_vm("del1")
     assert kubectl("delete", "vm", "del1").ok().out == 'virtualmachine.kubevirt.io "del1" deleted\n'
@@ -453,3 +495,23 @@ def test_events_if_served(server, kubectl):
         assert r.err == 'error: the server doesn\'t have a resource type "events"\n'
         pytest.skip("core/v1 events are not served yet (kubectl get events answers as for an unknown type)")
     kubectl("get", "events").ok()
+
+
+def test_wait_for_create_force_delete_and_replace_force(server, kubectl):
+    w = server.kubectl_bg("wait", "--for=create", "vm/later", "--timeout=30s")
+    time.sleep(0.5)
+    server.create_vm("later")
+    assert w.wait(30) == 0
+    assert w.expect("condition met") == "virtualmachine.kubevirt.io/later condition met"
+
+    path = server.write("later.yaml", vm_manifest("later", run_strategy="Manual"))
+    old_uid = server.vm("later")["metadata"]["uid"]
+    r = kubectl("replace", "--force", "-f", str(path)).ok()
+    assert r.out == 'virtualmachine.kubevirt.io "later" deleted\nvirtualmachine.kubevirt.io/later replaced\n'
+    vm = server.vm("later")
+    assert vm["metadata"]["uid"] != old_uid and vm["spec"]["runStrategy"] == "Manual"
+
+    r = kubectl("delete", "vm", "later", "--grace-period=0", "--force").ok()
+    assert r.out == 'virtualmachine.kubevirt.io "later" force deleted\n'
+    assert r.err.startswith("Warning: Immediate deletion does not wait for confirmation")
+    wait_until(lambda: server.vm("later") is None, what="vm later to be gone")

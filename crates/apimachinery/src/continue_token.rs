@@ -29,8 +29,8 @@ pub fn encode(rv: i64, start_key_after: &str) -> String {
 /// Tokens without the trailing NUL (never issued by kube) are treated the same, so the key
 /// itself is skipped, where upstream would include it.
 pub fn decode(token: &str) -> Result<(i64, String), String> {
-    let data =
-        raw_url_decode(token).map_err(|offset| format!("{INVALID}: illegal base64 data at input byte {offset}"))?;
+    let data = raw_url_decode(token)
+        .map_err(|offset| format!("{INVALID}: illegal base64 data at input byte {offset}"))?;
     let (version, rv, start) = unmarshal(&data).map_err(|e| format!("{INVALID}: {e}"))?;
     if version != VERSION {
         return Err(format!(
@@ -43,7 +43,9 @@ pub fn decode(token: &str) -> Result<(i64, String), String> {
         ));
     }
     if start.is_empty() {
-        return Err(format!("{INVALID}: encoded start key empty (version meta.k8s.io/v1)"));
+        return Err(format!(
+            "{INVALID}: encoded start key empty (version meta.k8s.io/v1)"
+        ));
     }
     // Guard against path traversal: the key must already be in `path.Clean` form.
     let rooted = if start.starts_with('/') {
@@ -55,7 +57,10 @@ pub fn decode(token: &str) -> Result<(i64, String), String> {
         return Err(format!("{INVALID}: {start}"));
     }
     let relative = &rooted[1..];
-    Ok((rv, relative.strip_suffix('\0').unwrap_or(relative).to_string()))
+    Ok((
+        rv,
+        relative.strip_suffix('\0').unwrap_or(relative).to_string(),
+    ))
 }
 
 /// Whether Go's `path.Clean` would leave this rooted path unchanged.
@@ -63,7 +68,10 @@ fn is_clean_path(path: &str) -> bool {
     if path == "/" {
         return true;
     }
-    !path.ends_with('/') && path[1..].split('/').all(|segment| !matches!(segment, "" | "." | ".."))
+    !path.ends_with('/')
+        && path[1..]
+            .split('/')
+            .all(|segment| !matches!(segment, "" | "." | ".."))
 }
 
 fn raw_url_encode(data: &[u8]) -> String {
@@ -189,9 +197,15 @@ fn go_syntax_error(text: &str, error: &serde_json::Error) -> String {
     if error.is_eof() {
         return "unexpected end of JSON input".to_string();
     }
-    let line = text.lines().nth(error.line().saturating_sub(1)).unwrap_or("");
+    let line = text
+        .lines()
+        .nth(error.line().saturating_sub(1))
+        .unwrap_or("");
     match line.chars().nth(error.column().saturating_sub(1)) {
-        Some(c) => format!("invalid character {} looking for beginning of value", go_quote_char(c)),
+        Some(c) => format!(
+            "invalid character {} looking for beginning of value",
+            go_quote_char(c)
+        ),
         None => "unexpected end of JSON input".to_string(),
     }
 }
@@ -219,7 +233,9 @@ mod tests {
     #[test]
     fn encodes_exactly_like_kube() {
         let token = encode(123, "default/vm1");
-        let json = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(&token).unwrap();
+        let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(&token)
+            .unwrap();
         assert_eq!(
             String::from_utf8(json).unwrap(),
             "{\"v\":\"meta.k8s.io/v1\",\"rv\":123,\"start\":\"default/vm1\\u0000\"}"
@@ -241,8 +257,14 @@ mod tests {
 
     #[test]
     fn decodes_round_trip() {
-        assert_eq!(decode(&encode(42, "ns/name")).unwrap(), (42, "ns/name".to_string()));
-        assert_eq!(decode(&encode(-1, "name")).unwrap(), (-1, "name".to_string()));
+        assert_eq!(
+            decode(&encode(42, "ns/name")).unwrap(),
+            (42, "ns/name".to_string())
+        );
+        assert_eq!(
+            decode(&encode(-1, "name")).unwrap(),
+            (-1, "name".to_string())
+        );
         // Leading slash is accepted and stripped; no NUL is tolerated.
         assert_eq!(
             decode(&b64(r#"{"v":"meta.k8s.io/v1","rv":7,"start":"/a/b"}"#)).unwrap(),
@@ -257,14 +279,26 @@ mod tests {
     #[test]
     fn error_messages() {
         let cases = [
-            ("a", "continue key is not valid: illegal base64 data at input byte 0"),
-            ("ab=", "continue key is not valid: illegal base64 data at input byte 2"),
-            ("ab+c", "continue key is not valid: illegal base64 data at input byte 2"),
+            (
+                "a",
+                "continue key is not valid: illegal base64 data at input byte 0",
+            ),
+            (
+                "ab=",
+                "continue key is not valid: illegal base64 data at input byte 2",
+            ),
+            (
+                "ab+c",
+                "continue key is not valid: illegal base64 data at input byte 2",
+            ),
             (
                 "abcde",
                 "continue key is not valid: illegal base64 data at input byte 4",
             ),
-            ("", "continue key is not valid: unexpected end of JSON input"),
+            (
+                "",
+                "continue key is not valid: unexpected end of JSON input",
+            ),
         ];
         for (token, want) in cases {
             assert_eq!(decode(token).unwrap_err(), want, "{token:?}");

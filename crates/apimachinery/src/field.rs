@@ -64,7 +64,12 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    fn new(kind: ErrorType, field: impl Into<String>, value: Option<Value>, detail: impl Into<String>) -> Self {
+    fn new(
+        kind: ErrorType,
+        field: impl Into<String>,
+        value: Option<Value>,
+        detail: impl Into<String>,
+    ) -> Self {
         FieldError {
             kind,
             field: field.into(),
@@ -78,11 +83,19 @@ impl FieldError {
         Self::new(ErrorType::Required, field, None, detail)
     }
 
-    pub fn invalid(field: impl Into<String>, value: impl Into<Value>, detail: impl Into<String>) -> Self {
+    pub fn invalid(
+        field: impl Into<String>,
+        value: impl Into<Value>,
+        detail: impl Into<String>,
+    ) -> Self {
         Self::new(ErrorType::Invalid, field, Some(value.into()), detail)
     }
 
-    pub fn not_supported(field: impl Into<String>, value: impl Into<Value>, supported: &[&str]) -> Self {
+    pub fn not_supported(
+        field: impl Into<String>,
+        value: impl Into<Value>,
+        supported: &[&str],
+    ) -> Self {
         let list = supported
             .iter()
             .map(|s| format!("{s:?}"))
@@ -112,7 +125,11 @@ impl FieldError {
         Self::new(ErrorType::NotFound, field, Some(value.into()), "")
     }
 
-    pub fn type_invalid(field: impl Into<String>, value: impl Into<Value>, detail: impl Into<String>) -> Self {
+    pub fn type_invalid(
+        field: impl Into<String>,
+        value: impl Into<Value>,
+        detail: impl Into<String>,
+    ) -> Self {
         Self::new(ErrorType::TypeInvalid, field, Some(value.into()), detail)
     }
 
@@ -136,7 +153,10 @@ impl FieldError {
         if let Some(value) = &self.value {
             if !matches!(
                 self.kind,
-                ErrorType::Required | ErrorType::Forbidden | ErrorType::TooLong | ErrorType::Internal
+                ErrorType::Required
+                    | ErrorType::Forbidden
+                    | ErrorType::TooLong
+                    | ErrorType::Internal
             ) {
                 out.push_str(": ");
                 out.push_str(&go_value(value));
@@ -193,7 +213,11 @@ mod tests {
 
     #[test]
     fn renders_like_kubernetes() {
-        let e = FieldError::invalid("metadata.name", "Bad_Name", "a lowercase RFC 1123 subdomain must ...");
+        let e = FieldError::invalid(
+            "metadata.name",
+            "Bad_Name",
+            "a lowercase RFC 1123 subdomain must ...",
+        );
         assert_eq!(
             e.message(),
             "metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain must ..."
@@ -208,7 +232,11 @@ mod tests {
             e.message(),
             "spec.runStrategy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"Halted\""
         );
-        let e = FieldError::webhook(ErrorType::Invalid, "spec.running", "RunStrategy must be specified");
+        let e = FieldError::webhook(
+            ErrorType::Invalid,
+            "spec.running",
+            "RunStrategy must be specified",
+        );
         assert_eq!(e.message(), "RunStrategy must be specified");
     }
 }

@@ -73,7 +73,9 @@ impl JsonPath {
     pub fn parse(text: &str) -> Result<JsonPath, String> {
         let trimmed = text.trim();
         let inner = match trimmed.strip_prefix('{') {
-            Some(rest) => rest.strip_suffix('}').ok_or_else(|| "unclosed action".to_string())?,
+            Some(rest) => rest
+                .strip_suffix('}')
+                .ok_or_else(|| "unclosed action".to_string())?,
             None => trimmed,
         };
         let nodes = PathParser::new(inner).parse_nodes()?;
@@ -81,7 +83,9 @@ impl JsonPath {
         for node in nodes {
             match node {
                 Node::Step(step) => steps.push(step),
-                Node::Literal(_) => return Err("literal values are only supported inside filters".to_string()),
+                Node::Literal(_) => {
+                    return Err("literal values are only supported inside filters".to_string())
+                }
             }
         }
         Ok(JsonPath { steps })
@@ -179,7 +183,12 @@ impl<'a> PathParser<'a> {
                 '}' => return Err("several {} actions are not supported".to_string()),
                 c if is_alphanumeric(c) => nodes.push(self.parse_identifier()),
                 '\r' | '\n' => return Err("unclosed action".to_string()),
-                c => return Err(format!("unrecognized character in action: {}", go_sharp_u(c))),
+                c => {
+                    return Err(format!(
+                        "unrecognized character in action: {}",
+                        go_sharp_u(c)
+                    ))
+                }
             }
         }
     }
@@ -373,7 +382,11 @@ fn split_comparison(text: &str) -> Option<(&str, &str, &str)> {
         if op_len < 2 {
             return None;
         }
-        return Some((&text[..op_start], &after[..op_len - 1], &after[op_len - 1..]));
+        return Some((
+            &text[..op_start],
+            &after[..op_len - 1],
+            &after[op_len - 1..],
+        ));
     }
     Some((&text[..op_start], &after[..op_len], &after[op_len..]))
 }
@@ -390,19 +403,29 @@ fn parse_operand(text: &str) -> Result<Operand, String> {
     }
     match literal {
         Some(l) if steps.is_empty() => Ok(Operand::Literal(l)),
-        Some(_) => Err(format!("mixing literals and paths is not supported: {text}")),
+        Some(_) => Err(format!(
+            "mixing literals and paths is not supported: {text}"
+        )),
         None => Ok(Operand::Path(steps)),
     }
 }
 
 /// `^(-?[\d]*)(:-?[\d]*)?(:-?[\d]*)?$` and upstream's parameter rules.
 fn parse_slice(text: &str) -> Result<Slice, String> {
-    let valid_part = |p: &str| p.strip_prefix('-').unwrap_or(p).bytes().all(|b| b.is_ascii_digit());
+    let valid_part = |p: &str| {
+        p.strip_prefix('-')
+            .unwrap_or(p)
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+    };
     let parts: Vec<&str> = text.split(':').collect();
     if parts.len() > 3 || !parts.iter().all(|p| valid_part(p)) {
         return Err(format!("invalid array index {text}"));
     }
-    let number = |p: &str| p.parse::<i64>().map_err(|_| format!("array index {p} is not a number"));
+    let number = |p: &str| {
+        p.parse::<i64>()
+            .map_err(|_| format!("array index {p} is not a number"))
+    };
     let start = match parts[0] {
         "" => None,
         p => Some(number(p)?),
@@ -429,7 +452,10 @@ fn eval_steps<'a>(steps: &[Step], mut current: Vec<&'a Value>) -> Result<Vec<&'a
         current = match step {
             Step::Field(name) => current
                 .iter()
-                .filter_map(|v| v.as_object().and_then(|m: &Map<String, Value>| m.get(name.as_str())))
+                .filter_map(|v| {
+                    v.as_object()
+                        .and_then(|m: &Map<String, Value>| m.get(name.as_str()))
+                })
                 .collect(),
             Step::Wildcard => {
                 let mut out = Vec::new();
@@ -485,7 +511,9 @@ fn eval_slice<'a>(slice: &Slice, input: &[&'a Value]) -> Result<Vec<&'a Value>, 
             return Ok(result);
         }
         if start >= len || start < 0 {
-            return Err(format!("array index out of bounds: index {start}, length {len}"));
+            return Err(format!(
+                "array index out of bounds: index {start}, length {len}"
+            ));
         }
         if end > len || end < 0 {
             return Err(format!(
@@ -494,7 +522,9 @@ fn eval_slice<'a>(slice: &Slice, input: &[&'a Value]) -> Result<Vec<&'a Value>, 
             ));
         }
         if start > end {
-            return Err(format!("starting index {start} is greater than ending index {end}"));
+            return Err(format!(
+                "starting index {start} is greater than ending index {end}"
+            ));
         }
         let step = match slice.step {
             Some(step) if step <= 0 => return Err("step must be > 0".to_string()),
@@ -603,7 +633,10 @@ fn compare(op: &str, left: &Scalar, right: &Scalar) -> Result<bool, String> {
 }
 
 /// Evaluates a filter operand against one array element; `Ok(None)` means no value.
-fn operand_value<'a>(operand: &'a Operand, element: &'a Value) -> Result<Option<Scalar<'a>>, String> {
+fn operand_value<'a>(
+    operand: &'a Operand,
+    element: &'a Value,
+) -> Result<Option<Scalar<'a>>, String> {
     match operand {
         Operand::Literal(l) => Ok(Some(Scalar::Literal(l))),
         Operand::Path(steps) => {
@@ -631,7 +664,9 @@ fn eval_filter<'a>(filter: &Filter, input: &[&'a Value]) -> Result<Vec<&'a Value
                 // Exists: errors while looking are ignored, like upstream.
                 let found = match &filter.left {
                     Operand::Literal(_) => true,
-                    Operand::Path(steps) => eval_steps(steps, vec![item]).is_ok_and(|v| !v.is_empty()),
+                    Operand::Path(steps) => {
+                        eval_steps(steps, vec![item]).is_ok_and(|v| !v.is_empty())
+                    }
                 };
                 if found {
                     result.push(item);
@@ -674,7 +709,10 @@ fn go_fmt_v(value: &Value) -> String {
             None => go_float_v(n.as_f64().unwrap_or(f64::NAN)),
         },
         Value::String(s) => s.clone(),
-        Value::Array(items) => format!("[{}]", items.iter().map(go_fmt_v).collect::<Vec<_>>().join(" ")),
+        Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(go_fmt_v).collect::<Vec<_>>().join(" ")
+        ),
         Value::Object(map) => format!(
             "map[{}]",
             map.iter()
@@ -876,13 +914,22 @@ mod tests {
         assert_eq!(ev("{.status.phase}").unwrap(), vec![json!("Running")]);
         assert_eq!(ev("{$.status.phase}").unwrap(), vec![json!("Running")]);
         assert_eq!(ev(" { .status.nodeName } ").unwrap(), vec![json!("node1")]);
-        assert_eq!(ev(".status.interfaces[0].ipAddress").unwrap(), vec![json!("10.0.0.5")]);
-        assert_eq!(ev(".status.interfaces[-1].ipAddress").unwrap(), vec![json!("10.0.0.6")]);
+        assert_eq!(
+            ev(".status.interfaces[0].ipAddress").unwrap(),
+            vec![json!("10.0.0.5")]
+        );
+        assert_eq!(
+            ev(".status.interfaces[-1].ipAddress").unwrap(),
+            vec![json!("10.0.0.6")]
+        );
         assert_eq!(
             ev(".status.interfaces[*].ipAddress").unwrap(),
             vec![json!("10.0.0.5"), json!("10.0.0.6")]
         );
-        assert_eq!(ev(".status.interfaces[*].name").unwrap(), vec![json!("default")]);
+        assert_eq!(
+            ev(".status.interfaces[*].name").unwrap(),
+            vec![json!("default")]
+        );
         assert_eq!(
             ev(".status.conditions[0:2].type").unwrap(),
             vec![json!("Ready"), json!("Paused")]
@@ -902,7 +949,10 @@ mod tests {
         assert_eq!(ev(".metadata.*").unwrap().len(), 3);
         assert_eq!(ev(".status.nothing").unwrap(), vec![Value::Null]);
         assert_eq!(ev(".status.missing").unwrap(), Vec::<Value>::new());
-        assert_eq!(ev(".status.missing.deeper[0]").unwrap(), Vec::<Value>::new());
+        assert_eq!(
+            ev(".status.missing.deeper[0]").unwrap(),
+            Vec::<Value>::new()
+        );
         assert_eq!(ev(".status.nothing[0]").unwrap(), Vec::<Value>::new());
         assert_eq!(ev(".status.empty[*]").unwrap(), Vec::<Value>::new());
         assert_eq!(ev(".status.phase.x").unwrap(), Vec::<Value>::new());
@@ -933,14 +983,23 @@ mod tests {
             ev(".status.interfaces[1:0]").unwrap_err(),
             "starting index 1 is greater than ending index 0"
         );
-        assert_eq!(ev(".status.interfaces[::0]").unwrap_err(), "step must be > 0");
+        assert_eq!(
+            ev(".status.interfaces[::0]").unwrap_err(),
+            "step must be > 0"
+        );
         assert_eq!(
             ev(".status[0]").unwrap_err(),
             "map[string]interface {} is not array or slice"
         );
-        assert_eq!(ev(".status.phase[0]").unwrap_err(), "string is not array or slice");
+        assert_eq!(
+            ev(".status.phase[0]").unwrap_err(),
+            "string is not array or slice"
+        );
         assert_eq!(ev(".status.interfaces[1:1]").unwrap(), Vec::<Value>::new());
-        assert_eq!(ev(".status.interfaces[x]").unwrap_err(), "invalid array index x");
+        assert_eq!(
+            ev(".status.interfaces[x]").unwrap_err(),
+            "invalid array index x"
+        );
         assert_eq!(
             ev(".status.interfaces[-]").unwrap_err(),
             "array index - is not a number"
@@ -984,8 +1043,14 @@ mod tests {
             ev(".status.conditions[?(@.missing=='x')].type").unwrap(),
             Vec::<Value>::new()
         );
-        assert_eq!(ev(".status.interfaces[?(@.name=='default')]").unwrap().len(), 1);
-        let numbers = json!({"a": [1, 5, 10], "f": [1.5, 2.5], "b": [true, false], "s": ["a", "b"]});
+        assert_eq!(
+            ev(".status.interfaces[?(@.name=='default')]")
+                .unwrap()
+                .len(),
+            1
+        );
+        let numbers =
+            json!({"a": [1, 5, 10], "f": [1.5, 2.5], "b": [true, false], "s": ["a", "b"]});
         let f = |p: &str| eval(p, &numbers);
         assert_eq!(f(".a[?(@>4)]").unwrap(), vec![json!(5), json!(10)]);
         assert_eq!(f(".a[?(@<=5)]").unwrap(), vec![json!(1), json!(5)]);
@@ -995,10 +1060,22 @@ mod tests {
         assert_eq!(f(".f[?(@==2.5)]").unwrap(), vec![json!(2.5)]);
         assert_eq!(f(".b[?(@==true)]").unwrap(), vec![json!(true)]);
         assert_eq!(f(".s[?(@>'a')]").unwrap(), vec![json!("b")]);
-        assert_eq!(f(".a[?(@==1.0)]").unwrap_err(), "incompatible types for comparison");
-        assert_eq!(f(".a[?(@=='1')]").unwrap_err(), "incompatible types for comparison");
-        assert_eq!(f(".b[?(@<true)]").unwrap_err(), "invalid type for comparison");
-        assert_eq!(f(".a[?(@<>1)]").unwrap_err(), "unrecognized filter operator <>");
+        assert_eq!(
+            f(".a[?(@==1.0)]").unwrap_err(),
+            "incompatible types for comparison"
+        );
+        assert_eq!(
+            f(".a[?(@=='1')]").unwrap_err(),
+            "incompatible types for comparison"
+        );
+        assert_eq!(
+            f(".b[?(@<true)]").unwrap_err(),
+            "invalid type for comparison"
+        );
+        assert_eq!(
+            f(".a[?(@<>1)]").unwrap_err(),
+            "unrecognized filter operator <>"
+        );
         assert_eq!(
             f(".a[?(@==)]").unwrap_err(),
             "unrecognized character in action: U+003D '='"
@@ -1030,12 +1107,18 @@ mod tests {
     fn parse_errors() {
         assert_eq!(JsonPath::parse("{.a").unwrap_err(), "unclosed action");
         assert_eq!(JsonPath::parse(".a[0").unwrap_err(), "unterminated array");
-        assert_eq!(JsonPath::parse(".a[?(@.x=='y'").unwrap_err(), "unterminated filter");
+        assert_eq!(
+            JsonPath::parse(".a[?(@.x=='y'").unwrap_err(),
+            "unterminated filter"
+        );
         assert_eq!(
             JsonPath::parse(".a[?(@.x=='y')").unwrap_err(),
             "unclosed array expect ]"
         );
-        assert_eq!(JsonPath::parse(".a[?(@.x=='y)]").unwrap_err(), "unterminated filter");
+        assert_eq!(
+            JsonPath::parse(".a[?(@.x=='y)]").unwrap_err(),
+            "unterminated filter"
+        );
         assert_eq!(
             JsonPath::parse(".a[0]#").unwrap_err(),
             "unrecognized character in action: U+0023 '#'"
@@ -1056,12 +1139,18 @@ mod tests {
             eval("[?(@=='\\u00e9\\x41\\n')]", &json!(["éA\n"])).unwrap(),
             vec![json!("éA\n")]
         );
-        assert_eq!(eval("[?(@==\"'\")]", &json!(["'"])).unwrap(), vec![json!("'")]);
+        assert_eq!(
+            eval("[?(@==\"'\")]", &json!(["'"])).unwrap(),
+            vec![json!("'")]
+        );
         assert!(JsonPath::parse("..a").is_err());
         assert!(JsonPath::parse(".a[0,1]").is_err());
         assert!(JsonPath::parse("{.a}{.b}").is_err());
         assert!(JsonPath::parse(".a 'x'").is_err());
-        assert_eq!(eval("range", &json!({})).unwrap_err(), "unrecognized identifier range");
+        assert_eq!(
+            eval("range", &json!({})).unwrap_err(),
+            "unrecognized identifier range"
+        );
         assert_eq!(
             JsonPath::parse(".a[?(@.x=='it\\'s')]").unwrap(),
             JsonPath {
@@ -1069,7 +1158,10 @@ mod tests {
                     Step::Field("a".into()),
                     Step::Filter(Box::new(Filter {
                         left: Operand::Path(vec![Step::Field("x".into())]),
-                        comparison: Some(("==".into(), Operand::Literal(Literal::Str("it's".into())))),
+                        comparison: Some((
+                            "==".into(),
+                            Operand::Literal(Literal::Str("it's".into()))
+                        )),
                     })),
                 ]
             }

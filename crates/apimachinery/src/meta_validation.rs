@@ -22,7 +22,8 @@ const LABEL_VALUE_MAX: usize = 63;
 const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
 const DNS1123_LABEL_ERR: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
 const DNS1123_LABEL_MAX: usize = 63;
-const DNS1123_SUBDOMAIN_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const DNS1123_SUBDOMAIN_FMT: &str =
+    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
 const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
 const DNS1123_SUBDOMAIN_MAX: usize = 253;
 
@@ -71,7 +72,10 @@ fn is_alnum(b: u8) -> bool {
 fn matches_qualified_name(s: &[u8]) -> bool {
     match (s.first(), s.last()) {
         (Some(&first), Some(&last)) => {
-            is_alnum(first) && is_alnum(last) && s.iter().all(|&b| is_alnum(b) || matches!(b, b'-' | b'_' | b'.'))
+            is_alnum(first)
+                && is_alnum(last)
+                && s.iter()
+                    .all(|&b| is_alnum(b) || matches!(b, b'-' | b'_' | b'.'))
         }
         _ => false,
     }
@@ -85,7 +89,9 @@ fn is_lower_alnum(b: u8) -> bool {
 fn matches_dns1123_label(s: &[u8]) -> bool {
     match (s.first(), s.last()) {
         (Some(&first), Some(&last)) => {
-            is_lower_alnum(first) && is_lower_alnum(last) && s.iter().all(|&b| is_lower_alnum(b) || b == b'-')
+            is_lower_alnum(first)
+                && is_lower_alnum(last)
+                && s.iter().all(|&b| is_lower_alnum(b) || b == b'-')
         }
         _ => false,
     }
@@ -223,7 +229,9 @@ pub(crate) fn go_quote(s: &str) -> String {
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
             '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
             c if !go_printable(c) => {
                 if (c as u32) < 0x10000 {
                     out.push_str(&format!("\\u{:04x}", c as u32));
@@ -382,7 +390,10 @@ impl<'a> MetaReader<'a> {
                 for (k, v) in map {
                     match v {
                         Value::String(s) => out.push((k.as_str(), s.as_str())),
-                        other => self.errors.push(type_error(&format!("{path}.{k}"), other, "string")),
+                        other => {
+                            self.errors
+                                .push(type_error(&format!("{path}.{k}"), other, "string"))
+                        }
                     }
                 }
                 out
@@ -399,7 +410,8 @@ impl<'a> MetaReader<'a> {
         match self.raw(key) {
             Some(Value::Array(items)) => items,
             Some(other) => {
-                self.errors.push(type_error(&format!("metadata.{key}"), other, "array"));
+                self.errors
+                    .push(type_error(&format!("metadata.{key}"), other, "array"));
                 &[]
             }
             None => &[],
@@ -411,9 +423,10 @@ impl<'a> MetaReader<'a> {
         for (i, item) in self.array(key).iter().enumerate() {
             match item {
                 Value::String(s) => out.push(s.as_str()),
-                other => self
-                    .errors
-                    .push(type_error(&format!("metadata.{key}[{i}]"), other, "string")),
+                other => {
+                    self.errors
+                        .push(type_error(&format!("metadata.{key}[{i}]"), other, "string"))
+                }
             }
         }
         out
@@ -424,9 +437,10 @@ impl<'a> MetaReader<'a> {
         for (i, item) in self.array(key).iter().enumerate() {
             match item {
                 Value::Object(map) => out.push((i, map)),
-                other => self
-                    .errors
-                    .push(type_error(&format!("metadata.{key}[{i}]"), other, "object")),
+                other => {
+                    self.errors
+                        .push(type_error(&format!("metadata.{key}[{i}]"), other, "object"))
+                }
             }
         }
         out
@@ -434,7 +448,12 @@ impl<'a> MetaReader<'a> {
 }
 
 /// Reads a string member of a nested object (owner reference, managedFields entry).
-fn member_str<'a>(obj: &'a Map<String, Value>, key: &str, path: &str, errors: &mut Vec<FieldError>) -> &'a str {
+fn member_str<'a>(
+    obj: &'a Map<String, Value>,
+    key: &str,
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) -> &'a str {
     match obj.get(key) {
         Some(Value::String(s)) => s,
         Some(Value::Null) | None => "",
@@ -445,7 +464,12 @@ fn member_str<'a>(obj: &'a Map<String, Value>, key: &str, path: &str, errors: &m
     }
 }
 
-fn member_bool(obj: &Map<String, Value>, key: &str, path: &str, errors: &mut Vec<FieldError>) -> bool {
+fn member_bool(
+    obj: &Map<String, Value>,
+    key: &str,
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) -> bool {
     match obj.get(key) {
         Some(Value::Bool(b)) => *b,
         Some(Value::Null) | None => false,
@@ -496,7 +520,10 @@ fn validate_annotations(reader: &mut MetaReader) -> Vec<FieldError> {
 fn validate_owner_references(reader: &mut MetaReader) -> Vec<FieldError> {
     let path = "metadata.ownerReferences";
     let mut errs = Vec::new();
-    let raw = reader.raw("ownerReferences").cloned().unwrap_or(Value::Null);
+    let raw = reader
+        .raw("ownerReferences")
+        .cloned()
+        .unwrap_or(Value::Null);
     let mut first_controller: Option<String> = None;
     for (i, reference) in reader.object_list("ownerReferences") {
         let item_path = format!("{path}[{i}]");
@@ -529,7 +556,11 @@ fn validate_owner_references(reader: &mut MetaReader) -> Vec<FieldError> {
             ));
         }
         if uid.is_empty() {
-            errs.push(FieldError::invalid(format!("{path}.uid"), uid, "uid must not be empty"));
+            errs.push(FieldError::invalid(
+                format!("{path}.uid"),
+                uid,
+                "uid must not be empty",
+            ));
         }
         if group.is_empty() && version == "v1" && kind == "Event" {
             // Go prints the reference struct with %#v (pointer addresses included); the JSON
@@ -641,14 +672,22 @@ fn validate_managed_fields(reader: &mut MetaReader) -> Vec<FieldError> {
 /// `ValidateObjectMetaAccessor` for a create, plus the finalizer warnings custom resources
 /// produce (`WarningsOnCreate`). `meta` is the object's `metadata` value; generateName must
 /// already have been turned into a name by the caller.
-pub fn validate_object_meta(meta: &Value, namespaced: bool, name_rule: NameRule) -> (Vec<FieldError>, Vec<String>) {
+pub fn validate_object_meta(
+    meta: &Value,
+    namespaced: bool,
+    name_rule: NameRule,
+) -> (Vec<FieldError>, Vec<String>) {
     let mut reader = MetaReader::new(meta);
     let mut errs = Vec::new();
 
     let generate_name = reader.string("generateName");
     if !generate_name.is_empty() {
         for msg in name_rule.check(generate_name, true) {
-            errs.push(FieldError::invalid("metadata.generateName", generate_name, msg));
+            errs.push(FieldError::invalid(
+                "metadata.generateName",
+                generate_name,
+                msg,
+            ));
         }
     }
     let name = reader.string("name");
@@ -672,7 +711,10 @@ pub fn validate_object_meta(meta: &Value, namespaced: bool, name_rule: NameRule)
             }
         }
     } else if !namespace.is_empty() {
-        errs.push(FieldError::forbidden("metadata.namespace", "not allowed on this type"));
+        errs.push(FieldError::forbidden(
+            "metadata.namespace",
+            "not allowed on this type",
+        ));
     }
     if let Some(generation) = reader.int("generation") {
         if generation < 0 {
@@ -701,7 +743,13 @@ pub fn finalizer_warnings(new_meta: &Value, old_meta: Option<&Value>) -> Vec<Str
     let finalizers = |meta: &Value| -> BTreeSet<String> {
         meta.get("finalizers")
             .and_then(Value::as_array)
-            .map(|items| items.iter().filter_map(Value::as_str).map(str::to_string).collect())
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let mut added = finalizers(new_meta);
@@ -729,7 +777,9 @@ pub fn finalizer_warnings(new_meta: &Value, old_meta: Option<&Value>) -> Vec<Str
 /// A `metav1.Time` read through the unstructured accessors: unparseable or empty values read
 /// as the zero time (`None`).
 fn meta_time(meta: &Value, key: &str) -> Option<DateTime<Utc>> {
-    meta.get(key).and_then(Value::as_str).and_then(parse_go_rfc3339)
+    meta.get(key)
+        .and_then(Value::as_str)
+        .and_then(parse_go_rfc3339)
 }
 
 /// Go's `time.Parse(time.RFC3339, s)`: an upper-case `T` separator and `Z` or a numeric offset.
@@ -738,7 +788,9 @@ pub(crate) fn parse_go_rfc3339(s: &str) -> Option<DateTime<Utc>> {
     if bytes.get(10) != Some(&b'T') || s.ends_with('z') {
         return None;
     }
-    DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&Utc))
+    DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
 }
 
 /// Go's `time.Time.String()` of a time the API server holds in UTC.
@@ -788,7 +840,11 @@ pub fn validate_object_meta_update(new_meta: &Value, old_meta: &Value) -> Vec<Fi
     for key in ["name", "namespace", "uid"] {
         let new = reader.string(key);
         if new != old_reader.string(key) {
-            errs.push(FieldError::invalid(format!("metadata.{key}"), new, FIELD_IMMUTABLE));
+            errs.push(FieldError::invalid(
+                format!("metadata.{key}"),
+                new,
+                FIELD_IMMUTABLE,
+            ));
         }
     }
     let new_created = meta_time(new_meta, "creationTimestamp");
@@ -811,7 +867,10 @@ pub fn validate_object_meta_update(new_meta: &Value, old_meta: &Value) -> Vec<Fi
             FIELD_IMMUTABLE,
         ));
     }
-    let grace = |meta: &Value| meta.get("deletionGracePeriodSeconds").and_then(Value::as_i64);
+    let grace = |meta: &Value| {
+        meta.get("deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+    };
     let new_grace = grace(new_meta);
     if new_grace != grace(old_meta) {
         errs.push(FieldError::invalid(
@@ -882,10 +941,19 @@ mod tests {
         assert_eq!(is_qualified_name("a b"), vec![NAME_PART_MSG]);
         assert_eq!(
             is_qualified_name(""),
-            vec!["name part must be non-empty".to_string(), NAME_PART_MSG.to_string()]
+            vec![
+                "name part must be non-empty".to_string(),
+                NAME_PART_MSG.to_string()
+            ]
         );
-        assert_eq!(is_qualified_name("/a"), vec!["prefix part must be non-empty"],);
-        assert_eq!(is_qualified_name("Foo/a"), vec![format!("prefix part {SUBDOMAIN_MSG}")]);
+        assert_eq!(
+            is_qualified_name("/a"),
+            vec!["prefix part must be non-empty"],
+        );
+        assert_eq!(
+            is_qualified_name("Foo/a"),
+            vec![format!("prefix part {SUBDOMAIN_MSG}")]
+        );
         assert_eq!(
             is_qualified_name(&"a".repeat(64)),
             vec!["name part must be no more than 63 characters"]
@@ -912,18 +980,25 @@ mod tests {
     fn go_quote_matches_strconv() {
         assert_eq!(go_quote("abc"), "\"abc\"");
         assert_eq!(go_quote("a\"b\\"), "\"a\\\"b\\\\\"");
-        assert_eq!(go_quote("\u{7}\u{8}\u{c}\n\r\t\u{b}"), "\"\\a\\b\\f\\n\\r\\t\\v\"");
+        assert_eq!(
+            go_quote("\u{7}\u{8}\u{c}\n\r\t\u{b}"),
+            "\"\\a\\b\\f\\n\\r\\t\\v\""
+        );
         assert_eq!(go_quote("\0\u{1b}\u{7f}"), "\"\\x00\\x1b\\x7f\"");
         assert_eq!(go_quote("日本語☺"), "\"日本語☺\"");
         assert_eq!(go_quote("\u{200b}\u{feff}"), "\"\\u200b\\ufeff\"");
         assert_eq!(go_quote("\u{10ffff}"), "\"\\U0010ffff\"");
         assert_eq!(go_string_slice(&[]), "[]string(nil)");
-        assert_eq!(go_string_slice(&["a".into(), "b".into()]), "[]string{\"a\", \"b\"}");
+        assert_eq!(
+            go_string_slice(&["a".into(), "b".into()]),
+            "[]string{\"a\", \"b\"}"
+        );
     }
 
     #[test]
     fn name_required_and_invalid() {
-        let (errs, warnings) = validate_object_meta(&json!({"namespace": "default"}), true, NameRule::Subdomain);
+        let (errs, warnings) =
+            validate_object_meta(&json!({"namespace": "default"}), true, NameRule::Subdomain);
         assert_eq!(
             messages(&errs),
             vec!["metadata.name: Required value: name or generateName is required"]
@@ -936,7 +1011,9 @@ mod tests {
         );
         assert_eq!(
             messages(&errs),
-            vec![format!("metadata.name: Invalid value: \"Bad_Name\": {SUBDOMAIN_MSG}")]
+            vec![format!(
+                "metadata.name: Invalid value: \"Bad_Name\": {SUBDOMAIN_MSG}"
+            )]
         );
         let (errs, _) = validate_object_meta(&Value::Null, false, NameRule::Subdomain);
         assert_eq!(errs.len(), 1);
@@ -945,7 +1022,9 @@ mod tests {
     #[test]
     fn generate_name_allows_trailing_dash() {
         let meta = json!({"generateName": "vm-", "name": "vm-x7k2p", "namespace": "ns"});
-        assert!(validate_object_meta(&meta, true, NameRule::Subdomain).0.is_empty());
+        assert!(validate_object_meta(&meta, true, NameRule::Subdomain)
+            .0
+            .is_empty());
         let meta = json!({"generateName": "VM-", "name": "vm-x7k2p", "namespace": "ns"});
         assert_eq!(
             messages(&validate_object_meta(&meta, true, NameRule::Subdomain).0),
@@ -965,17 +1044,29 @@ mod tests {
     fn namespace_rules() {
         let (errs, _) = validate_object_meta(&json!({"name": "a"}), true, NameRule::Subdomain);
         assert_eq!(messages(&errs), vec!["metadata.namespace: Required value"]);
-        let (errs, _) = validate_object_meta(&json!({"name": "a", "namespace": "a.b"}), true, NameRule::Subdomain);
+        let (errs, _) = validate_object_meta(
+            &json!({"name": "a", "namespace": "a.b"}),
+            true,
+            NameRule::Subdomain,
+        );
         assert_eq!(
             messages(&errs),
             vec!["metadata.namespace: Invalid value: \"a.b\": must not contain dots"]
         );
-        let (errs, _) = validate_object_meta(&json!({"name": "a", "namespace": "x"}), false, NameRule::Subdomain);
+        let (errs, _) = validate_object_meta(
+            &json!({"name": "a", "namespace": "x"}),
+            false,
+            NameRule::Subdomain,
+        );
         assert_eq!(
             messages(&errs),
             vec!["metadata.namespace: Forbidden: not allowed on this type"]
         );
-        let (errs, _) = validate_object_meta(&json!({"name": "a", "generation": -1}), false, NameRule::Label);
+        let (errs, _) = validate_object_meta(
+            &json!({"name": "a", "generation": -1}),
+            false,
+            NameRule::Label,
+        );
         assert_eq!(
             messages(&errs),
             vec!["metadata.generation: Invalid value: -1: must be greater than or equal to 0"]
@@ -997,7 +1088,9 @@ mod tests {
         let (errs, _) = validate_object_meta(&meta, false, NameRule::Subdomain);
         assert_eq!(
             messages(&errs),
-            vec![format!("metadata.annotations: Invalid value: \"a b\": {NAME_PART_MSG}")]
+            vec![format!(
+                "metadata.annotations: Invalid value: \"a b\": {NAME_PART_MSG}"
+            )]
         );
         let big = "x".repeat(TOTAL_ANNOTATION_SIZE_LIMIT);
         let meta = json!({"name": "a", "annotations": {"k": big}});
@@ -1033,7 +1126,9 @@ mod tests {
         assert!(msgs.contains(&"metadata.finalizers: Invalid value: \"string\": metadata.finalizers in body must be of type array: \"string\"".to_string()));
         assert!(msgs.contains(&"metadata.ownerReferences[0]: Invalid value: \"integer\": metadata.ownerReferences[0] in body must be of type object: \"integer\"".to_string()));
         assert!(msgs.contains(&"metadata.generation: Invalid value: \"string\": metadata.generation in body must be of type integer: \"string\"".to_string()));
-        assert!(msgs.contains(&"metadata.name: Required value: name or generateName is required".to_string()));
+        assert!(msgs.contains(
+            &"metadata.name: Required value: name or generateName is required".to_string()
+        ));
         let (errs, _) = validate_object_meta(&json!("x"), false, NameRule::Subdomain);
         assert_eq!(
             errs[0].message(),
@@ -1105,8 +1200,7 @@ mod tests {
         assert!(msgs[1].ends_with(
             "Only one reference can have Controller set to true. Found \"true\" in references for VirtualMachine/vm1 and VirtualMachine/vm2"
         ));
-        let meta =
-            json!({"name": "a", "ownerReferences": [{"apiVersion": "v1", "kind": "Event", "name": "e", "uid": "u"}]});
+        let meta = json!({"name": "a", "ownerReferences": [{"apiVersion": "v1", "kind": "Event", "name": "e", "uid": "u"}]});
         let (errs, _) = validate_object_meta(&meta, false, NameRule::Subdomain);
         assert!(errs[0]
             .message()

@@ -48,7 +48,8 @@ pub fn merge_patch(target: &Value, body: &[u8]) -> Result<Value, PatchError> {
 /// Applies an `application/json-patch+json` body to `target`, all operations or none.
 /// Undecodable bodies are 400, too many operations 413, failing operations 422.
 pub fn json_patch(target: &Value, body: &[u8]) -> Result<Value, PatchError> {
-    let parsed: Value = serde_json::from_slice(body).map_err(|e| bad_request(go_json_error(body, &e)))?;
+    let parsed: Value =
+        serde_json::from_slice(body).map_err(|e| bad_request(go_json_error(body, &e)))?;
     let ops = match parsed {
         Value::Array(ops) => ops,
         Value::Null => return Ok(target.clone()),
@@ -114,12 +115,17 @@ fn decode_operation(op: &Value) -> Result<PatchOperation, String> {
     let empty = serde_json::Map::new();
     let m = op.as_object().unwrap_or(&empty);
     let kind = m.get("op").and_then(Value::as_str).unwrap_or("unknown");
-    if !matches!(kind, "add" | "remove" | "replace" | "move" | "copy" | "test") {
+    if !matches!(
+        kind,
+        "add" | "remove" | "replace" | "move" | "copy" | "test"
+    ) {
         return Err(format!("Unexpected kind: {kind}"));
     }
     let pointer = |name: &str| match m.get(name).and_then(Value::as_str) {
         Some(p) if Pointer::parse(p).is_ok() => Ok(p.to_string()),
-        _ => Err(format!("{kind} operation failed to decode {name}: missing value")),
+        _ => Err(format!(
+            "{kind} operation failed to decode {name}: missing value"
+        )),
     };
     let mut normalized = json!({"op": kind, "path": pointer("path")?});
     if matches!(kind, "move" | "copy") {
@@ -139,7 +145,11 @@ fn describe_failure(doc: &Value, op: &PatchOperation, kind: &PatchErrorKind) -> 
             .pointer(parent.as_str())
             .is_some_and(|v| v.is_object() || v.is_array()),
     };
-    let last = |p: &Pointer| p.last().map(|t| t.decoded().into_owned()).unwrap_or_default();
+    let last = |p: &Pointer| {
+        p.last()
+            .map(|t| t.decoded().into_owned())
+            .unwrap_or_default()
+    };
     match op {
         PatchOperation::Test(t) if matches!(kind, PatchErrorKind::TestFailed) || container_exists(&t.path) => {
             format!("testing value {} failed: test failed", t.path)
@@ -225,11 +235,12 @@ fn go_json_error(body: &[u8], e: &serde_json::Error) -> String {
         Category::Eof => "unexpected end of JSON input".into(),
         Category::Syntax if text.contains("recursion limit") => "exceeded max depth".into(),
         Category::Syntax => {
-            let offending = char_at(body, e.line(), e.column()).map_or_else(String::new, |c| match c {
-                '\'' => "'\\''".into(),
-                c if c.is_control() => format!("'{}'", c.escape_default()),
-                c => format!("'{c}'"),
-            });
+            let offending =
+                char_at(body, e.line(), e.column()).map_or_else(String::new, |c| match c {
+                    '\'' => "'\\''".into(),
+                    c if c.is_control() => format!("'{}'", c.escape_default()),
+                    c => format!("'{c}'"),
+                });
             if text.starts_with("trailing characters") {
                 format!("invalid character {offending} after top-level value")
             } else {
@@ -238,6 +249,126 @@ fn go_json_error(body: &[u8], e: &serde_json::Error) -> String {
         }
         _ => text,
     }
+}
+
+/// Applies an `application/strategic-merge-patch+json` body to a built-in object
+/// (Namespace, Node): kube-apiserver accepts it for compiled-in types, and kubectl sends
+/// it for `apply` (after create), `patch`, `label`, `cordon`. Maps merge as in a merge
+/// patch and lists replace, except `metadata.finalizers` (merged as a set) and
+/// `metadata.ownerReferences` (merged by `uid`), the list strategies ObjectMeta declares.
+/// Directives: `$patch: replace|delete` on a map, `$deleteFromPrimitiveList/<list>`;
+/// `$setElementOrder/<list>` and `$retainKeys` are accepted and ignored.
+pub fn strategic_merge_patch(target: &Value, body: &[u8]) -> Result<Value, PatchError> {
+    let patch: Value = serde_json::from_slice(body)
+        .map_err(|e| bad_request(format!("error decoding patch: {}", go_json_error(body, &e))))?;
+    let patch = match patch {
+        Value::Object(map) => map,
+        Value::Null => return Ok(target.clone()),
+        other => {
+            return Err(bad_request(format!(
+                "error decoding patch: json: cannot unmarshal {} into Go value of type map[string]interface {{}}",
+                go_kind(&other)
+            )))
+        }
+    };
+    let merge = strategic_to_merge(Some(target), &patch, "");
+    let mut doc = target.clone();
+    json_patch::merge(&mut doc, &merge);
+    Ok(doc)
+}
+
+/// Rewrites one level of a strategic merge patch into the equivalent merge patch,
+/// given the original value at the same place.
+fn strategic_to_merge(
+    original: Option<&Value>,
+    patch: &serde_json::Map<String, Value>,
+    path: &str,
+) -> Value {
+    let original_map = original.and_then(Value::as_object);
+    match patch.get("$patch").and_then(Value::as_str) {
+        Some("delete") => return Value::Null,
+        Some("replace") => {
+            // Everything the original has and the patch does not is removed.
+            let mut out: serde_json::Map<String, Value> = original_map
+                .map(|m| m.keys().map(|k| (k.clone(), Value::Null)).collect())
+                .unwrap_or_default();
+            for (k, v) in patch.iter().filter(|(k, _)| !k.starts_with('$')) {
+                out.insert(k.clone(), v.clone());
+            }
+            return Value::Object(out);
+        }
+        _ => {}
+    }
+    let mut out = serde_json::Map::new();
+    for (key, value) in patch {
+        if key.starts_with("$setElementOrder/") || key == "$retainKeys" || key == "$patch" {
+            continue;
+        }
+        if let Some(list) = key.strip_prefix("$deleteFromPrimitiveList/") {
+            let removed = value.as_array().cloned().unwrap_or_default();
+            let current = out
+                .get(list)
+                .cloned()
+                .or_else(|| original_map.and_then(|m| m.get(list)).cloned())
+                .and_then(|v| v.as_array().cloned())
+                .unwrap_or_default();
+            out.insert(
+                list.to_string(),
+                Value::Array(
+                    current
+                        .into_iter()
+                        .filter(|v| !removed.contains(v))
+                        .collect(),
+                ),
+            );
+            continue;
+        }
+        let child_path = if path.is_empty() {
+            key.clone()
+        } else {
+            format!("{path}.{key}")
+        };
+        let child_original = original_map.and_then(|m| m.get(key));
+        let merged = match (value, child_path.as_str()) {
+            (Value::Object(map), _) => strategic_to_merge(child_original, map, &child_path),
+            (Value::Array(items), "metadata.finalizers") => {
+                let mut all = out
+                    .get(key)
+                    .or(child_original)
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                for item in items {
+                    if !all.contains(item) {
+                        all.push(item.clone());
+                    }
+                }
+                Value::Array(all)
+            }
+            (Value::Array(items), "metadata.ownerReferences") => {
+                let mut all = child_original
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                for item in items {
+                    let uid = item.get("uid");
+                    match all.iter_mut().find(|o| o.get("uid") == uid) {
+                        Some(existing)
+                            if item.get("$patch").and_then(Value::as_str) == Some("delete") =>
+                        {
+                            *existing = Value::Null;
+                        }
+                        Some(existing) => json_patch::merge(existing, item),
+                        None => all.push(item.clone()),
+                    }
+                }
+                Value::Array(all.into_iter().filter(|o| !o.is_null()).collect())
+            }
+            (other, _) => other.clone(),
+        };
+        out.insert(key.clone(), merged);
+    }
+    Value::Object(out)
 }
 
 /// The character at a 1-based line and column of `body`.
@@ -334,7 +465,10 @@ mod tests {
             cause(br#"[{"op":"add","path":"/a/b","value":1}]"#),
             "add operation does not apply: doc is missing path: \"/a/b\": missing value"
         );
-        assert_eq!(cause(br#"[{"op":"frob","path":"/a"}]"#), "Unexpected kind: frob");
+        assert_eq!(
+            cause(br#"[{"op":"frob","path":"/a"}]"#),
+            "Unexpected kind: frob"
+        );
         assert_eq!(cause(br#"[null]"#), "Unexpected kind: unknown");
         assert_eq!(
             cause(br#"[{"op":"add","value":1}]"#),
@@ -391,5 +525,36 @@ mod tests {
             ]);
             let _ = json_patch(&target, ops.to_string().as_bytes());
         }
+    }
+}
+
+#[cfg(test)]
+mod strategic_tests {
+    use super::*;
+
+    #[test]
+    fn strategic_merge_for_builtins() {
+        let ns = json!({"metadata": {"name": "n", "labels": {"a": "1", "b": "2"}, "finalizers": ["x"]},
+                        "spec": {"finalizers": ["kubernetes"]}});
+        let patched = strategic_merge_patch(
+            &ns,
+            br#"{"$setElementOrder/finalizers":["x","y"],"metadata":{"labels":{"a":"9","b":null},"finalizers":["y"]}}"#,
+        )
+        .unwrap();
+        assert_eq!(patched["metadata"]["labels"], json!({"a": "9"}));
+        assert_eq!(patched["metadata"]["finalizers"], json!(["x", "y"]));
+        let removed = strategic_merge_patch(
+            &patched,
+            br#"{"metadata":{"$deleteFromPrimitiveList/finalizers":["x"]}}"#,
+        )
+        .unwrap();
+        assert_eq!(removed["metadata"]["finalizers"], json!(["y"]));
+        let replaced = strategic_merge_patch(
+            &ns,
+            br#"{"metadata":{"labels":{"$patch":"replace","c":"3"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(replaced["metadata"]["labels"], json!({"c": "3"}));
+        assert_eq!(strategic_merge_patch(&ns, b"[1]").unwrap_err().0.code, 400);
     }
 }

@@ -163,7 +163,8 @@ impl Requirement {
             Operator::Exists => value.is_some(),
             Operator::DoesNotExist => value.is_none(),
             Operator::GreaterThan | Operator::LessThan => {
-                let (Some(actual), [wanted]) = (value.and_then(parse_i64), self.values.as_slice()) else {
+                let (Some(actual), [wanted]) = (value.and_then(parse_i64), self.values.as_slice())
+                else {
                     return false;
                 };
                 let Some(wanted) = parse_i64(wanted) else {
@@ -243,7 +244,11 @@ impl LabelSelector {
     /// `labels.Parse`: the string form from `?labelSelector=`.
     pub fn parse(selector: &str) -> Result<LabelSelector, String> {
         let tokens = lex(selector.as_bytes());
-        let requirements = Parser { tokens, position: 0 }.parse()?;
+        let requirements = Parser {
+            tokens,
+            position: 0,
+        }
+        .parse()?;
         Ok(LabelSelector::from_requirements(requirements))
     }
 
@@ -260,7 +265,9 @@ impl LabelSelector {
             None | Some(Value::Null) => {}
             Some(Value::Object(labels)) => {
                 for (k, v) in labels {
-                    let v = v.as_str().ok_or_else(|| format!("matchLabels[{k}] must be a string"))?;
+                    let v = v
+                        .as_str()
+                        .ok_or_else(|| format!("matchLabels[{k}] must be a string"))?;
                     requirements.push(Requirement::new(k, Operator::Equals, vec![v.to_string()])?);
                 }
             }
@@ -283,7 +290,12 @@ impl LabelSelector {
                 "NotIn" => Operator::NotIn,
                 "Exists" => Operator::Exists,
                 "DoesNotExist" => Operator::DoesNotExist,
-                other => return Err(format!("{} is not a valid label selector operator", go_quote(other))),
+                other => {
+                    return Err(format!(
+                        "{} is not a valid label selector operator",
+                        go_quote(other)
+                    ))
+                }
             };
             let values = match expression.get("values") {
                 None | Some(Value::Null) => Vec::new(),
@@ -510,10 +522,16 @@ impl Parser {
                         Token::Comma => {
                             let (after, literal) = self.peek(Context::Values);
                             if after != Token::Identifier && after != Token::DoesNotExist {
-                                return Err(format!("found '{literal}', expected: identifier after ','"));
+                                return Err(format!(
+                                    "found '{literal}', expected: identifier after ','"
+                                ));
                             }
                         }
-                        _ => return Err(format!("found '{literal}', expected: ',' or 'end of string'")),
+                        _ => {
+                            return Err(format!(
+                                "found '{literal}', expected: ',' or 'end of string'"
+                            ))
+                        }
                     }
                 }
                 Token::EndOfString => return Ok(requirements),
@@ -596,7 +614,9 @@ impl Parser {
                 self.next(Context::Values);
                 Ok(vec![String::new()])
             }
-            _ => Err(format!("found '{literal}', expected: ',', ')' or identifier")),
+            _ => Err(format!(
+                "found '{literal}', expected: ',', ')' or identifier"
+            )),
         }
     }
 
@@ -684,7 +704,9 @@ impl FieldSelector {
         let mut requirements = Vec::new();
         for term in terms.into_iter().filter(|t| !t.is_empty()) {
             let Some((field, operator, value)) = split_term(term) else {
-                return Err(format!("invalid selector: '{selector}'; can't understand '{term}'"));
+                return Err(format!(
+                    "invalid selector: '{selector}'; can't understand '{term}'"
+                ));
             };
             requirements.push(FieldRequirement {
                 field: field.to_string(),
@@ -732,7 +754,11 @@ impl fmt::Display for FieldSelector {
             if i > 0 {
                 f.write_str(",")?;
             }
-            let op = if r.operator == FieldOperator::Equals { "=" } else { "!=" };
+            let op = if r.operator == FieldOperator::Equals {
+                "="
+            } else {
+                "!="
+            };
             write!(f, "{}{op}{}", r.field, escape_value(&r.value))?;
         }
         Ok(())
@@ -794,7 +820,9 @@ fn unescape_value(value: &str) -> Result<String, String> {
     for c in value.chars() {
         if in_slash {
             if !matches!(c, '\\' | ',' | '=') {
-                return Err(format!("invalid field selector: invalid escape sequence: \\{c}"));
+                return Err(format!(
+                    "invalid field selector: invalid escape sequence: \\{c}"
+                ));
             }
             out.push(c);
             in_slash = false;
@@ -853,14 +881,26 @@ mod tests {
             let reparsed = LabelSelector::parse(&parsed.to_string()).unwrap();
             assert_eq!(parsed, reparsed, "{s}");
         }
-        assert_eq!(LabelSelector::parse("x= ,z= ").unwrap().to_string(), "x=,z=");
-        assert_eq!(LabelSelector::parse("z=a,x=b").unwrap().to_string(), "x=b,z=a");
+        assert_eq!(
+            LabelSelector::parse("x= ,z= ").unwrap().to_string(),
+            "x=,z="
+        );
+        assert_eq!(
+            LabelSelector::parse("z=a,x=b").unwrap().to_string(),
+            "x=b,z=a"
+        );
         assert_eq!(
             LabelSelector::parse("x in (c,a,b,a)").unwrap().to_string(),
             "x in (a,b,c)"
         );
-        assert_eq!(LabelSelector::parse("x notin ()").unwrap().to_string(), "x notin ()");
-        assert_eq!(LabelSelector::parse("x in (,a)").unwrap().to_string(), "x in (,a)");
+        assert_eq!(
+            LabelSelector::parse("x notin ()").unwrap().to_string(),
+            "x notin ()"
+        );
+        assert_eq!(
+            LabelSelector::parse("x in (,a)").unwrap().to_string(),
+            "x in (,a)"
+        );
         assert_eq!(
             LabelSelector::parse("x in (a,,b)").unwrap().requirements()[0].values(),
             ["", "a", "b"]
@@ -874,16 +914,23 @@ mod tests {
             [""]
         );
         assert_eq!(
-            LabelSelector::parse("  x  in(a) , !y ").unwrap().to_string(),
+            LabelSelector::parse("  x  in(a) , !y ")
+                .unwrap()
+                .to_string(),
             "x in (a),!y"
         );
-        assert_eq!(LabelSelector::parse("notin=in").unwrap().to_string(), "notin=in");
+        assert_eq!(
+            LabelSelector::parse("notin=in").unwrap().to_string(),
+            "notin=in"
+        );
         assert_eq!(
             LabelSelector::parse("x in ( a , b )").unwrap().to_string(),
             "x in (a,b)"
         );
         assert_eq!(
-            LabelSelector::parse("x = a,\ty\n!=\rb").unwrap().to_string(),
+            LabelSelector::parse("x = a,\ty\n!=\rb")
+                .unwrap()
+                .to_string(),
             "x=a,y!=b"
         );
         assert_eq!(
@@ -891,7 +938,9 @@ mod tests {
             "x in (in,notin)"
         );
         assert_eq!(
-            LabelSelector::parse("kubevirt.io/vm==vm1").unwrap().to_string(),
+            LabelSelector::parse("kubevirt.io/vm==vm1")
+                .unwrap()
+                .to_string(),
             "kubevirt.io/vm==vm1"
         );
         assert!(LabelSelector::parse("").unwrap().is_empty());
@@ -1002,17 +1051,23 @@ mod tests {
             sel.to_string(),
             "arch,!gpu,kubevirt.io/vm=vm1,tier notin (x),zone in (a,b)"
         );
-        assert!(sel.matches(&labels(json!({"kubevirt.io/vm": "vm1", "zone": "a", "arch": "amd64"}))));
+        assert!(sel.matches(&labels(
+            json!({"kubevirt.io/vm": "vm1", "zone": "a", "arch": "amd64"})
+        )));
         assert!(!sel.matches(&labels(
             json!({"kubevirt.io/vm": "vm1", "zone": "a", "arch": "x", "gpu": ""})
         )));
-        assert!(LabelSelector::from_label_selector_json(&json!({})).unwrap().is_empty());
+        assert!(LabelSelector::from_label_selector_json(&json!({}))
+            .unwrap()
+            .is_empty());
         assert!(!LabelSelector::from_label_selector_json(&Value::Null)
             .unwrap()
             .matches(&Map::new()));
         assert_eq!(
-            LabelSelector::from_label_selector_json(&json!({"matchExpressions": [{"key": "a", "operator": "Gt"}]}))
-                .unwrap_err(),
+            LabelSelector::from_label_selector_json(
+                &json!({"matchExpressions": [{"key": "a", "operator": "Gt"}]})
+            )
+            .unwrap_err(),
             "\"Gt\" is not a valid label selector operator"
         );
         assert_eq!(
@@ -1032,10 +1087,15 @@ mod tests {
                 .unwrap_err()
                 .starts_with("key: Invalid value: \"a b\": name part must consist")
         );
-        assert!(LabelSelector::from_label_selector_json(&json!({"matchLabels": {"a": 1}})).is_err());
+        assert!(
+            LabelSelector::from_label_selector_json(&json!({"matchLabels": {"a": 1}})).is_err()
+        );
         assert!(LabelSelector::from_label_selector_json(&json!({"matchLabels": []})).is_err());
         assert!(LabelSelector::from_label_selector_json(&json!({"matchExpressions": {}})).is_err());
-        assert!(LabelSelector::from_label_selector_json(&json!({"matchExpressions": [{"key": 1}]})).is_err());
+        assert!(LabelSelector::from_label_selector_json(
+            &json!({"matchExpressions": [{"key": 1}]})
+        )
+        .is_err());
         assert!(LabelSelector::from_label_selector_json(&json!(3)).is_err());
     }
 
@@ -1057,7 +1117,8 @@ mod tests {
 
     #[test]
     fn field_selectors() {
-        let sel = FieldSelector::parse("metadata.name=vm1,metadata.namespace!=kube-system").unwrap();
+        let sel =
+            FieldSelector::parse("metadata.name=vm1,metadata.namespace!=kube-system").unwrap();
         assert_eq!(
             sel.fields().collect::<Vec<_>>(),
             ["metadata.name", "metadata.namespace"]
@@ -1075,9 +1136,15 @@ mod tests {
         assert!(!sel.matches(get("kube-system")));
         assert!(FieldSelector::parse("spec.x=").unwrap().matches(|_| None));
         assert!(!FieldSelector::parse("spec.x!=").unwrap().matches(|_| None));
-        assert_eq!(FieldSelector::parse("b==1,a=2").unwrap().to_string(), "a=2,b=1");
         assert_eq!(
-            FieldSelector::parse("a=x\\,y\\=z\\\\").unwrap().requirements()[0].value,
+            FieldSelector::parse("b==1,a=2").unwrap().to_string(),
+            "a=2,b=1"
+        );
+        assert_eq!(
+            FieldSelector::parse("a=x\\,y\\=z\\\\")
+                .unwrap()
+                .requirements()[0]
+                .value,
             "x,y=z\\"
         );
         assert_eq!(
@@ -1104,8 +1171,17 @@ mod tests {
         );
         // The operator search ignores escapes, as upstream does.
         assert!(FieldSelector::parse("a\\=b=c").is_err());
-        assert_eq!(FieldSelector::parse("=x").unwrap().fields().collect::<Vec<_>>(), [""]);
-        assert_eq!(field_label_not_supported("spec.x"), "field label not supported: spec.x");
+        assert_eq!(
+            FieldSelector::parse("=x")
+                .unwrap()
+                .fields()
+                .collect::<Vec<_>>(),
+            [""]
+        );
+        assert_eq!(
+            field_label_not_supported("spec.x"),
+            "field label not supported: spec.x"
+        );
     }
 
     fn key_strategy() -> impl Strategy<Value = String> {

@@ -227,11 +227,23 @@ impl Status {
     }
 
     /// 422 from an admission webhook: KubeVirt's messages joined with ", ".
-    pub fn denied_by_webhook(_kind: &GroupKind, _name: &str, webhook: &str, errors: &[FieldError]) -> Self {
+    pub fn denied_by_webhook(
+        _kind: &GroupKind,
+        _name: &str,
+        webhook: &str,
+        errors: &[FieldError],
+    ) -> Self {
         let shown: Vec<&FieldError> = errors.iter().take(10).collect();
-        let mut message = shown.iter().map(|e| e.message()).collect::<Vec<_>>().join(", ");
+        let mut message = shown
+            .iter()
+            .map(|e| e.message())
+            .collect::<Vec<_>>()
+            .join(", ");
         if errors.len() > shown.len() {
-            message.push_str(&format!(", and {} more validation errors", errors.len() - shown.len()));
+            message.push_str(&format!(
+                ", and {} more validation errors",
+                errors.len() - shown.len()
+            ));
         }
         let causes = shown
             .iter()
@@ -288,7 +300,10 @@ impl Status {
         Status::failure(
             406,
             "NotAcceptable",
-            format!("only the following media types are accepted: {}", accepted.join(", ")),
+            format!(
+                "only the following media types are accepted: {}",
+                accepted.join(", ")
+            ),
         )
     }
 
@@ -333,15 +348,18 @@ impl Status {
     }
 
     pub fn internal(message: impl std::fmt::Display) -> Self {
-        Status::failure(500, "InternalError", format!("Internal error occurred: {message}")).with_details(
-            StatusDetails {
-                causes: vec![StatusCause {
-                    message: message.to_string(),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            },
+        Status::failure(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {message}"),
         )
+        .with_details(StatusDetails {
+            causes: vec![StatusCause {
+                message: message.to_string(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
     }
 
     pub fn to_json(&self) -> Value {
@@ -367,8 +385,15 @@ mod tests {
 
     #[test]
     fn invalid_joins_several_errors() {
-        let errors = [FieldError::required("a", "x"), FieldError::required("b", "y")];
-        let s = Status::invalid(&GroupKind::new("kubevirt.io", "VirtualMachine"), "vm", &errors);
+        let errors = [
+            FieldError::required("a", "x"),
+            FieldError::required("b", "y"),
+        ];
+        let s = Status::invalid(
+            &GroupKind::new("kubevirt.io", "VirtualMachine"),
+            "vm",
+            &errors,
+        );
         assert_eq!(
             s.message,
             "VirtualMachine.kubevirt.io \"vm\" is invalid: [a: Required value: x, b: Required value: y]"

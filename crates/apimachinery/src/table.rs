@@ -84,8 +84,12 @@ impl TableConvertor {
         let mut headers = vec![TableColumnDefinition::name_column()];
         let mut paths = Vec::with_capacity(columns.len());
         for column in columns {
-            let path = JsonPath::parse(&format!("{{{}}}", column.json_path))
-                .map_err(|_| format!("unrecognized column definition {}", go_quote(&column.json_path)))?;
+            let path = JsonPath::parse(&format!("{{{}}}", column.json_path)).map_err(|_| {
+                format!(
+                    "unrecognized column definition {}",
+                    go_quote(&column.json_path)
+                )
+            })?;
             paths.push(path);
             let description = if column.description.is_empty() {
                 format!(
@@ -113,11 +117,17 @@ impl TableConvertor {
     /// One row's cells: the name, then each column's first JSONPath result converted for
     /// its type (a lookup error or no result gives `null`, which kubectl prints blank).
     pub fn cells(&self, object: &Value, now: DateTime<Utc>) -> Vec<Value> {
-        let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+        let name = object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         let mut cells = Vec::with_capacity(self.headers.len());
         cells.push(Value::String(name.to_string()));
         for (path, header) in self.paths.iter().zip(&self.headers[1..]) {
-            let first = path.find(object).ok().and_then(|found| found.first().copied());
+            let first = path
+                .find(object)
+                .ok()
+                .and_then(|found| found.first().copied());
             cells.push(cell_for(&header.type_, first, now));
         }
         cells
@@ -189,9 +199,11 @@ pub fn human_duration(d: Duration) -> String {
     const MINUTE: i64 = 60 * SECOND;
     const HOUR: i64 = 60 * MINUTE;
     // Go durations saturate at ±292 years.
-    let nanos = d
-        .num_nanoseconds()
-        .unwrap_or(if d < Duration::zero() { i64::MIN } else { i64::MAX });
+    let nanos = d.num_nanoseconds().unwrap_or(if d < Duration::zero() {
+        i64::MIN
+    } else {
+        i64::MAX
+    });
     let seconds = nanos / SECOND;
     if seconds < -1 {
         return "<invalid>".to_string();
@@ -267,7 +279,10 @@ impl IncludeObject {
             "" | "Metadata" => Ok(IncludeObject::Metadata),
             "None" => Ok(IncludeObject::None),
             "Object" => Ok(IncludeObject::Object),
-            other => Err(format!("unrecognized includeObject value: {}", go_quote(other))),
+            other => Err(format!(
+                "unrecognized includeObject value: {}",
+                go_quote(other)
+            )),
         }
     }
 }
@@ -306,7 +321,10 @@ pub struct Table {
 }
 
 impl Table {
-    pub fn new(column_definitions: Option<Vec<TableColumnDefinition>>, include: IncludeObject) -> Table {
+    pub fn new(
+        column_definitions: Option<Vec<TableColumnDefinition>>,
+        include: IncludeObject,
+    ) -> Table {
         Table {
             kind: "Table",
             api_version: "meta.k8s.io/v1",
@@ -397,14 +415,26 @@ mod tests {
     #[test]
     fn cells_follow_the_table_convertor() {
         let n = now();
-        assert_eq!(cell("date", &[json!("2025-06-01T11:55:00Z")], n), json!("5m"));
-        assert_eq!(cell("date", &[json!("2023-08-03T12:00:00Z")], n), json!("668d"));
-        assert_eq!(cell("date", &[json!("2025-06-01T12:00:05Z")], n), json!("<invalid>"));
+        assert_eq!(
+            cell("date", &[json!("2025-06-01T11:55:00Z")], n),
+            json!("5m")
+        );
+        assert_eq!(
+            cell("date", &[json!("2023-08-03T12:00:00Z")], n),
+            json!("668d")
+        );
+        assert_eq!(
+            cell("date", &[json!("2025-06-01T12:00:05Z")], n),
+            json!("<invalid>")
+        );
         assert_eq!(cell("date", &[json!("yesterday")], n), json!("<invalid>"));
         assert_eq!(cell("date", &[json!("")], n), json!("<unknown>"));
         assert_eq!(cell("date", &[json!("null")], n), json!("<unknown>"));
         assert_eq!(cell("date", &[json!(5)], n), Value::Null);
-        assert_eq!(cell("string", &[json!("Running"), json!("x")], n), json!("Running"));
+        assert_eq!(
+            cell("string", &[json!("Running"), json!("x")], n),
+            json!("Running")
+        );
         assert_eq!(cell("string", &[json!(3)], n), json!("3"));
         assert_eq!(cell("string", &[json!(1e6)], n), json!("1e+06"));
         assert_eq!(cell("string", &[json!(true)], n), json!("true"));
@@ -456,15 +486,30 @@ mod tests {
         });
         assert_eq!(
             convertor.cells(&vm, now()),
-            vec![json!("vm1"), json!("3h"), json!("Running"), json!("True"), Value::Null]
+            vec![
+                json!("vm1"),
+                json!("3h"),
+                json!("Running"),
+                json!("True"),
+                Value::Null
+            ]
         );
         let bare = json!({"metadata": {"name": "vm2"}});
         assert_eq!(
             convertor.cells(&bare, now()),
-            vec![json!("vm2"), Value::Null, Value::Null, Value::Null, Value::Null]
+            vec![
+                json!("vm2"),
+                Value::Null,
+                Value::Null,
+                Value::Null,
+                Value::Null
+            ]
         );
         let age = TableConvertor::new(&[PrinterColumn::age()]).unwrap();
-        assert_eq!(age.column_definitions()[1].description, AGE_COLUMN_DESCRIPTION);
+        assert_eq!(
+            age.column_definitions()[1].description,
+            AGE_COLUMN_DESCRIPTION
+        );
         let bad = PrinterColumn {
             json_path: ".a[".to_string(),
             ..PrinterColumn::age()
@@ -481,7 +526,10 @@ mod tests {
         let vm = json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
             "metadata": {"name": "vm1", "namespace": "default", "labels": {"a": "b"}, "creationTimestamp": "2025-06-01T11:00:00Z"},
             "spec": {}});
-        let mut table = Table::new(Some(convertor.column_definitions().to_vec()), IncludeObject::Metadata);
+        let mut table = Table::new(
+            Some(convertor.column_definitions().to_vec()),
+            IncludeObject::Metadata,
+        );
         table.metadata.resource_version = "42".to_string();
         table.metadata.continue_token = "abc".to_string();
         table.metadata.remaining_item_count = Some(3);
@@ -504,7 +552,10 @@ mod tests {
         );
         let mut full = Table::new(Some(vec![]), IncludeObject::Object);
         full.push_row(&vm, vec![]);
-        assert_eq!(serde_json::to_value(&full).unwrap()["rows"][0]["object"], vm);
+        assert_eq!(
+            serde_json::to_value(&full).unwrap()["rows"][0]["object"],
+            vm
+        );
         let mut no_meta = Table::new(Some(vec![]), IncludeObject::Metadata);
         no_meta.push_row(&json!({}), vec![]);
         assert_eq!(
@@ -520,7 +571,10 @@ mod tests {
     #[test]
     fn include_object_values() {
         assert_eq!(IncludeObject::parse(""), Ok(IncludeObject::Metadata));
-        assert_eq!(IncludeObject::parse("Metadata"), Ok(IncludeObject::Metadata));
+        assert_eq!(
+            IncludeObject::parse("Metadata"),
+            Ok(IncludeObject::Metadata)
+        );
         assert_eq!(IncludeObject::parse("None"), Ok(IncludeObject::None));
         assert_eq!(IncludeObject::parse("Object"), Ok(IncludeObject::Object));
         assert_eq!(

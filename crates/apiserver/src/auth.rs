@@ -19,7 +19,9 @@ pub const COMPONENT_GROUPS: [&str; 2] = ["system:nodes", "system:virtplane-compo
 
 impl UserInfo {
     pub fn is_component(&self) -> bool {
-        self.groups.iter().any(|g| COMPONENT_GROUPS.contains(&g.as_str()))
+        self.groups
+            .iter()
+            .any(|g| COMPONENT_GROUPS.contains(&g.as_str()))
     }
 }
 
@@ -38,8 +40,13 @@ impl Authenticator {
         headers: &HeaderMap,
         certificate: Option<&ClientCertificateIdentity>,
     ) -> Option<UserInfo> {
+        // kube-apiserver's union authenticator asks the x509 authenticator before the
+        // token authenticators and stops at the first success: a verified client
+        // certificate names the user whatever bearer token comes with it.
+        if let Some(certificate) = certificate {
+            return Some(certificate.0.clone());
+        }
         if let Some(value) = headers.get(http::header::AUTHORIZATION) {
-            // A presented but unknown token is a failure even with a certificate, as upstream.
             let token = value.to_str().ok()?.strip_prefix("Bearer ")?.trim();
             let user = self.tokens.get(token)?;
             return Some(UserInfo {
@@ -47,6 +54,6 @@ impl Authenticator {
                 groups: user.groups.clone(),
             });
         }
-        certificate.map(|c| c.0.clone())
+        None
     }
 }

@@ -83,6 +83,18 @@ impl ResourceHooks for NamespaceHooks {
             root.insert("status".into(), json!({"phase": "Active"}));
         }
     }
+    /// Upstream's namespace strategy keeps the name label on every update, whatever
+    /// the client sent (e.g. `kubectl apply` dropping all labels).
+    fn default_on_update(&self, obj: &mut Value) {
+        let name = crate::object::name(obj).to_string();
+        let meta = crate::object::meta_mut(obj);
+        if !meta.get("labels").is_some_and(Value::is_object) {
+            meta.insert("labels".into(), json!({}));
+        }
+        if let Some(labels) = meta.get_mut("labels").and_then(Value::as_object_mut) {
+            labels.insert("kubernetes.io/metadata.name".into(), Value::String(name));
+        }
+    }
 }
 
 /// Nodes are written by node agents; nothing to default or check beyond the schema.

@@ -38,7 +38,8 @@ fn verbs(info: &ResourceInfo) -> Vec<&'static str> {
 }
 
 fn storage_version_hash(info: &ResourceInfo) -> String {
-    let digest = Sha256::digest(format!("{}/{}/{}", info.group, info.version, info.kind).as_bytes());
+    let digest =
+        Sha256::digest(format!("{}/{}/{}", info.group, info.version, info.kind).as_bytes());
     base64::engine::general_purpose::STANDARD.encode(&digest[..8])
 }
 
@@ -69,7 +70,9 @@ impl Discovery {
     }
 
     pub fn serves(&self, group: &str, version: &str) -> bool {
-        self.group_versions().iter().any(|(g, v)| *g == group && *v == version)
+        self.group_versions()
+            .iter()
+            .any(|(g, v)| *g == group && *v == version)
     }
 
     pub fn api_versions(&self, server_address: &str) -> Value {
@@ -123,7 +126,11 @@ impl Discovery {
             return None;
         }
         let mut resources = Vec::new();
-        for info in self.infos.iter().filter(|i| i.group == group && i.version == version) {
+        for info in self
+            .infos
+            .iter()
+            .filter(|i| i.group == group && i.version == version)
+        {
             resources.push(json!({
                 "name": info.plural, "singularName": info.singular, "namespaced": info.namespaced,
                 "kind": info.kind, "verbs": verbs(info), "shortNames": info.short_names,
@@ -134,7 +141,11 @@ impl Discovery {
                     "namespaced": info.namespaced, "kind": info.kind, "verbs": ["get", "patch", "update"]}));
             }
         }
-        for extra in self.extras.iter().filter(|e| e.group == group && e.version == version) {
+        for extra in self
+            .extras
+            .iter()
+            .filter(|e| e.group == group && e.version == version)
+        {
             resources.push(
                 json!({"name": extra.name, "singularName": "", "namespaced": extra.namespaced,
                 "kind": extra.kind, "verbs": extra.verbs}),

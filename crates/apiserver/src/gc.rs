@@ -92,7 +92,11 @@ impl Graph {
     /// Keys whose handling may change when `node` at `key` changes.
     fn affected(&self, key: &str, node: &Node) -> Vec<String> {
         let mut out = vec![key.to_string()];
-        out.extend(node.owners.iter().filter_map(|(uid, _)| self.owner_key(uid)));
+        out.extend(
+            node.owners
+                .iter()
+                .filter_map(|(uid, _)| self.owner_key(uid)),
+        );
         if let Some(deps) = self.dependents.get(&node.uid) {
             out.extend(deps.iter().cloned());
         }
@@ -186,7 +190,8 @@ async fn process(registry: &Registry, graph: &Graph, key: &str) -> Result<(), St
             let Some(owner) = graph.key_of(owner_uid).and_then(|k| graph.nodes.get(k)) else {
                 continue;
             };
-            if owner.deleting && owner.finalizers.iter().any(|f| f == FOREGROUND) && !node.deleting {
+            if owner.deleting && owner.finalizers.iter().any(|f| f == FOREGROUND) && !node.deleting
+            {
                 return delete(registry, key, node, Propagation::Foreground).await;
             }
             if owner.deleting && owner.finalizers.iter().any(|f| f == ORPHAN) {
@@ -203,9 +208,11 @@ async fn process(registry: &Registry, graph: &Graph, key: &str) -> Result<(), St
         .map(|keys| keys.iter().filter_map(|k| graph.nodes.get(k)).collect())
         .unwrap_or_default();
     if node.finalizers.iter().any(|f| f == FOREGROUND) {
-        let blocking = dependents
-            .iter()
-            .any(|d| d.owners.iter().any(|(uid, block)| uid == &node.uid && *block));
+        let blocking = dependents.iter().any(|d| {
+            d.owners
+                .iter()
+                .any(|(uid, block)| uid == &node.uid && *block)
+        });
         if !blocking {
             remove_finalizer(registry, key, FOREGROUND).await?;
         }
@@ -215,7 +222,11 @@ async fn process(registry: &Registry, graph: &Graph, key: &str) -> Result<(), St
     }
     if node.is_namespace {
         let namespace = key.trim_start_matches("/registry/core/namespaces/");
-        let content: Vec<(&String, &Node)> = graph.nodes.iter().filter(|(_, n)| n.namespace == namespace).collect();
+        let content: Vec<(&String, &Node)> = graph
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.namespace == namespace)
+            .collect();
         for (content_key, content_node) in &content {
             if !content_node.deleting {
                 delete(registry, content_key, content_node, Propagation::Background).await?;
@@ -232,7 +243,10 @@ async fn process(registry: &Registry, graph: &Graph, key: &str) -> Result<(), St
 }
 
 /// Resolves a store key to its registration, namespace and name.
-fn locate(registry: &Registry, key: &str) -> Option<(Arc<crate::registry::Registration>, Option<String>, String)> {
+fn locate(
+    registry: &Registry,
+    key: &str,
+) -> Option<(Arc<crate::registry::Registration>, Option<String>, String)> {
     registry.registrations().iter().find_map(|reg| {
         let rest = key.strip_prefix(&Registry::resource_prefix(reg.info))?;
         if reg.info.namespaced {
@@ -251,7 +265,12 @@ fn ignore_gone(result: Result<(), Status>) -> Result<(), Status> {
     }
 }
 
-async fn delete(registry: &Registry, key: &str, node: &Node, propagation: Propagation) -> Result<(), Status> {
+async fn delete(
+    registry: &Registry,
+    key: &str,
+    node: &Node,
+    propagation: Propagation,
+) -> Result<(), Status> {
     let Some((reg, ns, name)) = locate(registry, key) else {
         return Ok(());
     };
@@ -260,7 +279,12 @@ async fn delete(registry: &Registry, key: &str, node: &Node, propagation: Propag
         precondition_uid: Some(node.uid.clone()),
         ..Default::default()
     };
-    ignore_gone(registry.delete(&reg, ns.as_deref(), &name, &options).await.map(|_| ()))
+    ignore_gone(
+        registry
+            .delete(&reg, ns.as_deref(), &name, &options)
+            .await
+            .map(|_| ()),
+    )
 }
 
 fn gc_write_options() -> WriteOptions {
@@ -275,13 +299,23 @@ async fn remove_finalizer(registry: &Registry, key: &str, finalizer: &str) -> Re
         return Ok(());
     };
     let result = registry
-        .update_with(&reg, ns.as_deref(), &name, None, &gc_write_options(), |old| {
-            let mut new = old.clone();
-            let finalizers = object::finalizers(old).into_iter().filter(|f| f != finalizer).collect();
-            object::set_finalizers(&mut new, finalizers);
-            object::meta_mut(&mut new).remove("resourceVersion");
-            Ok(Change::replace(new))
-        })
+        .update_with(
+            &reg,
+            ns.as_deref(),
+            &name,
+            None,
+            &gc_write_options(),
+            |old| {
+                let mut new = old.clone();
+                let finalizers = object::finalizers(old)
+                    .into_iter()
+                    .filter(|f| f != finalizer)
+                    .collect();
+                object::set_finalizers(&mut new, finalizers);
+                object::meta_mut(&mut new).remove("resourceVersion");
+                Ok(Change::replace(new))
+            },
+        )
         .await;
     ignore_gone(result.map(|_| ()))
 }
@@ -291,18 +325,28 @@ async fn drop_owner(registry: &Registry, key: &str, owner_uid: &str) -> Result<(
         return Ok(());
     };
     let result = registry
-        .update_with(&reg, ns.as_deref(), &name, None, &gc_write_options(), |old| {
-            let mut new = old.clone();
-            let meta = object::meta_mut(&mut new);
-            meta.remove("resourceVersion");
-            if let Some(refs) = meta.get_mut("ownerReferences").and_then(Value::as_array_mut) {
-                refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(owner_uid));
-                if refs.is_empty() {
-                    meta.remove("ownerReferences");
+        .update_with(
+            &reg,
+            ns.as_deref(),
+            &name,
+            None,
+            &gc_write_options(),
+            |old| {
+                let mut new = old.clone();
+                let meta = object::meta_mut(&mut new);
+                meta.remove("resourceVersion");
+                if let Some(refs) = meta
+                    .get_mut("ownerReferences")
+                    .and_then(Value::as_array_mut)
+                {
+                    refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(owner_uid));
+                    if refs.is_empty() {
+                        meta.remove("ownerReferences");
+                    }
                 }
-            }
-            Ok(Change::replace(new))
-        })
+                Ok(Change::replace(new))
+            },
+        )
         .await;
     ignore_gone(result.map(|_| ()))
 }

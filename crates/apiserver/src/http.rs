@@ -17,8 +17,8 @@ use crate::auth::{Authenticator, UserInfo};
 use crate::discovery::Discovery;
 use crate::negotiate::{self, Format};
 use crate::registry::{
-    Change, DeleteOptions, DeleteResult, FieldValidation, ListRequest, Outcome, Propagation, Registration, Registry,
-    WriteOptions,
+    Change, DeleteOptions, DeleteResult, FieldValidation, ListRequest, Outcome, Propagation,
+    Registration, Registry, WriteOptions,
 };
 use crate::request::{self, Query, ResourcePath, Target};
 use crate::tls::ClientCertificateIdentity;
@@ -42,9 +42,10 @@ pub fn router(server: Arc<ApiServer>) -> Router {
 
 fn json_response(code: StatusCode, body: &Value) -> Response {
     let mut response = (code, serde_json::to_vec(body).unwrap_or_default()).into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     response
 }
 
@@ -54,7 +55,12 @@ pub fn status_response(status: &Status) -> Response {
 }
 
 fn not_found_path() -> Status {
-    Status::failure(404, "NotFound", "the server could not find the requested resource").with_empty_details()
+    Status::failure(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+    )
+    .with_empty_details()
 }
 
 trait EmptyDetails {
@@ -70,7 +76,10 @@ impl EmptyDetails for Status {
 
 fn add_warnings(response: &mut Response, warnings: &[String]) {
     for warning in warnings {
-        let text = format!("299 - {}", serde_json::to_string(warning).unwrap_or_default());
+        let text = format!(
+            "299 - {}",
+            serde_json::to_string(warning).unwrap_or_default()
+        );
         if let Ok(value) = HeaderValue::from_str(&text) {
             response.headers_mut().append(header::WARNING, value);
         }
@@ -82,9 +91,10 @@ fn object_response(code: StatusCode, body: &Value, format: Format) -> Response {
     match format {
         Format::Yaml => {
             let mut response = (code, crate::yaml::to_string(body)).into_response();
-            response
-                .headers_mut()
-                .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/yaml"));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/yaml"),
+            );
             response
         }
         _ => json_response(code, body),
@@ -122,12 +132,16 @@ impl ApiServer {
             .authenticate(&parts.headers, certificate)
             .ok_or_else(Status::unauthorized)?;
         let query = Query::parse(parts.uri.query())?;
-        let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+        let accept = parts
+            .headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok());
         match target {
             Target::CoreVersions | Target::Groups => {
                 let core = target == Target::CoreVersions;
                 if accept.is_some_and(|a| a.contains("as=APIGroupDiscoveryList")) {
-                    let mut response = json_response(StatusCode::OK, &self.discovery.aggregated(core));
+                    let mut response =
+                        json_response(StatusCode::OK, &self.discovery.aggregated(core));
                     response.headers_mut().insert(
                         header::CONTENT_TYPE,
                         HeaderValue::from_static(
@@ -157,7 +171,10 @@ impl ApiServer {
                 .map(|d| json_response(StatusCode::OK, &d))
                 .ok_or_else(not_found_path),
             Target::OpenApiV3Root => Ok(json_response(StatusCode::OK, &self.openapi.root())),
-            Target::OpenApiV3 { group, version } => self.openapi.group_version(&group, &version, query.hash.as_deref()),
+            Target::OpenApiV3 { group, version } => {
+                self.openapi
+                    .group_version(&group, &version, query.hash.as_deref())
+            }
             Target::OpenApiV2 => Err(not_found_path()),
             Target::Resource(path) => {
                 let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
@@ -179,7 +196,10 @@ impl ApiServer {
         body: &[u8],
         user: &UserInfo,
     ) -> Result<Response, Status> {
-        if path.group == "authorization.k8s.io" && path.plural == "selfsubjectaccessreviews" && method == Method::POST {
+        if path.group == "authorization.k8s.io"
+            && path.plural == "selfsubjectaccessreviews"
+            && method == Method::POST
+        {
             return Ok(crate::review::self_subject_access_review(body, user));
         }
         if path.group == crate::subresources::GROUP && path.version == "v1" {
@@ -195,8 +215,11 @@ impl ApiServer {
         }
         let namespace = path.namespace.as_deref();
         let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-        let content_type =
-            negotiate::content_type_essence(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));
+        let content_type = negotiate::content_type_essence(
+            headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok()),
+        );
         let subresource = path.subresource.as_deref();
         match subresource {
             None => {}
@@ -210,7 +233,9 @@ impl ApiServer {
                 ))
             }
         }
-        if let Some(refusal) = method_refusal(info, method, path.name.is_some(), subresource.is_some()) {
+        if let Some(refusal) =
+            method_refusal(info, method, path.name.is_some(), subresource.is_some())
+        {
             return Err(refusal);
         }
         crate::options::validate_request(method, path.name.is_some(), &content_type, query)?;
@@ -250,7 +275,12 @@ impl ApiServer {
                     metadata["remainingItemCount"] = json!(remaining);
                 }
                 if format == Format::Table {
-                    let table = crate::printing::table(info, &result.items, metadata, query.include_object.as_deref());
+                    let table = crate::printing::table(
+                        info,
+                        &result.items,
+                        metadata,
+                        query.include_object.as_deref(),
+                    );
                     return Ok(table_response(&table));
                 }
                 if format == Format::Metadata {
@@ -285,12 +315,25 @@ impl ApiServer {
             (Method::POST, None) => {
                 let format = negotiate(false)?;
                 let obj = negotiate::decode_body(&content_type, body, kind, version)?;
-                let outcome = self.registry.create(&reg, namespace, obj, &write_options()?).await?;
+                let outcome = self
+                    .registry
+                    .create(&reg, namespace, obj, &write_options()?)
+                    .await?;
                 Ok(outcome_response(outcome, format))
             }
             (Method::PUT, Some(name)) => {
                 let format = negotiate(false)?;
                 let obj = negotiate::decode_body(&content_type, body, kind, version)?;
+                // The handler checks the namespace, then the name, before storage is asked.
+                let body_namespace = crate::object::namespace(&obj);
+                if info.namespaced
+                    && !body_namespace.is_empty()
+                    && Some(body_namespace) != namespace
+                {
+                    return Err(Status::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ));
+                }
                 if crate::object::name(&obj) != name {
                     return Err(Status::bad_request(format!(
                         "the name of the object ({}) does not match the name on the URL ({name})",
@@ -298,6 +341,21 @@ impl ApiServer {
                     )));
                 }
                 let options = write_options()?;
+                // A PUT body is decoded like a POST body: unknown fields under Strict are a
+                // decoding error (400), not the 422 of a patch.
+                if options.field_validation == FieldValidation::Strict && subresource.is_none() {
+                    let unknown = reg.schema.prune(&mut obj.clone());
+                    if !unknown.is_empty() {
+                        let texts: Vec<String> = unknown
+                            .iter()
+                            .map(|p| format!("unknown field {p:?}"))
+                            .collect();
+                        return Err(Status::bad_request(format!(
+                            "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
+                            texts.join(", ")
+                        )));
+                    }
+                }
                 let outcome = self
                     .registry
                     .update_with(&reg, namespace, name, subresource, &options, |old| {
@@ -354,10 +412,17 @@ impl ApiServer {
             (Method::DELETE, Some(name)) => {
                 let format = negotiate(false)?;
                 let options = delete_options(query, body)?;
-                let outcome = self.registry.delete(&reg, namespace, name, &options).await?;
+                let outcome = self
+                    .registry
+                    .delete(&reg, namespace, name, &options)
+                    .await?;
                 Ok(match outcome.value {
                     DeleteResult::Deleted(obj) => {
-                        let status = Status::success_deleted(&info.group_resource(), name, crate::object::uid(&obj));
+                        let status = Status::success_deleted(
+                            &info.group_resource(),
+                            name,
+                            crate::object::uid(&obj),
+                        );
                         object_response(StatusCode::OK, &status.to_json(), format)
                     }
                     DeleteResult::Pending(obj) => object_response(StatusCode::OK, &obj, format),
@@ -418,9 +483,20 @@ impl ApiServer {
                     end_marker: query.allow_watch_bookmarks,
                 }
             }
+            // sendInitialEvents=false: no synthetic events, start at the most recent state.
+            (Some(false), None | Some("0")) => {
+                WatchStart::After(self.registry.store.current_revision())
+            }
             (_, None) | (_, Some("0")) => WatchStart::WithInitialState { end_marker: false },
             (_, Some(rv)) => WatchStart::After(parse_revision(rv)?),
         };
+        // Bookmarks before the first event carry the revision the watch starts from.
+        let start_revision = match &start {
+            WatchStart::After(rv) => Some(*rv),
+            WatchStart::WithInitialState { .. } => None,
+        };
+        let initial_events_end =
+            query.send_initial_events == Some(true) && query.allow_watch_bookmarks;
         if query.resource_version_match.is_some() && query.send_initial_events.is_none() {
             return Err(Status::bad_request(
                 "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
@@ -436,14 +512,19 @@ impl ApiServer {
         let bookmarks = query.allow_watch_bookmarks;
         let info = reg.info;
         let include = query.include_object.clone();
-        let mut last_revision = None::<i64>;
+        let mut last_revision = start_revision;
         let mut first_table = true;
         let deadline = tokio::time::sleep(timeout);
         let ticker = tokio::time::interval_at(
             tokio::time::Instant::now() + Duration::from_secs(30),
             Duration::from_secs(30),
         );
-        let lines = async_stream_lines(events, deadline, ticker, move |event| {
+        // Like the watch cache, also bookmark 2s before the deadline, so a client that
+        // asked for bookmarks gets a resume point before the server closes the watch.
+        let pre_deadline = timeout
+            .checked_sub(Duration::from_secs(2))
+            .filter(|d| !d.is_zero());
+        let lines = async_stream_lines(events, deadline, ticker, pre_deadline, move |event| {
             if let Some(rv) = event.as_ref().and_then(WatchEvent::revision) {
                 last_revision = Some(rv);
             }
@@ -464,7 +545,7 @@ impl ApiServer {
                 WatchEvent::Deleted(o) => ("DELETED", o),
                 WatchEvent::Bookmark(rv) => ("BOOKMARK", bookmark_object(info, rv, false)),
                 WatchEvent::InitialEventsEnd(rv) => {
-                    if !bookmarks {
+                    if !initial_events_end {
                         return None;
                     }
                     ("BOOKMARK", bookmark_object(info, rv, true))
@@ -477,8 +558,12 @@ impl ApiServer {
                 let rv = crate::object::meta_str(&object, "resourceVersion")
                     .unwrap_or("")
                     .to_string();
-                let mut table =
-                    crate::printing::table(info, &[object], json!({"resourceVersion": rv}), include.as_deref());
+                let mut table = crate::printing::table(
+                    info,
+                    &[object],
+                    json!({"resourceVersion": rv}),
+                    include.as_deref(),
+                );
                 if !first_table {
                     table["columnDefinitions"] = Value::Null;
                 }
@@ -487,17 +572,20 @@ impl ApiServer {
             } else {
                 object
             };
-            let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+            let mut line =
+                serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
             line.push(b'\n');
             Some(line)
         });
         let mut response = Response::new(Body::from_stream(lines.map(Ok::<_, std::io::Error>)));
-        response
-            .headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        response
-            .headers_mut()
-            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        response.headers_mut().insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("no-cache, private"),
+        );
         Ok(response)
     }
 }
@@ -508,9 +596,16 @@ fn async_stream_lines(
     events: crate::watch::EventStream,
     deadline: tokio::time::Sleep,
     ticker: tokio::time::Interval,
+    pre_deadline: Option<Duration>,
     mut render: impl FnMut(Option<WatchEvent>) -> Option<Vec<u8>> + Send + 'static,
 ) -> impl futures::Stream<Item = Vec<u8>> + Send {
-    let ticks = tokio_stream::wrappers::IntervalStream::new(ticker).map(|_| None);
+    let last_tick = futures::stream::iter(pre_deadline)
+        .then(|after| async move { tokio::time::sleep(after).await })
+        .map(|_| None);
+    let ticks = futures::stream::select(
+        tokio_stream::wrappers::IntervalStream::new(ticker).map(|_| None),
+        last_tick,
+    );
     let merged = futures::stream::select(events.map(Some), ticks);
     let until_deadline = merged.take_until(deadline);
     until_deadline.filter_map(move |event| futures::future::ready(render(event)))
@@ -576,7 +671,11 @@ fn method_refusal(
     None
 }
 
-fn bookmark_object(info: &apimachinery::resource::ResourceInfo, rv: i64, initial_end: bool) -> Value {
+fn bookmark_object(
+    info: &apimachinery::resource::ResourceInfo,
+    rv: i64,
+    initial_end: bool,
+) -> Value {
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if initial_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
@@ -631,7 +730,13 @@ fn field_manager(query: &Query, headers: &HeaderMap) -> Result<String, Status> {
         .get(header::USER_AGENT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("unknown");
-    Ok(agent.split('/').next().unwrap_or(agent).chars().take(128).collect())
+    Ok(agent
+        .split('/')
+        .next()
+        .unwrap_or(agent)
+        .chars()
+        .take(128)
+        .collect())
 }
 
 fn field_validation(query: &Query) -> Result<FieldValidation, Status> {
@@ -645,7 +750,11 @@ fn field_validation(query: &Query) -> Result<FieldValidation, Status> {
     }
 }
 
-fn list_request(reg: &Registration, namespace: Option<&str>, query: &Query) -> Result<ListRequest, Status> {
+fn list_request(
+    reg: &Registration,
+    namespace: Option<&str>,
+    query: &Query,
+) -> Result<ListRequest, Status> {
     let label = match &query.label_selector {
         Some(s) => apimachinery::selector::LabelSelector::parse(s).map_err(Status::bad_request)?,
         None => Default::default(),
@@ -657,13 +766,15 @@ fn list_request(reg: &Registration, namespace: Option<&str>, query: &Query) -> R
     let supported = crate::printing::selectable_fields(reg.info);
     for name in field.fields() {
         if name != "metadata.name" && name != "metadata.namespace" && !supported.contains(&name) {
-            return Err(Status::bad_request(apimachinery::selector::field_label_not_supported(
-                name,
-            )));
+            return Err(Status::bad_request(
+                apimachinery::selector::field_label_not_supported(name),
+            ));
         }
     }
     let rv_match = query.resource_version_match.as_deref();
-    if rv_match.is_some() && query.resource_version.is_none() {
+    // (The options were validated for a list or a watch by `options::validate_request`;
+    // these list-only rules must not refuse a watch with sendInitialEvents.)
+    if rv_match.is_some() && query.resource_version.is_none() && !query.watch {
         return Err(Status::bad_request(
             "resourceVersionMatch is forbidden unless resourceVersion is provided",
         ));
@@ -674,7 +785,9 @@ fn list_request(reg: &Registration, namespace: Option<&str>, query: &Query) -> R
         ));
     }
     if query.send_initial_events.is_some() && !query.watch {
-        return Err(Status::bad_request("sendInitialEvents is forbidden for list"));
+        return Err(Status::bad_request(
+            "sendInitialEvents is forbidden for list",
+        ));
     }
     let rv = match query.resource_version.as_deref() {
         Some(rv) => Some(parse_revision(rv)?),
@@ -718,16 +831,22 @@ fn delete_options(query: &Query, body: &[u8]) -> Result<DeleteOptions, Status> {
         if let Some(p) = parsed.get("propagationPolicy").and_then(Value::as_str) {
             policy = Some(p.to_string());
         }
-        if parsed.get("orphanDependents").and_then(Value::as_bool) == Some(true) && policy.is_none() {
+        if parsed.get("orphanDependents").and_then(Value::as_bool) == Some(true) && policy.is_none()
+        {
             policy = Some("Orphan".into());
         }
         if let Some(pre) = parsed.get("preconditions") {
             options.precondition_uid = pre.get("uid").and_then(Value::as_str).map(str::to_string);
-            options.precondition_resource_version =
-                pre.get("resourceVersion").and_then(Value::as_str).map(str::to_string);
+            options.precondition_resource_version = pre
+                .get("resourceVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string);
         }
         if let Some(dry) = parsed.get("dryRun").and_then(Value::as_array) {
-            let values: Vec<String> = dry.iter().map(|d| d.as_str().unwrap_or_default().to_string()).collect();
+            let values: Vec<String> = dry
+                .iter()
+                .map(|d| d.as_str().unwrap_or_default().to_string())
+                .collect();
             let errors = crate::options::dry_run_errors(&values);
             if !errors.is_empty() {
                 return Err(crate::options::invalid("DeleteOptions", &errors));

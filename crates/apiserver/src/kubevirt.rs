@@ -39,6 +39,9 @@ impl ResourceHooks for VirtualMachineInstanceHooks {
     fn webhook(&self) -> Option<&'static str> {
         Some(admission::VMI_CREATE_VALIDATOR)
     }
+    fn update_webhook(&self) -> Option<&'static str> {
+        Some(admission::VMI_UPDATE_VALIDATOR)
+    }
     fn default_on_create(&self, obj: &mut Value) {
         // Our node agents implement masquerade (NAT) on the pod network, as many
         // KubeVirt distributions configure it.
@@ -46,7 +49,10 @@ impl ResourceHooks for VirtualMachineInstanceHooks {
         // Held until the node agent (or the scheduler or node lifecycle controller, for a
         // VMI that never ran or whose node vanished) has stopped the guest.
         let mut finalizers = crate::object::finalizers(obj);
-        if !finalizers.iter().any(|f| f == defaults::VMI_FOREGROUND_FINALIZER) {
+        if !finalizers
+            .iter()
+            .any(|f| f == defaults::VMI_FOREGROUND_FINALIZER)
+        {
             finalizers.push(defaults::VMI_FOREGROUND_FINALIZER.to_string());
             crate::object::set_finalizers(obj, finalizers);
         }
@@ -78,6 +84,9 @@ impl ResourceHooks for MigrationHooks {
     fn webhook(&self) -> Option<&'static str> {
         Some(admission::MIGRATION_CREATE_VALIDATOR)
     }
+    fn update_webhook(&self) -> Option<&'static str> {
+        Some(admission::MIGRATION_UPDATE_VALIDATOR)
+    }
     fn default_on_create(&self, obj: &mut Value) {
         defaults::default_vmim_on_create(obj);
     }
@@ -99,6 +108,9 @@ pub fn registrations() -> Vec<(&'static ResourceInfo, Box<dyn ResourceHooks>)> {
             &resources::VIRTUAL_MACHINE_INSTANCE,
             Box::new(VirtualMachineInstanceHooks),
         ),
-        (&resources::VIRTUAL_MACHINE_INSTANCE_MIGRATION, Box::new(MigrationHooks)),
+        (
+            &resources::VIRTUAL_MACHINE_INSTANCE_MIGRATION,
+            Box::new(MigrationHooks),
+        ),
     ]
 }

@@ -59,6 +59,9 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
     pub store: Arc<dyn Store>,
+    /// How often store history is compacted (kube-apiserver's
+    /// `--etcd-compaction-interval`, 5 minutes by default).
+    pub compaction_interval: Duration,
 }
 
 /// A server that is listening; dropping it does not stop it.
@@ -87,12 +90,12 @@ fn components() -> Map<String, Value> {
 fn registrations(components: &Map<String, Value>) -> Result<Vec<Registration>, ServerError> {
     let components_value = Value::Object(components.clone());
     let schema = |info: &'static apimachinery::resource::ResourceInfo| {
-        apimachinery::schema::Schema::from_components(&components_value, info.schema_name).map_err(|message| {
-            ServerError::Schema {
+        apimachinery::schema::Schema::from_components(&components_value, info.schema_name).map_err(
+            |message| ServerError::Schema {
                 kind: info.kind,
                 message,
-            }
-        })
+            },
+        )
     };
     let mut out = vec![Registration {
         info: &core::NAMESPACE,
@@ -152,12 +155,11 @@ async fn ensure_namespaces(registry: &Registry) -> Result<(), ServerError> {
 }
 
 /// Compacts store history older than the previous tick, so watches and continue
-/// tokens stay valid for at least `INTERVAL` (kube-apiserver compacts every 5 minutes).
-async fn compact_periodically(store: Arc<dyn Store>) {
-    const INTERVAL: Duration = Duration::from_secs(300);
+/// tokens stay valid for at least `interval` (kube-apiserver compacts every 5 minutes).
+async fn compact_periodically(store: Arc<dyn Store>, interval: Duration) {
     let mut previous = store.current_revision();
     loop {
-        tokio::time::sleep(INTERVAL).await;
+        tokio::time::sleep(interval).await;
         if let Err(e) = store.compact(previous).await {
             tracing::warn!("compaction to revision {previous} failed: {e}");
         }
@@ -183,10 +185,12 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             addr: config.listen,
             source,
         })?;
-    let local_addr = listener.local_addr().map_err(|source| ServerError::Listen {
-        addr: config.listen,
-        source,
-    })?;
+    let local_addr = listener
+        .local_addr()
+        .map_err(|source| ServerError::Listen {
+            addr: config.listen,
+            source,
+        })?;
     let host = if local_addr.ip().is_unspecified() {
         "127.0.0.1".to_string()
     } else {
@@ -200,7 +204,10 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let url = format!("https://{server_address}");
 
     let components = components();
-    let registry = Arc::new(Registry::new(config.store.clone(), registrations(&components)?));
+    let registry = Arc::new(Registry::new(
+        config.store.clone(),
+        registrations(&components)?,
+    ));
     ensure_namespaces(&registry).await?;
     let infos: Vec<&'static apimachinery::resource::ResourceInfo> =
         registry.registrations().iter().map(|r| r.info).collect();
@@ -214,12 +221,19 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     pki.write_kubeconfigs(&config.data_dir, &url)?;
     let component = auth::UserInfo {
         name: "system:serviceaccount:kubevirt:kubevirt-controller".into(),
-        groups: vec!["system:virtplane-components".into(), "system:authenticated".into()],
+        groups: vec![
+            "system:virtplane-components".into(),
+            "system:authenticated".into(),
+        ],
     };
-    let internal = http::router(server.clone()).layer(axum::Extension(tls::ClientCertificateIdentity(component)));
+    let internal = http::router(server.clone())
+        .layer(axum::Extension(tls::ClientCertificateIdentity(component)));
     tokio::spawn(tls::serve(listener, tls_config, http::router(server)));
     tokio::spawn(gc::run(registry.clone()));
-    tokio::spawn(compact_periodically(config.store.clone()));
+    tokio::spawn(compact_periodically(
+        config.store.clone(),
+        config.compaction_interval,
+    ));
     Ok(RunningServer {
         registry,
         internal,

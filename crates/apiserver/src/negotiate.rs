@@ -48,7 +48,13 @@ pub fn negotiate(accept: Option<&str>, table_allowed: bool) -> Result<Format, St
         return Ok(Format::Json);
     };
     for range in media_ranges(accept) {
-        let param = |name: &str| range.params.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+        let param = |name: &str| {
+            range
+                .params
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| *v)
+        };
         match (range.essence, param("as")) {
             ("application/json", Some("Table")) if table_allowed && param("v") == Some("v1") => {
                 return Ok(Format::Table)
@@ -59,7 +65,9 @@ pub fn negotiate(accept: Option<&str>, table_allowed: bool) -> Result<Format, St
                 return Ok(Format::Metadata)
             }
             ("application/json", Some(_)) => continue,
-            ("application/json", None) | ("*/*", _) | ("application/*", _) => return Ok(Format::Json),
+            ("application/json", None) | ("*/*", _) | ("application/*", _) => {
+                return Ok(Format::Json)
+            }
             ("application/yaml", None) => return Ok(Format::Yaml),
             _ => continue,
         }
@@ -76,21 +84,29 @@ pub fn content_type_essence(header: Option<&str>) -> String {
 }
 
 /// Reads a request body as JSON or YAML into a JSON value.
-pub fn decode_body(content_type: &str, body: &[u8], kind: &str, version: &str) -> Result<Value, Status> {
+pub fn decode_body(
+    content_type: &str,
+    body: &[u8],
+    kind: &str,
+    version: &str,
+) -> Result<Value, Status> {
     let decode_error = |detail: String| {
         Status::bad_request(format!(
             "{kind} in version {version:?} cannot be handled as a {kind}: {detail}"
         ))
     };
     match content_type {
-        "" | "application/json" | "*/*" => serde_json::from_slice(body).map_err(|e| decode_error(e.to_string())),
+        "" | "application/json" | "*/*" => {
+            serde_json::from_slice(body).map_err(|e| decode_error(e.to_string()))
+        }
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
             let text = std::str::from_utf8(body).map_err(|e| decode_error(e.to_string()))?;
             crate::yaml::from_str(text).map_err(decode_error)
         }
         // Built-in kinds arrive as protobuf from kubectl's typed clients (`create namespace`).
         "application/vnd.kubernetes.protobuf" if kind == "Namespace" => {
-            crate::review::namespace_from_protobuf(body).ok_or_else(|| decode_error("invalid protobuf body".into()))
+            crate::review::namespace_from_protobuf(body)
+                .ok_or_else(|| decode_error("invalid protobuf body".into()))
         }
         "application/vnd.kubernetes.protobuf" => Err(Status::unsupported_media_type(&[
             "application/json",
@@ -112,7 +128,10 @@ mod tests {
         let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
         assert_eq!(negotiate(Some(accept), true).unwrap(), Format::Table);
         assert_eq!(negotiate(Some(accept), false).unwrap(), Format::Json);
-        assert_eq!(negotiate(Some("application/yaml"), true).unwrap(), Format::Yaml);
+        assert_eq!(
+            negotiate(Some("application/yaml"), true).unwrap(),
+            Format::Yaml
+        );
         assert_eq!(
             negotiate(Some("application/vnd.kubernetes.protobuf"), true)
                 .unwrap_err()

@@ -15,7 +15,9 @@ pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     let Value::Object(root) = obj else {
         unreachable!("just made an object")
     };
-    let entry = root.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    let entry = root
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
     if !entry.is_object() {
         *entry = Value::Object(Map::new());
     }
@@ -53,7 +55,11 @@ pub fn finalizers(obj: &Value) -> Vec<String> {
     meta(obj)
         .and_then(|m| m.get("finalizers"))
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_string)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f.as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -79,7 +85,10 @@ pub fn owner_uids(obj: &Value) -> Vec<(String, bool)> {
             refs.iter()
                 .filter_map(|r| {
                     let uid = r.get("uid")?.as_str()?.to_string();
-                    let block = r.get("blockOwnerDeletion").and_then(Value::as_bool).unwrap_or(false);
+                    let block = r
+                        .get("blockOwnerDeletion")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false);
                     Some((uid, block))
                 })
                 .collect()

@@ -46,7 +46,14 @@ fn response(name: &str) -> Value {
     json!({"description": "OK", "content": {"application/json": {"schema": schema_ref(name)}, "application/yaml": {"schema": schema_ref(name)}}})
 }
 
-fn operation(info: &ResourceInfo, action: &str, id: &str, params: &[&str], body: Option<Value>, ok: Value) -> Value {
+fn operation(
+    info: &ResourceInfo,
+    action: &str,
+    id: &str,
+    params: &[&str],
+    body: Option<Value>,
+    ok: Value,
+) -> Value {
     let mut op = json!({
         "tags": [info.group],
         "operationId": id,
@@ -76,8 +83,7 @@ fn paths_for(info: &ResourceInfo, paths: &mut Map<String, Value>) {
     let item = format!("{collection}/{{name}}");
     let kind = info.schema_name;
     let list_kind = format!("{}List", info.schema_name);
-    let body =
-        json!({"application/json": {"schema": schema_ref(kind)}, "application/yaml": {"schema": schema_ref(kind)}});
+    let body = json!({"application/json": {"schema": schema_ref(kind)}, "application/yaml": {"schema": schema_ref(kind)}});
     let patch_body = json!({
         "application/json-patch+json": {"schema": {"type": "object"}},
         "application/merge-patch+json": {"schema": {"type": "object"}},
@@ -99,7 +105,12 @@ fn paths_for(info: &ResourceInfo, paths: &mut Map<String, Value>) {
     let id = |verb: &str| format!("{verb}{}", info.kind);
     let mut name_params = vec![parameter("name", "path", "name of the object", "string")];
     if info.namespaced {
-        name_params.push(parameter("namespace", "path", "object name and auth scope", "string"));
+        name_params.push(parameter(
+            "namespace",
+            "path",
+            "object name and auth scope",
+            "string",
+        ));
     }
     let with_path_params = |mut op: Value, params: &[Value]| {
         if let Some(list) = op["parameters"].as_array_mut() {
@@ -150,7 +161,9 @@ fn reachable(components: &Map<String, Value>, roots: &[&str]) -> Map<String, Val
         if out.contains_key(&name) {
             continue;
         }
-        let Some(schema) = components.get(&name) else { continue };
+        let Some(schema) = components.get(&name) else {
+            continue;
+        };
         collect_refs(schema, &mut pending);
         out.insert(name, schema.clone());
     }
@@ -234,8 +247,16 @@ impl OpenApi {
         json!({"paths": paths})
     }
 
-    pub fn group_version(&self, group: &str, version: &str, hash: Option<&str>) -> Result<Response, Status> {
-        let Some((doc, current)) = self.documents.get(&(group.to_string(), version.to_string())) else {
+    pub fn group_version(
+        &self,
+        group: &str,
+        version: &str,
+        hash: Option<&str>,
+    ) -> Result<Response, Status> {
+        let Some((doc, current)) = self
+            .documents
+            .get(&(group.to_string(), version.to_string()))
+        else {
             return Err(Status::failure(
                 404,
                 "NotFound",
@@ -252,14 +273,21 @@ impl OpenApi {
                 return Ok(response);
             }
         }
-        let mut response = (StatusCode::OK, serde_json::to_vec(doc).unwrap_or_default()).into_response();
+        let mut response =
+            (StatusCode::OK, serde_json::to_vec(doc).unwrap_or_default()).into_response();
         let headers = response.headers_mut();
-        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         if let Ok(etag) = HeaderValue::from_str(&format!("\"{current}\"")) {
             headers.insert(header::ETAG, etag);
         }
         if hash.is_some() {
-            headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("public, immutable"));
+            headers.insert(
+                header::CACHE_CONTROL,
+                HeaderValue::from_static("public, immutable"),
+            );
         }
         Ok(response)
     }

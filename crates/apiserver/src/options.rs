@@ -37,12 +37,22 @@ pub fn dry_run_errors(values: &[String]) -> Vec<FieldError> {
     if values.iter().all(|v| v == "All") {
         return Vec::new();
     }
-    let printed = values.iter().map(|v| format!("{v:?}")).collect::<Vec<_>>().join(", ");
-    vec![not_supported_raw("dryRun", format!("[]string{{{printed}}}"), &["All"])]
+    let printed = values
+        .iter()
+        .map(|v| format!("{v:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    vec![not_supported_raw(
+        "dryRun",
+        format!("[]string{{{printed}}}"),
+        &["All"],
+    )]
 }
 
 fn field_manager_errors(manager: Option<&str>) -> Vec<FieldError> {
-    let Some(manager) = manager else { return Vec::new() };
+    let Some(manager) = manager else {
+        return Vec::new();
+    };
     let mut errs = Vec::new();
     if manager.len() > FIELD_MANAGER_MAX {
         errs.push(FieldError::too_long(
@@ -92,7 +102,11 @@ pub fn list_errors(query: &Query) -> Vec<FieldError> {
                 ));
             }
             if m != "NotOlderThan" {
-                errs.push(FieldError::not_supported("resourceVersionMatch", m, &["NotOlderThan"]));
+                errs.push(FieldError::not_supported(
+                    "resourceVersionMatch",
+                    m,
+                    &["NotOlderThan"],
+                ));
             }
             if query.continue_token.is_some() {
                 errs.push(FieldError::forbidden(
@@ -156,7 +170,12 @@ pub fn delete_errors(dry_run: &[String], propagation: Option<&str>) -> Vec<Field
 
 /// Validates the options of a request before anything else looks at it. `named` tells
 /// an object path from a collection; `content_type` picks apply patches.
-pub fn validate_request(method: &Method, named: bool, content_type: &str, query: &Query) -> Result<(), Status> {
+pub fn validate_request(
+    method: &Method,
+    named: bool,
+    content_type: &str,
+    query: &Query,
+) -> Result<(), Status> {
     let common = |errs: &mut Vec<FieldError>| {
         errs.extend(field_manager_errors(query.field_manager.as_deref()));
         errs.extend(dry_run_errors(&query.dry_run_values));
@@ -168,7 +187,10 @@ pub fn validate_request(method: &Method, named: bool, content_type: &str, query:
             if errs.is_empty()
                 && !query.watch
                 && query.continue_token.is_some()
-                && query.resource_version.as_deref().is_some_and(|rv| rv != "0")
+                && query
+                    .resource_version
+                    .as_deref()
+                    .is_some_and(|rv| rv != "0")
             {
                 return Err(Status::bad_request(
                     "specifying resource version is not allowed when using continue",
@@ -190,7 +212,10 @@ pub fn validate_request(method: &Method, named: bool, content_type: &str, query:
             let mut errs = Vec::new();
             if content_type == "application/apply-patch+yaml" {
                 if query.field_manager.as_deref().is_none_or(str::is_empty) {
-                    errs.push(FieldError::required("fieldManager", "is required for apply patch"));
+                    errs.push(FieldError::required(
+                        "fieldManager",
+                        "is required for apply patch",
+                    ));
                 }
             } else if query.force.is_some() {
                 errs.push(FieldError::forbidden(
@@ -224,7 +249,13 @@ mod tests {
 
     #[test]
     fn dry_run_is_printed_as_a_go_slice() {
-        let s = validate_request(&Method::POST, false, "application/json", &query("dryRun=Maybe")).unwrap_err();
+        let s = validate_request(
+            &Method::POST,
+            false,
+            "application/json",
+            &query("dryRun=Maybe"),
+        )
+        .unwrap_err();
         assert_eq!(
             s.message,
             "CreateOptions.meta.k8s.io \"\" is invalid: dryRun: Unsupported value: []string{\"Maybe\"}: supported values: \"All\""
@@ -234,7 +265,13 @@ mod tests {
 
     #[test]
     fn apply_needs_a_manager_and_force_needs_apply() {
-        let s = validate_request(&Method::PATCH, true, "application/apply-patch+yaml", &query("")).unwrap_err();
+        let s = validate_request(
+            &Method::PATCH,
+            true,
+            "application/apply-patch+yaml",
+            &query(""),
+        )
+        .unwrap_err();
         assert_eq!(
             s.message,
             "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
@@ -251,7 +288,8 @@ mod tests {
 
     #[test]
     fn list_options() {
-        let s = validate_request(&Method::GET, false, "", &query("sendInitialEvents=true")).unwrap_err();
+        let s = validate_request(&Method::GET, false, "", &query("sendInitialEvents=true"))
+            .unwrap_err();
         assert_eq!(
             s.message,
             "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list"

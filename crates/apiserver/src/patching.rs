@@ -24,6 +24,25 @@ fn keep_requested_version(old: &Value, mut new: Value) -> Value {
     new
 }
 
+/// `checkName`: a patch may not move the object to another name or namespace.
+fn check_name(new: &Value, name: &str, namespace: Option<&str>) -> Result<(), Status> {
+    let got = object::name(new);
+    if got != name {
+        return Err(Status::bad_request(format!(
+            "the name of the object ({got}) does not match the name on the URL ({name})"
+        )));
+    }
+    let got_namespace = object::namespace(new);
+    if let Some(namespace) = namespace {
+        if !got_namespace.is_empty() && got_namespace != namespace {
+            return Err(Status::bad_request(format!(
+                "the namespace of the object ({got_namespace}) does not match the namespace on the request ({namespace})"
+            )));
+        }
+    }
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 pub async fn patch(
     registry: &Registry,
@@ -48,6 +67,7 @@ pub async fn patch(
             registry
                 .update_with(reg, namespace, name, subresource, options, |old| {
                     let new = apimachinery::patch::merge_patch(old, body).map_err(|e| *e.0)?;
+                    check_name(&new, name, namespace)?;
                     Ok(Change::replace(keep_requested_version(old, new)))
                 })
                 .await
@@ -56,13 +76,41 @@ pub async fn patch(
             registry
                 .update_with(reg, namespace, name, subresource, options, |old| {
                     let new = apimachinery::patch::json_patch(old, body).map_err(|e| *e.0)?;
+                    check_name(&new, name, namespace)?;
                     Ok(Change::replace(keep_requested_version(old, new)))
                 })
                 .await
         }
         "application/apply-patch+yaml" => {
-            apply(registry, reg, namespace, name, subresource, body, query, options).await
+            apply(
+                registry,
+                reg,
+                namespace,
+                name,
+                subresource,
+                body,
+                query,
+                options,
+            )
+            .await
         }
+        // Built-in kinds (core group) also take strategic merge patches, as upstream.
+        "application/strategic-merge-patch+json" if reg.info.group.is_empty() => {
+            registry
+                .update_with(reg, namespace, name, subresource, options, |old| {
+                    let new =
+                        apimachinery::patch::strategic_merge_patch(old, body).map_err(|e| *e.0)?;
+                    check_name(&new, name, namespace)?;
+                    Ok(Change::replace(keep_requested_version(old, new)))
+                })
+                .await
+        }
+        _ if reg.info.group.is_empty() => Err(Status::unsupported_media_type(&[
+            "application/json-patch+json",
+            "application/merge-patch+json",
+            "application/strategic-merge-patch+json",
+            "application/apply-patch+yaml",
+        ])),
         _ => Err(Status::unsupported_media_type(&PATCH_TYPES)),
     }
 }
@@ -103,10 +151,12 @@ async fn apply(
             "Required value: is required for apply patch",
         ));
     };
-    let text = std::str::from_utf8(body).map_err(|e| Status::bad_request(format!("error decoding YAML: {e}")))?;
+    let text = std::str::from_utf8(body)
+        .map_err(|e| Status::bad_request(format!("error decoding YAML: {e}")))?;
     let applied = match serde_json::from_str::<Value>(text) {
         Ok(v) => v,
-        Err(_) => crate::yaml::from_str(text).map_err(|e| Status::bad_request(format!("error decoding YAML: {e}")))?,
+        Err(_) => crate::yaml::from_str(text)
+            .map_err(|e| Status::bad_request(format!("error decoding YAML: {e}")))?,
     };
     if !applied.is_object() {
         return Err(Status::bad_request(
@@ -129,10 +179,12 @@ async fn apply(
     match registry.get(reg, namespace, name).await {
         Err(status) if status.code == 404 && subresource.is_none() => {
             // Apply creates what does not exist yet.
-            let created =
-                apimachinery::ssa::apply(None, &applied, &manager, force, schema, &now).map_err(|e| e.to_status())?;
+            let created = apimachinery::ssa::apply(None, &applied, &manager, force, schema, &now)
+                .map_err(|e| e.to_status())?;
             // The apply already recorded this manager's Apply entry.
-            let mut outcome = registry.create_with(reg, namespace, created, &options, false).await?;
+            let mut outcome = registry
+                .create_with(reg, namespace, created, &options, false)
+                .await?;
             outcome.created = true;
             Ok(outcome)
         }
@@ -140,8 +192,15 @@ async fn apply(
         Ok(_) => {
             registry
                 .update_with(reg, namespace, name, subresource, &options, |old| {
-                    let new = apimachinery::ssa::apply(Some(old), &applied, &manager, force, schema, &now)
-                        .map_err(|e| e.to_status())?;
+                    let new = apimachinery::ssa::apply(
+                        Some(old),
+                        &applied,
+                        &manager,
+                        force,
+                        schema,
+                        &now,
+                    )
+                    .map_err(|e| e.to_status())?;
                     Ok(Change {
                         object: keep_requested_version(old, new),
                         warnings: Vec::new(),

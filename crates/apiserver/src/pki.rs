@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use base64::Engine;
 use rand::RngCore;
 use rcgen::{
-    date_time_ymd, BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose, SanType,
+    date_time_ymd, BasicConstraints, CertificateParams, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 use serde::{Deserialize, Serialize};
 
@@ -113,7 +113,10 @@ fn leaf_params(common_name: &str, organizations: &[&str]) -> CertificateParams {
         dn.push(DnType::OrganizationName, *o);
     }
     params.distinguished_name = dn;
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
     params
 }
 
@@ -218,7 +221,11 @@ impl Pki {
     }
 
     /// A client certificate and key (PEM) for `user` in `groups`, signed by the CA.
-    pub fn issue_client_certificate(&self, user: &str, groups: &[&str]) -> Result<(String, String), PkiError> {
+    pub fn issue_client_certificate(
+        &self,
+        user: &str,
+        groups: &[&str],
+    ) -> Result<(String, String), PkiError> {
         let mut params = leaf_params(user, groups);
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         let key = KeyPair::generate()?;
@@ -238,7 +245,10 @@ impl Pki {
     /// `node-join.kubeconfig` (the node-joining token) into `data_dir`.
     pub fn write_kubeconfigs(&self, data_dir: &Path, server_url: &str) -> Result<(), PkiError> {
         let (cert, key) = self.issue_client_certificate(ADMIN_USER, &[ADMIN_GROUP])?;
-        let admin = Credentials::ClientCertificate { cert: &cert, key: &key };
+        let admin = Credentials::ClientCertificate {
+            cert: &cert,
+            key: &key,
+        };
         write_private(
             &data_dir.join("admin.kubeconfig"),
             &self.kubeconfig(server_url, ADMIN_USER, admin),

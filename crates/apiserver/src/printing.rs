@@ -28,8 +28,10 @@ fn column_definitions(info: &ResourceInfo) -> Vec<Value> {
         } else {
             column.description.to_string()
         };
-        columns.push(json!({"name": column.name, "type": column.column_type, "format": "",
-            "description": description, "priority": column.priority}));
+        columns.push(
+            json!({"name": column.name, "type": column.column_type, "format": "",
+            "description": description, "priority": column.priority}),
+        );
     }
     columns
 }
@@ -44,14 +46,20 @@ fn row_object(obj: &Value, include: Option<&str>) -> Value {
 }
 
 /// A meta.k8s.io/v1 Table of `items`.
-pub fn table(info: &ResourceInfo, items: &[Value], metadata: Value, include: Option<&str>) -> Value {
+pub fn table(
+    info: &ResourceInfo,
+    items: &[Value],
+    metadata: Value,
+    include: Option<&str>,
+) -> Value {
     let now = chrono::Utc::now();
     let rows: Vec<Value> = items
         .iter()
         .map(|obj| {
             let mut cells = vec![json!(crate::object::name(obj))];
             for column in info.printer_columns {
-                let values = apimachinery::jsonpath::eval(column.json_path, obj).unwrap_or_default();
+                let values =
+                    apimachinery::jsonpath::eval(column.json_path, obj).unwrap_or_default();
                 cells.push(apimachinery::table::cell(column.column_type, &values, now));
             }
             if info.plural == "nodes" {

@@ -58,6 +58,10 @@ pub trait ResourceHooks: Send + Sync {
     fn webhook(&self) -> Option<&'static str> {
         None
     }
+    /// The webhook that reviews updates, when it is not the one for creates.
+    fn update_webhook(&self) -> Option<&'static str> {
+        self.webhook()
+    }
     fn default_on_create(&self, _obj: &mut Value) {}
     fn default_on_update(&self, _obj: &mut Value) {}
     fn validate_create(&self, _obj: &Value) -> Admission {
@@ -92,8 +96,12 @@ pub struct Registry {
 /// Maps store failures that the caller did not anticipate to a Status.
 pub(crate) fn store_failure(e: StoreError) -> Status {
     match e {
-        StoreError::Compacted { .. } => Status::gone("The resourceVersion for the provided list is too old."),
-        StoreError::FutureRevision { requested, current } => Status::too_large_resource_version(requested, current),
+        StoreError::Compacted { .. } => {
+            Status::gone("The resourceVersion for the provided list is too old.")
+        }
+        StoreError::FutureRevision { requested, current } => {
+            Status::too_large_resource_version(requested, current)
+        }
         other => Status::internal(other),
     }
 }
@@ -126,7 +134,11 @@ impl Registry {
 
     /// `/registry/<group>/<plural>/` (`core` for the core group).
     pub fn resource_prefix(info: &ResourceInfo) -> String {
-        let group = if info.group.is_empty() { "core" } else { info.group };
+        let group = if info.group.is_empty() {
+            "core"
+        } else {
+            info.group
+        };
         format!("/registry/{group}/{}/", info.plural)
     }
 
@@ -148,7 +160,10 @@ impl Registry {
     pub fn decode(kv: &KeyValue) -> Result<Value, Status> {
         let mut obj: Value = serde_json::from_slice(&kv.value)
             .map_err(|e| Status::internal(format!("stored object {} is corrupt: {e}", kv.key)))?;
-        meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(kv.mod_revision.to_string()));
+        meta_mut(&mut obj).insert(
+            "resourceVersion".into(),
+            Value::String(kv.mod_revision.to_string()),
+        );
         Ok(obj)
     }
 
@@ -158,7 +173,12 @@ impl Registry {
         Bytes::from(serde_json::to_vec(&copy).unwrap_or_default())
     }
 
-    pub async fn get(&self, reg: &Registration, namespace: Option<&str>, name: &str) -> Result<Value, Status> {
+    pub async fn get(
+        &self,
+        reg: &Registration,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Value, Status> {
         let key = Self::key(reg.info, namespace, name);
         match self.store.get(&key).await.map_err(store_failure)? {
             Some(kv) => Self::decode(&kv),
@@ -166,7 +186,12 @@ impl Registry {
         }
     }
 
-    async fn get_kv(&self, reg: &Registration, namespace: Option<&str>, name: &str) -> Result<KeyValue, Status> {
+    async fn get_kv(
+        &self,
+        reg: &Registration,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<KeyValue, Status> {
         let key = Self::key(reg.info, namespace, name);
         self.store
             .get(&key)
@@ -184,7 +209,12 @@ impl Registry {
         }
     }
 
-    async fn require_namespace(&self, reg: &Registration, namespace: Option<&str>, name: &str) -> Result<(), Status> {
+    async fn require_namespace(
+        &self,
+        reg: &Registration,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<(), Status> {
         let Some(ns) = namespace.filter(|_| reg.info.namespaced) else {
             return Ok(());
         };
@@ -213,7 +243,11 @@ impl Registry {
     }
 
     /// Checks apiVersion/kind and the namespace of a body against the request.
-    fn check_identity(reg: &Registration, obj: &mut Value, namespace: Option<&str>) -> Result<(), Status> {
+    fn check_identity(
+        reg: &Registration,
+        obj: &mut Value,
+        namespace: Option<&str>,
+    ) -> Result<(), Status> {
         let info = reg.info;
         let Some(root) = obj.as_object_mut() else {
             return Err(Status::bad_request(format!(
@@ -221,6 +255,23 @@ impl Registry {
                 info.kind, info.version, info.kind
             )));
         };
+        // Built-in kinds are decoded with the endpoint's kind as the default (typed
+        // clients such as Python's `V1Namespace(...)` omit it); only custom resources
+        // insist on apiVersion and kind in the body.
+        if info.group.is_empty() {
+            for (field, value) in [
+                ("kind", info.kind.to_string()),
+                ("apiVersion", info.api_version()),
+            ] {
+                if root
+                    .get(field)
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
+                    root.insert(field.into(), Value::String(value));
+                }
+            }
+        }
         let kind = root.get("kind").and_then(Value::as_str).unwrap_or("");
         let api_version = root.get("apiVersion").and_then(Value::as_str).unwrap_or("");
         if kind.is_empty() {
@@ -243,7 +294,11 @@ impl Registry {
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string();
-            let err = apimachinery::field::FieldError::invalid("kind", kind, format!("must be {}", info.kind));
+            let err = apimachinery::field::FieldError::invalid(
+                "kind",
+                kind,
+                format!("must be {}", info.kind),
+            );
             return Err(Status::invalid(&info.group_kind(), &name, &[err]));
         }
         let meta = meta_mut(obj);
@@ -274,7 +329,10 @@ impl Registry {
         if unknown.is_empty() {
             return Ok(Vec::new());
         }
-        let texts: Vec<String> = unknown.iter().map(|p| format!("unknown field {p:?}")).collect();
+        let texts: Vec<String> = unknown
+            .iter()
+            .map(|p| format!("unknown field {p:?}"))
+            .collect();
         match validation {
             FieldValidation::Ignore => Ok(Vec::new()),
             FieldValidation::Warn => Ok(texts),
@@ -301,7 +359,12 @@ impl Registry {
     }
 
     /// Metadata, schema and admission validation of an object about to be written.
-    fn validate(reg: &Registration, obj: &Value, old: Option<&Value>, privileged: bool) -> Result<Vec<String>, Status> {
+    fn validate(
+        reg: &Registration,
+        obj: &Value,
+        old: Option<&Value>,
+        privileged: bool,
+    ) -> Result<Vec<String>, Status> {
         let info = reg.info;
         let name = object::name(obj).to_string();
         let rule = if info.plural == "namespaces" {
@@ -317,6 +380,8 @@ impl Registry {
             errors.extend(apimachinery::meta_validation::validate_object_meta_update(
                 &meta, &old_meta,
             ));
+            // Updates warn only about finalizers they add.
+            warnings = apimachinery::meta_validation::finalizer_warnings(&meta, Some(&old_meta));
         }
         errors.extend(reg.schema.validate(obj));
         if !errors.is_empty() {
@@ -327,8 +392,15 @@ impl Registry {
             Some(old) => reg.hooks.validate_update(old, obj, privileged),
         };
         if !admission.errors.is_empty() {
-            return Err(match reg.hooks.webhook() {
-                Some(webhook) => Status::denied_by_webhook(&info.group_kind(), &name, webhook, &admission.errors),
+            let webhook = if old.is_some() {
+                reg.hooks.update_webhook()
+            } else {
+                reg.hooks.webhook()
+            };
+            return Err(match webhook {
+                Some(webhook) => {
+                    Status::denied_by_webhook(&info.group_kind(), &name, webhook, &admission.errors)
+                }
                 None => Status::invalid(&info.group_kind(), &name, &admission.errors),
             });
         }
@@ -359,9 +431,12 @@ impl Registry {
     ) -> Result<Outcome<Value>, Status> {
         Self::check_identity(reg, &mut obj, namespace)?;
         let mut warnings = Self::prune(reg, &mut obj, options.field_validation, false)?;
-        let generate_name = object::meta_str(&obj, "generateName").unwrap_or("").to_string();
+        let generate_name = object::meta_str(&obj, "generateName")
+            .unwrap_or("")
+            .to_string();
         let requested_name = object::name(&obj).to_string();
-        self.require_namespace(reg, namespace, &requested_name).await?;
+        self.require_namespace(reg, namespace, &requested_name)
+            .await?;
 
         // System fields are the server's to set.
         {
@@ -377,8 +452,14 @@ impl Registry {
                 meta.remove(field);
             }
             meta.insert("generation".into(), json!(1));
-            meta.insert("uid".into(), Value::String(uuid::Uuid::new_v4().to_string()));
-            meta.insert("creationTimestamp".into(), Value::String(object::now_rfc3339()));
+            meta.insert(
+                "uid".into(),
+                Value::String(uuid::Uuid::new_v4().to_string()),
+            );
+            meta.insert(
+                "creationTimestamp".into(),
+                Value::String(object::now_rfc3339()),
+            );
         }
         if reg.info.status_subresource {
             if let Some(root) = obj.as_object_mut() {
@@ -406,6 +487,14 @@ impl Registry {
             );
         }
         if options.dry_run {
+            // Dry-run storage still refuses a name that is taken.
+            let key = Self::key(reg.info, namespace, object::name(&obj));
+            if self.store.get(&key).await.map_err(store_failure)?.is_some() {
+                return Err(Status::already_exists(
+                    &reg.info.group_resource(),
+                    object::name(&obj),
+                ));
+            }
             return Ok(Outcome {
                 value: obj,
                 warnings,
@@ -425,7 +514,10 @@ impl Registry {
             let key = Self::key(reg.info, namespace, &name);
             match self.store.create(&key, Self::encode(&obj)).await {
                 Ok(kv) => {
-                    meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(kv.mod_revision.to_string()));
+                    meta_mut(&mut obj).insert(
+                        "resourceVersion".into(),
+                        Value::String(kv.mod_revision.to_string()),
+                    );
                     return Ok(Outcome {
                         value: obj,
                         warnings,
@@ -441,9 +533,9 @@ impl Registry {
                         .is_some_and(|o| object::is_deleting(&o));
                     let mut status = Status::already_exists(&reg.info.group_resource(), &name);
                     if generated {
-                        status
-                            .message
-                            .push_str(", the server was not able to generate a unique name for the object");
+                        status.message.push_str(
+                            ", the server was not able to generate a unique name for the object",
+                        );
                         if let Some(d) = status.details.as_mut() {
                             d.retry_after_seconds = Some(1);
                         }
@@ -503,7 +595,19 @@ impl Registry {
                 subresource.is_none() && managed_fields_done.is_none(),
             )?);
             warnings.extend(Self::validate(reg, &new, Some(&old), options.privileged)?);
-            if object::comparable(&new) == object::comparable(&old) {
+            let unchanged = if managed_fields_done.is_some() {
+                // Server-side apply may change only managedFields (a new co-owner of a
+                // value); that is still a write.
+                let strip = |o: &Value| {
+                    let mut c = o.clone();
+                    meta_mut(&mut c).remove("resourceVersion");
+                    c
+                };
+                strip(&new) == strip(&old)
+            } else {
+                object::comparable(&new) == object::comparable(&old)
+            };
+            if unchanged {
                 return Ok(Outcome {
                     value: old,
                     warnings,
@@ -523,7 +627,10 @@ impl Registry {
             }
             if options.dry_run {
                 // Nothing is written, so the object keeps the stored resourceVersion.
-                meta_mut(&mut new).insert("resourceVersion".into(), Value::String(kv.mod_revision.to_string()));
+                meta_mut(&mut new).insert(
+                    "resourceVersion".into(),
+                    Value::String(kv.mod_revision.to_string()),
+                );
                 return Ok(Outcome {
                     value: new,
                     warnings,
@@ -534,7 +641,9 @@ impl Registry {
             let result = if object::is_deleting(&new) && object::finalizers(&new).is_empty() {
                 self.store.delete(&key, Some(kv.mod_revision)).await
             } else {
-                self.store.update(&key, Self::encode(&new), kv.mod_revision).await
+                self.store
+                    .update(&key, Self::encode(&new), kv.mod_revision)
+                    .await
             };
             match result {
                 Ok(written) => {
@@ -549,8 +658,12 @@ impl Registry {
                     });
                 }
                 Err(StoreError::Conflict { .. }) if requested_rv.is_none() => continue,
-                Err(StoreError::Conflict { .. }) => return Err(Status::modified(&reg.info.group_resource(), name)),
-                Err(StoreError::NotFound) => return Err(Status::not_found(&reg.info.group_resource(), name)),
+                Err(StoreError::Conflict { .. }) => {
+                    return Err(Status::modified(&reg.info.group_resource(), name))
+                }
+                Err(StoreError::NotFound) => {
+                    return Err(Status::not_found(&reg.info.group_resource(), name))
+                }
                 Err(e) => return Err(store_failure(e)),
             }
         }
@@ -618,9 +731,12 @@ impl Registry {
                 new_meta.insert(field.into(), v.clone());
             }
         }
-        let old_generation = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
-        let spec_changed =
-            object::spec_part(old, reg.info.status_subresource) != object::spec_part(&new, reg.info.status_subresource);
+        let old_generation = old_meta
+            .get("generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        let spec_changed = object::spec_part(old, reg.info.status_subresource)
+            != object::spec_part(&new, reg.info.status_subresource);
         let generation = if spec_changed {
             old_generation + 1
         } else {
@@ -707,7 +823,9 @@ impl Registry {
                         })
                     }
                     Err(StoreError::Conflict { .. }) => continue,
-                    Err(StoreError::NotFound) => return Err(Status::not_found(&reg.info.group_resource(), name)),
+                    Err(StoreError::NotFound) => {
+                        return Err(Status::not_found(&reg.info.group_resource(), name))
+                    }
                     Err(e) => return Err(store_failure(e)),
                 }
             }
@@ -717,7 +835,10 @@ impl Registry {
                 let was_deleting = object::is_deleting(&old);
                 if !was_deleting {
                     let meta = meta_mut(&mut new);
-                    meta.insert("deletionTimestamp".into(), Value::String(object::now_rfc3339()));
+                    meta.insert(
+                        "deletionTimestamp".into(),
+                        Value::String(object::now_rfc3339()),
+                    );
                     meta.insert("deletionGracePeriodSeconds".into(), json!(0));
                     let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
                     meta.insert("generation".into(), json!(generation + 1));
@@ -738,7 +859,11 @@ impl Registry {
                 });
             }
             meta_mut(&mut new).remove("resourceVersion");
-            match self.store.update(&key, Self::encode(&new), kv.mod_revision).await {
+            match self
+                .store
+                .update(&key, Self::encode(&new), kv.mod_revision)
+                .await
+            {
                 Ok(written) => {
                     meta_mut(&mut new).insert(
                         "resourceVersion".into(),
@@ -757,12 +882,17 @@ impl Registry {
     }
 
     /// LIST with selectors, paging and resourceVersion semantics.
-    pub async fn list(&self, reg: &Registration, request: &ListRequest) -> Result<ListResult, Status> {
+    pub async fn list(
+        &self,
+        reg: &Registration,
+        request: &ListRequest,
+    ) -> Result<ListResult, Status> {
         let prefix = Self::list_prefix(reg.info, request.namespace.as_deref());
         let resource_prefix = Self::resource_prefix(reg.info);
         let (revision, mut start_after) = match &request.continue_token {
             Some(token) => {
-                let (rv, start) = apimachinery::continue_token::decode(token).map_err(Status::bad_request)?;
+                let (rv, start) =
+                    apimachinery::continue_token::decode(token).map_err(Status::bad_request)?;
                 (Some(rv), Some(format!("{resource_prefix}{start}")))
             }
             None => (request.exact_revision, None),
@@ -811,7 +941,10 @@ impl Registry {
                 let revision = page.revision;
                 if full && more_after_last {
                     let last = last_key.unwrap_or_default();
-                    let relative = last.strip_prefix(&resource_prefix).unwrap_or(&last).to_string();
+                    let relative = last
+                        .strip_prefix(&resource_prefix)
+                        .unwrap_or(&last)
+                        .to_string();
                     let remaining = if filtering {
                         None
                     } else {
@@ -826,7 +959,9 @@ impl Registry {
                     return Ok(ListResult {
                         items,
                         resource_version: revision,
-                        continue_token: Some(apimachinery::continue_token::encode(revision, &relative)),
+                        continue_token: Some(apimachinery::continue_token::encode(
+                            revision, &relative,
+                        )),
                         remaining,
                     });
                 }
@@ -938,6 +1073,10 @@ impl StatusExt for Status {
         let resource = info.group_resource().qualified();
         let kind = info.group_kind().qualified();
         self.message = self.message.replacen(&resource, &kind, 1);
+        // `NewConflict(GroupResource{Group, Resource: Kind}, ...)`: details name the Kind too.
+        if let Some(details) = self.details.as_mut() {
+            details.kind = info.kind.to_string();
+        }
         self
     }
 }

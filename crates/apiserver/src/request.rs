@@ -42,7 +42,10 @@ pub struct ResourcePath {
 
 /// Splits a path into a target. `is_namespaced_plural(group, version, plural)` tells the
 /// parser whether `namespaces/<x>/<y>` means a collection inside namespace `x`.
-pub fn parse_path(path: &str, is_namespaced_plural: impl Fn(&str, &str, &str) -> bool) -> Option<Target> {
+pub fn parse_path(
+    path: &str,
+    is_namespaced_plural: impl Fn(&str, &str, &str) -> bool,
+) -> Option<Target> {
     let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
     let segments: Vec<String> = segments.iter().map(|s| percent_decode(s)).collect();
     let s: Vec<&str> = segments.iter().map(String::as_str).collect();
@@ -72,7 +75,9 @@ pub fn parse_path(path: &str, is_namespaced_plural: impl Fn(&str, &str, &str) ->
             version: version.to_string(),
         }),
         ["api", version, rest @ ..] => resource_path("", version, rest, &is_namespaced_plural),
-        ["apis", group, version, rest @ ..] => resource_path(group, version, rest, &is_namespaced_plural),
+        ["apis", group, version, rest @ ..] => {
+            resource_path(group, version, rest, &is_namespaced_plural)
+        }
         _ => None,
     }
 }
@@ -90,7 +95,10 @@ fn resource_path(
         }
         let (name, sub) = match tail.split_first() {
             None => (None, None),
-            Some((name, sub)) => (Some(name.to_string()), (!sub.is_empty()).then(|| sub.join("/"))),
+            Some((name, sub)) => (
+                Some(name.to_string()),
+                (!sub.is_empty()).then(|| sub.join("/")),
+            ),
         };
         Some(Target::Resource(ResourcePath {
             group: group.to_string(),
@@ -117,7 +125,10 @@ fn percent_decode(segment: &str) -> String {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Some(v) = segment.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok()) {
+            if let Some(v) = segment
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
                 out.push(v);
                 i += 3;
                 continue;
@@ -189,11 +200,17 @@ impl Query {
                 }
                 "continue" => q.continue_token = (!v.is_empty()).then(|| v.to_string()),
                 "resourceVersion" => q.resource_version = (!v.is_empty()).then(|| v.to_string()),
-                "resourceVersionMatch" => q.resource_version_match = (!v.is_empty()).then(|| v.to_string()),
+                "resourceVersionMatch" => {
+                    q.resource_version_match = (!v.is_empty()).then(|| v.to_string())
+                }
                 "timeoutSeconds" => q.timeout_seconds = Some(parse_number("timeoutSeconds", v)?),
                 "timeout" => {}
-                "allowWatchBookmarks" => q.allow_watch_bookmarks = parse_bool("allowWatchBookmarks", v)?,
-                "sendInitialEvents" => q.send_initial_events = Some(parse_bool("sendInitialEvents", v)?),
+                "allowWatchBookmarks" => {
+                    q.allow_watch_bookmarks = parse_bool("allowWatchBookmarks", v)?
+                }
+                "sendInitialEvents" => {
+                    q.send_initial_events = Some(parse_bool("sendInitialEvents", v)?)
+                }
                 "dryRun" => {
                     q.dry_run_values.push(v.to_string());
                     q.dry_run = q.dry_run_values.iter().all(|d| d == "All");
@@ -202,7 +219,9 @@ impl Query {
                 "fieldValidation" => q.field_validation = Some(v.to_string()),
                 "force" => q.force = Some(parse_bool("force", v)?),
                 "propagationPolicy" => q.propagation_policy = Some(v.to_string()),
-                "gracePeriodSeconds" => q.grace_period_seconds = Some(parse_number("gracePeriodSeconds", v)?),
+                "gracePeriodSeconds" => {
+                    q.grace_period_seconds = Some(parse_number("gracePeriodSeconds", v)?)
+                }
                 "includeObject" => q.include_object = Some(v.to_string()),
                 "hash" => q.hash = Some(v.to_string()),
                 // Accepted and meaningless here, as upstream.
@@ -219,13 +238,15 @@ mod tests {
 
     fn parse(path: &str) -> Option<Target> {
         parse_path(path, |g, _, p| {
-            g == "kubevirt.io" && p == "virtualmachines" || g.is_empty() && p == "persistentvolumeclaims"
+            g == "kubevirt.io" && p == "virtualmachines"
+                || g.is_empty() && p == "persistentvolumeclaims"
         })
     }
 
     #[test]
     fn namespaced_and_cluster_paths() {
-        let Some(Target::Resource(r)) = parse("/apis/kubevirt.io/v1/namespaces/default/virtualmachines/vm1/status")
+        let Some(Target::Resource(r)) =
+            parse("/apis/kubevirt.io/v1/namespaces/default/virtualmachines/vm1/status")
         else {
             panic!("not a resource")
         };

@@ -25,10 +25,15 @@ pub fn self_subject_access_review(body: &[u8], user: &UserInfo) -> Response {
         "spec": spec,
         "status": {"allowed": true, "reason": format!("user {:?} is authenticated; virtplane grants authenticated users every action", user.name)},
     });
-    let mut response = (StatusCode::CREATED, serde_json::to_vec(&review).unwrap_or_default()).into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let mut response = (
+        StatusCode::CREATED,
+        serde_json::to_vec(&review).unwrap_or_default(),
+    )
+        .into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     response
 }
 
@@ -136,11 +141,23 @@ pub fn namespace_from_protobuf(body: &[u8]) -> Option<Value> {
                     metadata.insert("generateName".into(), text(bytes));
                 }
                 11 | 12 => {
-                    let key = if number == 11 { "labels" } else { "annotations" };
+                    let key = if number == 11 {
+                        "labels"
+                    } else {
+                        "annotations"
+                    };
                     let map = metadata.entry(key).or_insert_with(|| json!({}));
                     let entry = fields(bytes)?;
-                    let k = entry.iter().find(|(n, _)| *n == 1).map(|(_, b)| *b).unwrap_or_default();
-                    let v = entry.iter().find(|(n, _)| *n == 2).map(|(_, b)| *b).unwrap_or_default();
+                    let k = entry
+                        .iter()
+                        .find(|(n, _)| *n == 1)
+                        .map(|(_, b)| *b)
+                        .unwrap_or_default();
+                    let v = entry
+                        .iter()
+                        .find(|(n, _)| *n == 2)
+                        .map(|(_, b)| *b)
+                        .unwrap_or_default();
                     map[String::from_utf8_lossy(k).as_ref()] = text(v);
                 }
                 _ => {}

@@ -4,7 +4,7 @@
 //! client could make: VM spec and `status.stateChangeRequests` for the VM controller,
 //! VMI annotations for the node agent.
 
-use apimachinery::status::Status;
+use apimachinery::status::{GroupResource, Status};
 use axum::response::{IntoResponse, Response};
 use http::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -44,8 +44,33 @@ pub fn discovery_entries() -> Vec<crate::discovery::ExtraResource> {
         .collect()
 }
 
-fn conflict(message: &str) -> Status {
-    Status::failure(409, "Conflict", message)
+/// virt-api's `errors.NewConflict(v1.Resource("virtualmachine"), name, err)`:
+/// `Operation cannot be fulfilled on virtualmachine.kubevirt.io "<name>": <message>`.
+fn conflict(name: &str, message: &str) -> Status {
+    Status::conflict(
+        &GroupResource::new("kubevirt.io", "virtualmachine"),
+        name,
+        message,
+    )
+}
+
+/// The same for the VMI subresources (`v1.Resource("virtualmachineinstance")`).
+fn vmi_conflict(name: &str, message: &str) -> Status {
+    Status::conflict(
+        &GroupResource::new("kubevirt.io", "virtualmachineinstance"),
+        name,
+        message,
+    )
+}
+
+/// virt-api reports a missing object with the singular resource name
+/// (`virtualmachine.kubevirt.io "x" not found`).
+fn not_found_as(resource: &str, name: &str, status: Status) -> Status {
+    if status.code == 404 {
+        Status::not_found(&GroupResource::new("kubevirt.io", resource), name)
+    } else {
+        status
+    }
 }
 
 fn options() -> WriteOptions {
@@ -71,23 +96,37 @@ enum Strategy {
 
 /// The effective run strategy and whether the VM uses the deprecated `running` field.
 fn strategy(vm: &Value) -> Result<(Strategy, bool), Status> {
+    let name = object::name(vm);
     let spec = vm.get("spec").cloned().unwrap_or(Value::Null);
     if let Some(running) = spec.get("running").and_then(Value::as_bool) {
-        return Ok((if running { Strategy::Always } else { Strategy::Halted }, true));
+        return Ok((
+            if running {
+                Strategy::Always
+            } else {
+                Strategy::Halted
+            },
+            true,
+        ));
     }
-    let s = match spec.get("runStrategy").and_then(Value::as_str).unwrap_or("Halted") {
+    let s = match spec
+        .get("runStrategy")
+        .and_then(Value::as_str)
+        .unwrap_or("Halted")
+    {
         "Always" => Strategy::Always,
         "RerunOnFailure" => Strategy::RerunOnFailure,
         "Manual" => Strategy::Manual,
         "Halted" => Strategy::Halted,
         "Once" => Strategy::Once,
-        other => return Err(conflict(&format!("Invalid RunStrategy ({other})"))),
+        other => return Err(conflict(name, &format!("Invalid RunStrategy ({other})"))),
     };
     Ok((s, false))
 }
 
 fn phase(vmi: &Value) -> &str {
-    vmi.pointer("/status/phase").and_then(Value::as_str).unwrap_or("")
+    vmi.pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("")
 }
 
 fn is_final(vmi: &Value) -> bool {
@@ -97,7 +136,10 @@ fn is_final(vmi: &Value) -> bool {
 fn is_paused(vmi: &Value) -> bool {
     vmi.pointer("/status/conditions")
         .and_then(Value::as_array)
-        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Paused" && c["status"] == "True"))
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Paused" && c["status"] == "True")
+        })
 }
 
 fn dry_run(body: &Value) -> bool {
@@ -110,11 +152,18 @@ fn parse_body(body: &[u8], what: &str) -> Result<Value, Status> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(json!({}));
     }
-    let text = std::str::from_utf8(body)
-        .map_err(|e| Status::bad_request(format!("Can not unmarshal Request body to struct, error: {e}")))?;
+    let text = std::str::from_utf8(body).map_err(|e| {
+        Status::bad_request(format!(
+            "Can not unmarshal Request body to struct, error: {e}"
+        ))
+    })?;
     let value = serde_json::from_str::<Value>(text)
         .or_else(|_| crate::yaml::from_str(text))
-        .map_err(|e| Status::bad_request(format!("Can not unmarshal Request body to struct, error: {e}")))?;
+        .map_err(|e| {
+            Status::bad_request(format!(
+                "Can not unmarshal Request body to struct, error: {e}"
+            ))
+        })?;
     if !value.is_object() {
         return Err(Status::bad_request(format!(
             "Can not unmarshal Request body to struct, error: {what} must be an object"
@@ -155,7 +204,10 @@ pub async fn handle(
         .ok_or_else(|| Status::internal("no VMI registration"))?;
     match (path.plural.as_str(), verb) {
         ("virtualmachines", "start" | "stop" | "restart" | "migrate") => {
-            let vm = registry.get(&vm_reg, Some(namespace), name).await?;
+            let vm = registry
+                .get(&vm_reg, Some(namespace), name)
+                .await
+                .map_err(|s| not_found_as("virtualmachine", name, s))?;
             let vmi = match registry.get(&vmi_reg, Some(namespace), name).await {
                 Ok(v) => Some(v),
                 Err(s) if s.code == 404 => None,
@@ -178,7 +230,10 @@ pub async fn handle(
             }
         }
         ("virtualmachineinstances", "pause" | "unpause" | "softreboot") => {
-            let vmi = registry.get(&vmi_reg, Some(namespace), name).await?;
+            let vmi = registry
+                .get(&vmi_reg, Some(namespace), name)
+                .await
+                .map_err(|s| not_found_as("virtualmachineinstance", name, s))?;
             let body = parse_body(body, verb)?;
             vmi_action(registry, namespace, name, &vmi, verb, dry_run(&body)).await
         }
@@ -208,7 +263,7 @@ impl Lifecycle<'_> {
         let paused = body.get("paused").and_then(Value::as_bool).unwrap_or(false);
         if let Some(vmi) = self.vmi {
             if !is_final(vmi) && !matches!(phase(vmi), "" | "Unknown") {
-                return Err(conflict("VM is already running"));
+                return Err(conflict(self.name, "VM is already running"));
             }
         }
         let start = if paused {
@@ -227,12 +282,19 @@ impl Lifecycle<'_> {
             Strategy::RerunOnFailure => match self.vmi.map(phase) {
                 Some("Succeeded") => self.queue(vec![self.stop_request(), start]).await,
                 Some("Failed") => Err(conflict(
+                    self.name,
                     "RerunOnFailure does not support starting VM from failed state",
                 )),
                 _ => self.queue(vec![start]).await,
             },
-            Strategy::Always => Err(conflict("Always does not support manual start requests")),
-            Strategy::Once => Err(conflict("Once does not support manual start requests")),
+            Strategy::Always => Err(conflict(
+                self.name,
+                "Always does not support manual start requests",
+            )),
+            Strategy::Once => Err(conflict(
+                self.name,
+                "Once does not support manual start requests",
+            )),
         }
     }
 
@@ -250,9 +312,12 @@ impl Lifecycle<'_> {
             .and_then(|v| v.pointer("/spec/terminationGracePeriodSeconds"))
             .and_then(Value::as_i64);
         let (strategy, uses_running) = strategy(self.vm)?;
-        if strategy == Strategy::Halted || strategy == Strategy::Manual || strategy == Strategy::RerunOnFailure {
+        if strategy == Strategy::Halted
+            || strategy == Strategy::Manual
+            || strategy == Strategy::RerunOnFailure
+        {
             if running.is_none() {
-                return Err(conflict("VM is not running"));
+                return Err(conflict(self.name, "VM is not running"));
             }
         }
         if strategy == Strategy::Halted {
@@ -263,6 +328,7 @@ impl Lifecycle<'_> {
             };
             if !shorter {
                 return Err(conflict(
+                    self.name,
                     "Halted only supports manual stop requests with a shorter graceperiod",
                 ));
             }
@@ -284,33 +350,50 @@ impl Lifecycle<'_> {
                     "For force restart, only gracePeriod=0 is supported for now",
                 ))
             }
-            Some(g) if g < 0 => return Err(Status::bad_request("gracePeriod has to be greater or equal to 0")),
+            Some(g) if g < 0 => {
+                return Err(Status::bad_request(
+                    "gracePeriod has to be greater or equal to 0",
+                ))
+            }
             _ => {}
         }
         let (strategy, _) = strategy(self.vm)?;
         match strategy {
-            Strategy::Halted => return Err(conflict("RunStategy Halted does not support manual restart requests")),
-            Strategy::Once => return Err(conflict("RunStategy Once does not support manual restart requests")),
+            Strategy::Halted => {
+                return Err(conflict(
+                    self.name,
+                    "RunStategy Halted does not support manual restart requests",
+                ))
+            }
+            Strategy::Once => {
+                return Err(conflict(
+                    self.name,
+                    "RunStategy Once does not support manual restart requests",
+                ))
+            }
             _ => {}
         }
         if self.vmi.is_none() {
-            let printable = self
-                .vm
-                .pointer("/status/printableStatus")
-                .and_then(Value::as_str)
-                .unwrap_or("Stopped");
-            return Err(conflict(&format!("VM is not running: {printable}")));
+            // virt-api names the strategy Halted here whatever the VM's is.
+            return Err(conflict(self.name, "VM is not running: Halted"));
         }
         if grace == Some(0) {
             self.set_vmi_grace(1).await?;
         }
-        self.queue(vec![self.stop_request(), json!({"action": "Start"})]).await
+        self.queue(vec![self.stop_request(), json!({"action": "Start"})])
+            .await
     }
 
     async fn migrate(&self, body: &Value) -> Result<Response, Status> {
-        let Some(vmi) = self.vmi.filter(|v| phase(v) == "Running") else {
-            return Err(conflict("VM is not running"));
+        let Some(vmi) = self.vmi else {
+            return Err(Status::not_found(
+                &GroupResource::new("kubevirt.io", "virtualmachineinstance"),
+                self.name,
+            ));
         };
+        if phase(vmi) != "Running" {
+            return Err(conflict(self.name, "VM is not running"));
+        }
         let reg = self
             .registry
             .find("kubevirt.io", "v1", "virtualmachineinstancemigrations");
@@ -346,7 +429,10 @@ impl Lifecycle<'_> {
         self.registry
             .update_with(&reg, Some(self.namespace), self.name, None, &options, |old| {
                 if old.get("spec") != Some(&expected) {
-                    return Err(conflict("the VM changed while the request was handled; try again"));
+                    return Err(conflict(
+                        self.name,
+                        "jsonpatch test operation does not apply: the VM spec changed while the request was handled",
+                    ));
                 }
                 let mut new = old.clone();
                 object::meta_mut(&mut new).remove("resourceVersion");
@@ -409,7 +495,8 @@ impl Lifecycle<'_> {
                 let current = old.pointer("/status/stateChangeRequests").cloned();
                 if current != expected {
                     return Err(conflict(
-                        "the VM's state change requests changed while the request was handled; try again",
+                        self.name,
+                        "jsonpatch test operation does not apply: status.stateChangeRequests changed while the request was handled",
                     ));
                 }
                 let queued = current
@@ -417,7 +504,10 @@ impl Lifecycle<'_> {
                     .and_then(Value::as_array)
                     .is_some_and(|q| !q.is_empty());
                 if queued && !lone_stop {
-                    return Err(conflict("unable to complete request: stop/start already underway"));
+                    // virt-api fails to build its patch: an internal error (500).
+                    return Err(Status::internal(
+                        "unable to complete request: stop/start already underway",
+                    ));
                 }
                 let mut new = old.clone();
                 object::meta_mut(&mut new).remove("resourceVersion");
@@ -444,12 +534,19 @@ impl Lifecycle<'_> {
             ..options()
         };
         self.registry
-            .update_with(&reg, Some(self.namespace), self.name, None, &options, |old| {
-                let mut new = old.clone();
-                object::meta_mut(&mut new).remove("resourceVersion");
-                new["spec"]["terminationGracePeriodSeconds"] = json!(grace);
-                Ok(Change::replace(new))
-            })
+            .update_with(
+                &reg,
+                Some(self.namespace),
+                self.name,
+                None,
+                &options,
+                |old| {
+                    let mut new = old.clone();
+                    object::meta_mut(&mut new).remove("resourceVersion");
+                    new["spec"]["terminationGracePeriodSeconds"] = json!(grace);
+                    Ok(Change::replace(new))
+                },
+            )
             .await?;
         Ok(())
     }
@@ -468,35 +565,47 @@ async fn vmi_action(
     let (key, value) = match verb {
         "pause" => {
             if !running {
-                return Err(conflict("VM is not running"));
+                return Err(vmi_conflict(name, "VM is not running"));
             }
             if paused {
-                return Err(conflict("VMI is already paused"));
+                return Err(vmi_conflict(name, "VMI is already paused"));
+            }
+            let migrating = vmi.pointer("/status/migrationState").is_some_and(|m| {
+                m.is_object()
+                    && m.get("completed") != Some(&json!(true))
+                    && m.get("failed") != Some(&json!(true))
+            });
+            if migrating {
+                return Err(vmi_conflict(
+                    name,
+                    &format!("Cannot pause VM '{name}' because it is currently being migrated"),
+                ));
             }
             (PAUSE_ANNOTATION, Some("true".to_string()))
         }
         "unpause" => {
             if !running {
-                return Err(conflict("VMI is not running"));
+                return Err(vmi_conflict(name, "VMI is not running"));
             }
             if !paused {
-                return Err(conflict("VMI is not paused"));
+                return Err(vmi_conflict(name, "VMI is not paused"));
             }
             (PAUSE_ANNOTATION, None)
         }
         _ => {
-            if paused {
-                return Err(conflict("VMI is paused"));
-            }
             if !running {
-                return Err(conflict("VMI is not running"));
+                return Err(vmi_conflict(name, "VM is not running"));
+            }
+            if paused {
+                return Err(vmi_conflict(name, "VMI is paused"));
             }
             let acpi_disabled = vmi
                 .pointer("/spec/domain/features/acpi/enabled")
                 .and_then(Value::as_bool)
                 == Some(false);
             if acpi_disabled {
-                return Err(conflict(
+                return Err(vmi_conflict(
+                    name,
                     "VMI neither have the agent connected nor the ACPI feature enabled",
                 ));
             }
@@ -509,7 +618,10 @@ async fn vmi_action(
     let reg = registry
         .find("kubevirt.io", "v1", "virtualmachineinstances")
         .ok_or_else(|| Status::internal("no VMI registration"))?;
-    let options = WriteOptions { dry_run, ..options() };
+    let options = WriteOptions {
+        dry_run,
+        ..options()
+    };
     registry
         .update_with(&reg, Some(namespace), name, None, &options, |old| {
             let mut new = old.clone();

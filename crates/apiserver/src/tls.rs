@@ -35,10 +35,12 @@ pub struct ClientCertificateIdentity(pub UserInfo);
 /// A server configuration that asks for (but does not require) a client certificate
 /// signed by our CA.
 pub fn server_config(pki: &Pki) -> Result<Arc<ServerConfig>, TlsError> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pki.server_cert_pem.as_bytes())
-        .collect::<Result<_, _>>()
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(pki.server_cert_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| TlsError::Pem(e.to_string()))?;
+    let key = PrivateKeyDer::from_pem_slice(pki.server_key_pem.as_bytes())
         .map_err(|e| TlsError::Pem(e.to_string()))?;
-    let key = PrivateKeyDer::from_pem_slice(pki.server_key_pem.as_bytes()).map_err(|e| TlsError::Pem(e.to_string()))?;
     let mut roots = RootCertStore::empty();
     for ca in CertificateDer::pem_slice_iter(pki.ca_cert_pem.as_bytes()) {
         roots.add(ca.map_err(|e| TlsError::Pem(e.to_string()))?)?;
@@ -57,7 +59,12 @@ pub fn server_config(pki: &Pki) -> Result<Arc<ServerConfig>, TlsError> {
 fn identity_from_certificate(der: &CertificateDer<'_>) -> Option<UserInfo> {
     let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
     let subject = cert.subject();
-    let user = subject.iter_common_name().next()?.as_str().ok()?.to_string();
+    let user = subject
+        .iter_common_name()
+        .next()?
+        .as_str()
+        .ok()?
+        .to_string();
     let mut groups: Vec<String> = subject
         .iter_organization()
         .filter_map(|o| o.as_str().ok().map(str::to_string))
@@ -100,14 +107,19 @@ pub async fn serve(listener: TcpListener, config: Arc<ServerConfig>, app: Router
                 .and_then(|certs| certs.first())
                 .and_then(identity_from_certificate)
                 .map(ClientCertificateIdentity);
-            let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
-                if let Some(identity) = &identity {
-                    request.extensions_mut().insert(identity.clone());
-                }
-                let mut app = app.clone();
-                async move { tower::Service::call(&mut app, request.map(axum::body::Body::new)).await }
-            });
-            let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            let service = hyper::service::service_fn(
+                move |mut request: hyper::Request<hyper::body::Incoming>| {
+                    if let Some(identity) = &identity {
+                        request.extensions_mut().insert(identity.clone());
+                    }
+                    let mut app = app.clone();
+                    async move {
+                        tower::Service::call(&mut app, request.map(axum::body::Body::new)).await
+                    }
+                },
+            );
+            let builder =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
             if let Err(e) = builder
                 .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tls), service)
                 .await

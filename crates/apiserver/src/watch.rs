@@ -52,30 +52,41 @@ impl Registry {
         start: WatchStart,
     ) -> Result<EventStream, Status> {
         let prefix = match request.namespace.as_deref() {
-            Some(ns) if reg.info.namespaced => format!("{}{ns}/", Registry::resource_prefix(reg.info)),
+            Some(ns) if reg.info.namespaced => {
+                format!("{}{ns}/", Registry::resource_prefix(reg.info))
+            }
             _ => Registry::resource_prefix(reg.info),
         };
         let (initial, after, end_marker) = match start {
-            WatchStart::WithInitialState { end_marker } => {
+            // The end of the initial state is always marked: the transport shows it only
+            // to clients that asked for the initial-events-end bookmark, and takes its
+            // revision for later bookmarks.
+            WatchStart::WithInitialState { .. } => {
                 let list_request = ListRequest {
                     limit: None,
                     continue_token: None,
                     ..request.clone()
                 };
                 let listed = self.list(reg, &list_request).await?;
-                let events: Vec<WatchEvent> = listed.items.into_iter().map(WatchEvent::Added).collect();
-                (events, listed.resource_version, end_marker)
+                let events: Vec<WatchEvent> =
+                    listed.items.into_iter().map(WatchEvent::Added).collect();
+                (events, listed.resource_version, true)
             }
             WatchStart::After(revision) => (Vec::new(), revision, false),
         };
-        let changes = match self.store.watch(&prefix, after).await {
+        // A revision the store has not reached yet is not an error for a watch (the watch
+        // cache simply waits): watch from now and skip events up to the requested one.
+        let from = after.min(self.store.current_revision());
+        let changes = match self.store.watch(&prefix, from).await {
             Ok(stream) => stream,
             Err(StoreError::Compacted { .. }) => {
                 let status = Status::gone(format!(
                     "too old resource version: {after} ({})",
                     self.store.compacted_revision()
                 ));
-                return Ok(Box::pin(futures::stream::iter(vec![WatchEvent::Error(status)])));
+                return Ok(Box::pin(futures::stream::iter(vec![WatchEvent::Error(
+                    status,
+                )])));
             }
             Err(e) => return Err(store_failure(e)),
         };
@@ -86,8 +97,12 @@ impl Registry {
         let filter = request;
         let changes = changes.filter_map(move |item| {
             let event = match item {
+                Ok(event) if event.kv.mod_revision <= after => None,
                 Ok(event) => translate(&filter, event),
-                Err(StoreError::Compacted { requested, compacted }) => Some(WatchEvent::Error(Status::gone(format!(
+                Err(StoreError::Compacted {
+                    requested,
+                    compacted,
+                }) => Some(WatchEvent::Error(Status::gone(format!(
                     "too old resource version: {requested} ({compacted})"
                 )))),
                 Err(e) => Some(WatchEvent::Error(Status::internal(e))),
@@ -110,7 +125,11 @@ fn translate(filter: &ListRequest, event: store::Event) -> Option<WatchEvent> {
         EventKind::Put => {
             let obj = decode(&event.kv)?;
             let now = filter.matches(&obj);
-            let before = event.prev.as_ref().and_then(decode).map(|o| filter.matches(&o));
+            let before = event
+                .prev
+                .as_ref()
+                .and_then(decode)
+                .map(|o| filter.matches(&o));
             match (before, now) {
                 (None, true) => Some(WatchEvent::Added(obj)),
                 (Some(true), true) => Some(WatchEvent::Modified(obj)),

@@ -1,9 +1,9 @@
 //! Node lifecycle: a node whose agent stops heart-beating becomes NotReady, and the VMIs
 //! it ran fail with reason NodeUnresponsive, so nothing waits forever on a vanished host.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::DynamicObject;
@@ -14,10 +14,37 @@ use crate::resources::{self, condition, str_at};
 
 const MANAGER: &str = "virt-node-lifecycle";
 
-fn last_heartbeat(node: &DynamicObject) -> Option<DateTime<Utc>> {
-    let ready = condition(node, "Ready")?;
-    let t = ready["lastHeartbeatTime"].as_str()?;
-    DateTime::parse_from_rfc3339(t).ok().map(|t| t.with_timezone(&Utc))
+/// What the node reported as its last heartbeat (second resolution, the agent's clock).
+fn last_heartbeat(node: &DynamicObject) -> Option<String> {
+    condition(node, "Ready")?["lastHeartbeatTime"]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// When this controller last saw each node's heartbeat change, on its own clock — as
+/// the Kubernetes node lifecycle controller does (its probe timestamps): immune to the
+/// agents' clock skew and to the one-second resolution of the reported time.
+#[derive(Default)]
+struct Seen(HashMap<String, (Option<String>, Instant)>);
+
+impl Seen {
+    /// Records the node's heartbeat and says whether it has been silent for `grace`.
+    fn stale(
+        &mut self,
+        node: &str,
+        heartbeat: Option<String>,
+        now: Instant,
+        grace: Duration,
+    ) -> bool {
+        let entry = self
+            .0
+            .entry(node.to_string())
+            .or_insert((heartbeat.clone(), now));
+        if entry.0 != heartbeat {
+            *entry = (heartbeat, now);
+        }
+        now.duration_since(entry.1) > grace
+    }
 }
 
 fn params() -> PatchParams {
@@ -29,22 +56,25 @@ fn params() -> PatchParams {
 
 pub async fn run(client: Client, grace: Duration) {
     let period = (grace / 4).clamp(Duration::from_millis(200), Duration::from_secs(5));
+    let mut seen = Seen::default();
     loop {
         tokio::time::sleep(period).await;
-        if let Err(e) = pass(&client, grace).await {
+        if let Err(e) = pass(&client, grace, &mut seen).await {
             tracing::debug!("node lifecycle: {e}");
         }
     }
 }
 
-async fn pass(client: &Client, grace: Duration) -> Result<(), crate::Error> {
+async fn pass(client: &Client, grace: Duration, seen: &mut Seen) -> Result<(), crate::Error> {
     let nodes = Api::<DynamicObject>::all_with(client.clone(), &resources::node());
-    let grace = chrono::Duration::from_std(grace).unwrap_or(chrono::Duration::seconds(40));
-    let now = Utc::now();
+    let now = Instant::now();
     let mut lost = Vec::new();
-    for node in nodes.list(&ListParams::default()).await?.items {
+    let listed = nodes.list(&ListParams::default()).await?.items;
+    seen.0
+        .retain(|name, _| listed.iter().any(|n| &n.name_any() == name));
+    for node in listed {
         let ready = condition(&node, "Ready").map(|c| c["status"].clone());
-        let stale = last_heartbeat(&node).is_none_or(|t| now - t > grace);
+        let stale = seen.stale(&node.name_any(), last_heartbeat(&node), now, grace);
         if !stale {
             continue;
         }
@@ -72,7 +102,8 @@ async fn pass(client: &Client, grace: Duration) -> Result<(), crate::Error> {
     if lost.is_empty() {
         return Ok(());
     }
-    let vmis = Api::<DynamicObject>::all_with(client.clone(), &resources::virtual_machine_instance());
+    let vmis =
+        Api::<DynamicObject>::all_with(client.clone(), &resources::virtual_machine_instance());
     let orphaned: Vec<DynamicObject> = vmis
         .list(&ListParams::default())
         .await?
@@ -93,7 +124,7 @@ async fn pass(client: &Client, grace: Duration) -> Result<(), crate::Error> {
     Ok(())
 }
 
-/// Marks a VMI of a lost node Failed and, if it is being deleted, lets it go.
+/// Marks a VMI of a lost node Failed or, once it is, lets it go if it is being deleted.
 async fn fail_vmi(client: Client, vmi: &DynamicObject) -> Result<(), crate::Error> {
     let api = Api::<DynamicObject>::namespaced_with(
         client,
@@ -109,7 +140,9 @@ async fn fail_vmi(client: Client, vmi: &DynamicObject) -> Result<(), crate::Erro
             .cloned()
             .unwrap_or_else(|| json!([]));
         if let Some(list) = transitions.as_array_mut() {
-            list.push(json!({"phase": "Failed", "phaseTransitionTimestamp": resources::now_rfc3339()}));
+            list.push(
+                json!({"phase": "Failed", "phaseTransitionTimestamp": resources::now_rfc3339()}),
+            );
         }
         let mut conditions: Vec<Value> = vmi
             .data
@@ -125,17 +158,59 @@ async fn fail_vmi(client: Client, vmi: &DynamicObject) -> Result<(), crate::Erro
         );
         patch["status"] = json!({"phase": "Failed", "reason": "NodeUnresponsive", "phaseTransitionTimestamps": transitions,
                                  "conditions": conditions});
-    }
-    if vmi.metadata.deletion_timestamp.is_some() {
+        // The failure is recorded first; a VMI being deleted is let go on the next pass,
+        // so its end is visible rather than lost with it.
+    } else if vmi.metadata.deletion_timestamp.is_some() {
         let finalizers: Vec<&String> = vmi
             .finalizers()
             .iter()
             .filter(|f| f.as_str() != kubevirt_api::defaults::VMI_FOREGROUND_FINALIZER)
             .collect();
         patch["metadata"]["finalizers"] = json!(finalizers);
-    } else if final_phase {
+    } else {
         return Ok(());
     }
-    api.patch(&vmi.name_any(), &params(), &Patch::Merge(&patch)).await?;
+    api.patch(&vmi.name_any(), &params(), &Patch::Merge(&patch))
+        .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staleness_is_measured_from_when_a_heartbeat_was_seen() {
+        let grace = Duration::from_secs(40);
+        let t0 = Instant::now();
+        let mut seen = Seen::default();
+        let beat = |s: &str| Some(s.to_string());
+        // A reported time far in the past (skewed clock) is not stale on first sight.
+        assert!(!seen.stale("n", beat("2001-01-01T00:00:00Z"), t0, grace));
+        assert!(!seen.stale("n", beat("2001-01-01T00:00:00Z"), t0 + grace, grace));
+        assert!(seen.stale(
+            "n",
+            beat("2001-01-01T00:00:00Z"),
+            t0 + grace + Duration::from_millis(1),
+            grace
+        ));
+        // A new heartbeat restarts the clock.
+        let t1 = t0 + Duration::from_secs(50);
+        assert!(!seen.stale("n", beat("2001-01-01T00:00:10Z"), t1, grace));
+        assert!(!seen.stale(
+            "n",
+            beat("2001-01-01T00:00:10Z"),
+            t1 + Duration::from_secs(39),
+            grace
+        ));
+        assert!(seen.stale(
+            "n",
+            beat("2001-01-01T00:00:10Z"),
+            t1 + Duration::from_secs(41),
+            grace
+        ));
+        // A node that never reported is stale once the grace period has passed.
+        assert!(!seen.stale("m", None, t1, grace));
+        assert!(seen.stale("m", None, t1 + Duration::from_secs(41), grace));
+    }
 }

@@ -155,6 +155,23 @@ pub fn should_pop_head(requests: &[ChangeRequest], vmi: Option<&VmiState>) -> bo
     }
 }
 
+/// Drops the Stop requests at the head of the queue whose VMI is already gone. KubeVirt
+/// consumes them at the end of a pass; consuming them first lets the same pass act on
+/// what follows (the Start of a restart) instead of reporting the VM Stopped in between.
+pub fn trim_stale_stops(requests: &mut Vec<ChangeRequest>, vmi: Option<&VmiState>) {
+    while let Some(ChangeRequest::Stop { uid }) = requests.first() {
+        let stale = match (vmi, uid) {
+            (None, _) => true,
+            (Some(vmi), Some(uid)) => &vmi.uid != uid,
+            (Some(_), None) => false,
+        };
+        if !stale {
+            break;
+        }
+        requests.remove(0);
+    }
+}
+
 fn head_start(requests: &[ChangeRequest]) -> Option<bool> {
     match requests.first() {
         Some(ChangeRequest::Start { paused }) => Some(*paused),
@@ -196,15 +213,12 @@ pub fn decide(vm: &VmState, vmi: Option<&VmiState>, now: DateTime<Utc>) -> VmiAc
         None => match vm.strategy {
             RunStrategy::Halted if head_start(&vm.requests).is_some() => VmiAction::SwitchToAlways,
             RunStrategy::Halted => VmiAction::None,
-            RunStrategy::Always | RunStrategy::Once => {
-                if matches!(vm.requests.first(), Some(ChangeRequest::Stop { .. })) {
-                    VmiAction::None
-                } else {
-                    create(paused_start)
-                }
-            }
+            // A queued Stop cannot be for a VMI that does not exist: create regardless.
+            RunStrategy::Always | RunStrategy::Once => create(paused_start),
             RunStrategy::RerunOnFailure => {
-                if head_start(&vm.requests).is_some() || vm.last_strategy != Some(RunStrategy::RerunOnFailure) {
+                if head_start(&vm.requests).is_some()
+                    || vm.last_strategy != Some(RunStrategy::RerunOnFailure)
+                {
                     create(paused_start)
                 } else {
                     VmiAction::None
@@ -220,7 +234,9 @@ pub fn decide(vm: &VmState, vmi: Option<&VmiState>, now: DateTime<Utc>) -> VmiAc
 
 /// RerunOnFailure restarts a failed VMI by queueing a Start when it deletes it.
 pub fn start_after_delete(vm: &VmState, vmi: &VmiState) -> bool {
-    vm.strategy == RunStrategy::RerunOnFailure && vmi.phase == Phase::Failed && !stop_requested_for(&vm.requests, vmi)
+    vm.strategy == RunStrategy::RerunOnFailure
+        && vmi.phase == Phase::Failed
+        && !stop_requested_for(&vm.requests, vmi)
 }
 
 /// Crash-loop delay for the n-th consecutive failure, before jitter: 10 s × n², ≤ 300 s.
@@ -270,7 +286,12 @@ pub fn next_start_failure(
 
 /// `status.printableStatus`, first matching rule wins (KubeVirt §2.2). `creating` and
 /// `deleting` are the controller's own pending actions.
-pub fn printable_status(vm: &VmState, vmi: Option<&VmiState>, creating: bool, deleting: bool) -> &'static str {
+pub fn printable_status(
+    vm: &VmState,
+    vmi: Option<&VmiState>,
+    creating: bool,
+    deleting: bool,
+) -> &'static str {
     if vm.deleting {
         return "Terminating";
     }
@@ -306,7 +327,10 @@ pub fn printable_status(vm: &VmState, vmi: Option<&VmiState>, creating: bool, de
     let final_or_absent = vmi.is_none_or(|v| v.phase.is_final());
     if final_or_absent
         && !creating
-        && vm.start_failure.as_ref().is_some_and(|f| f.consecutive_fail_count > 0)
+        && vm
+            .start_failure
+            .as_ref()
+            .is_some_and(|f| f.consecutive_fail_count > 0)
         && matches!(
             vm.strategy,
             RunStrategy::Always | RunStrategy::RerunOnFailure | RunStrategy::Once

@@ -48,7 +48,8 @@ pub fn requests(vmi: &Value) -> Resources {
         .iter()
         .map(|p| get(p).and_then(Value::as_i64).unwrap_or(1).max(1))
         .product::<i64>();
-    let millicpu = quantity(get("/resources/requests/cpu")).map_or(vcpus * MILLICPU_PER_VCPU, Quantity::milli_value);
+    let millicpu = quantity(get("/resources/requests/cpu"))
+        .map_or(vcpus * MILLICPU_PER_VCPU, Quantity::milli_value);
     Resources { millicpu, memory }
 }
 
@@ -98,9 +99,10 @@ fn tolerates(tolerations: &[Value], taint: &Value) -> bool {
             "" => t["operator"] == "Exists",
             key => key == taint["key"].as_str().unwrap_or(""),
         };
-        let value_ok =
-            t["operator"] == "Exists" || t["value"].as_str().unwrap_or("") == taint["value"].as_str().unwrap_or("");
-        let effect_ok = t["effect"].as_str().unwrap_or("").is_empty() || t["effect"] == taint["effect"];
+        let value_ok = t["operator"] == "Exists"
+            || t["value"].as_str().unwrap_or("") == taint["value"].as_str().unwrap_or("");
+        let effect_ok =
+            t["effect"].as_str().unwrap_or("").is_empty() || t["effect"] == taint["effect"];
         key_ok && value_ok && effect_ok
     })
 }
@@ -108,12 +110,19 @@ fn tolerates(tolerations: &[Value], taint: &Value) -> bool {
 /// One `nodeSelectorTerm`: every expression must hold.
 fn term_matches(term: &Value, node: &Value) -> bool {
     let labels = labels_of(node);
-    let expressions = term["matchExpressions"].as_array().cloned().unwrap_or_default();
+    let expressions = term["matchExpressions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let fields = term["matchFields"].as_array().cloned().unwrap_or_default();
     let holds = |expr: &Value, actual: Option<String>| {
         let values: Vec<String> = expr["values"]
             .as_array()
-            .map(|v| v.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+            .map(|v| {
+                v.iter()
+                    .filter_map(|x| x.as_str().map(str::to_string))
+                    .collect()
+            })
             .unwrap_or_default();
         let number = |s: &str| s.parse::<i64>().ok();
         match expr["operator"].as_str().unwrap_or("") {
@@ -154,7 +163,10 @@ pub fn eligible(vmi: &Value, node: &Value) -> Result<(), Misfit> {
     let ready = node
         .pointer("/status/conditions")
         .and_then(Value::as_array)
-        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        });
     if !ready {
         return Err(Misfit::NotReady);
     }
@@ -171,10 +183,10 @@ pub fn eligible(vmi: &Value, node: &Value) -> Result<(), Misfit> {
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    if taints
-        .iter()
-        .any(|t| matches!(t["effect"].as_str(), Some("NoSchedule" | "NoExecute")) && !tolerates(&tolerations, t))
-    {
+    if taints.iter().any(|t| {
+        matches!(t["effect"].as_str(), Some("NoSchedule" | "NoExecute"))
+            && !tolerates(&tolerations, t)
+    }) {
         return Err(Misfit::Taint);
     }
     let labels = labels_of(node);
@@ -210,7 +222,9 @@ pub fn choose(vmi: &Value, nodes: &[(String, Value, Resources)]) -> Result<Strin
             }
         });
         match verdict {
-            Ok(()) if best.is_none_or(|(_, mem)| free.memory > mem) => best = Some((name, free.memory)),
+            Ok(()) if best.is_none_or(|(_, mem)| free.memory > mem) => {
+                best = Some((name, free.memory))
+            }
             Ok(()) => {}
             Err(m) => *misfits.entry(m).or_default() += 1,
         }
@@ -218,7 +232,12 @@ pub fn choose(vmi: &Value, nodes: &[(String, Value, Resources)]) -> Result<Strin
     if let Some((name, _)) = best {
         return Ok(name.clone());
     }
-    let reasons: Vec<String> = misfits.iter().map(|(m, n)| format!("{n} {}", m.text())).collect();
+    // Sorted as whole strings, count included, as the Kubernetes scheduler sorts them.
+    let mut reasons: Vec<String> = misfits
+        .iter()
+        .map(|(m, n)| format!("{n} {}", m.text()))
+        .collect();
+    reasons.sort();
     Err(format!(
         "0/{} nodes are available: {}.",
         nodes.len(),
@@ -249,7 +268,8 @@ pub async fn run(client: Client) {
     let vmi_writer = reflector::store::Writer::new(resources::virtual_machine_instance());
     let vmis = vmi_writer.as_reader();
     let node_api = Api::<DynamicObject>::all_with(client.clone(), &resources::node());
-    let vmi_api = Api::<DynamicObject>::all_with(client.clone(), &resources::virtual_machine_instance());
+    let vmi_api =
+        Api::<DynamicObject>::all_with(client.clone(), &resources::virtual_machine_instance());
     let notify = changed.clone();
     tokio::spawn(
         watcher(node_api, watcher::Config::default())
@@ -292,9 +312,7 @@ enum Step {
         message: String,
     },
     /// Deleted before it was ever placed: nothing runs it, so nothing else will let it go.
-    ReleaseUnplaced {
-        vmi: Arc<DynamicObject>,
-    },
+    ReleaseUnplaced { vmi: Arc<DynamicObject> },
 }
 
 impl Scheduler {
@@ -336,10 +354,15 @@ impl Scheduler {
         nodes.sort_by(|a, b| a.0.cmp(&b.0));
         let mut pending: Vec<Arc<DynamicObject>> = vmis
             .iter()
-            .filter(|v| node_of(v).is_none() && !v.uid().is_some_and(|u| self.assumed.contains_key(&u)))
+            .filter(|v| {
+                node_of(v).is_none() && !v.uid().is_some_and(|u| self.assumed.contains_key(&u))
+            })
             .filter(|v| {
                 v.metadata.deletion_timestamp.is_some()
-                    || matches!(str_at(v, "/status/phase"), None | Some("" | "Pending" | "Scheduling"))
+                    || matches!(
+                        str_at(v, "/status/phase"),
+                        None | Some("" | "Pending" | "Scheduling")
+                    )
             })
             .cloned()
             .collect();
@@ -408,8 +431,8 @@ async fn execute(client: Client, step: Step) -> Option<String> {
             )
         }
         Step::Unschedulable { vmi, message } => {
-            let already =
-                crate::resources::condition(vmi, "PodScheduled").is_some_and(|c| c["message"] == json!(message));
+            let already = crate::resources::condition(vmi, "PodScheduled")
+                .is_some_and(|c| c["message"] == json!(message));
             if already && str_at(vmi, "/status/phase") == Some("Scheduling") {
                 return None;
             }
@@ -468,7 +491,10 @@ async fn execute(client: Client, step: Step) -> Option<String> {
         field_manager: Some(MANAGER.into()),
         ..Default::default()
     };
-    match api.patch(&vmi.name_any(), &params, &Patch::Merge(&patch)).await {
+    match api
+        .patch(&vmi.name_any(), &params, &Patch::Merge(&patch))
+        .await
+    {
         Ok(_) => None,
         Err(e) => {
             tracing::debug!(

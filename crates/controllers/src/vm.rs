@@ -14,7 +14,9 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Map, Value};
 
 use crate::resources::{self, condition, condition_is, str_at};
-use crate::run_strategy::{self, ChangeRequest, Phase, RunStrategy, StartFailure, VmState, VmiAction, VmiState};
+use crate::run_strategy::{
+    self, ChangeRequest, Phase, RunStrategy, StartFailure, VmState, VmiAction, VmiState,
+};
 use crate::Error;
 
 pub const VM_FINALIZER: &str = "kubevirt.io/virtualMachineControllerFinalize";
@@ -84,7 +86,9 @@ fn requests_of(vm: &DynamicObject) -> Vec<ChangeRequest> {
 
 fn request_json(request: &ChangeRequest) -> Value {
     match request {
-        ChangeRequest::Start { paused: true } => json!({"action": "Start", "data": {"paused": "true"}}),
+        ChangeRequest::Start { paused: true } => {
+            json!({"action": "Start", "data": {"paused": "true"}})
+        }
         ChangeRequest::Start { paused: false } => json!({"action": "Start"}),
         ChangeRequest::Stop { uid: Some(uid) } => json!({"action": "Stop", "uid": uid}),
         ChangeRequest::Stop { uid: None } => json!({"action": "Stop"}),
@@ -111,7 +115,8 @@ fn start_failure_json(f: &StartFailure) -> Value {
 
 fn vmi_state(vmi: &DynamicObject) -> VmiState {
     let migrating = vmi.data.pointer("/status/migrationState").is_some_and(|m| {
-        m.get("startTimestamp").is_some_and(|t| !t.is_null()) && m.get("endTimestamp").is_none_or(Value::is_null)
+        m.get("startTimestamp").is_some_and(|t| !t.is_null())
+            && m.get("endTimestamp").is_none_or(Value::is_null)
     });
     let sync_failure = condition(vmi, "Synchronized")
         .filter(|c| c["status"] == "False")
@@ -136,7 +141,11 @@ fn vmi_state(vmi: &DynamicObject) -> VmiState {
 
 /// The VMI a VM starts: its template with the VM's name, owned by the VM (§1.6).
 fn vmi_from_template(vm: &DynamicObject, paused: bool) -> Value {
-    let template = vm.data.pointer("/spec/template").cloned().unwrap_or_else(|| json!({}));
+    let template = vm
+        .data
+        .pointer("/spec/template")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
     let mut labels = template
         .pointer("/metadata/labels")
         .cloned()
@@ -151,7 +160,8 @@ fn vmi_from_template(vm: &DynamicObject, paused: bool) -> Value {
     if !annotations.is_object() {
         annotations = json!({});
     }
-    annotations["kubevirt.io/vm-generation"] = json!(vm.metadata.generation.unwrap_or(1).to_string());
+    annotations["kubevirt.io/vm-generation"] =
+        json!(vm.metadata.generation.unwrap_or(1).to_string());
     let mut spec = template.get("spec").cloned().unwrap_or_else(|| json!({}));
     if paused {
         spec["startStrategy"] = json!("Paused");
@@ -160,7 +170,8 @@ fn vmi_from_template(vm: &DynamicObject, paused: bool) -> Value {
         if spec.pointer("/domain/firmware").is_none() {
             spec["domain"]["firmware"] = json!({});
         }
-        spec["domain"]["firmware"]["uuid"] = json!(kubevirt_api::defaults::stable_firmware_uuid(&vm.name_any()));
+        spec["domain"]["firmware"]["uuid"] =
+            json!(kubevirt_api::defaults::stable_firmware_uuid(&vm.name_any()));
     }
     json!({
         "apiVersion": "kubevirt.io/v1",
@@ -200,9 +211,14 @@ async fn reconcile(vm: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
     let has_finalizer = vm.finalizers().iter().any(|f| f == VM_FINALIZER);
     if deleting && vmi.is_none() {
         if has_finalizer {
-            let finalizers: Vec<&String> = vm.finalizers().iter().filter(|f| *f != VM_FINALIZER).collect();
+            let finalizers: Vec<&String> = vm
+                .finalizers()
+                .iter()
+                .filter(|f| *f != VM_FINALIZER)
+                .collect();
             let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": vm.resource_version()}});
-            vms.patch(&name, &params_merge(), &Patch::Merge(&patch)).await?;
+            vms.patch(&name, &params_merge(), &Patch::Merge(&patch))
+                .await?;
         }
         return Ok(Action::await_change());
     }
@@ -210,7 +226,8 @@ async fn reconcile(vm: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
         let mut finalizers = vm.finalizers().to_vec();
         finalizers.push(VM_FINALIZER.to_string());
         let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": vm.resource_version()}});
-        vms.patch(&name, &params_merge(), &Patch::Merge(&patch)).await?;
+        vms.patch(&name, &params_merge(), &Patch::Merge(&patch))
+            .await?;
         return Ok(Action::await_change());
     }
 
@@ -233,6 +250,7 @@ async fn reconcile(vm: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
         requests: requests_of(&vm),
         start_failure: start_failure_of(&vm),
     };
+    run_strategy::trim_stale_stops(&mut state.requests, observed.as_ref());
     let now = Utc::now();
     state.start_failure = run_strategy::next_start_failure(&state, observed.as_ref(), now, |max| {
         chrono::Duration::milliseconds(rand::random_range(0..=max.num_milliseconds().max(0)))
@@ -241,6 +259,8 @@ async fn reconcile(vm: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
     let mut requeue = None;
     let mut creating = false;
     let mut deleting_vmi = false;
+    // A failed create or delete: the VM's Failure condition (reason, message).
+    let mut failure: Option<(&str, String)> = None;
     match &action {
         VmiAction::None => {}
         VmiAction::Create { paused } => {
@@ -248,6 +268,13 @@ async fn reconcile(vm: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
             match vmis.create(&post_params(), &body).await {
                 Ok(_) => creating = true,
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(kube::Error::Api(s)) => {
+                    failure = Some((
+                        "FailedCreate",
+                        format!("Failure while starting VMI: {}", s.message),
+                    ));
+                    requeue = Some(Duration::from_secs(1));
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -263,6 +290,13 @@ async fn reconcile(vm: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
                 match vmis.delete(&name, &dp).await {
                     Ok(_) => deleting_vmi = true,
                     Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                    Err(kube::Error::Api(s)) => {
+                        failure = Some((
+                            "FailedDelete",
+                            format!("Failure attempting to delete VMI: {}", s.message),
+                        ));
+                        requeue = Some(Duration::from_secs(1));
+                    }
                     Err(e) => return Err(e.into()),
                 }
                 if run_strategy::start_after_delete(&state, observed) {
@@ -279,13 +313,15 @@ async fn reconcile(vm: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
             } else {
                 json!({"spec": {"runStrategy": "Always"}})
             };
-            vms.patch(&name, &params_merge(), &Patch::Merge(&patch)).await?;
+            vms.patch(&name, &params_merge(), &Patch::Merge(&patch))
+                .await?;
         }
     }
     if run_strategy::should_pop_head(&state.requests, observed.as_ref()) {
         state.requests.remove(0);
     }
-    let printable = run_strategy::printable_status(&state, observed.as_ref(), creating, deleting_vmi);
+    let printable =
+        run_strategy::printable_status(&state, observed.as_ref(), creating, deleting_vmi);
     let generation = vm.metadata.generation;
     let vmi_generation = vmi.as_ref().and_then(|v| {
         v.annotations()
@@ -300,7 +336,12 @@ async fn reconcile(vm: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
         if vmi.is_some() || creating || state.last_strategy.is_some() {
             status.insert("runStrategy".into(), json!(strategy.as_str()));
         }
-        status.insert("conditions".into(), json!(vm_conditions(vmi.as_ref())));
+        let mut conditions = vm_conditions(vmi.as_ref());
+        if let Some((reason, message)) = &failure {
+            conditions.push(json!({"type": "Failure", "status": "True", "reason": reason, "message": message,
+                                   "lastProbeTime": null, "lastTransitionTime": resources::now_rfc3339()}));
+        }
+        status.insert("conditions".into(), json!(conditions));
         status.insert(
             "stateChangeRequests".into(),
             if state.requests.is_empty() {
@@ -341,9 +382,11 @@ fn existing_conditions(vm: &DynamicObject) -> Vec<Value> {
 /// Ready from the VMI (or VMINotExists), and every other VMI condition mirrored (§2.3).
 fn vm_conditions(vmi: Option<&DynamicObject>) -> Vec<Value> {
     let Some(vmi) = vmi else {
-        return vec![json!({"type": "Ready", "status": "False", "reason": "VMINotExists",
+        return vec![
+            json!({"type": "Ready", "status": "False", "reason": "VMINotExists",
                            "message": "VMI does not exist", "lastProbeTime": null,
-                           "lastTransitionTime": resources::now_rfc3339()})];
+                           "lastTransitionTime": resources::now_rfc3339()}),
+        ];
     };
     let mut out: Vec<Value> = vmi
         .data
@@ -419,7 +462,9 @@ async fn update_status(
         .await
     {
         Ok(_) => Ok(Action::await_change()),
-        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(Action::requeue(Duration::from_millis(50))),
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
+            Ok(Action::requeue(Duration::from_millis(50)))
+        }
         Err(e) => Err(e.into()),
     }
 }

@@ -49,7 +49,10 @@ pub(crate) fn as_int(v: &Value) -> Option<i64> {
 
 /// A list field, empty when unset.
 pub(crate) fn list_at<'a>(v: &'a Value, keys: &[&str]) -> &'a [Value] {
-    at(v, keys).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
+    at(v, keys)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
 }
 
 /// An object field.

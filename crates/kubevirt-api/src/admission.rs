@@ -147,7 +147,8 @@ fn validate_vm_object(vm: &Value, create: bool) -> Admission {
     }
     let mut warnings = Vec::new();
     if has(vm_spec, &["running"]) {
-        warnings.push("spec.running is deprecated, please use spec.runStrategy instead.".to_string());
+        warnings
+            .push("spec.running is deprecated, please use spec.runStrategy instead.".to_string());
     }
     Admission {
         errors: Vec::new(),
@@ -166,7 +167,11 @@ fn run_strategy(vm_spec: &Value, causes: &mut Causes) {
         );
     }
     if !running && strategy.is_none() {
-        causes.add(ErrorType::Invalid, "spec.running", "RunStrategy must be specified");
+        causes.add(
+            ErrorType::Invalid,
+            "spec.running",
+            "RunStrategy must be specified",
+        );
     }
     match strategy {
         Some("WaitAsReceiver") => causes.add(
@@ -194,15 +199,20 @@ fn live_update(tspec: &Value, causes: &mut Causes) {
     }
     if let Some(max_guest) = at(tspec, &["domain", "memory", "maxGuest"]) {
         if let Some(message) = spec::memory_hotplug_error(tspec, max_guest) {
-            causes.add(ErrorType::Invalid, "spec.template.spec.domain.memory.guest", message);
+            causes.add(
+                ErrorType::Invalid,
+                "spec.template.spec.domain.memory.guest",
+                message,
+            );
         }
     }
 }
 
 fn reserved_labels(labels: Option<&Value>, field: &str, causes: &mut Causes) {
-    let restricted = labels
-        .and_then(Value::as_object)
-        .is_some_and(|l| l.keys().any(|k| RESTRICTED_VMI_LABELS.contains(&k.as_str())));
+    let restricted = labels.and_then(Value::as_object).is_some_and(|l| {
+        l.keys()
+            .any(|k| RESTRICTED_VMI_LABELS.contains(&k.as_str()))
+    });
     if restricted {
         causes.add(
             ErrorType::NotSupported,
@@ -217,7 +227,11 @@ fn reserved_labels(labels: Option<&Value>, field: &str, causes: &mut Causes) {
 /// requested, no reserved labels, architecture-specific devices).
 pub fn validate_vmi_create(vmi: &Value) -> Admission {
     let vmi_spec = get(vmi, "spec").unwrap_or(&Value::Null);
-    let type_errors = typecheck::check(vmi_spec, "io.kubevirt.v1.VirtualMachineInstanceSpec", "spec");
+    let type_errors = typecheck::check(
+        vmi_spec,
+        "io.kubevirt.v1.VirtualMachineInstanceSpec",
+        "spec",
+    );
     if !type_errors.is_empty() {
         return Admission {
             errors: type_errors,
@@ -230,7 +244,11 @@ pub fn validate_vmi_create(vmi: &Value) -> Admission {
     spec::rules(vmi_spec, p, &mut causes);
     storage::volumes_have_disks(vmi_spec, p, &mut causes);
     spec::memory_requested(vmi_spec, p, &mut causes);
-    reserved_labels(at(vmi, &["metadata", "labels"]), "metadata.labels", &mut causes);
+    reserved_labels(
+        at(vmi, &["metadata", "labels"]),
+        "metadata.labels",
+        &mut causes,
+    );
     spec::per_architecture(vmi_spec, p, &mut causes);
     Admission::from_causes(causes)
 }
@@ -240,7 +258,11 @@ pub fn validate_vmi_create(vmi: &Value) -> Admission {
 pub fn validate_vmi_update(old: &Value, new: &Value) -> Admission {
     let mut causes = Causes::default();
     if spec_of(old) != spec_of(new) {
-        causes.add(ErrorType::NotSupported, "", "update of VMI object is restricted");
+        causes.add(
+            ErrorType::NotSupported,
+            "",
+            "update of VMI object is restricted",
+        );
         return Admission::from_causes(causes);
     }
     let restricted = |vmi: &Value| {
@@ -275,7 +297,11 @@ fn spec_of(object: &Value) -> Value {
 /// migration controllers must not go through this check when they set it.
 pub fn validate_vmim_create(vmim: &Value) -> Admission {
     let vmim_spec = get(vmim, "spec").unwrap_or(&Value::Null);
-    let type_errors = typecheck::check(vmim_spec, "io.kubevirt.v1.VirtualMachineInstanceMigrationSpec", "spec");
+    let type_errors = typecheck::check(
+        vmim_spec,
+        "io.kubevirt.v1.VirtualMachineInstanceMigrationSpec",
+        "spec",
+    );
     if !type_errors.is_empty() {
         return Admission {
             errors: type_errors,
@@ -304,7 +330,11 @@ pub fn validate_vmim_create(vmim: &Value) -> Admission {
 /// The migration CREATE checks that need the target VMI (`None` when it does not exist) and
 /// the migrations in the same namespace. KubeVirt answers these with a plain 400 and this
 /// message, not with field causes.
-pub fn check_migration_target(vmim: &Value, vmi: Option<&Value>, migrations: &[Value]) -> Option<String> {
+pub fn check_migration_target(
+    vmim: &Value,
+    vmi: Option<&Value>,
+    migrations: &[Value],
+) -> Option<String> {
     let namespace = str_at(vmim, &["metadata", "namespace"]);
     let vmi_name = str_at(vmim, &["spec", "vmiName"]);
     let Some(vmi) = vmi else {
@@ -386,7 +416,10 @@ pub fn validate_host_disk_path(path: &str, allowed_dirs: &[PathBuf]) -> Option<S
         return Some(format!("hostDisk path {path:?} must not contain '..'"));
     }
     let cleaned = clean_path(path);
-    let dirs: Vec<String> = allowed_dirs.iter().map(|d| clean_path(&d.to_string_lossy())).collect();
+    let dirs: Vec<String> = allowed_dirs
+        .iter()
+        .map(|d| clean_path(&d.to_string_lossy()))
+        .collect();
     let inside = dirs.iter().any(|dir| {
         let prefix = if dir.ends_with('/') {
             dir.clone()
@@ -405,7 +438,11 @@ pub fn validate_host_disk_path(path: &str, allowed_dirs: &[PathBuf]) -> Option<S
 
 /// [`validate_host_disk_path`] for every hostDisk volume of a VMI spec (`path_prefix` is
 /// `spec` for a VMI, `spec.template.spec` for a VM).
-pub fn validate_host_disks(spec: &Value, path_prefix: &str, allowed_dirs: &[PathBuf]) -> Vec<FieldError> {
+pub fn validate_host_disks(
+    spec: &Value,
+    path_prefix: &str,
+    allowed_dirs: &[PathBuf],
+) -> Vec<FieldError> {
     list_at(spec, &["volumes"])
         .iter()
         .enumerate()

@@ -8,7 +8,9 @@
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::access::{at, at_mut, bool_at, ensure_obj, ensure_path, get, has, int_at, list_at, set_if_empty, str_at};
+use crate::access::{
+    at, at_mut, bool_at, ensure_obj, ensure_path, get, has, int_at, list_at, set_if_empty, str_at,
+};
 use crate::quantity::Quantity;
 
 /// Namespace of the name-derived firmware UUIDs; KubeVirt's constant, so a VM gets the same
@@ -131,7 +133,8 @@ pub fn default_vmi(vmi: &mut Value, binding: DefaultNetworkBinding) {
 
     if let Some(status) = ensure_obj(vmi, "status") {
         if let Some(guest) = guest {
-            status["memory"] = json!({"guestAtBoot": guest, "guestCurrent": guest, "guestRequested": guest});
+            status["memory"] =
+                json!({"guestAtBoot": guest, "guestCurrent": guest, "guestRequested": guest});
         }
         if let (Some(topology), false) = (topology, has(status, &["currentCPUTopology"])) {
             status["currentCPUTopology"] = topology;
@@ -198,12 +201,15 @@ fn quantity_value(v: &Value) -> Value {
 }
 
 fn quantity_at(spec: &Value, keys: &[&str]) -> Quantity {
-    at(spec, keys).and_then(Quantity::from_json).unwrap_or_default()
+    at(spec, keys)
+        .and_then(Quantity::from_json)
+        .unwrap_or_default()
 }
 
 fn set_cpu_request_from_limit(spec: &mut Value) {
     let limit = at(spec, &["domain", "resources", "limits", "cpu"]).cloned();
-    let Some(limit) = limit.filter(|l| !Quantity::from_json(l).unwrap_or_default().is_zero()) else {
+    let Some(limit) = limit.filter(|l| !Quantity::from_json(l).unwrap_or_default().is_zero())
+    else {
         return;
     };
     if quantity_at(spec, &["domain", "resources", "requests", "cpu"]).is_zero() {
@@ -241,7 +247,8 @@ fn set_cpu_topology(spec: &mut Value) {
     if count("cores") != 0 || count("sockets") != 0 || count("threads") != 0 {
         return;
     }
-    let whole = |keys: &[&str]| at(spec, keys).map(|v| Quantity::from_json(v).unwrap_or_default().value());
+    let whole =
+        |keys: &[&str]| at(spec, keys).map(|v| Quantity::from_json(v).unwrap_or_default().value());
     let sockets = whole(&["domain", "resources", "limits", "cpu"])
         .or_else(|| whole(&["domain", "resources", "requests", "cpu"]))
         .unwrap_or(1)
@@ -281,7 +288,8 @@ fn set_default_network(spec: &mut Value, binding: DefaultNetworkBinding) {
     }
     // Leave fields of the wrong type for validation to report.
     let writable = |v: Option<&Value>| v.is_none_or(|x| x.is_null() || x.is_array());
-    if !writable(get(spec, "networks")) || !writable(at(spec, &["domain", "devices", "interfaces"])) {
+    if !writable(get(spec, "networks")) || !writable(at(spec, &["domain", "devices", "interfaces"]))
+    {
         return;
     }
     if let Some(devices) = ensure_path(spec, &["domain", "devices"]) {
@@ -449,7 +457,9 @@ fn set_amd64_defaults(spec: &mut Value) {
             }
         }
     });
-    if let Some(watchdog) = at_mut(spec, &["domain", "devices", "watchdog"]).filter(|w| w.is_object()) {
+    if let Some(watchdog) =
+        at_mut(spec, &["domain", "devices", "watchdog"]).filter(|w| w.is_object())
+    {
         if let Some(i6300esb) = ensure_obj(watchdog, "i6300esb") {
             set_if_empty(i6300esb, "action", "reset");
         }
@@ -461,12 +471,17 @@ fn set_amd64_defaults(spec: &mut Value) {
 fn supports_pcie_hotplug(spec: &Value) -> bool {
     let machine = str_at(spec, &["domain", "machine", "type"]);
     matches!(str_at(spec, &["architecture"]), "" | "amd64" | "arm64")
-        && (!has(spec, &["domain", "machine"]) || machine.contains("q35") || machine.starts_with("virt"))
+        && (!has(spec, &["domain", "machine"])
+            || machine.contains("q35")
+            || machine.starts_with("virt"))
 }
 
 fn for_each_item(v: &mut Value, keys: &[&str], mut f: impl FnMut(&mut Value)) {
     if let Some(items) = at_mut(v, keys).and_then(Value::as_array_mut) {
-        items.iter_mut().filter(|item| item.is_object()).for_each(&mut f);
+        items
+            .iter_mut()
+            .filter(|item| item.is_object())
+            .for_each(&mut f);
     }
 }
 
@@ -481,9 +496,18 @@ mod tests {
     #[test]
     fn stable_uuid_matches_kubevirt() {
         // UUIDv5 of "testvm" in KubeVirt's firmware namespace.
-        assert_eq!(stable_firmware_uuid("testvm"), "5a9fc181-957e-5c32-9e5a-2de5e9673531");
-        assert_eq!(stable_firmware_uuid("testvm"), stable_firmware_uuid("testvm"));
-        assert_ne!(stable_firmware_uuid("testvm"), stable_firmware_uuid("testvm2"));
+        assert_eq!(
+            stable_firmware_uuid("testvm"),
+            "5a9fc181-957e-5c32-9e5a-2de5e9673531"
+        );
+        assert_eq!(
+            stable_firmware_uuid("testvm"),
+            stable_firmware_uuid("testvm")
+        );
+        assert_ne!(
+            stable_firmware_uuid("testvm"),
+            stable_firmware_uuid("testvm2")
+        );
     }
 
     #[test]
@@ -495,7 +519,10 @@ mod tests {
         assert!(is_v4(firmware["uuid"].as_str().unwrap()));
         assert!(is_v4(firmware["serial"].as_str().unwrap()));
         assert_ne!(firmware["uuid"], firmware["serial"]);
-        assert_eq!(template["spec"]["domain"]["machine"], json!({"type": "q35"}));
+        assert_eq!(
+            template["spec"]["domain"]["machine"],
+            json!({"type": "q35"})
+        );
         assert_eq!(template["spec"]["architecture"], "amd64");
         assert_eq!(
             template["metadata"]["annotations"]["kubevirt.io/pci-topology-version"],
@@ -607,8 +634,14 @@ mod tests {
             vmi["status"]["currentCPUTopology"],
             json!({"sockets": 2, "cores": 1, "threads": 1})
         );
-        assert!(vmi["status"].get("phase").is_none(), "the caller sets the phase");
-        assert_eq!(vmi["metadata"]["annotations"]["kubevirt.io/pci-topology-version"], "v3");
+        assert!(
+            vmi["status"].get("phase").is_none(),
+            "the caller sets the phase"
+        );
+        assert_eq!(
+            vmi["metadata"]["annotations"]["kubevirt.io/pci-topology-version"],
+            "v3"
+        );
     }
 
     #[test]
@@ -630,14 +663,20 @@ mod tests {
         let domain = &vmi["spec"]["domain"];
         assert_eq!(domain["cpu"], json!({"cores": 2, "model": "Westmere"}));
         assert_eq!(domain["memory"]["guest"], "2Gi");
-        assert_eq!(domain["firmware"]["uuid"], "5a9fc181-957e-5c32-9e5a-2de5e9673531");
+        assert_eq!(
+            domain["firmware"]["uuid"],
+            "5a9fc181-957e-5c32-9e5a-2de5e9673531"
+        );
         assert_eq!(domain["features"]["acpi"], json!({"enabled": false}));
         assert_eq!(domain["features"]["smm"], json!({"enabled": true}));
         assert_eq!(
             domain["features"]["hyperv"]["spinlocks"],
             json!({"enabled": true, "retries": 4096})
         );
-        assert_eq!(domain["features"]["hyperv"]["relaxed"], json!({"enabled": false}));
+        assert_eq!(
+            domain["features"]["hyperv"]["relaxed"],
+            json!({"enabled": false})
+        );
         assert_eq!(domain["clock"]["timer"]["rtc"], json!({"enabled": true}));
         assert!(vmi["spec"].get("networks").is_none());
         assert!(domain["devices"].get("interfaces").is_none());
@@ -646,7 +685,10 @@ mod tests {
             json!({"sockets": 0, "cores": 2, "threads": 0})
         );
 
-        let masquerade = defaulted(json!({"domain": {"devices": {}}}), DefaultNetworkBinding::Masquerade);
+        let masquerade = defaulted(
+            json!({"domain": {"devices": {}}}),
+            DefaultNetworkBinding::Masquerade,
+        );
         assert_eq!(
             masquerade["spec"]["domain"]["devices"]["interfaces"],
             json!([{"name": "default", "masquerade": {}}])
@@ -656,13 +698,19 @@ mod tests {
             json!({"domain": {"devices": {}, "resources": {"limits": {"memory": 1073741824}}}}),
             DefaultNetworkBinding::Bridge,
         );
-        assert_eq!(from_limit["spec"]["domain"]["memory"]["guest"], "1073741824");
+        assert_eq!(
+            from_limit["spec"]["domain"]["memory"]["guest"],
+            "1073741824"
+        );
         let from_pages = defaulted(
             json!({"domain": {"devices": {}, "memory": {"hugepages": {"pageSize": "1Gi"}}}}),
             DefaultNetworkBinding::Bridge,
         );
         assert_eq!(from_pages["spec"]["domain"]["memory"]["guest"], "1Gi");
-        let none = defaulted(json!({"domain": {"devices": {}}}), DefaultNetworkBinding::Bridge);
+        let none = defaulted(
+            json!({"domain": {"devices": {}}}),
+            DefaultNetworkBinding::Bridge,
+        );
         assert_eq!(none["spec"]["domain"]["memory"], json!({}));
         assert_eq!(none["spec"]["domain"]["cpu"]["sockets"], 1);
         assert!(none["status"].get("memory").is_none());
@@ -672,7 +720,10 @@ mod tests {
     fn migration_mutator_labels_the_vmi() {
         let mut vmim = json!({"metadata": {"name": "m"}, "spec": {"vmiName": "vm1"}});
         default_vmim_on_create(&mut vmim);
-        assert_eq!(vmim["metadata"]["labels"], json!({"kubevirt.io/vmi-name": "vm1"}));
+        assert_eq!(
+            vmim["metadata"]["labels"],
+            json!({"kubevirt.io/vmi-name": "vm1"})
+        );
         let mut unnamed = json!({"metadata": {"labels": "odd"}, "spec": {"vmiName": "vm1"}});
         default_vmim_on_create(&mut unnamed);
         assert_eq!(unnamed["metadata"]["labels"], "odd");

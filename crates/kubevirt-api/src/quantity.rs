@@ -129,7 +129,9 @@ fn suffix_exponents(suffix: &str) -> Option<(i64, u32)> {
         return None;
     }
     // Exponents beyond any representable value saturate; Go keeps them as int32.
-    let exp: i64 = rest.parse().unwrap_or(if rest.starts_with('-') { -100 } else { 100 });
+    let exp: i64 = rest
+        .parse()
+        .unwrap_or(if rest.starts_with('-') { -100 } else { 100 });
     Some((exp.clamp(-100, 100), 0))
 }
 
@@ -214,7 +216,10 @@ mod tests {
 
     #[test]
     fn huge_values_saturate() {
-        assert_eq!(q("99999999999999999999999999999999999999999999Ei").value(), i64::MAX);
+        assert_eq!(
+            q("99999999999999999999999999999999999999999999Ei").value(),
+            i64::MAX
+        );
         assert_eq!(q("1e100").value(), i64::MAX);
         assert_eq!(q("-1e100").value(), i64::MIN);
         assert!(!q("1e-100").is_zero());

@@ -10,7 +10,8 @@ const AGE: PrinterColumn = PrinterColumn {
     name: "Age",
     column_type: "date",
     json_path: ".metadata.creationTimestamp",
-    description: "Custom resource definition column (in JSONPath format): .metadata.creationTimestamp",
+    description:
+        "Custom resource definition column (in JSONPath format): .metadata.creationTimestamp",
     priority: 0,
 };
 
@@ -150,7 +151,10 @@ mod tests {
     #[test]
     fn names_match_kubevirt() {
         let [vm, vmi, vmim] = all();
-        assert_eq!((vm.plural, vm.short_names), ("virtualmachines", &["vm", "vms"][..]));
+        assert_eq!(
+            (vm.plural, vm.short_names),
+            ("virtualmachines", &["vm", "vms"][..])
+        );
         assert_eq!(
             (vmi.plural, vmi.short_names),
             ("virtualmachineinstances", &["vmi", "vmis"][..])
@@ -165,9 +169,15 @@ mod tests {
             assert_eq!(info.categories, &["all"]);
             assert!(info.namespaced);
             let schema = &openapi_components()[info.schema_name];
-            assert_eq!(schema["x-kubernetes-group-version-kind"][0]["kind"], info.kind);
+            assert_eq!(
+                schema["x-kubernetes-group-version-kind"][0]["kind"],
+                info.kind
+            );
             let list = &openapi_components()[format!("io.kubevirt.v1.{}", info.list_kind)];
-            assert_eq!(list["x-kubernetes-group-version-kind"][0]["kind"], info.list_kind);
+            assert_eq!(
+                list["x-kubernetes-group-version-kind"][0]["kind"],
+                info.list_kind
+            );
         }
     }
 
@@ -200,7 +210,11 @@ mod tests {
                     ".status.conditions[?(@.type=='LiveMigratable')].status",
                     1
                 ),
-                ("Paused", ".status.conditions[?(@.type=='Paused')].status", 1),
+                (
+                    "Paused",
+                    ".status.conditions[?(@.type=='Paused')].status",
+                    1
+                ),
             ]
         );
         assert_eq!(
@@ -208,6 +222,9 @@ mod tests {
             [("Phase", ".status.phase", 0), ("VMI", ".spec.vmiName", 0)]
         );
         assert_eq!(VIRTUAL_MACHINE.printer_columns[0].column_type, "date");
-        assert_eq!(VIRTUAL_MACHINE.printer_columns[1].description, "Human Readable Status");
+        assert_eq!(
+            VIRTUAL_MACHINE.printer_columns[1].description,
+            "Human Readable Status"
+        );
     }
 }

@@ -15,7 +15,8 @@ pub fn openapi_components() -> &'static Value {
     static COMPONENTS: OnceLock<Value> = OnceLock::new();
     COMPONENTS.get_or_init(|| {
         // The document is compiled in and a unit test parses it, so failure here is a build defect.
-        let mut document: Value = serde_saphyr::from_str(DOCUMENT).expect("schema/kubevirt.io_v1.yaml is valid YAML");
+        let mut document: Value =
+            serde_saphyr::from_str(DOCUMENT).expect("schema/kubevirt.io_v1.yaml is valid YAML");
         document["components"]["schemas"].take()
     })
 }
@@ -35,7 +36,8 @@ mod tests {
     fn resolve<'a>(root: &str, path: &str) -> &'a Value {
         let follow = |mut s: &'a Value| {
             while let Some(r) = s.get("$ref").and_then(Value::as_str) {
-                s = lookup(r.trim_start_matches(REF_PREFIX)).unwrap_or_else(|| panic!("dangling $ref {r}"));
+                s = lookup(r.trim_start_matches(REF_PREFIX))
+                    .unwrap_or_else(|| panic!("dangling $ref {r}"));
             }
             s
         };
@@ -65,7 +67,10 @@ mod tests {
     fn has_enum(root: &str, path: &str, seed: &[&str]) {
         let actual = strings(&resolve(root, path)["enum"]);
         for value in seed {
-            assert!(actual.contains(value), "{root}.{path}: enum lacks {value}: {actual:?}");
+            assert!(
+                actual.contains(value),
+                "{root}.{path}: enum lacks {value}: {actual:?}"
+            );
         }
     }
 
@@ -73,7 +78,10 @@ mod tests {
     fn has_required(root: &str, path: &str, seed: &[&str]) {
         let actual = strings(&resolve(root, path)["required"]);
         for field in seed {
-            assert!(actual.contains(field), "{root}.{path}: {field} not required");
+            assert!(
+                actual.contains(field),
+                "{root}.{path}: {field} not required"
+            );
         }
     }
 
@@ -101,12 +109,17 @@ mod tests {
         let mut all = Vec::new();
         refs(openapi_components(), &mut all);
         for r in all {
-            let name = r.strip_prefix(REF_PREFIX).unwrap_or_else(|| panic!("bad $ref {r}"));
+            let name = r
+                .strip_prefix(REF_PREFIX)
+                .unwrap_or_else(|| panic!("bad $ref {r}"));
             assert!(components.contains_key(name), "dangling $ref {r}");
         }
         // Every schema except the int-or-string quantity says what it is and why.
         for (name, schema) in components {
-            assert!(schema["description"].is_string(), "{name} lacks a description");
+            assert!(
+                schema["description"].is_string(),
+                "{name} lacks a description"
+            );
             if name != "io.k8s.apimachinery.pkg.api.resource.Quantity" {
                 assert_eq!(schema["type"], "object", "{name}");
             }
@@ -135,7 +148,8 @@ mod tests {
             "VirtualMachineInstanceMigration",
             "VirtualMachineInstanceMigrationList",
         ] {
-            let gvk = &openapi_components()[format!("io.kubevirt.v1.{kind}")]["x-kubernetes-group-version-kind"];
+            let gvk = &openapi_components()[format!("io.kubevirt.v1.{kind}")]
+                ["x-kubernetes-group-version-kind"];
             assert_eq!(
                 gvk,
                 &serde_json::json!([{"group": "kubevirt.io", "version": "v1", "kind": kind}])
@@ -226,7 +240,11 @@ mod tests {
             &format!("{domain}.devices.disks.[].cdrom.bus"),
             &["virtio", "sata", "scsi"],
         );
-        has_type(vm, &format!("{domain}.devices.disks.[].cdrom.readonly"), "boolean");
+        has_type(
+            vm,
+            &format!("{domain}.devices.disks.[].cdrom.readonly"),
+            "boolean",
+        );
         has_type(vm, &format!("{domain}.devices.disks.[].lun.bus"), "string");
 
         for field in ["affinity", "nodeSelector"] {
@@ -239,11 +257,19 @@ mod tests {
             resolve(vm, &format!("{tspec}.terminationGracePeriodSeconds"))["minimum"],
             0
         );
-        has_enum(vm, &format!("{tspec}.evictionStrategy"), &["LiveMigrate", "None"]);
+        has_enum(
+            vm,
+            &format!("{tspec}.evictionStrategy"),
+            &["LiveMigrate", "None"],
+        );
 
         let iface = format!("{domain}.devices.interfaces.[]");
         has_required(vm, &iface, &["name"]);
-        has_enum(vm, &format!("{iface}.model"), &["virtio", "e1000", "e1000e", "rtl8139"]);
+        has_enum(
+            vm,
+            &format!("{iface}.model"),
+            &["virtio", "e1000", "e1000e", "rtl8139"],
+        );
         assert_eq!(
             resolve(vm, &format!("{iface}.macAddress"))["pattern"],
             "^([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}$"
@@ -268,8 +294,16 @@ mod tests {
             &["Always", "Never", "IfNotPresent"],
         );
         has_type(vm, &format!("{volume}.dataVolume.name"), "string");
-        has_type(vm, &format!("{volume}.persistentVolumeClaim.claimName"), "string");
-        has_type(vm, &format!("{volume}.persistentVolumeClaim.readOnly"), "boolean");
+        has_type(
+            vm,
+            &format!("{volume}.persistentVolumeClaim.claimName"),
+            "string",
+        );
+        has_type(
+            vm,
+            &format!("{volume}.persistentVolumeClaim.readOnly"),
+            "boolean",
+        );
         for source in ["cloudInitNoCloud", "cloudInitConfigDrive"] {
             has_type(vm, &format!("{volume}.{source}.userData"), "string");
             has_type(vm, &format!("{volume}.{source}.networkData"), "string");
@@ -277,7 +311,11 @@ mod tests {
         has_type(vm, &format!("{volume}.sysprep.configMap.name"), "string");
         has_type(vm, &format!("{volume}.emptyDisk.capacity"), "string");
         has_type(vm, &format!("{volume}.hostDisk.path"), "string");
-        has_enum(vm, &format!("{volume}.hostDisk.type"), &["DiskOrCreate", "Disk"]);
+        has_enum(
+            vm,
+            &format!("{volume}.hostDisk.type"),
+            &["DiskOrCreate", "Disk"],
+        );
 
         let network = format!("{tspec}.networks.[]");
         has_required(vm, &network, &["name"]);
@@ -286,10 +324,18 @@ mod tests {
         has_type(vm, &format!("{network}.multus.default"), "boolean");
 
         for field in ["cores", "sockets", "threads"] {
-            assert_eq!(resolve(vm, &format!("{domain}.cpu.{field}"))["minimum"], 1, "{field}");
+            assert_eq!(
+                resolve(vm, &format!("{domain}.cpu.{field}"))["minimum"],
+                1,
+                "{field}"
+            );
         }
         has_type(vm, &format!("{domain}.cpu.model"), "string");
-        has_type(vm, &format!("{domain}.cpu.dedicatedCpuPlacement"), "boolean");
+        has_type(
+            vm,
+            &format!("{domain}.cpu.dedicatedCpuPlacement"),
+            "boolean",
+        );
         has_type(vm, &format!("{domain}.cpu.features.[].name"), "string");
         has_enum(
             vm,
@@ -305,9 +351,16 @@ mod tests {
             has_type(vm, &format!("{domain}.features.{feature}"), "object");
         }
         has_type(vm, &format!("{domain}.firmware.bootloader.bios"), "object");
-        has_type(vm, &format!("{domain}.firmware.bootloader.efi.secureBoot"), "boolean");
+        has_type(
+            vm,
+            &format!("{domain}.firmware.bootloader.efi.secureBoot"),
+            "boolean",
+        );
         has_type(vm, &format!("{domain}.firmware.serial"), "string");
-        assert_eq!(resolve(vm, &format!("{domain}.firmware.uuid"))["format"], "uuid");
+        assert_eq!(
+            resolve(vm, &format!("{domain}.firmware.uuid"))["format"],
+            "uuid"
+        );
         has_type(vm, &format!("{domain}.machine.type"), "string");
 
         has_type("io.kubevirt.v1.VirtualMachineList", "items.[]", "object");
@@ -384,7 +437,8 @@ mod tests {
             "#/components/schemas/io.k8s.apimachinery.pkg.api.resource.Quantity"
         );
         assert_eq!(
-            resolve("io.k8s.apimachinery.pkg.api.resource.Quantity", "")["x-kubernetes-int-or-string"],
+            resolve("io.k8s.apimachinery.pkg.api.resource.Quantity", "")
+                ["x-kubernetes-int-or-string"],
             true
         );
         assert_eq!(
@@ -483,6 +537,9 @@ mod tests {
             "io.kubevirt.v1.VirtualMachineInstanceMigration",
             "status.phaseTransitionTimestamps",
         );
-        resolve("io.kubevirt.v1.VirtualMachineInstanceMigration", "status.conditions");
+        resolve(
+            "io.kubevirt.v1.VirtualMachineInstanceMigration",
+            "status.conditions",
+        );
     }
 }

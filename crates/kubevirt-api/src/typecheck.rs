@@ -64,7 +64,11 @@ fn walk(value: &Value, schema: &Value, path: &str, errs: &mut Vec<FieldError>) {
         }
         return;
     }
-    if schema.get("x-kubernetes-int-or-string").and_then(Value::as_bool) == Some(true) {
+    if schema
+        .get("x-kubernetes-int-or-string")
+        .and_then(Value::as_bool)
+        == Some(true)
+    {
         if !matches!(json_type(value), "integer" | "string") {
             errs.push(type_error(path, value, "integer,string"));
         }

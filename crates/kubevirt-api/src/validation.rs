@@ -26,7 +26,10 @@ fn max_len_error(n: usize) -> String {
 fn is_label(s: &str) -> bool {
     let b = s.as_bytes();
     let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    !b.is_empty() && alnum(b[0]) && alnum(b[b.len() - 1]) && b.iter().all(|&c| alnum(c) || c == b'-')
+    !b.is_empty()
+        && alnum(b[0])
+        && alnum(b[b.len() - 1])
+        && b.iter().all(|&c| alnum(c) || c == b'-')
 }
 
 fn is_subdomain(s: &str) -> bool {
@@ -77,7 +80,9 @@ pub(crate) fn port_name(s: &str) -> Vec<String> {
             .bytes()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
     {
-        errs.push("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".to_string());
+        errs.push(
+            "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".to_string(),
+        );
     }
     if !s.bytes().any(|c| c.is_ascii_lowercase()) {
         errs.push("must contain at least one letter (a-z)".to_string());
@@ -98,7 +103,10 @@ pub(crate) fn parse_mac(s: &str) -> Option<usize> {
     if b.len() < 14 {
         return None;
     }
-    let hex_pair = |i: usize| b.get(i..i + 2).is_some_and(|p| p.iter().all(u8::is_ascii_hexdigit));
+    let hex_pair = |i: usize| {
+        b.get(i..i + 2)
+            .is_some_and(|p| p.iter().all(u8::is_ascii_hexdigit))
+    };
     let n = if b[2] == b':' || b[2] == b'-' {
         if !(b.len() + 1).is_multiple_of(3) {
             return None;
@@ -158,7 +166,9 @@ pub(crate) fn go_quote(s: &str) -> String {
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
             '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
             c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
             c => out.push(c),
         }
@@ -233,7 +243,10 @@ mod tests {
             dns1123_label("Bad_Name"),
             ["a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"]
         );
-        assert_eq!(dns1123_label(&"a".repeat(64)), ["must be no more than 63 characters"]);
+        assert_eq!(
+            dns1123_label(&"a".repeat(64)),
+            ["must be no more than 63 characters"]
+        );
         assert!(dns1123_subdomain("a.b-c").is_empty());
         assert_eq!(
             dns1123_subdomain("a..b"),

@@ -25,6 +25,9 @@ pub struct GuestInfo {
     /// The machine type the hypervisor actually runs.
     pub machine: String,
     pub live_migratable: bool,
+    /// Where the ports of masquerade interfaces are forwarded from on the node
+    /// (`status.portForwards` entries).
+    pub port_forwards: Vec<serde_json::Value>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,4 +73,9 @@ pub trait Hypervisor: Send + Sync + 'static {
     async fn soft_reboot(&self, vmi: &DynamicObject) -> Result<(), String>;
     /// Releases everything the VMI held on this node; safe to call more than once.
     async fn cleanup(&self, vmi: &DynamicObject);
+    /// (namespace, name) of VMIs whose guest changed on its own (exited), so the agent
+    /// looks at them at once instead of at the next re-check.
+    fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<(String, String)>> {
+        None
+    }
 }

@@ -3,7 +3,10 @@
 //! (simulated nodes share one), with a single watch on VMIs.
 
 pub mod hypervisor;
+mod images;
 mod node;
+pub mod qemu_hv;
+mod seed;
 pub mod sim;
 mod vmi;
 

@@ -61,7 +61,8 @@ pub async fn register(client: &kube::Client, spec: &NodeSpec<'_>) -> Result<(), 
         "nodeInfo": {"kubeletVersion": concat!("virtplane-", env!("CARGO_PKG_VERSION")), "operatingSystem": "linux",
                      "architecture": "amd64", "containerRuntimeVersion": spec.hypervisor},
     }});
-    api.patch_status(spec.name, &params(), &Patch::Merge(&status)).await?;
+    api.patch_status(spec.name, &params(), &Patch::Merge(&status))
+        .await?;
     Ok(())
 }
 
@@ -89,9 +90,18 @@ pub async fn heartbeat(client: kube::Client, names: Vec<String>, interval: Durat
                         .flatten()
                 })
                 .unwrap_or_else(now);
-            let patch = json!({"metadata": {"annotations": {"kubevirt.io/heartbeat": now()}},
-                               "status": {"conditions": [ready_condition(&since)]}});
-            if let Err(e) = api.patch_status(name, &params(), &Patch::Merge(&patch)).await {
+            // The status subresource ignores metadata: the annotation virt-handler keeps
+            // (`kubevirt.io/heartbeat`) goes through the node itself.
+            let status = json!({"status": {"conditions": [ready_condition(&since)]}});
+            let annotation = json!({"metadata": {"annotations": {"kubevirt.io/heartbeat": now()}}});
+            let result = match api
+                .patch_status(name, &params(), &Patch::Merge(&status))
+                .await
+            {
+                Ok(_) => api.patch(name, &params(), &Patch::Merge(&annotation)).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
                 tracing::warn!("heartbeat of node {name} failed: {e}");
             }
         }

@@ -74,7 +74,9 @@ impl Sim {
     }
 
     fn annotation(vmi: &DynamicObject, key: &str) -> Option<String> {
-        vmi.annotations().get(&format!("sim.virtplane.io/{key}")).cloned()
+        vmi.annotations()
+            .get(&format!("sim.virtplane.io/{key}"))
+            .cloned()
     }
 
     fn delay(vmi: &DynamicObject, key: &str, default: Duration) -> Duration {
@@ -121,7 +123,11 @@ impl Hypervisor for Sim {
             };
         }
         let boot = Self::delay(vmi, "boot-delay", self.config.boot_delay);
-        let paused = vmi.data.pointer("/spec/startStrategy").and_then(|s| s.as_str()) == Some("Paused");
+        let paused = vmi
+            .data
+            .pointer("/spec/startStrategy")
+            .and_then(|s| s.as_str())
+            == Some("Paused");
         self.with_guest(vmi, |g| {
             let since = *g.boot_started.get_or_insert_with(Instant::now);
             if let Some(left) = Self::remaining(since, boot) {
@@ -134,6 +140,7 @@ impl Hypervisor for Sim {
                 interfaces: vec![("default".into(), "02:00:00:00:00:01".into(), ip)],
                 machine: "pc-q35-sim".into(),
                 live_migratable: true,
+                port_forwards: Vec::new(),
             })
         })
     }
@@ -148,7 +155,11 @@ impl Hypervisor for Sim {
                 if let Some(after) = after {
                     match Self::remaining(since, after) {
                         None => {
-                            let reason = if succeeded { "GuestPoweredOff" } else { "GuestCrashed" };
+                            let reason = if succeeded {
+                                "GuestPoweredOff"
+                            } else {
+                                "GuestCrashed"
+                            };
                             return Observed::Exited {
                                 succeeded,
                                 reason: reason.into(),

@@ -10,6 +10,7 @@ use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Map, Value};
@@ -44,12 +45,22 @@ pub async fn run(client: Client, nodes: Vec<String>, hypervisor: Arc<dyn Hypervi
         [only] => watcher::Config::default().fields(&format!("status.nodeName={only}")),
         _ => watcher::Config::default(),
     };
+    let changes = hypervisor.changes();
     let ctx = Arc::new(Context {
         client,
         nodes: nodes.into_iter().collect(),
         hypervisor,
     });
-    Controller::new_with(api, config, vmi_resource())
+    let mut controller = Controller::new_with(api, config, vmi_resource());
+    if let Some(changes) = changes {
+        let triggers =
+            tokio_stream::wrappers::BroadcastStream::new(changes).filter_map(|change| async move {
+                let (namespace, name) = change.ok()?;
+                Some(ObjectRef::new_with(&name, vmi_resource()).within(&namespace))
+            });
+        controller = controller.reconcile_on(triggers);
+    }
+    controller
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
@@ -69,7 +80,10 @@ fn now() -> String {
 }
 
 fn phase(vmi: &DynamicObject) -> &str {
-    vmi.data.pointer("/status/phase").and_then(Value::as_str).unwrap_or("")
+    vmi.data
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("")
 }
 
 fn conditions(vmi: &DynamicObject) -> Vec<Value> {
@@ -129,7 +143,9 @@ impl Writer<'_> {
             .await
         {
             Ok(_) => Ok(Action::await_change()),
-            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(Action::await_change()),
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
+                Ok(Action::await_change())
+            }
             Err(e) => Err(e),
         }
     }
@@ -148,8 +164,20 @@ fn running_status(vmi: &DynamicObject, info: &GuestInfo, paused: bool) -> Map<St
     let mut status = enter_phase(vmi, "Running");
     let mut list = conditions(vmi);
     if paused {
-        set_condition(&mut list, "Ready", "False", "GuestNotRunning", "the guest is paused");
-        set_condition(&mut list, "Paused", "True", "PausedByUser", "VMI was paused by user");
+        set_condition(
+            &mut list,
+            "Ready",
+            "False",
+            "GuestNotRunning",
+            "the guest is paused",
+        );
+        set_condition(
+            &mut list,
+            "Paused",
+            "True",
+            "PausedByUser",
+            "VMI was paused by user",
+        );
     } else {
         set_condition(&mut list, "Ready", "True", "", "");
     }
@@ -173,6 +201,9 @@ fn running_status(vmi: &DynamicObject, info: &GuestInfo, paused: bool) -> Map<St
         .collect();
     status.insert("interfaces".into(), json!(interfaces));
     status.insert("machine".into(), json!({"type": info.machine}));
+    if !info.port_forwards.is_empty() {
+        status.insert("portForwards".into(), json!(info.port_forwards));
+    }
     status.insert("migrationMethod".into(), json!("BlockMigration"));
     status
 }
@@ -197,7 +228,6 @@ async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
     let is_final = matches!(phase, "Succeeded" | "Failed");
 
     if vmi.metadata.deletion_timestamp.is_some() {
-        let mut status = Map::new();
         if !is_final {
             let succeeded = if phase == "Running" {
                 match hv.stop(&vmi, grace(&vmi)).await {
@@ -208,8 +238,22 @@ async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
                 // Deleted before it ever ran.
                 false
             };
-            status = enter_phase(&vmi, if succeeded { "Succeeded" } else { "Failed" });
+            // Report how the guest ended first (as virt-handler does); the finalizer
+            // goes on the next pass, so the final phase is visible before the VMI is.
+            let mut status = enter_phase(&vmi, if succeeded { "Succeeded" } else { "Failed" });
+            let mut list = conditions(&vmi);
+            set_condition(
+                &mut list,
+                "Ready",
+                "False",
+                "GuestNotRunning",
+                "Guest VM is not reported as running",
+            );
+            list.retain(|c| c["type"] != "Paused");
+            status.insert("conditions".into(), json!(list));
+            return writer.patch(json!({"status": status})).await;
         }
+        let status = Map::new();
         hv.cleanup(&vmi).await;
         let finalizers: Vec<&String> = vmi
             .finalizers()
@@ -232,14 +276,20 @@ async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
             Prepared::Failed { reason, message } => {
                 let mut list = conditions(&vmi);
                 set_condition(&mut list, "Synchronized", "False", &reason, &message);
-                writer.patch(json!({"status": {"conditions": list}})).await?;
+                writer
+                    .patch(json!({"status": {"conditions": list}}))
+                    .await?;
                 Ok(Action::requeue(Duration::from_secs(10)))
             }
         },
         "Scheduled" => match hv.start(&vmi).await {
             Started::Pending(after) => Ok(Action::requeue(after)),
             Started::Running(info) => {
-                let paused = vmi.data.pointer("/spec/startStrategy").and_then(Value::as_str) == Some("Paused");
+                let paused = vmi
+                    .data
+                    .pointer("/spec/startStrategy")
+                    .and_then(Value::as_str)
+                    == Some("Paused");
                 let mut body = json!({"status": running_status(&vmi, &info, paused)});
                 if paused {
                     body["metadata"] = json!({"annotations": {PAUSE_ANNOTATION: "true"}});
@@ -266,7 +316,11 @@ async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
 }
 
 /// A running VMI: carry out pause and soft-reboot requests, and notice the guest ending.
-async fn running(vmi: &DynamicObject, writer: &Writer<'_>, hv: &dyn Hypervisor) -> Result<Action, kube::Error> {
+async fn running(
+    vmi: &DynamicObject,
+    writer: &Writer<'_>,
+    hv: &dyn Hypervisor,
+) -> Result<Action, kube::Error> {
     let want_paused = vmi.annotations().get(PAUSE_ANNOTATION).map(String::as_str) == Some("true");
     let is_paused = conditions(vmi)
         .iter()
@@ -278,8 +332,20 @@ async fn running(vmi: &DynamicObject, writer: &Writer<'_>, hv: &dyn Hypervisor) 
         }
         let mut list = conditions(vmi);
         if want_paused {
-            set_condition(&mut list, "Paused", "True", "PausedByUser", "VMI was paused by user");
-            set_condition(&mut list, "Ready", "False", "GuestNotRunning", "the guest is paused");
+            set_condition(
+                &mut list,
+                "Paused",
+                "True",
+                "PausedByUser",
+                "VMI was paused by user",
+            );
+            set_condition(
+                &mut list,
+                "Ready",
+                "False",
+                "GuestNotRunning",
+                "the guest is paused",
+            );
         } else {
             list.retain(|c| c["type"] != "Paused");
             set_condition(&mut list, "Ready", "True", "", "");

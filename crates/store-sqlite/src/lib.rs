@@ -16,8 +16,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 use store::{
-    EventKind, KeyValue, ListOptions, ListResult, MemoryStore, Result, Revision, StagedBatch, Store, StoreError,
-    WatchStream, WriteOp,
+    EventKind, KeyValue, ListOptions, ListResult, MemoryStore, Result, Revision, StagedBatch,
+    Store, StoreError, WatchStream, WriteOp,
 };
 use tokio::sync::oneshot;
 
@@ -175,7 +175,9 @@ impl Drop for SqliteStore {
 
 fn open_error(path: &Path, source: rusqlite::Error) -> SqliteError {
     match source.sqlite_error_code() {
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => SqliteError::Locked { path: path.to_owned() },
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => SqliteError::Locked {
+            path: path.to_owned(),
+        },
         _ => SqliteError::Open {
             path: path.to_owned(),
             source,
@@ -226,7 +228,11 @@ fn open_connection(path: &Path) -> Result<Connection, SqliteError> {
 /// Reads every row and the current revision.
 fn load(conn: &Connection) -> rusqlite::Result<(Vec<KeyValue>, Revision)> {
     let revision: Revision = conn
-        .query_row("SELECT value FROM meta WHERE name = 'revision'", [], |row| row.get(0))
+        .query_row(
+            "SELECT value FROM meta WHERE name = 'revision'",
+            [],
+            |row| row.get(0),
+        )
         .optional()?
         .unwrap_or(0);
     let mut stmt = conn.prepare("SELECT key, value, create_rev, mod_rev FROM kv")?;
@@ -334,7 +340,10 @@ impl Writer {
     }
 
     fn checkpoint(&self) {
-        if let Err(err) = self.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())) {
+        if let Err(err) = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        {
             tracing::warn!(error = %err, "SQLite WAL checkpoint failed");
         }
     }
@@ -351,7 +360,12 @@ fn persist(conn: &mut Connection, staged: &StagedBatch) -> Result<(), SqliteErro
         for event in staged.events() {
             let kv = &event.kv;
             match event.kind {
-                EventKind::Put => upsert.execute(params![kv.key, &kv.value[..], kv.create_revision, kv.mod_revision]),
+                EventKind::Put => upsert.execute(params![
+                    kv.key,
+                    &kv.value[..],
+                    kv.create_revision,
+                    kv.mod_revision
+                ]),
                 EventKind::Delete => delete.execute([&kv.key]),
             }
             .map_err(SqliteError::Write)?;

@@ -35,13 +35,22 @@ async fn reopen_preserves_state_and_revision() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("state.db");
     let store = open(&path);
-    let a = store.create("/r/a", Bytes::from_static(b"a1")).await.expect("create");
-    let b = store.create("/r/b", Bytes::from_static(b"b1")).await.expect("create");
+    let a = store
+        .create("/r/a", Bytes::from_static(b"a1"))
+        .await
+        .expect("create");
+    let b = store
+        .create("/r/b", Bytes::from_static(b"b1"))
+        .await
+        .expect("create");
     let a = store
         .update("/r/a", Bytes::from_static(b"a2"), a.mod_revision)
         .await
         .expect("update");
-    store.create("/r/c", Bytes::from_static(b"c1")).await.expect("create");
+    store
+        .create("/r/c", Bytes::from_static(b"c1"))
+        .await
+        .expect("create");
     store.delete("/r/c", None).await.expect("delete");
     store
         .create("/r/newest", Bytes::from_static(b"n"))
@@ -82,7 +91,10 @@ async fn second_open_of_same_file_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("state.db");
     let first = open(&path);
-    first.create("/k", Bytes::from_static(b"v")).await.expect("create");
+    first
+        .create("/k", Bytes::from_static(b"v"))
+        .await
+        .expect("create");
     match SqliteStore::open(&path) {
         Err(StoreError::Backend(message)) => assert!(message.contains("in use"), "{message}"),
         Err(other) => panic!("unexpected error: {other}"),
@@ -139,7 +151,10 @@ async fn crash_child_writer() {
             tokio::spawn(async move {
                 for i in 0.. {
                     let key = format!("/crash/{t}/{i:06}");
-                    let kv = store.create(&key, Bytes::from(key.clone())).await.expect("create");
+                    let kv = store
+                        .create(&key, Bytes::from(key.clone()))
+                        .await
+                        .expect("create");
                     println!("put {key} {}", kv.mod_revision);
                     if i % 3 == 0 {
                         let kv = store.delete(&key, None).await.expect("delete");
@@ -175,7 +190,8 @@ async fn acknowledged_writes_survive_kill_9() {
     for line in BufReader::new(stdout).lines() {
         let line = line.expect("read child output");
         let mut fields = line.split(' ');
-        let (Some(kind @ ("put" | "del")), Some(key), Some(revision)) = (fields.next(), fields.next(), fields.next())
+        let (Some(kind @ ("put" | "del")), Some(key), Some(revision)) =
+            (fields.next(), fields.next(), fields.next())
         else {
             continue;
         };
@@ -189,7 +205,10 @@ async fn acknowledged_writes_survive_kill_9() {
         }
     }
     child.wait().expect("reap child");
-    assert!(lines >= ACKS_BEFORE_KILL, "child acknowledged only {lines} writes");
+    assert!(
+        lines >= ACKS_BEFORE_KILL,
+        "child acknowledged only {lines} writes"
+    );
 
     let store = open(&path);
     assert!(store.current_revision() >= max_revision);

@@ -105,13 +105,26 @@ pub async fn revisions_increase_by_one(store: Arc<dyn Store>) {
     assert_eq!((a.create_revision, a.mod_revision), (start + 1, start + 1));
     assert_eq!(store.current_revision(), start + 1);
 
-    let a2 = store.update("/rev/a", val("2"), a.mod_revision).await.expect("update");
-    assert_eq!((a2.create_revision, a2.mod_revision), (start + 1, start + 2));
+    let a2 = store
+        .update("/rev/a", val("2"), a.mod_revision)
+        .await
+        .expect("update");
+    assert_eq!(
+        (a2.create_revision, a2.mod_revision),
+        (start + 1, start + 2)
+    );
 
     assert!(store.create("/rev/a", val("x")).await.is_err());
-    assert!(store.update("/rev/a", val("x"), a.mod_revision).await.is_err());
+    assert!(store
+        .update("/rev/a", val("x"), a.mod_revision)
+        .await
+        .is_err());
     assert!(store.delete("/rev/missing", None).await.is_err());
-    assert_eq!(store.current_revision(), start + 2, "failed writes take no revision");
+    assert_eq!(
+        store.current_revision(),
+        start + 2,
+        "failed writes take no revision"
+    );
 
     let deleted = store.delete("/rev/a", None).await.expect("delete");
     assert_eq!(deleted.mod_revision, start + 3);
@@ -123,20 +136,31 @@ pub async fn revisions_increase_by_one(store: Arc<dyn Store>) {
 pub async fn create_fails_on_existing_key(store: Arc<dyn Store>) {
     let first = store.create("/c/k", val("1")).await.expect("create");
     assert_eq!(first.value, val("1"));
-    assert_eq!(store.create("/c/k", val("2")).await, Err(StoreError::AlreadyExists));
+    assert_eq!(
+        store.create("/c/k", val("2")).await,
+        Err(StoreError::AlreadyExists)
+    );
     assert_eq!(store.get("/c/k").await, Ok(Some(first.clone())));
 
     store.delete("/c/k", None).await.expect("delete");
-    let again = store.create("/c/k", val("3")).await.expect("create after delete");
+    let again = store
+        .create("/c/k", val("3"))
+        .await
+        .expect("create after delete");
     assert!(again.create_revision > first.create_revision);
     assert_eq!(again.create_revision, again.mod_revision);
 }
 
 pub async fn update_is_compare_and_swap(store: Arc<dyn Store>) {
-    assert_eq!(store.update("/u/k", val("x"), 1).await, Err(StoreError::NotFound));
+    assert_eq!(
+        store.update("/u/k", val("x"), 1).await,
+        Err(StoreError::NotFound)
+    );
     let created = store.create("/u/k", val("1")).await.expect("create");
     assert_eq!(
-        store.update("/u/k", val("2"), created.mod_revision + 100).await,
+        store
+            .update("/u/k", val("2"), created.mod_revision + 100)
+            .await,
         Err(StoreError::Conflict {
             current: Some(created.clone())
         })
@@ -162,7 +186,10 @@ pub async fn update_is_compare_and_swap(store: Arc<dyn Store>) {
 
 pub async fn delete_with_and_without_expected(store: Arc<dyn Store>) {
     assert_eq!(store.delete("/d/k", None).await, Err(StoreError::NotFound));
-    assert_eq!(store.delete("/d/k", Some(1)).await, Err(StoreError::NotFound));
+    assert_eq!(
+        store.delete("/d/k", Some(1)).await,
+        Err(StoreError::NotFound)
+    );
     let created = store.create("/d/k", val("1")).await.expect("create");
     let updated = store
         .update("/d/k", val("2"), created.mod_revision)
@@ -187,7 +214,10 @@ pub async fn delete_with_and_without_expected(store: Arc<dyn Store>) {
     assert_eq!(store.delete("/d/k", None).await, Err(StoreError::NotFound));
 
     store.create("/d/other", val("x")).await.expect("create");
-    let deleted = store.delete("/d/other", None).await.expect("unconditional delete");
+    let deleted = store
+        .delete("/d/other", None)
+        .await
+        .expect("unconditional delete");
     assert_eq!(deleted.value, val("x"));
     assert_eq!(store.get("/d/other").await, Ok(None));
 }
@@ -201,14 +231,21 @@ pub async fn get_returns_latest_value(store: Arc<dyn Store>) {
         .await
         .expect("update");
     assert_eq!(store.get("/g/k").await, Ok(Some(updated)));
-    assert_eq!(store.get("/g/").await, Ok(None), "get is exact, not a prefix");
+    assert_eq!(
+        store.get("/g/").await,
+        Ok(None),
+        "get is exact, not a prefix"
+    );
 }
 
 pub async fn list_is_ordered_and_prefix_isolated(store: Arc<dyn Store>) {
     for key in ["/a/c", "/a/a", "/ab/x", "/a/b", "/a", "/b/a", "/a/b/c"] {
         store.create(key, val(key)).await.expect("create");
     }
-    let result = store.list("/a/", ListOptions::default()).await.expect("list");
+    let result = store
+        .list("/a/", ListOptions::default())
+        .await
+        .expect("list");
     assert_eq!(keys(&result.items), ["/a/a", "/a/b", "/a/b/c", "/a/c"]);
     assert_eq!(result.revision, store.current_revision());
     assert_eq!(result.remaining, 0);
@@ -216,21 +253,30 @@ pub async fn list_is_ordered_and_prefix_isolated(store: Arc<dyn Store>) {
         assert_eq!(store.get(&kv.key).await, Ok(Some(kv.clone())));
     }
 
-    let result = store.list("/ab/", ListOptions::default()).await.expect("list");
+    let result = store
+        .list("/ab/", ListOptions::default())
+        .await
+        .expect("list");
     assert_eq!(keys(&result.items), ["/ab/x"]);
     let result = store.list("/", ListOptions::default()).await.expect("list");
     assert_eq!(
         keys(&result.items),
         ["/a", "/a/a", "/a/b", "/a/b/c", "/a/c", "/ab/x", "/b/a"]
     );
-    let result = store.list("/z/", ListOptions::default()).await.expect("list");
+    let result = store
+        .list("/z/", ListOptions::default())
+        .await
+        .expect("list");
     assert!(result.items.is_empty());
     assert_eq!(result.revision, store.current_revision());
 }
 
 pub async fn list_pages_with_start_after_and_limit(store: Arc<dyn Store>) {
     for i in 0..10 {
-        store.create(&format!("/p/{i:02}"), val("v")).await.expect("create");
+        store
+            .create(&format!("/p/{i:02}"), val("v"))
+            .await
+            .expect("create");
     }
     store.create("/q/x", val("v")).await.expect("create");
     store.create("/o/x", val("v")).await.expect("create");
@@ -256,8 +302,15 @@ pub async fn list_pages_with_start_after_and_limit(store: Arc<dyn Store>) {
     assert_eq!(remainders, [7, 4, 1, 0]);
 
     let result = store.list("/p/", page(Some("/a"), 2)).await.expect("list");
-    assert_eq!(keys(&result.items), ["/p/00", "/p/01"], "start_after before the prefix");
-    let result = store.list("/p/", page(Some("/p/09"), 2)).await.expect("list");
+    assert_eq!(
+        keys(&result.items),
+        ["/p/00", "/p/01"],
+        "start_after before the prefix"
+    );
+    let result = store
+        .list("/p/", page(Some("/p/09"), 2))
+        .await
+        .expect("list");
     assert!(result.items.is_empty());
     assert_eq!(result.remaining, 0);
     let result = store.list("/p/", page(None, 0)).await.expect("list");
@@ -266,7 +319,10 @@ pub async fn list_pages_with_start_after_and_limit(store: Arc<dyn Store>) {
     // Continuing at the first page's revision ignores writes made since.
     let first = store.list("/p/", page(None, 5)).await.expect("list");
     let p06 = store.get("/p/06").await.expect("get").expect("present");
-    store.delete("/p/06", Some(p06.mod_revision)).await.expect("delete");
+    store
+        .delete("/p/06", Some(p06.mod_revision))
+        .await
+        .expect("delete");
     store.create("/p/10", val("v")).await.expect("create");
     let rest = store
         .list(
@@ -280,14 +336,20 @@ pub async fn list_pages_with_start_after_and_limit(store: Arc<dyn Store>) {
         .await
         .expect("list at first page's revision");
     assert_eq!(rest.revision, first.revision);
-    assert_eq!(keys(&rest.items), ["/p/05", "/p/06", "/p/07", "/p/08", "/p/09"]);
+    assert_eq!(
+        keys(&rest.items),
+        ["/p/05", "/p/06", "/p/07", "/p/08", "/p/09"]
+    );
     assert_eq!(rest.remaining, 0);
 }
 
 pub async fn list_at_old_revision(store: Arc<dyn Store>) {
     let a1 = store.create("/h/a", val("a1")).await.expect("create");
     let b1 = store.create("/h/b", val("b1")).await.expect("create");
-    let a2 = store.update("/h/a", val("a2"), a1.mod_revision).await.expect("update");
+    let a2 = store
+        .update("/h/a", val("a2"), a1.mod_revision)
+        .await
+        .expect("update");
     let b_deleted = store.delete("/h/b", None).await.expect("delete");
     let c1 = store.create("/h/c", val("c1")).await.expect("create");
     store.create("/h/b", val("b2")).await.expect("recreate");
@@ -295,7 +357,10 @@ pub async fn list_at_old_revision(store: Arc<dyn Store>) {
     let list_at = |revision: Revision| {
         let store = store.clone();
         async move {
-            let result = store.list("/h/", at(revision)).await.expect("list at revision");
+            let result = store
+                .list("/h/", at(revision))
+                .await
+                .expect("list at revision");
             assert_eq!(result.revision, revision);
             result.items
         }
@@ -303,11 +368,18 @@ pub async fn list_at_old_revision(store: Arc<dyn Store>) {
     assert_eq!(list_at(a1.mod_revision).await, std::slice::from_ref(&a1));
     assert_eq!(list_at(b1.mod_revision).await, [a1.clone(), b1.clone()]);
     assert_eq!(list_at(a2.mod_revision).await, [a2.clone(), b1.clone()]);
-    assert_eq!(list_at(b_deleted.mod_revision).await, std::slice::from_ref(&a2));
+    assert_eq!(
+        list_at(b_deleted.mod_revision).await,
+        std::slice::from_ref(&a2)
+    );
     assert_eq!(list_at(c1.mod_revision).await, [a2.clone(), c1.clone()]);
     assert_eq!(
         list_at(store.current_revision()).await,
-        store.list("/h/", ListOptions::default()).await.expect("list").items
+        store
+            .list("/h/", ListOptions::default())
+            .await
+            .expect("list")
+            .items
     );
     assert_eq!(list_at(a1.mod_revision - 1).await, []);
 }
@@ -315,7 +387,10 @@ pub async fn list_at_old_revision(store: Arc<dyn Store>) {
 pub async fn revision_bounds(store: Arc<dyn Store>) {
     let mut revisions = Vec::new();
     for i in 0..4 {
-        let kv = store.create(&format!("/r/{i}"), val("v")).await.expect("create");
+        let kv = store
+            .create(&format!("/r/{i}"), val("v"))
+            .await
+            .expect("create");
         revisions.push(kv.mod_revision);
     }
     let current = store.current_revision();
@@ -345,7 +420,10 @@ pub async fn revision_bounds(store: Arc<dyn Store>) {
             compacted: compact_to
         })
     );
-    let result = store.list("/r/", at(compact_to)).await.expect("list at compacted");
+    let result = store
+        .list("/r/", at(compact_to))
+        .await
+        .expect("list at compacted");
     assert_eq!(keys(&result.items), ["/r/0", "/r/1", "/r/2"]);
 
     store
@@ -357,17 +435,26 @@ pub async fn revision_bounds(store: Arc<dyn Store>) {
 
 pub async fn compaction_keeps_current_state(store: Arc<dyn Store>) {
     let a = store.create("/k/a", val("1")).await.expect("create");
-    store.update("/k/a", val("2"), a.mod_revision).await.expect("update");
+    store
+        .update("/k/a", val("2"), a.mod_revision)
+        .await
+        .expect("update");
     store.create("/k/b", val("1")).await.expect("create");
     store.delete("/k/b", None).await.expect("delete");
     store.create("/k/c", val("1")).await.expect("create");
-    let before = store.list("/k/", ListOptions::default()).await.expect("list");
+    let before = store
+        .list("/k/", ListOptions::default())
+        .await
+        .expect("list");
 
     let current = store.current_revision();
     store.compact(current).await.expect("compact");
     assert_eq!(store.compacted_revision(), current);
     assert_eq!(store.current_revision(), current);
-    let after = store.list("/k/", ListOptions::default()).await.expect("list");
+    let after = store
+        .list("/k/", ListOptions::default())
+        .await
+        .expect("list");
     assert_eq!(after, before);
     assert_eq!(store.list("/k/", at(current)).await, Ok(before.clone()));
     for kv in &before.items {
@@ -375,7 +462,10 @@ pub async fn compaction_keeps_current_state(store: Arc<dyn Store>) {
     }
     assert_eq!(store.get("/k/b").await, Ok(None));
 
-    let mut watch = store.watch("/k/", current).await.expect("watch at compacted");
+    let mut watch = store
+        .watch("/k/", current)
+        .await
+        .expect("watch at compacted");
     let d = store.create("/k/d", val("1")).await.expect("create");
     let event = next_event(&mut watch).await;
     assert_eq!(event.kv, d);
@@ -386,7 +476,10 @@ pub async fn compaction_keeps_current_state(store: Arc<dyn Store>) {
 pub async fn watch_replays_from_revision(store: Arc<dyn Store>) {
     let start = store.current_revision();
     let a1 = store.create("/w/a", val("1")).await.expect("create");
-    let a2 = store.update("/w/a", val("2"), a1.mod_revision).await.expect("update");
+    let a2 = store
+        .update("/w/a", val("2"), a1.mod_revision)
+        .await
+        .expect("update");
     let b1 = store.create("/w/b", val("1")).await.expect("create");
     let a_deleted = store.delete("/w/a", None).await.expect("delete");
 
@@ -418,7 +511,10 @@ pub async fn watch_replays_from_revision(store: Arc<dyn Store>) {
 }
 
 pub async fn watch_live_events_carry_prev(store: Arc<dyn Store>) {
-    let mut watch = store.watch("/l/", store.current_revision()).await.expect("watch");
+    let mut watch = store
+        .watch("/l/", store.current_revision())
+        .await
+        .expect("watch");
     let created = store.create("/l/k", val("1")).await.expect("create");
     let event = next_event(&mut watch).await;
     assert_eq!(event.kind, EventKind::Put);
@@ -441,10 +537,22 @@ pub async fn watch_live_events_carry_prev(store: Arc<dyn Store>) {
 
 pub async fn watch_delete_event_carries_last_value(store: Arc<dyn Store>) {
     let v1 = store.create("/x/k", val("1")).await.expect("create");
-    let v2 = store.update("/x/k", val("2"), v1.mod_revision).await.expect("update");
-    let v3 = store.update("/x/k", val("3"), v2.mod_revision).await.expect("update");
-    let mut watch = store.watch("/x/", store.current_revision()).await.expect("watch");
-    let deleted = store.delete("/x/k", Some(v3.mod_revision)).await.expect("delete");
+    let v2 = store
+        .update("/x/k", val("2"), v1.mod_revision)
+        .await
+        .expect("update");
+    let v3 = store
+        .update("/x/k", val("3"), v2.mod_revision)
+        .await
+        .expect("update");
+    let mut watch = store
+        .watch("/x/", store.current_revision())
+        .await
+        .expect("watch");
+    let deleted = store
+        .delete("/x/k", Some(v3.mod_revision))
+        .await
+        .expect("delete");
     let event = next_event(&mut watch).await;
     assert_eq!(event.kind, EventKind::Delete);
     assert_eq!(event.kv.key, "/x/k");
@@ -476,7 +584,10 @@ pub async fn watch_replay_then_live_has_no_gaps(store: Arc<dyn Store>) {
         let store = store.clone();
         tokio::spawn(async move {
             for i in 0..WRITES {
-                store.create(&format!("/g/{i:04}"), val("v")).await.expect("create");
+                store
+                    .create(&format!("/g/{i:04}"), val("v"))
+                    .await
+                    .expect("create");
             }
         })
     };
@@ -497,7 +608,10 @@ pub async fn watch_replay_then_live_has_no_gaps(store: Arc<dyn Store>) {
 pub async fn watch_before_compaction_fails(store: Arc<dyn Store>) {
     let mut revisions = Vec::new();
     for i in 0..5 {
-        let kv = store.create(&format!("/c/{i}"), val("v")).await.expect("create");
+        let kv = store
+            .create(&format!("/c/{i}"), val("v"))
+            .await
+            .expect("create");
         revisions.push(kv.mod_revision);
     }
     let compact_to = revisions[2];
@@ -509,7 +623,10 @@ pub async fn watch_before_compaction_fails(store: Arc<dyn Store>) {
             compacted: compact_to
         })
     );
-    let mut watch = store.watch("/c/", compact_to).await.expect("watch at compacted");
+    let mut watch = store
+        .watch("/c/", compact_to)
+        .await
+        .expect("watch at compacted");
     assert_eq!(next_event(&mut watch).await.kv.mod_revision, revisions[3]);
     assert_eq!(next_event(&mut watch).await.kv.mod_revision, revisions[4]);
     assert_quiet(&mut watch).await;
@@ -549,7 +666,10 @@ pub async fn concurrent_writers_get_unique_revisions(store: Arc<dyn Store>) {
     let expected: Vec<Revision> = (start + 1..=start + total).collect();
     assert_eq!(all, expected, "revisions are unique and contiguous");
     assert_eq!(store.current_revision(), start + total);
-    let listed = store.list("/cc/", ListOptions::default()).await.expect("list");
+    let listed = store
+        .list("/cc/", ListOptions::default())
+        .await
+        .expect("list");
     assert_eq!(listed.items.len(), TASKS * PER_TASK);
 }
 

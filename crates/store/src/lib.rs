@@ -56,10 +56,16 @@ pub enum StoreError {
     Conflict { current: Option<KeyValue> },
     /// The requested revision is older than the oldest one still kept.
     #[error("revision {requested} has been compacted (oldest kept: {compacted})")]
-    Compacted { requested: Revision, compacted: Revision },
+    Compacted {
+        requested: Revision,
+        compacted: Revision,
+    },
     /// The requested revision is newer than the store's current one.
     #[error("revision {requested} is newer than the current revision {current}")]
-    FutureRevision { requested: Revision, current: Revision },
+    FutureRevision {
+        requested: Revision,
+        current: Revision,
+    },
     #[error("storage backend failure: {0}")]
     Backend(String),
 }

@@ -13,7 +13,10 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::sync::broadcast;
 
-use crate::{Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision, Store, StoreError, WatchStream};
+use crate::{
+    Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision, Store, StoreError,
+    WatchStream,
+};
 
 /// Committed batches a watcher may fall behind by before its stream ends with `Compacted`.
 const DEFAULT_WATCH_BUFFER: usize = 4096;
@@ -39,7 +42,9 @@ pub enum WriteOp {
 impl WriteOp {
     fn key(&self) -> &str {
         match self {
-            WriteOp::Create { key, .. } | WriteOp::Update { key, .. } | WriteOp::Delete { key, .. } => key,
+            WriteOp::Create { key, .. }
+            | WriteOp::Update { key, .. }
+            | WriteOp::Delete { key, .. } => key,
         }
     }
 }
@@ -150,11 +155,14 @@ impl State {
         self.current = batch.revision();
         for event in &batch.events {
             let value = (event.kind == EventKind::Put).then(|| event.kv.value.clone());
-            self.keys.entry(event.kv.key.clone()).or_default().push(Version {
-                mod_revision: event.kv.mod_revision,
-                create_revision: event.kv.create_revision,
-                value,
-            });
+            self.keys
+                .entry(event.kv.key.clone())
+                .or_default()
+                .push(Version {
+                    mod_revision: event.kv.mod_revision,
+                    create_revision: event.kv.create_revision,
+                    value,
+                });
             self.history.push_back(event.clone());
         }
         Ok((batch.events, batch.outcomes))
@@ -214,7 +222,11 @@ impl State {
             // Keep the version visible at `revision` (unless it is a tombstone) and newer ones.
             let visible = versions.partition_point(|v| v.mod_revision <= revision);
             if let Some(last) = visible.checked_sub(1) {
-                let drop = if versions[last].value.is_some() { last } else { visible };
+                let drop = if versions[last].value.is_some() {
+                    last
+                } else {
+                    visible
+                };
                 versions.drain(..drop);
             }
             !versions.is_empty()
@@ -246,9 +258,18 @@ fn resolve(op: WriteOp, current: Option<KeyValue>, revision: Revision) -> Result
             prev: None,
         }),
         (WriteOp::Update { .. } | WriteOp::Delete { .. }, None) => Err(StoreError::NotFound),
-        (WriteOp::Update { key, value, expected }, Some(prev)) => {
+        (
+            WriteOp::Update {
+                key,
+                value,
+                expected,
+            },
+            Some(prev),
+        ) => {
             if prev.mod_revision != expected {
-                return Err(StoreError::Conflict { current: Some(prev) });
+                return Err(StoreError::Conflict {
+                    current: Some(prev),
+                });
             }
             Ok(Event {
                 kind: EventKind::Put,
@@ -263,7 +284,9 @@ fn resolve(op: WriteOp, current: Option<KeyValue>, revision: Revision) -> Result
         }
         (WriteOp::Delete { expected, .. }, Some(prev)) => {
             if expected.is_some_and(|expected| expected != prev.mod_revision) {
-                return Err(StoreError::Conflict { current: Some(prev) });
+                return Err(StoreError::Conflict {
+                    current: Some(prev),
+                });
             }
             Ok(Event {
                 kind: EventKind::Delete,
@@ -341,11 +364,17 @@ impl MemoryStore {
     // A panic while holding the lock cannot leave the state half-updated (writes are
     // validated before anything is mutated), so a poisoned lock is still usable.
     fn read(&self) -> RwLockReadGuard<'_, State> {
-        self.shared.state.read().unwrap_or_else(PoisonError::into_inner)
+        self.shared
+            .state
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, State> {
-        self.shared.state.write().unwrap_or_else(PoisonError::into_inner)
+        self.shared
+            .state
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Checks `ops` in order against the current state (each op sees the ones before it) and
@@ -410,7 +439,9 @@ impl WatchCursor {
                     self.pending.extend(
                         batch
                             .iter()
-                            .filter(|e| e.kv.mod_revision > position && e.kv.key.starts_with(prefix))
+                            .filter(|e| {
+                                e.kv.mod_revision > position && e.kv.key.starts_with(prefix)
+                            })
                             .cloned(),
                     );
                     if let Some(last) = batch.last() {
@@ -527,7 +558,8 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn conformance() {
-        crate::conformance::run_all(|| async { Arc::new(MemoryStore::new()) as Arc<dyn Store> }).await;
+        crate::conformance::run_all(|| async { Arc::new(MemoryStore::new()) as Arc<dyn Store> })
+            .await;
     }
 
     #[tokio::test]
@@ -544,7 +576,10 @@ mod tests {
             .await
             .expect("no timeout");
         match item {
-            Some(Err(StoreError::Compacted { requested, compacted })) => {
+            Some(Err(StoreError::Compacted {
+                requested,
+                compacted,
+            })) => {
                 assert_eq!(requested, 0);
                 assert_eq!(compacted, 3, "oldest buffered batch is revision 4");
             }

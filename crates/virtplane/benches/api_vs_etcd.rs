@@ -30,7 +30,10 @@ const ETCD_PREFIX: &str = "/registry/kubevirt.io/virtualmachines/";
 
 fn main() -> ExitCode {
     // `cargo bench` passes `--bench`; this harness takes no arguments of its own.
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("api_vs_etcd: cannot start the async runtime: {e}");
@@ -47,7 +50,10 @@ fn main() -> ExitCode {
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn free_port() -> Result<u16> {
@@ -68,6 +74,38 @@ impl Drop for Proc {
 }
 
 impl Proc {
+    /// CPU time (user + system) the process has used so far, from `/proc/PID/stat`.
+    fn cpu_time(&self) -> Option<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        // Fields after the command name (which may hold spaces) start at field 3.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        // USER_HZ is 100 on every Linux build this runs on.
+        Some(Duration::from_millis(ticks * 10))
+    }
+
+    /// Waits until the process is idle (under 5% of a core over 500 ms), so work it does in
+    /// the background after a phase (controllers reacting to new objects) does not slow
+    /// the next phase. Returns how long that took.
+    async fn settle(&self) -> Duration {
+        let started = Instant::now();
+        let window = Duration::from_millis(500);
+        let Some(mut before) = self.cpu_time() else {
+            return Duration::ZERO;
+        };
+        while started.elapsed() < Duration::from_secs(120) {
+            tokio::time::sleep(window).await;
+            let Some(now) = self.cpu_time() else { break };
+            let busy = now.saturating_sub(before);
+            before = now;
+            if busy * 20 <= window {
+                return started.elapsed().saturating_sub(window);
+            }
+        }
+        started.elapsed()
+    }
+
     fn check_alive(&mut self, log: &Path) -> Result<()> {
         if let Ok(Some(status)) = self.child.try_wait() {
             let tail = std::fs::read_to_string(log).unwrap_or_default();
@@ -140,8 +178,14 @@ fn vm(name: &str) -> Value {
 /// One system under test: how to create VM number `i` and how to list them all.
 #[derive(Clone)]
 enum Target {
-    Virtplane { url: String, clients: Vec<reqwest::Client> },
-    Etcd { url: String, clients: Vec<reqwest::Client> },
+    Virtplane {
+        url: String,
+        clients: Vec<reqwest::Client>,
+    },
+    Etcd {
+        url: String,
+        clients: Vec<reqwest::Client>,
+    },
 }
 
 impl Target {
@@ -180,7 +224,13 @@ impl Target {
         Ok(())
     }
 
-    async fn create(&self, worker: usize, namespace: &str, name: &str, body: Vec<u8>) -> Result<()> {
+    async fn create(
+        &self,
+        worker: usize,
+        namespace: &str,
+        name: &str,
+        body: Vec<u8>,
+    ) -> Result<()> {
         let client = self.client(worker);
         let response = match self {
             Target::Virtplane { url, .. } => {
@@ -215,7 +265,10 @@ impl Target {
             bail!(
                 "{}: create of {namespace}/{name} answered {status}: {}",
                 self.name(),
-                String::from_utf8_lossy(&text).chars().take(300).collect::<String>()
+                String::from_utf8_lossy(&text)
+                    .chars()
+                    .take(300)
+                    .collect::<String>()
             );
         }
         Ok(())
@@ -279,7 +332,13 @@ struct Creates {
 }
 
 /// `total` creates spread over `clients` concurrent workers (each on its own connection).
-async fn creates(target: &Target, namespace: &str, prefix: &str, total: usize, clients: usize) -> Result<Creates> {
+async fn creates(
+    target: &Target,
+    namespace: &str,
+    prefix: &str,
+    total: usize,
+    clients: usize,
+) -> Result<Creates> {
     for worker in 0..clients {
         target.warm_up(worker).await?;
     }
@@ -296,7 +355,12 @@ async fn creates(target: &Target, namespace: &str, prefix: &str, total: usize, c
     let started = Instant::now();
     let mut tasks = Vec::new();
     for worker in 0..clients {
-        let (target, bodies, next, namespace) = (target.clone(), bodies.clone(), next.clone(), namespace.to_string());
+        let (target, bodies, next, namespace) = (
+            target.clone(),
+            bodies.clone(),
+            next.clone(),
+            namespace.to_string(),
+        );
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             loop {
@@ -305,14 +369,19 @@ async fn creates(target: &Target, namespace: &str, prefix: &str, total: usize, c
                     return Ok::<_, anyhow::Error>(latencies);
                 };
                 let t = Instant::now();
-                target.create(worker, &namespace, name, body.clone()).await?;
+                target
+                    .create(worker, &namespace, name, body.clone())
+                    .await?;
                 latencies.push(t.elapsed());
             }
         }));
     }
     let mut latencies = Vec::with_capacity(total);
     for task in tasks {
-        latencies.extend(task.await.map_err(|e| anyhow!("client task failed: {e}"))??);
+        latencies.extend(
+            task.await
+                .map_err(|e| anyhow!("client task failed: {e}"))??,
+        );
     }
     let elapsed = started.elapsed();
     latencies.sort();
@@ -413,13 +482,17 @@ async fn start_virtplane(dir: &Path, clients: usize) -> Result<(Proc, Target)> {
     while !(kubeconfig.exists() && tokens.exists()) {
         proc.check_alive(&log_path)?;
         if Instant::now() > deadline {
-            bail!("virtplane did not write {} within 60 s", kubeconfig.display());
+            bail!(
+                "virtplane did not write {} within 60 s",
+                kubeconfig.display()
+            );
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     let kubeconfig = std::fs::read_to_string(&kubeconfig)?;
-    let ca = kubeconfig_field(&kubeconfig, "certificate-authority-data").context("no CA in admin.kubeconfig")?;
+    let ca = kubeconfig_field(&kubeconfig, "certificate-authority-data")
+        .context("no CA in admin.kubeconfig")?;
     let ca = reqwest::Certificate::from_pem(&ca)?;
     let tokens: Value = serde_json::from_slice(&std::fs::read(&tokens)?)?;
     let token = tokens
@@ -428,7 +501,10 @@ async fn start_virtplane(dir: &Path, clients: usize) -> Result<(Proc, Target)> {
         .map(|(t, _)| t.clone())
         .context("no token for user admin in pki/tokens.json")?;
     let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {token}").parse()?);
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {token}").parse()?,
+    );
     let build = || {
         reqwest::Client::builder()
             .tls_certs_only([ca.clone()])
@@ -437,7 +513,9 @@ async fn start_virtplane(dir: &Path, clients: usize) -> Result<(Proc, Target)> {
             .timeout(Duration::from_secs(120))
             .build()
     };
-    let clients = (0..clients).map(|_| build()).collect::<reqwest::Result<Vec<_>>>()?;
+    let clients = (0..clients)
+        .map(|_| build())
+        .collect::<reqwest::Result<Vec<_>>>()?;
     let target = Target::Virtplane {
         url: url.clone(),
         clients,
@@ -474,17 +552,21 @@ async fn start_etcd(dir: &Path, clients: usize) -> Result<(Proc, Target, String)
     let binary = std::env::var_os("ETCD_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("etcd"));
-    let version = Command::new(&binary).arg("--version").output().with_context(|| {
-        format!(
-            "cannot run {} (install etcd: apt-get install etcd-server, or set ETCD_BIN)",
-            binary.display()
-        )
-    })?;
+    let version = Command::new(&binary)
+        .arg("--version")
+        .output()
+        .with_context(|| {
+            format!(
+                "cannot run {} (install etcd: apt-get install etcd-server, or set ETCD_BIN)",
+                binary.display()
+            )
+        })?;
     let version = String::from_utf8_lossy(&version.stdout)
         .lines()
         .next()
         .unwrap_or("etcd")
         .trim()
+        .replace("etcd Version:", "etcd")
         .to_string();
     let (client_port, peer_port) = (free_port()?, free_port()?);
     let url = format!("http://127.0.0.1:{client_port}");
@@ -495,22 +577,37 @@ async fn start_etcd(dir: &Path, clients: usize) -> Result<(Proc, Target, String)
         .arg("bench")
         .arg("--data-dir")
         .arg(dir.join("etcd"))
-        .args(["--listen-client-urls", &url, "--advertise-client-urls", &url])
-        .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+        .args([
+            "--listen-client-urls",
+            &url,
+            "--advertise-client-urls",
+            &url,
+        ])
+        .args([
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+        ])
         .args(["--initial-cluster", &format!("bench={peer}")])
         .args(["--logger", "zap", "--log-level", "warn"])
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log_path)?)
         .spawn()
         .with_context(|| format!("cannot start {}", binary.display()))?;
-    let mut proc = Proc { name: "etcd", child };
+    let mut proc = Proc {
+        name: "etcd",
+        child,
+    };
     let build = || {
         reqwest::Client::builder()
             .http1_only()
             .timeout(Duration::from_secs(120))
             .build()
     };
-    let clients = (0..clients).map(|_| build()).collect::<reqwest::Result<Vec<_>>>()?;
+    let clients = (0..clients)
+        .map(|_| build())
+        .collect::<reqwest::Result<Vec<_>>>()?;
     let target = Target::Etcd {
         url: url.clone(),
         clients,
@@ -541,8 +638,8 @@ async fn run() -> Result<()> {
     let list_runs = env_usize("BENCH_LIST_RUNS", 5);
     let dir = tempfile::Builder::new().prefix("api-vs-etcd-").tempdir()?;
 
-    let (_etcd_proc, etcd, etcd_version) = start_etcd(dir.path(), clients).await?;
-    let (_vp_proc, vp) = start_virtplane(dir.path(), clients).await?;
+    let (etcd_proc, etcd, etcd_version) = start_etcd(dir.path(), clients).await?;
+    let (vp_proc, vp) = start_virtplane(dir.path(), clients).await?;
     let body_len = serde_json::to_vec(&vm("vm-00000"))?.len();
     eprintln!(
         "api_vs_etcd: {} vs {etcd_version}; VM body {body_len} B; {seq} sequential + {concurrent} creates with {clients} clients; data in {}",
@@ -550,21 +647,33 @@ async fn run() -> Result<()> {
         dir.path().display()
     );
 
-    // Alternate the systems phase by phase, so both see the same background load.
+    // Alternate the systems phase by phase, so both see the same background load, and let
+    // each finish its background work (virtplane's controllers) before the next phase.
+    let systems = [(&vp, &vp_proc), (&etcd, &etcd_proc)];
     let mut seq_results = [Creates::default(); 2];
     let mut conc_results = [Creates::default(); 2];
     let mut list_results = [Lists::default(); 2];
-    for (i, target) in [&vp, &etcd].into_iter().enumerate() {
+    let mut settle = [Duration::ZERO; 2];
+    for (i, (target, proc)) in systems.into_iter().enumerate() {
         eprintln!("  {}: {seq} creates, 1 client", target.name());
         seq_results[i] = creates(target, SEQ_NAMESPACE, "seq", seq, 1).await?;
+        proc.settle().await;
     }
-    for (i, target) in [&vp, &etcd].into_iter().enumerate() {
-        eprintln!("  {}: {concurrent} creates, {clients} clients", target.name());
+    for (i, (target, proc)) in systems.into_iter().enumerate() {
+        eprintln!(
+            "  {}: {concurrent} creates, {clients} clients",
+            target.name()
+        );
         conc_results[i] = creates(target, NAMESPACE, "vm", concurrent, clients).await?;
+        settle[i] = proc.settle().await;
     }
-    for (i, target) in [&vp, &etcd].into_iter().enumerate() {
-        eprintln!("  {}: LIST of {concurrent}, {list_runs} times", target.name());
+    for (i, (target, proc)) in systems.into_iter().enumerate() {
+        eprintln!(
+            "  {}: LIST of {concurrent}, {list_runs} times",
+            target.name()
+        );
         list_results[i] = lists(target, NAMESPACE, list_runs).await?;
+        proc.settle().await;
         if list_results[i].items != concurrent {
             bail!(
                 "{}: LIST returned {} items, expected {concurrent}",
@@ -582,6 +691,7 @@ async fn run() -> Result<()> {
         &conc_results,
         &list_results,
         list_runs,
+        &settle,
     );
     Ok(())
 }
@@ -594,8 +704,15 @@ fn print_table(
     conc: &[Creates; 2],
     list: &[Lists; 2],
     list_runs: usize,
+    settle: &[Duration; 2],
 ) {
-    let ratio = |a: f64, b: f64| if b > 0.0 { format!("{:.2}x", a / b) } else { "-".into() };
+    let ratio = |a: f64, b: f64| {
+        if b > 0.0 {
+            format!("{:.2}x", a / b)
+        } else {
+            "-".into()
+        }
+    };
     let mut rows: Vec<[String; 4]> = Vec::new();
     let mut creates_rows = |label: &str, r: &[Creates; 2]| {
         rows.push([
@@ -622,6 +739,12 @@ fn print_table(
     };
     creates_rows("1 client", seq);
     creates_rows(&format!("{clients} clients"), conc);
+    rows.push([
+        format!("after the {clients}-client creates: s of background work until idle"),
+        format!("{:.1}", settle[0].as_secs_f64()),
+        format!("{:.1}", settle[1].as_secs_f64()),
+        String::new(),
+    ]);
     rows.push([
         format!(
             "LIST {} VMs, JSON: median ms of {list_runs} (lower is better)",
@@ -650,7 +773,13 @@ fn print_table(
         "virtplane/etcd".into(),
     ];
     let widths: Vec<usize> = (0..4)
-        .map(|c| rows.iter().chain([&header]).map(|r| r[c].len()).max().unwrap_or(0))
+        .map(|c| {
+            rows.iter()
+                .chain([&header])
+                .map(|r| r[c].len())
+                .max()
+                .unwrap_or(0)
+        })
         .collect();
     let line = |r: &[String; 4]| {
         format!(

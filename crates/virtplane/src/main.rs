@@ -63,6 +63,11 @@ struct ServerArgs {
     sim: SimArgs,
     #[command(flatten)]
     timing: TimingArgs,
+    /// How often store history is compacted, as kube-apiserver's
+    /// --etcd-compaction-interval: watches and continue tokens older than the previous
+    /// compaction get 410 Gone and clients re-list.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    compaction_interval: Duration,
 }
 
 /// How simulated nodes behave.
@@ -87,7 +92,8 @@ struct TimingArgs {
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    node_agent::sim::parse_duration(text).ok_or_else(|| format!("{text:?} is not a duration like 500ms, 2s or 1m"))
+    node_agent::sim::parse_duration(text)
+        .ok_or_else(|| format!("{text:?} is not a duration like 500ms, 2s or 1m"))
 }
 
 #[derive(Args)]
@@ -125,7 +131,9 @@ struct VmArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
@@ -164,17 +172,71 @@ fn sim_hypervisor(args: &SimArgs) -> Arc<dyn node_agent::Hypervisor> {
 }
 
 /// The hypervisor a node runs, from `--hypervisor` (QEMU unless told otherwise).
-fn hypervisor(kind: Option<&str>, sim: &SimArgs) -> anyhow::Result<Arc<dyn node_agent::Hypervisor>> {
+/// What a node running real VMs needs to know about its host.
+struct HostSettings<'a> {
+    node_name: &'a str,
+    data_dir: &'a std::path::Path,
+    insecure_registries: &'a [String],
+    host_disk_dirs: &'a [PathBuf],
+}
+
+/// Total memory of this host in bytes, from /proc/meminfo.
+fn host_memory() -> i64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
+            line.split_whitespace().nth(1)?.parse::<i64>().ok()
+        })
+        .map_or(1 << 30, |kib| kib * 1024)
+}
+
+fn qemu_hypervisor(host: &HostSettings<'_>) -> anyhow::Result<Arc<dyn node_agent::Hypervisor>> {
+    let binary = ["/usr/bin/qemu-system-x86_64", "/usr/local/bin/qemu-system-x86_64"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .context("qemu-system-x86_64 is not installed: install Debian's qemu-system-x86 (scripts/install-deps does), or run with --hypervisor sim or --no-node")?;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as i64);
+    Ok(Arc::new(node_agent::qemu_hv::Qemu::new(
+        node_agent::qemu_hv::QemuConfig {
+            node_dir: host.data_dir.join("node").join(host.node_name),
+            image_cache: host.data_dir.join("images"),
+            binary,
+            insecure_registries: host.insecure_registries.to_vec(),
+            host_disk_dirs: host.host_disk_dirs.to_vec(),
+            node_address: "127.0.0.1".into(),
+            millicpu: cpus * 1000,
+            memory: host_memory(),
+        },
+    )))
+}
+
+/// The hypervisor a node runs, from `--hypervisor` (QEMU unless told otherwise).
+fn hypervisor(
+    kind: Option<&str>,
+    sim: &SimArgs,
+    host: &HostSettings<'_>,
+) -> anyhow::Result<Arc<dyn node_agent::Hypervisor>> {
     match kind.unwrap_or("qemu") {
         "sim" => Ok(sim_hypervisor(sim)),
-        "qemu" => bail!("--hypervisor qemu: the QEMU backend is not built yet; use --hypervisor sim (or --no-node)"),
+        "qemu" => qemu_hypervisor(host),
         other => bail!("--hypervisor {other}: unknown hypervisor; use `qemu` or `sim`"),
     }
 }
 
 fn run_node(args: NodeArgs) -> anyhow::Result<()> {
-    let _ = (&args.data_dir, &args.insecure_registries, &args.host_disk_dirs);
-    let hypervisor = hypervisor(args.hypervisor.as_deref(), &args.sim)?;
+    let data_dir = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("./virtplane-node-data"));
+    let host = HostSettings {
+        node_name: &args.name,
+        data_dir: &data_dir,
+        insecure_registries: &args.insecure_registries,
+        host_disk_dirs: &args.host_disk_dirs,
+    };
+    let hypervisor = hypervisor(args.hypervisor.as_deref(), &args.sim, &host)?;
     runtime()?.block_on(async move {
         let kubeconfig = kube::config::Kubeconfig::read_from(&args.kubeconfig)
             .with_context(|| format!("cannot read kubeconfig {}", args.kubeconfig.display()))?;
@@ -276,11 +338,17 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
             args.store
         );
     }
-    let _ = (&args.insecure_registries, &args.host_disk_dirs);
+    let node_name = args.node_name.clone().unwrap_or_else(hostname);
+    let host = HostSettings {
+        node_name: &node_name,
+        data_dir: &args.data_dir,
+        insecure_registries: &args.insecure_registries,
+        host_disk_dirs: &args.host_disk_dirs,
+    };
     let local = if args.no_node {
         None
     } else {
-        Some(hypervisor(args.hypervisor.as_deref(), &args.sim)?)
+        Some(hypervisor(args.hypervisor.as_deref(), &args.sim, &host)?)
     };
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create data dir {}", args.data_dir.display()))?;
@@ -292,6 +360,7 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
             data_dir: args.data_dir.clone(),
             listen: args.listen,
             store: Arc::new(store),
+            compaction_interval: args.compaction_interval,
         })
         .await?;
         let client = kube::Client::new(server.internal.clone(), "default");
@@ -300,8 +369,13 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         };
         tokio::spawn(controllers::run(client.clone(), controller_config));
         if let Some(hypervisor) = local {
-            let name = args.node_name.clone().unwrap_or_else(hostname);
-            spawn_agent(client.clone(), vec![name], hypervisor, args.timing.heartbeat_interval);
+            let name = node_name.clone();
+            spawn_agent(
+                client.clone(),
+                vec![name],
+                hypervisor,
+                args.timing.heartbeat_interval,
+            );
         }
         if let Some(count) = args.sim_nodes.filter(|n| *n > 0) {
             let names = (0..count).map(|i| format!("sim-node-{i}")).collect();
@@ -317,7 +391,9 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
             server.url,
             args.data_dir.join("admin.kubeconfig").display()
         );
-        tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+        tokio::signal::ctrl_c()
+            .await
+            .context("waiting for Ctrl-C")?;
         Ok(())
     })
 }

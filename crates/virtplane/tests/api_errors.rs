@@ -35,7 +35,11 @@ fn not_found(plural: &str, name: &str) -> Value {
 async fn not_found_for_every_verb_and_kind() {
     let api = api().await;
     api.namespace("err-404").await;
-    for (plural, body) in [(VM, vm("ghost")), (VMI, vmi("ghost")), (VMIM, vmim("ghost", "x"))] {
+    for (plural, body) in [
+        (VM, vm("ghost")),
+        (VMI, vmi("ghost")),
+        (VMIM, vmim("ghost", "x")),
+    ] {
         let path = item("err-404", plural, "ghost");
         let want = not_found(plural, "ghost");
         assert_status_body(&api.get(&path).await, want.clone());
@@ -43,7 +47,8 @@ async fn not_found_for_every_verb_and_kind() {
         replacement["metadata"]["resourceVersion"] = json!("1");
         assert_status_body(&api.put(&path, &replacement).await, want.clone());
         assert_status_body(
-            &api.merge(&path, &json!({"metadata": {"labels": {"a": "b"}}})).await,
+            &api.merge(&path, &json!({"metadata": {"labels": {"a": "b"}}}))
+                .await,
             want.clone(),
         );
         assert_status_body(
@@ -59,7 +64,8 @@ async fn not_found_for_every_verb_and_kind() {
         if plural != VMI {
             assert_status_body(&api.get(&format!("{path}/status")).await, want.clone());
             assert_status_body(
-                &api.merge(&format!("{path}/status"), &json!({"status": {}})).await,
+                &api.merge(&format!("{path}/status"), &json!({"status": {}}))
+                    .await,
                 want,
             );
         }
@@ -71,8 +77,14 @@ async fn not_found_for_every_verb_and_kind() {
         "the server could not find the requested resource",
         Some(json!({})),
     );
-    assert_status_body(&api.get(&coll("default", "virtualmachinepools")).await, generic.clone());
-    assert_status_body(&api.get("/apis/kubevirt.io/v2/virtualmachines").await, generic.clone());
+    assert_status_body(
+        &api.get(&coll("default", "virtualmachinepools")).await,
+        generic.clone(),
+    );
+    assert_status_body(
+        &api.get("/apis/kubevirt.io/v2/virtualmachines").await,
+        generic.clone(),
+    );
     assert_status_body(&api.get("/apis/nope.io/v1").await, generic);
 }
 
@@ -99,9 +111,11 @@ async fn already_exists() {
 async fn stale_resource_version_is_a_conflict() {
     let api = api().await;
     api.namespace("err-conflict").await;
-    let created = api.create(&coll("err-conflict", VM), &vm("c1")).await;
+    let created = api.settled_vm("err-conflict", &vm("c1")).await;
     let path = item("err-conflict", VM, "c1");
-    let r = api.merge(&path, &json!({"metadata": {"labels": {"step": "1"}}})).await;
+    let r = api
+        .merge(&path, &json!({"metadata": {"labels": {"step": "1"}}}))
+        .await;
     assert_eq!(r.status, StatusCode::OK);
     let current = r.body;
 
@@ -129,14 +143,18 @@ async fn stale_resource_version_is_a_conflict() {
         .patch(
             &path,
             "application/json-patch+json",
-            &json!([{"op": "replace", "path": "/metadata/resourceVersion", "value": stale_rv}]).to_string(),
+            &json!([{"op": "replace", "path": "/metadata/resourceVersion", "value": stale_rv}])
+                .to_string(),
         )
         .await;
     assert_status_body(&r, want.clone());
     // /status obeys the same rule.
     let mut stale_status = created.clone();
     stale_status["status"] = json!({"printableStatus": "Stopped"});
-    assert_status_body(&api.put(&format!("{path}/status"), &stale_status).await, want);
+    assert_status_body(
+        &api.put(&format!("{path}/status"), &stale_status).await,
+        want,
+    );
     // A resourceVersion that was never issued is just as stale.
     let mut bogus = current.clone();
     bogus["metadata"]["resourceVersion"] = json!("999999999");
@@ -177,7 +195,10 @@ async fn put_without_resource_version_is_invalid() {
     let api = api().await;
     api.namespace("err-norv").await;
     let mut obj = api.create(&coll("err-norv", VM), &vm("norv")).await;
-    obj["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+    obj["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
     let r = api.put(&item("err-norv", VM, "norv"), &obj).await;
     // Custom resources refuse unconditional updates; the kind in the message and
     // details is the plural resource and the value is printed as Go's %#v of 0.
@@ -246,7 +267,9 @@ async fn invalid_names_and_metadata() {
     assert_eq!(r.status.as_u16(), 422, "{}", r.text);
     let message = r.body["message"].as_str().unwrap();
     assert!(
-        message.starts_with("VirtualMachine.kubevirt.io \"several\" is invalid: [metadata.labels: Invalid value: "),
+        message.starts_with(
+            "VirtualMachine.kubevirt.io \"several\" is invalid: [metadata.labels: Invalid value: "
+        ),
         "{message}"
     );
     assert!(message.ends_with(']'), "{message}");
@@ -276,9 +299,17 @@ async fn undecodable_bodies_are_400_never_500() {
         b"{\"apiVersion\": \"kubevirt.io/v1\", \"kind\": \"VirtualMachine\", \"metadata\": {\"name\": \"x\"}, \"spec\": []}",
     ];
     for body in bodies {
-        for (method, path) in [(Method::POST, c.clone()), (Method::PUT, item("err-400", VM, "x"))] {
+        for (method, path) in [
+            (Method::POST, c.clone()),
+            (Method::PUT, item("err-400", VM, "x")),
+        ] {
             let r = api
-                .request(method.clone(), &path, "application/json", Some(body.to_vec()))
+                .request(
+                    method.clone(),
+                    &path,
+                    "application/json",
+                    Some(body.to_vec()),
+                )
                 .await;
             let code = r.status.as_u16();
             assert!(
@@ -304,7 +335,12 @@ async fn undecodable_bodies_are_400_never_500() {
     // YAML bodies are accepted; broken YAML is a 400.
     let yaml = "apiVersion: kubevirt.io/v1\nkind: VirtualMachine\nmetadata:\n  name: from-yaml\nspec:\n  runStrategy: Halted\n  template:\n    spec:\n      domain:\n        devices: {}\n";
     let r = api
-        .request(Method::POST, &c, "application/yaml", Some(yaml.as_bytes().to_vec()))
+        .request(
+            Method::POST,
+            &c,
+            "application/yaml",
+            Some(yaml.as_bytes().to_vec()),
+        )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
     let r = api
@@ -371,8 +407,10 @@ async fn identity_mismatches() {
             None,
         ),
     );
+    // Checked before the (here stale) resourceVersion.
     let mut moved = created.clone();
     moved["metadata"]["namespace"] = json!("err-ident-other");
+    moved["metadata"]["resourceVersion"] = json!("1");
     assert_status_body(
         &api.put(&item("err-ident", VM, "named"), &moved).await,
         status(
@@ -394,9 +432,15 @@ async fn missing_namespace() {
         Some(json!({"name": "nosuchns", "kind": "namespaces"})),
     );
     for (plural, body) in [(VM, vm("a")), (VMI, vmi("a")), (VMIM, vmim("a", "x"))] {
-        assert_status_body(&api.post(&coll("nosuchns", plural), &body).await, want.clone());
+        assert_status_body(
+            &api.post(&coll("nosuchns", plural), &body).await,
+            want.clone(),
+        );
         // Reads of objects are the object's own NotFound; lists are empty.
-        assert_status_body(&api.get(&item("nosuchns", plural, "a")).await, not_found(plural, "a"));
+        assert_status_body(
+            &api.get(&item("nosuchns", plural, "a")).await,
+            not_found(plural, "a"),
+        );
         let r = api.get(&coll("nosuchns", plural)).await;
         assert_eq!(r.status, StatusCode::OK, "{}", r.text);
         assert_eq!(r.body["items"], json!([]));
@@ -439,7 +483,10 @@ async fn method_not_allowed() {
         ),
     );
     // The VM survived the DELETE on its status.
-    assert_eq!(api.get(&item("err-405", VM, "m")).await.status, StatusCode::OK);
+    assert_eq!(
+        api.get(&item("err-405", VM, "m")).await.status,
+        StatusCode::OK
+    );
 
     // Custom resources: update or patch of a collection names no object.
     let r = api.put(&coll("err-405", VM), &vm("m")).await;
@@ -466,20 +513,42 @@ async fn method_not_allowed() {
 #[tokio::test]
 async fn not_acceptable() {
     let api = api().await;
-    for accept in ["application/vnd.kubernetes.protobuf", "text/html", "application/xml"] {
+    for accept in [
+        "application/vnd.kubernetes.protobuf",
+        "text/html",
+        "application/xml",
+    ] {
         let r = api
-            .send(Method::GET, &coll("default", VM), &[("accept", accept)], None)
+            .send(
+                Method::GET,
+                &coll("default", VM),
+                &[("accept", accept)],
+                None,
+            )
             .await;
         assert_status_body(
             &r,
             status(
                 406,
                 "NotAcceptable",
-                "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf",
+                "only the following media types are accepted: application/json, application/yaml",
                 None,
             ),
         );
     }
+    // Built-in kinds also speak protobuf.
+    let r = api
+        .send(Method::GET, NAMESPACES, &[("accept", "text/html")], None)
+        .await;
+    assert_status_body(
+        &r,
+        status(
+            406,
+            "NotAcceptable",
+            "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf",
+            None,
+        ),
+    );
     // Acceptable alternatives are fine; yaml is served as yaml.
     let r = api
         .send(
@@ -513,7 +582,10 @@ async fn request_entity_too_large() {
     let created = api.create(&coll("err-413", VM), &vm("huge")).await;
     let mut big_put = created.clone();
     big_put["metadata"]["annotations"] = huge["metadata"]["annotations"].clone();
-    assert_status_body(&api.put(&item("err-413", VM, "huge"), &big_put).await, want.clone());
+    assert_status_body(
+        &api.put(&item("err-413", VM, "huge"), &big_put).await,
+        want.clone(),
+    );
     let patch = json!({"metadata": {"annotations": huge["metadata"]["annotations"]}});
     assert_status_body(&api.merge(&item("err-413", VM, "huge"), &patch).await, want);
     // Just under the limit is not refused for size (annotations are capped at 256 KiB,
@@ -543,7 +615,10 @@ async fn unsupported_media_type() {
         "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
         None,
     );
-    for path in [item("err-415", VM, "s"), format!("{}/status", item("err-415", VM, "s"))] {
+    for path in [
+        item("err-415", VM, "s"),
+        format!("{}/status", item("err-415", VM, "s")),
+    ] {
         let r = api
             .patch(
                 &path,
@@ -553,7 +628,9 @@ async fn unsupported_media_type() {
             .await;
         assert_status_body(&r, want.clone());
     }
-    let r = api.patch(&item("err-415", VM, "s"), "text/plain", "{}").await;
+    let r = api
+        .patch(&item("err-415", VM, "s"), "text/plain", "{}")
+        .await;
     assert_status_body(&r, want);
     // The object was not touched.
     let r = api.get(&item("err-415", VM, "s")).await;
@@ -582,10 +659,17 @@ async fn bad_query_parameters() {
         assert_eq!(r.body["kind"], "Status");
         assert!(!r.body["message"].as_str().unwrap().is_empty());
     }
-    let r = api.get(&format!("{c}?fieldSelector=spec.running%3Dtrue")).await;
+    let r = api
+        .get(&format!("{c}?fieldSelector=spec.running%3Dtrue"))
+        .await;
     assert_status_body(
         &r,
-        status(400, "BadRequest", "field label not supported: spec.running", None),
+        status(
+            400,
+            "BadRequest",
+            "field label not supported: spec.running",
+            None,
+        ),
     );
     let r = api.get(&format!("{c}?continue=not-a-token")).await;
     assert!(
@@ -609,7 +693,9 @@ async fn bad_query_parameters() {
                 "message": "Unsupported value: []string{\"Maybe\"}: supported values: \"All\"", "field": "dryRun"}]})),
         ),
     );
-    let r = api.post(&format!("{c}?fieldValidation=Loose"), &vm("q")).await;
+    let r = api
+        .post(&format!("{c}?fieldValidation=Loose"), &vm("q"))
+        .await;
     assert_status_body(
         &r,
         status(
@@ -622,7 +708,10 @@ async fn bad_query_parameters() {
     );
     api.create(&c, &vm("q")).await;
     let r = api
-        .merge(&format!("{}?dryRun=Maybe", item("err-query", VM, "q")), &json!({}))
+        .merge(
+            &format!("{}?dryRun=Maybe", item("err-query", VM, "q")),
+            &json!({}),
+        )
         .await;
     assert_eq!(r.status.as_u16(), 422, "{}", r.text);
     assert!(r.body["message"]
@@ -645,7 +734,10 @@ async fn bad_query_parameters() {
                 "message": "Unsupported value: \"Sometimes\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\"", "field": "propagationPolicy"}]})),
         ),
     );
-    assert_eq!(api.get(&item("err-query", VM, "q")).await.status, StatusCode::OK);
+    assert_eq!(
+        api.get(&item("err-query", VM, "q")).await.status,
+        StatusCode::OK
+    );
 
     // ListOptions validation.
     let list_invalid = |message: &str, field: &str, cause: &str, reason: &str| {
@@ -657,7 +749,9 @@ async fn bad_query_parameters() {
                 "causes": [{"reason": reason, "message": cause, "field": field}]})),
         )
     };
-    let r = api.get(&format!("{c}?resourceVersionMatch=NotOlderThan")).await;
+    let r = api
+        .get(&format!("{c}?resourceVersionMatch=NotOlderThan"))
+        .await;
     assert_status_body(
         &r,
         list_invalid(
@@ -680,7 +774,9 @@ async fn bad_query_parameters() {
         ),
     );
     let r = api
-        .get(&format!("{c}?resourceVersionMatch=Newest&resourceVersion=5"))
+        .get(&format!(
+            "{c}?resourceVersionMatch=Newest&resourceVersion=5"
+        ))
         .await;
     assert_status_body(
         &r,
@@ -735,7 +831,10 @@ async fn bad_query_parameters() {
 async fn too_large_resource_version() {
     let api = api().await;
     let r = api
-        .get(&format!("{}?resourceVersion=999999999", coll("default", VM)))
+        .get(&format!(
+            "{}?resourceVersion=999999999",
+            coll("default", VM)
+        ))
         .await;
     let current: i64 = api.get(&coll("default", VM)).await.body["metadata"]["resourceVersion"]
         .as_str()

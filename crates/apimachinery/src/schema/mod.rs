@@ -199,7 +199,8 @@ impl<'a> NodeRef<'a> {
         let n = self.node();
         n.types.contains(&Type::Object)
             || n.embedded_resource
-            || (n.types.is_empty() && (!n.properties.is_empty() || !matches!(n.additional, Additional::Closed)))
+            || (n.types.is_empty()
+                && (!n.properties.is_empty() || !matches!(n.additional, Additional::Closed)))
     }
 
     /// Whether values here are JSON arrays.
@@ -214,7 +215,9 @@ impl Schema {
     /// `$ref` and `allOf`. The root's (and every embedded resource's) `metadata` becomes the
     /// full ObjectMeta and `apiVersion`/`kind` are always known, as for every CRD.
     pub fn from_components(components: &Value, root: &str) -> Result<Schema, String> {
-        let components = components.as_object().ok_or("components.schemas must be an object")?;
+        let components = components
+            .as_object()
+            .ok_or("components.schemas must be an object")?;
         let mut b = Builder {
             components,
             nodes: Vec::new(),
@@ -226,7 +229,10 @@ impl Schema {
         let mut node = b.nodes[id].clone();
         b.add_resource_fields(&mut node)?;
         let root = b.push(node, true);
-        Ok(Schema { nodes: b.nodes, root })
+        Ok(Schema {
+            nodes: b.nodes,
+            root,
+        })
     }
 
     pub fn root(&self) -> NodeRef<'_> {
@@ -244,7 +250,9 @@ impl Schema {
             while node.is_array() {
                 node = node.items()?;
             }
-            node = node.property(segment).or_else(|| node.additional_properties())?;
+            node = node
+                .property(segment)
+                .or_else(|| node.additional_properties())?;
         }
         Some(node)
     }
@@ -332,7 +340,12 @@ impl Builder<'_> {
         if let Some(reference) = s.get("$ref").and_then(Value::as_str) {
             self.inherit(&mut node, reference)?;
         }
-        for part in s.get("allOf").and_then(Value::as_array).into_iter().flatten() {
+        for part in s
+            .get("allOf")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             if let Some(reference) = pure_ref(part) {
                 self.inherit(&mut node, reference)?;
             } else {
@@ -383,7 +396,11 @@ fn pure_ref(schema: &Value) -> Option<&str> {
         return r.as_str();
     }
     match s.get("allOf")?.as_array()?.as_slice() {
-        [only] => only.as_object().filter(|o| o.len() == 1)?.get("$ref")?.as_str(),
+        [only] => only
+            .as_object()
+            .filter(|o| o.len() == 1)?
+            .get("$ref")?
+            .as_str(),
         _ => None,
     }
 }
@@ -403,9 +420,18 @@ fn keywords(s: &Map<String, Value>) -> Node {
         required: s
             .get("required")
             .and_then(Value::as_array)
-            .map(|r| r.iter().filter_map(Value::as_str).map(str::to_string).collect())
+            .map(|r| {
+                r.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
             .unwrap_or_default(),
-        enum_values: s.get("enum").and_then(Value::as_array).cloned().unwrap_or_default(),
+        enum_values: s
+            .get("enum")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
         minimum: bound(s, "minimum", "exclusiveMinimum"),
         maximum: bound(s, "maximum", "exclusiveMaximum"),
         multiple_of: s.get("multipleOf").and_then(Value::as_f64),
@@ -445,7 +471,12 @@ fn keywords(s: &Map<String, Value>) -> Node {
         Some("map") => Some(ListType::Map(
             s.get("x-kubernetes-list-map-keys")
                 .and_then(Value::as_array)
-                .map(|k| k.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                .map(|k| {
+                    k.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                })
                 .unwrap_or_default(),
         )),
         Some("atomic") => Some(ListType::Atomic),
@@ -461,7 +492,10 @@ fn keywords(s: &Map<String, Value>) -> Node {
 /// OpenAPI 3.0 spells exclusivity as a boolean beside the bound, 3.1 as the bound itself.
 fn bound(s: &Map<String, Value>, key: &str, exclusive_key: &str) -> Option<Bound> {
     match (s.get(key).and_then(Value::as_f64), s.get(exclusive_key)) {
-        (_, Some(Value::Number(n))) => n.as_f64().map(|value| Bound { value, exclusive: true }),
+        (_, Some(Value::Number(n))) => n.as_f64().map(|value| Bound {
+            value,
+            exclusive: true,
+        }),
         (Some(value), exclusive) => Some(Bound {
             value,
             exclusive: exclusive.and_then(Value::as_bool).unwrap_or(false),
@@ -531,7 +565,8 @@ fn object_meta_schema() -> Value {
     let time = serde_json::json!({"type": "string", "format": "date-time"});
     let int = serde_json::json!({"type": "integer", "format": "int64"});
     let boolean = serde_json::json!({"type": "boolean"});
-    let string_map = serde_json::json!({"type": "object", "additionalProperties": {"type": "string"}});
+    let string_map =
+        serde_json::json!({"type": "object", "additionalProperties": {"type": "string"}});
     serde_json::json!({
         "type": "object",
         "description": "Standard object's metadata.",
@@ -570,9 +605,13 @@ pub(crate) fn values_equal(a: &Value, b: &Value) -> bool {
                 _ => x.as_f64() == y.as_f64(),
             },
         },
-        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| values_equal(a, b)),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| values_equal(a, b))
+        }
         (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| values_equal(v, w)))
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| values_equal(v, w)))
         }
         _ => a == b,
     }
@@ -719,7 +758,8 @@ pub(crate) mod tests {
             "root metadata is the full ObjectMeta"
         );
         assert!(
-            s.lookup("spec.dataVolumeTemplates.metadata.labels").is_some(),
+            s.lookup("spec.dataVolumeTemplates.metadata.labels")
+                .is_some(),
             "embedded resources too"
         );
         assert_eq!(
@@ -727,7 +767,9 @@ pub(crate) mod tests {
             &ListType::Map(vec!["name".to_string()])
         );
         assert_eq!(
-            s.lookup("spec.template.spec.domain.devices.disks").unwrap().list_type(),
+            s.lookup("spec.template.spec.domain.devices.disks")
+                .unwrap()
+                .list_type(),
             &ListType::Atomic
         );
         assert!(s.lookup("spec.template.spec.uuid").unwrap().nullable);
@@ -736,7 +778,8 @@ pub(crate) mod tests {
 
     #[test]
     fn missing_and_cyclic_references() {
-        let err = Schema::from_components(&json!({"A": {"$ref": "#/components/schemas/B"}}), "A").unwrap_err();
+        let err = Schema::from_components(&json!({"A": {"$ref": "#/components/schemas/B"}}), "A")
+            .unwrap_err();
         assert!(err.contains("\"#/components/schemas/B\""), "{err}");
         assert!(Schema::from_components(&json!({}), "A").is_err());
         let cyclic = json!({"A": {"type": "object", "properties": {"a": {"$ref": "#/components/schemas/A"},
@@ -747,7 +790,10 @@ pub(crate) mod tests {
 
     #[test]
     fn equality_is_numeric() {
-        assert!(values_equal(&json!({"a": [1, 2.0]}), &json!({"a": [1.0, 2]})));
+        assert!(values_equal(
+            &json!({"a": [1, 2.0]}),
+            &json!({"a": [1.0, 2]})
+        ));
         assert!(!values_equal(&json!(1), &json!("1")));
     }
 }

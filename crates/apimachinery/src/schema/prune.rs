@@ -19,7 +19,13 @@ impl Schema {
     }
 }
 
-fn prune_value(value: &mut Value, node: NodeRef<'_>, path: &str, unknown: &mut Vec<String>, depth: usize) {
+fn prune_value(
+    value: &mut Value,
+    node: NodeRef<'_>,
+    path: &str,
+    unknown: &mut Vec<String>,
+    depth: usize,
+) {
     if depth > MAX_DEPTH {
         return;
     }
@@ -34,8 +40,9 @@ fn prune_value(value: &mut Value, node: NodeRef<'_>, path: &str, unknown: &mut V
             for key in keys {
                 let child_path = field::child(path, &key);
                 if let Some(child) = node.property(&key) {
-                    let drop_null =
-                        map.get(&key).is_some_and(Value::is_null) && !child.nullable && child.default.is_none();
+                    let drop_null = map.get(&key).is_some_and(Value::is_null)
+                        && !child.nullable
+                        && child.default.is_none();
                     if drop_null {
                         map.remove(&key);
                     } else if let Some(v) = map.get_mut(&key) {
@@ -106,13 +113,19 @@ mod tests {
             json!({"name": "vm", "labels": {"a": "b"}}),
             "null timestamp dropped silently"
         );
-        assert!(vm["spec"].get("running").is_none(), "non-nullable null dropped");
+        assert!(
+            vm["spec"].get("running").is_none(),
+            "non-nullable null dropped"
+        );
         assert_eq!(
             vm["spec"]["template"]["spec"]["uuid"],
             json!(null),
             "nullable null kept"
         );
-        assert_eq!(vm["spec"]["template"]["metadata"]["anything"], json!({"goes": 1}));
+        assert_eq!(
+            vm["spec"]["template"]["metadata"]["anything"],
+            json!({"goes": 1})
+        );
         assert_eq!(
             vm["spec"]["template"]["spec"]["affinity"],
             json!({"podAffinity": {"deep": [1]}})
@@ -136,15 +149,20 @@ mod tests {
                 "spec.dataVolumeTemplates[0].metadata.bogus"
             ]
         );
-        assert_eq!(vm["spec"]["dataVolumeTemplates"][0]["kind"], json!("DataVolume"));
-        assert_eq!(vm["spec"]["dataVolumeTemplates"][0]["spec"], json!({"source": {}}));
+        assert_eq!(
+            vm["spec"]["dataVolumeTemplates"][0]["kind"],
+            json!("DataVolume")
+        );
+        assert_eq!(
+            vm["spec"]["dataVolumeTemplates"][0]["spec"],
+            json!({"source": {}})
+        );
     }
 
     #[test]
     fn wrong_shapes_are_left_for_validation() {
         let s = vm_schema();
-        let mut vm =
-            json!({"spec": {"runStrategy": {"a": 1}, "template": {"spec": {"tags": "x", "domain": [{"a": 1}]}}}});
+        let mut vm = json!({"spec": {"runStrategy": {"a": 1}, "template": {"spec": {"tags": "x", "domain": [{"a": 1}]}}}});
         let before = vm.clone();
         assert!(s.prune(&mut vm).is_empty());
         assert_eq!(vm, before);

@@ -90,7 +90,14 @@ fn validate_value(
             for (key, child_value) in map {
                 let child = node.property(key).or_else(|| node.additional_properties());
                 if let Some(child) = child {
-                    validate_value(child_value, child, &field::child(path, key), false, errors, depth + 1);
+                    validate_value(
+                        child_value,
+                        child,
+                        &field::child(path, key),
+                        false,
+                        errors,
+                        depth + 1,
+                    );
                 }
             }
         }
@@ -102,7 +109,10 @@ fn validate_string(s: &str, node: NodeRef<'_>, path: &str, errors: &mut Vec<Fiel
     let chars = s.chars().count() as u64;
     if let Some(max) = node.max_length.filter(|&m| chars > m) {
         let unit = if max == 1 { "byte" } else { "bytes" };
-        errors.push(FieldError::too_long(path, format!("may not be more than {max} {unit}")));
+        errors.push(FieldError::too_long(
+            path,
+            format!("may not be more than {max} {unit}"),
+        ));
     }
     if let Some(min) = node.min_length.filter(|&m| chars < m) {
         errors.push(FieldError::invalid(
@@ -138,14 +148,21 @@ fn validate_string(s: &str, node: NodeRef<'_>, path: &str, errors: &mut Vec<Fiel
 
 fn validate_number(value: &Value, node: NodeRef<'_>, path: &str, errors: &mut Vec<FieldError>) {
     let Some(n) = value.as_f64() else { return };
-    if let Some(m) = node.multiple_of.filter(|&m| m > 0.0 && (n / m).fract() != 0.0) {
+    if let Some(m) = node
+        .multiple_of
+        .filter(|&m| m > 0.0 && (n / m).fract() != 0.0)
+    {
         errors.push(FieldError::invalid(
             path,
             value.clone(),
             format!("{path} in body should be a multiple of {}", number(m)),
         ));
     }
-    if let Some(Bound { value: max, exclusive }) = node.maximum {
+    if let Some(Bound {
+        value: max,
+        exclusive,
+    }) = node.maximum
+    {
         if n > max || (exclusive && n == max) {
             let op = if exclusive {
                 "less than"
@@ -159,7 +176,11 @@ fn validate_number(value: &Value, node: NodeRef<'_>, path: &str, errors: &mut Ve
             ));
         }
     }
-    if let Some(Bound { value: min, exclusive }) = node.minimum {
+    if let Some(Bound {
+        value: min,
+        exclusive,
+    }) = node.minimum
+    {
         if n < min || (exclusive && n == min) {
             let op = if exclusive {
                 "greater than"
@@ -229,14 +250,23 @@ fn validate_array(
     }
     if let Some(item_node) = node.items() {
         for (i, item) in items.iter().enumerate() {
-            validate_value(item, item_node, &field::index(path, i), false, errors, depth + 1);
+            validate_value(
+                item,
+                item_node,
+                &field::index(path, i),
+                false,
+                errors,
+                depth + 1,
+            );
         }
     }
 }
 
 fn has_duplicates(items: impl Iterator<Item = Value>) -> bool {
     let mut seen = HashSet::new();
-    items.map(|v| crate::ssa::canonical_json(&v)).any(|k| !seen.insert(k))
+    items
+        .map(|v| crate::ssa::canonical_json(&v))
+        .any(|k| !seen.insert(k))
 }
 
 /// `spec.x: Invalid value: "integer": spec.x in body must be of type string: "integer"`.
@@ -295,7 +325,10 @@ fn type_matches(t: Type, value: &Value) -> bool {
         Type::Number => value.is_number(),
         Type::Integer => match value {
             Value::Number(n) => {
-                n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.is_finite() && f.fract() == 0.0)
+                n.is_i64()
+                    || n.is_u64()
+                    || n.as_f64()
+                        .is_some_and(|f| f.is_finite() && f.fract() == 0.0)
             }
             _ => false,
         },
@@ -326,7 +359,10 @@ fn is_date_time(s: &str) -> bool {
 fn is_uuid(s: &str) -> bool {
     let hex: Vec<char> = s.chars().filter(|&c| c != '-').collect();
     let dashes_ok = s.chars().filter(|&c| c == '-').count() == 0
-        || (s.len() == 36 && [8, 13, 18, 23].iter().all(|&i| s.as_bytes().get(i) == Some(&b'-')));
+        || (s.len() == 36
+            && [8, 13, 18, 23]
+                .iter()
+                .all(|&i| s.as_bytes().get(i) == Some(&b'-')));
     hex.len() == 32 && hex.iter().all(char::is_ascii_hexdigit) && dashes_ok
 }
 
@@ -336,7 +372,11 @@ mod tests {
     use super::*;
 
     fn messages(obj: Value) -> Vec<String> {
-        vm_schema().validate(&obj).iter().map(FieldError::message).collect()
+        vm_schema()
+            .validate(&obj)
+            .iter()
+            .map(FieldError::message)
+            .collect()
     }
 
     #[test]

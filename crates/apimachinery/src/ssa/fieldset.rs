@@ -79,7 +79,10 @@ impl fmt::Display for PathElement {
                 };
                 let mut sorted: Vec<(&String, &Value)> = fields.iter().collect();
                 sorted.sort_by(|a, b| a.0.cmp(b.0));
-                let parts: Vec<String> = sorted.iter().map(|(k, v)| format!("{k}={}", go_string(v))).collect();
+                let parts: Vec<String> = sorted
+                    .iter()
+                    .map(|(k, v)| format!("{k}={}", go_string(v)))
+                    .collect();
                 write!(f, "[{}]", parts.join(","))
             }
             PathElement::Value(json) => {
@@ -239,7 +242,11 @@ impl FieldSet {
         if include_self {
             entries.insert(".".to_string(), Value::Object(Map::new()));
         }
-        for pe in self.members.iter().filter(|pe| !self.children.contains_key(*pe)) {
+        for pe in self
+            .members
+            .iter()
+            .filter(|pe| !self.children.contains_key(*pe))
+        {
             entries.insert(pe.fields_v1_key(), Value::Object(Map::new()));
         }
         for (pe, child) in &self.children {
@@ -408,7 +415,11 @@ mod tests {
             ".spec.volumes[name=\"root\"].name"
         );
         assert_eq!(
-            path_string(&[f("metadata"), f("finalizers"), PathElement::value(&json!("x"))]),
+            path_string(&[
+                f("metadata"),
+                f("finalizers"),
+                PathElement::value(&json!("x"))
+            ]),
             ".metadata.finalizers[=\"x\"]"
         );
         assert_eq!(set.paths().len(), 9);
@@ -443,7 +454,11 @@ mod tests {
 
     #[test]
     fn set_algebra() {
-        let p = |s: &str| s.split('.').map(|f| PathElement::Field(f.into())).collect::<Vec<_>>();
+        let p = |s: &str| {
+            s.split('.')
+                .map(|f| PathElement::Field(f.into()))
+                .collect::<Vec<_>>()
+        };
         let mut a = FieldSet::new();
         a.insert(&p("spec.a"));
         a.insert(&p("spec.b"));

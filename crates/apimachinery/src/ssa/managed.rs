@@ -34,8 +34,17 @@ pub(crate) struct ManagerId {
 }
 
 impl ManagerId {
-    pub fn new(manager: &str, operation: Operation, api_version: &str, subresource: &str) -> ManagerId {
-        let api_version = if operation == Operation::Apply { "" } else { api_version };
+    pub fn new(
+        manager: &str,
+        operation: Operation,
+        api_version: &str,
+        subresource: &str,
+    ) -> ManagerId {
+        let api_version = if operation == Operation::Apply {
+            ""
+        } else {
+            api_version
+        };
         ManagerId {
             manager: manager.to_string(),
             operation,
@@ -138,7 +147,11 @@ impl Managed {
                 continue;
             };
             let version = self.entries[pos].api_version.clone();
-            let Some((_, first)) = first_of_version.iter().find(|(v, _)| *v == version).cloned() else {
+            let Some((_, first)) = first_of_version
+                .iter()
+                .find(|(v, _)| *v == version)
+                .cloned()
+            else {
                 first_of_version.push((version, id));
                 continue;
             };
@@ -185,7 +198,9 @@ fn decode_entry(i: usize, v: &Value) -> Result<Entry, String> {
         match m.get(key) {
             None | Some(Value::Null) => Ok(String::new()),
             Some(Value::String(s)) => Ok(s.clone()),
-            Some(_) => Err(format!("{key} of managed fields entry {i} must be a string")),
+            Some(_) => Err(format!(
+                "{key} of managed fields entry {i} must be a string"
+            )),
         }
     };
     let operation = match text("operation")?.as_str() {
@@ -200,7 +215,11 @@ fn decode_entry(i: usize, v: &Value) -> Result<Entry, String> {
     match text("fieldsType")?.as_str() {
         "FieldsV1" => {}
         "" => return Err(format!("missing fieldsType in managed fields entry {i}")),
-        other => return Err(format!("invalid fieldsType {other:?} in managed fields entry {i}")),
+        other => {
+            return Err(format!(
+                "invalid fieldsType {other:?} in managed fields entry {i}"
+            ))
+        }
     }
     let set = match m.get("fieldsV1") {
         None | Some(Value::Null) => FieldSet::new(),
@@ -208,7 +227,12 @@ fn decode_entry(i: usize, v: &Value) -> Result<Entry, String> {
     };
     let time = Some(text("time")?).filter(|t| !t.is_empty());
     Ok(Entry {
-        id: ManagerId::new(&text("manager")?, operation, &api_version, &text("subresource")?),
+        id: ManagerId::new(
+            &text("manager")?,
+            operation,
+            &api_version,
+            &text("subresource")?,
+        ),
         api_version,
         time,
         set,
@@ -220,7 +244,10 @@ fn encode_entry(e: Entry) -> Value {
     if !e.id.manager.is_empty() {
         m.insert("manager".into(), Value::String(e.id.manager));
     }
-    m.insert("operation".into(), Value::String(e.id.operation.as_str().into()));
+    m.insert(
+        "operation".into(),
+        Value::String(e.id.operation.as_str().into()),
+    );
     m.insert("apiVersion".into(), Value::String(e.api_version));
     if let Some(t) = e.time {
         m.insert("time".into(), Value::String(t));
@@ -264,9 +291,17 @@ mod tests {
     #[test]
     fn identity_and_description() {
         let apply = ManagerId::new("kubectl", Operation::Apply, "kubevirt.io/v1", "");
-        assert_eq!(apply.identifier(), r#"{"manager":"kubectl","operation":"Apply"}"#);
+        assert_eq!(
+            apply.identifier(),
+            r#"{"manager":"kubectl","operation":"Apply"}"#
+        );
         assert_eq!(apply.describe(), r#""kubectl""#);
-        let status = ManagerId::new("virt-controller", Operation::Update, "kubevirt.io/v1", "status");
+        let status = ManagerId::new(
+            "virt-controller",
+            Operation::Update,
+            "kubevirt.io/v1",
+            "status",
+        );
         assert_eq!(
             status.describe(),
             r#""virt-controller" with subresource "status" using kubevirt.io/v1"#

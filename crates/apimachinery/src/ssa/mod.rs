@@ -78,7 +78,10 @@ impl ApplyConflicts {
 
     /// The conflicting paths (`.spec.runStrategy`), for logs and tests.
     pub fn paths(&self) -> Vec<String> {
-        self.conflicts.iter().map(|c| path_string(&c.path)).collect()
+        self.conflicts
+            .iter()
+            .map(|c| path_string(&c.path))
+            .collect()
     }
 
     /// `Apply failed with 1 conflict: conflict with "m" using v1: .spec.x`, or the grouped
@@ -189,11 +192,21 @@ pub fn apply(
             "object nesting exceeds {MAX_DEPTH} levels"
         )));
     }
-    if applied.pointer("/metadata/managedFields").is_some_and(|v| !v.is_null()) {
-        return Err(ApplyError::BadRequest("metadata.managedFields must be nil".into()));
+    if applied
+        .pointer("/metadata/managedFields")
+        .is_some_and(|v| !v.is_null())
+    {
+        return Err(ApplyError::BadRequest(
+            "metadata.managedFields must be nil".into(),
+        ));
     }
     let type_meta = |v: &Value| {
-        let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        let s = |k: &str| {
+            v.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
         (s("apiVersion"), s("kind"))
     };
     let (api_version, kind) = type_meta(applied);
@@ -202,7 +215,9 @@ pub fn apply(
         || kind.is_empty()
         || live.is_some_and(|l| type_meta(l) != (api_version.clone(), kind.clone()))
     {
-        return Err(ApplyError::BadRequest(format!("invalid object type: {gvk}")));
+        return Err(ApplyError::BadRequest(format!(
+            "invalid object type: {gvk}"
+        )));
     }
     let problems = walk::check_applied(applied, schema);
     if !problems.is_empty() {
@@ -228,7 +243,9 @@ pub fn apply(
     let mut live_obj = live.cloned().unwrap_or_else(|| json!({}));
     let stored = take_managed_fields(&mut live_obj);
     // Our store only holds what we wrote; unreadable entries are dropped, not fatal.
-    let managed = stored.and_then(|v| Managed::decode(&v).ok()).unwrap_or_default();
+    let managed = stored
+        .and_then(|v| Managed::decode(&v).ok())
+        .unwrap_or_default();
     let id = ManagerId::new(manager, Operation::Apply, &api_version, "");
 
     let outcome = match apply_once(&live_obj, &managed, applied, &id, force, schema) {
@@ -251,8 +268,14 @@ pub fn apply(
         }
     }
     if manager == KUBECTL_MANAGER && obj.pointer(&annotation_pointer()).is_some() {
-        if let Some(annotations) = obj.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
-            annotations.insert(LAST_APPLIED_ANNOTATION.into(), Value::String(last_applied(applied)));
+        if let Some(annotations) = obj
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut)
+        {
+            annotations.insert(
+                LAST_APPLIED_ANNOTATION.into(),
+                Value::String(last_applied(applied)),
+            );
         }
     }
     managed.cap_updates();
@@ -288,9 +311,12 @@ fn apply_once(
     };
     let new_obj = match last.filter(|s| !s.is_empty()) {
         Some(last) => {
-            let owned = managed.entries.iter().fold(FieldSet::new(), |acc, e| acc.union(&e.set));
-            let mut remove =
-                walk::ensure_named_fields(&last, schema).difference(&walk::ensure_named_fields(&owned, schema));
+            let owned = managed
+                .entries
+                .iter()
+                .fold(FieldSet::new(), |acc, e| acc.union(&e.set));
+            let mut remove = walk::ensure_named_fields(&last, schema)
+                .difference(&walk::ensure_named_fields(&owned, schema));
             // The object's identity is never removed, whatever the sets say.
             let mut identity = FieldSet::new();
             for f in ["apiVersion", "kind", "metadata"] {
@@ -383,7 +409,12 @@ pub fn record_update(
     }
     let taken = changed.difference(&server_fields());
     if !taken.is_empty() {
-        let id = ManagerId::new(manager, Operation::Update, api_version, subresource.unwrap_or_default());
+        let id = ManagerId::new(
+            manager,
+            Operation::Update,
+            api_version,
+            subresource.unwrap_or_default(),
+        );
         match managed.get_mut(&id) {
             Some(entry) => {
                 entry.set = entry.set.union(&taken);
@@ -452,7 +483,9 @@ fn gvk_string(api_version: &str, kind: &str) -> String {
 fn annotation_pointer() -> String {
     format!(
         "/metadata/annotations/{}",
-        LAST_APPLIED_ANNOTATION.replace('~', "~0").replace('/', "~1")
+        LAST_APPLIED_ANNOTATION
+            .replace('~', "~0")
+            .replace('/', "~1")
     )
 }
 
@@ -477,7 +510,10 @@ fn allowed_by_last_applied(live: &Value, schema: &Schema) -> FieldSet {
 /// the annotation, as sorted compact JSON with a trailing newline.
 fn last_applied(applied: &Value) -> String {
     let mut copy = applied.clone();
-    if let Some(annotations) = copy.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+    if let Some(annotations) = copy
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
         annotations.remove(LAST_APPLIED_ANNOTATION);
     }
     canonical_json(&copy) + "\n"
@@ -588,7 +624,10 @@ mod tests {
                 ("kubectl-client-side-apply".into(), "Update".into())
             ]
         );
-        assert_eq!(fields[0]["fieldsV1"], json!({"f:spec": {"f:runStrategy": {}}}));
+        assert_eq!(
+            fields[0]["fieldsV1"],
+            json!({"f:spec": {"f:runStrategy": {}}})
+        );
         assert_eq!(fields[0]["time"], json!(T1));
         assert_eq!(fields[0]["apiVersion"], json!("kubevirt.io/v1"));
         assert!(FieldSet::from_fields_v1(&fields[1]["fieldsV1"])
@@ -614,9 +653,9 @@ mod tests {
     fn kubectl_upgrades_from_client_side_apply_via_last_applied() {
         let s = vm_schema();
         let mut live = created_by_client_side_apply();
-        let last = vm(json!({"runStrategy": "Always", "template": {"spec": {"domain": {"devices": {}}}}}));
-        live["metadata"]["annotations"] =
-            json!({LAST_APPLIED_ANNOTATION: canonical_json(&with_labels(last, json!({"app": "x"})))});
+        let last =
+            vm(json!({"runStrategy": "Always", "template": {"spec": {"domain": {"devices": {}}}}}));
+        live["metadata"]["annotations"] = json!({LAST_APPLIED_ANNOTATION: canonical_json(&with_labels(last, json!({"app": "x"})))});
         let applied = vm(json!({"runStrategy": "Halted"}));
         let obj = apply(Some(&live), &applied, "kubectl", false, &s, T1).unwrap();
         assert_eq!(obj["spec"]["runStrategy"], json!("Halted"));
@@ -646,7 +685,15 @@ mod tests {
         .unwrap();
         let mut next = live.clone();
         next["spec"]["runStrategy"] = json!("Always");
-        record_update(Some(&live), &mut next, "foo", None, "kubevirt.io/v1", T1, &s);
+        record_update(
+            Some(&live),
+            &mut next,
+            "foo",
+            None,
+            "kubevirt.io/v1",
+            T1,
+            &s,
+        );
         let applied = with_labels(vm(json!({"runStrategy": "Halted"})), json!({"app": "y"}));
         let err = apply(Some(&next), &applied, "baz", false, &s, T2).unwrap_err();
         assert_eq!(
@@ -658,7 +705,10 @@ mod tests {
     #[test]
     fn dropping_an_applied_label_removes_it_unless_someone_else_owns_it() {
         let s = vm_schema();
-        let first = with_labels(vm(json!({"runStrategy": "Always"})), json!({"app": "x", "tier": "web"}));
+        let first = with_labels(
+            vm(json!({"runStrategy": "Always"})),
+            json!({"app": "x", "tier": "web"}),
+        );
         let obj = apply(None, &first, "a", false, &s, T0).unwrap();
         let obj = apply(
             Some(&obj),
@@ -681,7 +731,15 @@ mod tests {
             T1,
         )
         .unwrap();
-        let obj = apply(Some(&obj), &vm(json!({"runStrategy": "Always"})), "a", false, &s, T2).unwrap();
+        let obj = apply(
+            Some(&obj),
+            &vm(json!({"runStrategy": "Always"})),
+            "a",
+            false,
+            &s,
+            T2,
+        )
+        .unwrap();
         assert_eq!(obj["metadata"]["labels"], json!({"app": "x"}));
         // Once b drops it too, the label and the emptied map go.
         let obj = apply(Some(&obj), &bare(), "b", false, &s, T2).unwrap();
@@ -693,7 +751,8 @@ mod tests {
     #[test]
     fn map_lists_merge_by_key_and_atomic_lists_replace() {
         let s = vm_schema();
-        let volumes = |v: Value| vm(json!({"template": {"spec": {"volumes": v, "domain": {"devices": {}}}}}));
+        let volumes =
+            |v: Value| vm(json!({"template": {"spec": {"volumes": v, "domain": {"devices": {}}}}}));
         let obj = apply(
             None,
             &volumes(json!([{"name": "a", "containerDisk": {"image": "i1"}}, {"name": "b"}])),
@@ -731,16 +790,39 @@ mod tests {
         );
         // m2 dropping c removes only c.
         let obj = apply(Some(&obj), &vm(json!({})), "m2", false, &s, T2).unwrap();
-        assert_eq!(obj["spec"]["template"]["spec"]["volumes"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            obj["spec"]["template"]["spec"]["volumes"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
 
-        let disks = |d: Value| vm(json!({"template": {"spec": {"domain": {"devices": {"disks": d}}}}}));
+        let disks =
+            |d: Value| vm(json!({"template": {"spec": {"domain": {"devices": {"disks": d}}}}}));
         let obj = apply(None, &disks(json!([{"name": "x"}])), "m1", false, &s, T0).unwrap();
-        let err = apply(Some(&obj), &disks(json!([{"name": "y"}])), "m2", false, &s, T1).unwrap_err();
+        let err = apply(
+            Some(&obj),
+            &disks(json!([{"name": "y"}])),
+            "m2",
+            false,
+            &s,
+            T1,
+        )
+        .unwrap_err();
         assert_eq!(
             err.to_string(),
             r#"Apply failed with 1 conflict: conflict with "m1": .spec.template.spec.domain.devices.disks"#
         );
-        let obj = apply(Some(&obj), &disks(json!([{"name": "y"}])), "m2", true, &s, T1).unwrap();
+        let obj = apply(
+            Some(&obj),
+            &disks(json!([{"name": "y"}])),
+            "m2",
+            true,
+            &s,
+            T1,
+        )
+        .unwrap();
         assert_eq!(
             obj["spec"]["template"]["spec"]["domain"]["devices"]["disks"],
             json!([{"name": "y"}])
@@ -807,7 +889,10 @@ mod tests {
             .unwrap()
             .clone();
         assert_eq!(last["subresource"], json!("status"));
-        assert_eq!(last["fieldsV1"], json!({"f:status": {".": {}, "f:ready": {}}}));
+        assert_eq!(
+            last["fieldsV1"],
+            json!({"f:status": {".": {}, "f:ready": {}}})
+        );
     }
 
     #[test]
@@ -816,8 +901,19 @@ mod tests {
         let live = created_by_client_side_apply();
         let mut reset = live.clone();
         reset["metadata"]["managedFields"] = json!([{}]);
-        record_update(Some(&live), &mut reset, "kubectl-patch", None, "kubevirt.io/v1", T1, &s);
-        assert!(reset["metadata"].get("managedFields").is_none(), "[{{}}] clears them");
+        record_update(
+            Some(&live),
+            &mut reset,
+            "kubectl-patch",
+            None,
+            "kubevirt.io/v1",
+            T1,
+            &s,
+        );
+        assert!(
+            reset["metadata"].get("managedFields").is_none(),
+            "[{{}}] clears them"
+        );
 
         let mut emptied = live.clone();
         emptied["metadata"]["managedFields"] = json!([]);
@@ -896,7 +992,10 @@ mod tests {
             400
         );
         assert_eq!(
-            status(apply(None, &json!({"kind": "VirtualMachine"}), "m", false, &s, T0).unwrap_err()).message,
+            status(
+                apply(None, &json!({"kind": "VirtualMachine"}), "m", false, &s, T0).unwrap_err()
+            )
+            .message,
             "invalid object type: /, Kind=VirtualMachine"
         );
         let live = created_by_client_side_apply();
@@ -906,7 +1005,8 @@ mod tests {
             status(apply(Some(&live), &other_kind, "m", false, &s, T0).unwrap_err()).code,
             400
         );
-        let unknown = status(apply(None, &vm(json!({"bogus": 1})), "m", false, &s, T0).unwrap_err());
+        let unknown =
+            status(apply(None, &vm(json!({"bogus": 1})), "m", false, &s, T0).unwrap_err());
         assert_eq!(unknown.code, 500);
         assert_eq!(unknown.reason, "");
         assert_eq!(
@@ -918,7 +1018,18 @@ mod tests {
             deep = json!({"x": deep});
         }
         assert_eq!(
-            status(apply(None, &vm(json!({"template": {"metadata": deep}})), "m", false, &s, T0).unwrap_err()).code,
+            status(
+                apply(
+                    None,
+                    &vm(json!({"template": {"metadata": deep}})),
+                    "m",
+                    false,
+                    &s,
+                    T0
+                )
+                .unwrap_err()
+            )
+            .code,
             400
         );
     }

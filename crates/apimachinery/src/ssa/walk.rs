@@ -74,7 +74,11 @@ fn child_of<'a>(node: Option<NodeRef<'a>>, key: &str) -> (Option<NodeRef<'a>>, b
 
 /// The path element of a list item: its value in a set, its key fields in a map list
 /// (missing keys fall back to the schema default, as upstream).
-fn item_element(item: &Value, keys: Option<&[String]>, item_node: Option<NodeRef<'_>>) -> Result<PathElement, String> {
+fn item_element(
+    item: &Value,
+    keys: Option<&[String]>,
+    item_node: Option<NodeRef<'_>>,
+) -> Result<PathElement, String> {
     let Some(keys) = keys else {
         return Ok(PathElement::value(item));
     };
@@ -83,10 +87,11 @@ fn item_element(item: &Value, keys: Option<&[String]>, item_node: Option<NodeRef
         .ok_or("associative list with keys has an element that is not a map")?;
     let mut key = Map::new();
     for k in keys {
-        let v = obj
-            .get(k)
-            .cloned()
-            .or_else(|| item_node.and_then(|n| n.property(k)).and_then(|p| p.default.clone()));
+        let v = obj.get(k).cloned().or_else(|| {
+            item_node
+                .and_then(|n| n.property(k))
+                .and_then(|p| p.default.clone())
+        });
         match v {
             Some(v) => {
                 key.insert(k.clone(), v);
@@ -103,8 +108,15 @@ fn item_element(item: &Value, keys: Option<&[String]>, item_node: Option<NodeRef
 
 /// Path elements of all items, or `None` if some item cannot be identified (the list is
 /// then handled as atomic).
-fn item_elements(items: &[Value], keys: Option<&[String]>, item_node: Option<NodeRef<'_>>) -> Option<Vec<PathElement>> {
-    items.iter().map(|i| item_element(i, keys, item_node).ok()).collect()
+fn item_elements(
+    items: &[Value],
+    keys: Option<&[String]>,
+    item_node: Option<NodeRef<'_>>,
+) -> Option<Vec<PathElement>> {
+    items
+        .iter()
+        .map(|i| item_element(i, keys, item_node).ok())
+        .collect()
 }
 
 /// Items by path element, first occurrence winning, in list order.
@@ -160,7 +172,12 @@ pub(crate) fn to_set(obj: &Value, schema: &Schema) -> FieldSet {
     set
 }
 
-fn to_set_at(v: &Value, node: Option<NodeRef<'_>>, path: &mut Vec<PathElement>, set: &mut FieldSet) {
+fn to_set_at(
+    v: &Value,
+    node: Option<NodeRef<'_>>,
+    path: &mut Vec<PathElement>,
+    set: &mut FieldSet,
+) {
     match (classify(node), v) {
         (Class::Map(n), Value::Object(m)) => {
             for (k, child) in m {
@@ -204,7 +221,13 @@ impl Comparison {
 
 pub(crate) fn compare(old: &Value, new: &Value, schema: &Schema) -> Comparison {
     let mut out = Comparison::default();
-    compare_at(Some(old), Some(new), Some(schema.root()), &mut Vec::new(), &mut out);
+    compare_at(
+        Some(old),
+        Some(new),
+        Some(schema.root()),
+        &mut Vec::new(),
+        &mut out,
+    );
     out
 }
 
@@ -233,14 +256,27 @@ fn compare_at(
             record_presence(l, r, path, out);
         }
         Class::List { item, keys } if walk_as_lists(l, r) => {
-            match (index_items(as_list(l), keys, item), index_items(as_list(r), keys, item)) {
+            match (
+                index_items(as_list(l), keys, item),
+                index_items(as_list(r), keys, item),
+            ) {
                 (Some(li), Some(ri)) => {
-                    let rmap: HashMap<&PathElement, &Value> = ri.iter().map(|(pe, v)| (pe, *v)).collect();
-                    let lmap: HashMap<&PathElement, &Value> = li.iter().map(|(pe, v)| (pe, *v)).collect();
-                    let order = li.iter().chain(ri.iter().filter(|(pe, _)| !lmap.contains_key(pe)));
+                    let rmap: HashMap<&PathElement, &Value> =
+                        ri.iter().map(|(pe, v)| (pe, *v)).collect();
+                    let lmap: HashMap<&PathElement, &Value> =
+                        li.iter().map(|(pe, v)| (pe, *v)).collect();
+                    let order = li
+                        .iter()
+                        .chain(ri.iter().filter(|(pe, _)| !lmap.contains_key(pe)));
                     for (pe, _) in order {
                         path.push(pe.clone());
-                        compare_at(lmap.get(pe).copied(), rmap.get(pe).copied(), item, path, out);
+                        compare_at(
+                            lmap.get(pe).copied(),
+                            rmap.get(pe).copied(),
+                            item,
+                            path,
+                            out,
+                        );
                         path.pop();
                     }
                     record_presence(l, r, path, out);
@@ -253,7 +289,12 @@ fn compare_at(
 }
 
 /// After the children of a map or list: the container itself appeared or went away.
-fn record_presence(l: Option<&Value>, r: Option<&Value>, path: &[PathElement], out: &mut Comparison) {
+fn record_presence(
+    l: Option<&Value>,
+    r: Option<&Value>,
+    path: &[PathElement],
+    out: &mut Comparison,
+) {
     if l.is_none() {
         out.added.insert(path);
     } else if r.is_none() {
@@ -301,10 +342,17 @@ fn merge_at(l: Option<&Value>, r: &Value, node: Option<NodeRef<'_>>) -> Value {
 
 /// Orders merged list items like structured-merge-diff: live order is kept, applied items
 /// new to the list go where the applied list puts them relative to the shared ones.
-fn merge_lists(l: &[(PathElement, &Value)], r: &[(PathElement, &Value)], item: Option<NodeRef<'_>>) -> Vec<Value> {
+fn merge_lists(
+    l: &[(PathElement, &Value)],
+    r: &[(PathElement, &Value)],
+    item: Option<NodeRef<'_>>,
+) -> Vec<Value> {
     let lmap: HashMap<&PathElement, &Value> = l.iter().map(|(pe, v)| (pe, *v)).collect();
     let rset: HashSet<&PathElement> = r.iter().map(|(pe, _)| pe).collect();
-    let mut shared = r.iter().map(|(pe, _)| pe).filter(|pe| lmap.contains_key(pe));
+    let mut shared = r
+        .iter()
+        .map(|(pe, _)| pe)
+        .filter(|pe| lmap.contains_key(pe));
     let mut next_shared = shared.next();
     let (mut li, mut ri) = (0, 0);
     let mut out = Vec::with_capacity(l.len().max(r.len()));
@@ -422,7 +470,12 @@ pub(crate) fn check_applied(obj: &Value, schema: &Schema) -> Vec<String> {
     errors
 }
 
-fn check_at(v: &Value, node: Option<NodeRef<'_>>, path: &mut Vec<PathElement>, errors: &mut Vec<String>) {
+fn check_at(
+    v: &Value,
+    node: Option<NodeRef<'_>>,
+    path: &mut Vec<PathElement>,
+    errors: &mut Vec<String>,
+) {
     if v.is_null() {
         return;
     }
@@ -441,7 +494,10 @@ fn check_at(v: &Value, node: Option<NodeRef<'_>>, path: &mut Vec<PathElement>, e
                 };
                 if !ok {
                     let expected = n.types.first().map_or("scalar", |t| t.name());
-                    errors.push(format!("{}: expected {expected}, got {v}", path_string(path)));
+                    errors.push(format!(
+                        "{}: expected {expected}, got {v}",
+                        path_string(path)
+                    ));
                 }
             }
         }
@@ -460,15 +516,22 @@ fn check_at(v: &Value, node: Option<NodeRef<'_>>, path: &mut Vec<PathElement>, e
                     let (child_node, declared) = child_of(n, k);
                     path.push(PathElement::Field(k.clone()));
                     match n {
-                        Some(n) if !declared && child_node.is_none() && !n.keeps_unknown_fields() => {
-                            errors.push(format!("{}: field not declared in schema", path_string(path)));
+                        Some(n)
+                            if !declared && child_node.is_none() && !n.keeps_unknown_fields() =>
+                        {
+                            errors.push(format!(
+                                "{}: field not declared in schema",
+                                path_string(path)
+                            ));
                         }
                         _ => check_at(child, child_node, path, errors),
                     }
                     path.pop();
                 }
             }
-            _ if n.is_some() => errors.push(format!("{}: expected map, got {v}", path_string(path))),
+            _ if n.is_some() => {
+                errors.push(format!("{}: expected map, got {v}", path_string(path)))
+            }
             _ => {}
         },
         Class::List { item, keys } => match v {
@@ -479,7 +542,10 @@ fn check_at(v: &Value, node: Option<NodeRef<'_>>, path: &mut Vec<PathElement>, e
                         Err(e) => errors.push(format!("{}: element {i}: {e}", path_string(path))),
                         Ok(pe) => {
                             if !seen.insert(pe.clone()) {
-                                errors.push(format!("{}: duplicate entries for key {pe}", path_string(path)));
+                                errors.push(format!(
+                                    "{}: duplicate entries for key {pe}",
+                                    path_string(path)
+                                ));
                             }
                             path.push(pe);
                             check_at(child, item, path, errors);
@@ -545,8 +611,14 @@ mod tests {
                 .map(|i| i["name"].as_str().unwrap().to_string())
                 .collect()
         };
-        assert_eq!(names(&merge(&wrap(&["a", "b"]), &wrap(&["c"]), &s)), ["a", "b", "c"]);
-        assert_eq!(names(&merge(&wrap(&["a", "b"]), &wrap(&["b", "a"]), &s)), ["b", "a"]);
+        assert_eq!(
+            names(&merge(&wrap(&["a", "b"]), &wrap(&["c"]), &s)),
+            ["a", "b", "c"]
+        );
+        assert_eq!(
+            names(&merge(&wrap(&["a", "b"]), &wrap(&["b", "a"]), &s)),
+            ["b", "a"]
+        );
         assert_eq!(
             names(&merge(&wrap(&["a", "x", "b"]), &wrap(&["c", "b", "a"]), &s)),
             ["x", "c", "b", "a"]
@@ -563,10 +635,19 @@ mod tests {
         let old = json!({"metadata": {"labels": {"a": "1", "b": "2"}}, "spec": {"running": true}});
         let new = json!({"metadata": {"labels": {"a": "1", "c": "3"}}, "spec": {"running": false, "template": {"metadata": {}}}});
         let c = compare(&old, &new, &s);
-        let strings = |set: &FieldSet| set.paths().iter().map(|p| path_string(p)).collect::<Vec<_>>();
+        let strings = |set: &FieldSet| {
+            set.paths()
+                .iter()
+                .map(|p| path_string(p))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(
             strings(&c.added),
-            [".metadata.labels.c", ".spec.template", ".spec.template.metadata"]
+            [
+                ".metadata.labels.c",
+                ".spec.template",
+                ".spec.template.metadata"
+            ]
         );
         assert_eq!(strings(&c.modified), [".spec.running"]);
         assert_eq!(strings(&c.removed), [".metadata.labels.b"]);

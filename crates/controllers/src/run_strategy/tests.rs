@@ -86,7 +86,9 @@ fn requests_drive_manual_and_restart() {
     // Restart: stop the current VMI, then start again.
     let mut state = vm(Always);
     state.requests = vec![
-        ChangeRequest::Stop { uid: Some("u1".into()) },
+        ChangeRequest::Stop {
+            uid: Some("u1".into()),
+        },
         ChangeRequest::Start { paused: false },
     ];
     let running = vmi(Phase::Running);
@@ -120,7 +122,10 @@ fn crash_loop_backoff() {
         Some(first.clone())
     );
     assert_eq!(decide(&state, None, now()), A::WaitUntil(first.retry_after));
-    assert_eq!(printable_status(&state, None, false, false), "CrashLoopBackOff");
+    assert_eq!(
+        printable_status(&state, None, false, false),
+        "CrashLoopBackOff"
+    );
     let second = VmiState {
         uid: "u2".into(),
         ..failed.clone()
@@ -144,7 +149,10 @@ fn printable_status_order() {
     assert_eq!(printable_status(&state, None, false, false), "Stopped");
     assert_eq!(printable_status(&state, None, true, false), "Starting");
     for phase in [Phase::Pending, Phase::Scheduling, Phase::Scheduled] {
-        assert_eq!(printable_status(&state, Some(&vmi(phase)), false, false), "Starting");
+        assert_eq!(
+            printable_status(&state, Some(&vmi(phase)), false, false),
+            "Starting"
+        );
     }
     assert_eq!(
         printable_status(&state, Some(&vmi(Phase::Running)), false, false),
@@ -154,17 +162,26 @@ fn printable_status_order() {
         paused: true,
         ..vmi(Phase::Running)
     };
-    assert_eq!(printable_status(&state, Some(&paused), false, false), "Paused");
+    assert_eq!(
+        printable_status(&state, Some(&paused), false, false),
+        "Paused"
+    );
     let stopping = VmiState {
         deleting: true,
         ..vmi(Phase::Running)
     };
-    assert_eq!(printable_status(&state, Some(&stopping), false, false), "Stopping");
+    assert_eq!(
+        printable_status(&state, Some(&stopping), false, false),
+        "Stopping"
+    );
     let migrating = VmiState {
         migrating: true,
         ..paused.clone()
     };
-    assert_eq!(printable_status(&state, Some(&migrating), false, false), "Migrating");
+    assert_eq!(
+        printable_status(&state, Some(&migrating), false, false),
+        "Migrating"
+    );
     let unschedulable = VmiState {
         unschedulable: true,
         ..vmi(Phase::Scheduling)
@@ -177,7 +194,10 @@ fn printable_status_order() {
         sync_failure: Some("ErrImagePull".into()),
         ..vmi(Phase::Scheduled)
     };
-    assert_eq!(printable_status(&state, Some(&pull), false, false), "ErrImagePull");
+    assert_eq!(
+        printable_status(&state, Some(&pull), false, false),
+        "ErrImagePull"
+    );
     assert_eq!(
         printable_status(&state, Some(&vmi(Phase::Succeeded)), false, false),
         "Stopped"
@@ -190,6 +210,268 @@ fn printable_status_order() {
         printable_status(&deleting_vm, Some(&stopping), false, false),
         "Terminating"
     );
+}
+
+/// Gaps the table above leaves: VMIs being deleted, stop requests per strategy, a VM
+/// being deleted, RerunOnFailure after it ran, and Halted with a finished VMI.
+#[test]
+fn strategy_table_more() {
+    let deleting = |phase| VmiState {
+        deleting: true,
+        ..vmi(phase)
+    };
+    for strategy in [Always, RerunOnFailure, Manual, Halted, Once] {
+        // A VMI already on its way out is left alone.
+        assert_eq!(
+            decide(&vm(strategy), Some(&deleting(Phase::Running)), now()),
+            A::None,
+            "{strategy:?}"
+        );
+        // A stop request for the current VMI deletes it whatever the strategy.
+        let mut stopping = vm(strategy);
+        stopping.requests = vec![ChangeRequest::Stop {
+            uid: Some("u1".into()),
+        }];
+        assert_eq!(
+            decide(&stopping, Some(&vmi(Phase::Running)), now()),
+            A::Delete,
+            "{strategy:?}"
+        );
+        // A stop request for another VMI does not.
+        stopping.requests = vec![ChangeRequest::Stop {
+            uid: Some("old".into()),
+        }];
+        let expected = if strategy == Halted {
+            A::Delete
+        } else {
+            A::None
+        };
+        assert_eq!(
+            decide(&stopping, Some(&vmi(Phase::Running)), now()),
+            expected,
+            "{strategy:?}"
+        );
+        // A VM being deleted stops its VMI and never starts one.
+        let mut gone = vm(strategy);
+        gone.deleting = true;
+        gone.requests = vec![ChangeRequest::Start { paused: false }];
+        assert_eq!(decide(&gone, Some(&vmi(Phase::Running)), now()), A::Delete);
+        assert_eq!(
+            decide(&gone, Some(&deleting(Phase::Running)), now()),
+            A::None
+        );
+        assert_eq!(decide(&gone, None, now()), A::None, "{strategy:?}");
+    }
+    assert_eq!(
+        decide(&vm(Halted), Some(&vmi(Phase::Failed)), now()),
+        A::Delete
+    );
+    assert_eq!(
+        decide(&vm(Halted), Some(&vmi(Phase::Pending)), now()),
+        A::Delete
+    );
+    // RerunOnFailure that already ran and was stopped stays down until asked.
+    assert_eq!(decide(&vm(RerunOnFailure), None, now()), A::None);
+    let mut rerun = vm(RerunOnFailure);
+    rerun.requests = vec![ChangeRequest::Start { paused: false }];
+    assert_eq!(decide(&rerun, None, now()), A::Create { paused: false });
+    // Manual starts paused when asked to.
+    let mut manual = vm(Manual);
+    manual.requests = vec![ChangeRequest::Start { paused: true }];
+    assert_eq!(decide(&manual, None, now()), A::Create { paused: true });
+    // Always and Once create even with a (stale) Stop queued, as KubeVirt does.
+    for strategy in [Always, Once] {
+        let mut state = vm(strategy);
+        state.requests = vec![ChangeRequest::Stop {
+            uid: Some("gone".into()),
+        }];
+        assert_eq!(decide(&state, None, now()), A::Create { paused: false });
+    }
+    // Paused start requested through the queue on Always (start paused after a restart).
+    let mut always = vm(Always);
+    always.requests = vec![ChangeRequest::Start { paused: true }];
+    assert_eq!(decide(&always, None, now()), A::Create { paused: true });
+}
+
+#[test]
+fn stale_stops_are_trimmed_first() {
+    let stop = |uid: Option<&str>| ChangeRequest::Stop {
+        uid: uid.map(str::to_string),
+    };
+    let start = ChangeRequest::Start { paused: false };
+    // Restart after the old VMI is gone: only the Start is left.
+    let mut q = vec![stop(Some("u1")), start.clone()];
+    trim_stale_stops(&mut q, None);
+    assert_eq!(q, vec![start.clone()]);
+    // The Stop of the current VMI stays.
+    let mut q = vec![stop(Some("u1")), start.clone()];
+    trim_stale_stops(&mut q, Some(&vmi(Phase::Running)));
+    assert_eq!(q.len(), 2);
+    // A Stop for an older VMI goes; an unqualified one stays while a VMI exists.
+    let mut q = vec![stop(Some("u0")), stop(None), start.clone()];
+    trim_stale_stops(&mut q, Some(&vmi(Phase::Running)));
+    assert_eq!(q, vec![stop(None), start.clone()]);
+    // A Start at the head is never trimmed here.
+    let mut q = vec![start.clone(), stop(None)];
+    trim_stale_stops(&mut q, None);
+    assert_eq!(q.len(), 2);
+    // Manual restart completes in one pass once the VMI is gone.
+    let mut manual = vm(Manual);
+    manual.requests = vec![stop(Some("u1")), start];
+    trim_stale_stops(&mut manual.requests, None);
+    assert_eq!(decide(&manual, None, now()), A::Create { paused: false });
+}
+
+#[test]
+fn printable_status_more() {
+    let state = vm(Always);
+    // Stopping beats Migrating and Paused; the controller's own pending delete counts.
+    let migrating = VmiState {
+        migrating: true,
+        paused: true,
+        ..vmi(Phase::Running)
+    };
+    assert_eq!(
+        printable_status(&state, Some(&migrating), false, true),
+        "Stopping"
+    );
+    // A finished VMI being deleted is Stopped, not Stopping.
+    let done = VmiState {
+        deleting: true,
+        ..vmi(Phase::Succeeded)
+    };
+    assert_eq!(
+        printable_status(&state, Some(&done), false, false),
+        "Stopped"
+    );
+    let pvc = VmiState {
+        sync_failure: Some("FailedPvcNotFound".into()),
+        ..vmi(Phase::Pending)
+    };
+    assert_eq!(
+        printable_status(&state, Some(&pvc), false, false),
+        "ErrorPvcNotFound"
+    );
+    let backoff = VmiState {
+        sync_failure: Some("ImagePullBackOff".into()),
+        ..vmi(Phase::Scheduled)
+    };
+    assert_eq!(
+        printable_status(&state, Some(&backoff), false, false),
+        "ImagePullBackOff"
+    );
+    // Unschedulable beats image pull errors; both beat Starting.
+    let both = VmiState {
+        unschedulable: true,
+        ..backoff.clone()
+    };
+    assert_eq!(
+        printable_status(&state, Some(&both), false, false),
+        "ErrorUnschedulable"
+    );
+    // A phase-less VMI (just created) is Starting.
+    assert_eq!(
+        printable_status(&state, Some(&vmi(Phase::Unset)), false, false),
+        "Starting"
+    );
+    // CrashLoopBackOff only for Always, RerunOnFailure and Once, and not while creating.
+    let failure = StartFailure {
+        consecutive_fail_count: 2,
+        last_failed_vmi_uid: "u1".into(),
+        retry_after: now(),
+    };
+    for (strategy, expected) in [
+        (Always, "CrashLoopBackOff"),
+        (RerunOnFailure, "CrashLoopBackOff"),
+        (Once, "CrashLoopBackOff"),
+        (Manual, "Stopped"),
+        (Halted, "Stopped"),
+    ] {
+        let s = VmState {
+            start_failure: Some(failure.clone()),
+            ..vm(strategy)
+        };
+        assert_eq!(
+            printable_status(&s, None, false, false),
+            expected,
+            "{strategy:?}"
+        );
+        assert_eq!(
+            printable_status(&s, Some(&vmi(Phase::Failed)), false, false),
+            expected,
+            "{strategy:?}"
+        );
+        assert_eq!(
+            printable_status(&s, None, true, false),
+            "Starting",
+            "{strategy:?}"
+        );
+    }
+}
+
+#[test]
+fn start_failure_bookkeeping() {
+    let no_jitter = |_| Duration::zero();
+    let never_ran = VmiState {
+        ever_running: false,
+        ..vmi(Phase::Failed)
+    };
+    // Not tracked for Manual or Halted: any record is dropped.
+    for strategy in [Manual, Halted] {
+        let state = VmState {
+            start_failure: Some(StartFailure {
+                consecutive_fail_count: 3,
+                last_failed_vmi_uid: "x".into(),
+                retry_after: now(),
+            }),
+            ..vm(strategy)
+        };
+        assert_eq!(
+            next_start_failure(&state, Some(&never_ran), now(), no_jitter),
+            None
+        );
+    }
+    // A VMI still on its way up keeps the record as it is.
+    let mut state = vm(Always);
+    let first = next_start_failure(&state, Some(&never_ran), now(), no_jitter);
+    state.start_failure = first.clone();
+    let booting = VmiState {
+        uid: "u2".into(),
+        ever_running: false,
+        ..vmi(Phase::Scheduled)
+    };
+    assert_eq!(
+        next_start_failure(&state, Some(&booting), now(), no_jitter),
+        first
+    );
+    // Backoff: 10 s × n², jitter up to half of it, never past 300 s.
+    for (n, base) in [
+        (1, 10),
+        (2, 40),
+        (3, 90),
+        (4, 160),
+        (5, 250),
+        (6, 300),
+        (30, 300),
+    ] {
+        assert_eq!(backoff_base(n), Duration::seconds(base), "n={n}");
+    }
+    let full_jitter = |max: Duration| max;
+    state.start_failure = Some(StartFailure {
+        consecutive_fail_count: 4,
+        last_failed_vmi_uid: "old".into(),
+        retry_after: now(),
+    });
+    let fifth = next_start_failure(&state, Some(&never_ran), now(), full_jitter).unwrap();
+    assert_eq!(fifth.consecutive_fail_count, 5);
+    assert_eq!(
+        fifth.retry_after,
+        now() + Duration::seconds(300),
+        "250 s + 125 s jitter, capped"
+    );
+    state.start_failure = None;
+    let first = next_start_failure(&state, Some(&never_ran), now(), full_jitter).unwrap();
+    assert_eq!(first.retry_after, now() + Duration::seconds(15));
 }
 
 fn arb_strategy() -> impl Strategy<Value = RunStrategy> {
@@ -217,9 +499,13 @@ fn arb_phase() -> impl Strategy<Value = Phase> {
 #[derive(Clone, Debug)]
 enum Event {
     SetStrategy(RunStrategy),
-    QueueStart,
+    QueueStart(bool),
     QueueStop,
     VmiPhase(Phase),
+    /// The VMI being deleted finishes going away (finalizers done).
+    VmiGone,
+    /// Time passes (seconds).
+    Tick(i64),
     Reconcile,
     Delete,
 }
@@ -227,61 +513,245 @@ enum Event {
 fn arb_event() -> impl Strategy<Value = Event> {
     prop_oneof![
         arb_strategy().prop_map(Event::SetStrategy),
-        Just(Event::QueueStart),
+        any::<bool>().prop_map(Event::QueueStart),
         Just(Event::QueueStop),
         arb_phase().prop_map(Event::VmiPhase),
+        Just(Event::VmiGone),
+        (1i64..400).prop_map(Event::Tick),
+        Just(Event::Reconcile),
         Just(Event::Reconcile),
         Just(Event::Reconcile),
         Just(Event::Delete),
     ]
 }
 
+/// The VM controller's pass (`vm.rs`) over the model: trim, record start failures,
+/// decide, act, pop the head, remember the strategy.
+struct Model {
+    vm: VmState,
+    vmi: Option<VmiState>,
+    now: DateTime<Utc>,
+    next_uid: u32,
+    /// VMIs the controller created, in order, with the strategy in force then.
+    created: Vec<RunStrategy>,
+}
+
+impl Model {
+    fn reconcile(&mut self) -> Result<(VmiAction, &'static str), TestCaseError> {
+        let observed = self.vmi.clone();
+        trim_stale_stops(&mut self.vm.requests, observed.as_ref());
+        let requests_before = self.vm.requests.clone();
+        let strategy = self.vm.strategy;
+        self.vm.start_failure =
+            next_start_failure(&self.vm, observed.as_ref(), self.now, |_| Duration::zero());
+        let action = decide(&self.vm, observed.as_ref(), self.now);
+        let mut creating = false;
+        let mut deleting = false;
+        match &action {
+            A::Create { paused } => {
+                prop_assert!(observed.is_none(), "created a second VMI");
+                prop_assert!(self.vm.strategy != Halted, "started a Halted VM");
+                prop_assert!(!self.vm.deleting, "started a VM being deleted");
+                if let Some(f) = &self.vm.start_failure {
+                    prop_assert!(
+                        f.retry_after <= self.now,
+                        "started during crash-loop backoff"
+                    );
+                }
+                let head = requests_before.first().cloned();
+                match self.vm.strategy {
+                    Manual => prop_assert!(
+                        matches!(head, Some(ChangeRequest::Start { .. })),
+                        "Manual started without a Start request"
+                    ),
+                    RerunOnFailure => prop_assert!(
+                        matches!(head, Some(ChangeRequest::Start { .. }))
+                            || self.vm.last_strategy != Some(RerunOnFailure),
+                        "RerunOnFailure started again without being asked"
+                    ),
+                    _ => {}
+                }
+                prop_assert_eq!(
+                    *paused,
+                    matches!(head, Some(ChangeRequest::Start { paused: true }))
+                );
+                self.next_uid += 1;
+                self.vmi = Some(VmiState {
+                    uid: format!("u{}", self.next_uid),
+                    ever_running: false,
+                    ..vmi(Phase::Pending)
+                });
+                self.created.push(self.vm.strategy);
+                creating = true;
+            }
+            A::Delete => {
+                let current = observed.as_ref();
+                prop_assert!(
+                    current.is_some_and(|v| !v.deleting),
+                    "deleted what is not there"
+                );
+                if let Some(v) = current {
+                    if start_after_delete(&self.vm, v) {
+                        self.vm
+                            .requests
+                            .push(ChangeRequest::Start { paused: false });
+                    }
+                }
+                if let Some(v) = self.vmi.as_mut() {
+                    v.deleting = true;
+                }
+                deleting = true;
+            }
+            A::SwitchToAlways => {
+                prop_assert_eq!(self.vm.strategy, Halted);
+                prop_assert!(observed.is_none());
+                self.vm.strategy = Always;
+            }
+            A::WaitUntil(t) => {
+                prop_assert!(*t > self.now, "waits for the past");
+                prop_assert!(observed.is_none());
+            }
+            A::None => {}
+        }
+        // Liveness: an Always VM with no VMI and no backoff is always started.
+        let backoff = self
+            .vm
+            .start_failure
+            .as_ref()
+            .is_some_and(|f| f.retry_after > self.now);
+        if strategy == Always && !self.vm.deleting && observed.is_none() && !backoff {
+            prop_assert!(
+                matches!(action, A::Create { .. }),
+                "Always VM left down: {:?}",
+                action
+            );
+        }
+        // A VM being deleted stops its VMI.
+        if self.vm.deleting && observed.as_ref().is_some_and(|v| !v.deleting) {
+            prop_assert_eq!(&action, &A::Delete);
+        }
+        // Halted with nothing queued never keeps a VMI.
+        if strategy == Halted
+            && requests_before.is_empty()
+            && observed.as_ref().is_some_and(|v| !v.deleting)
+        {
+            prop_assert_eq!(&action, &A::Delete);
+        }
+        if should_pop_head(&self.vm.requests, observed.as_ref()) {
+            self.vm.requests.remove(0);
+        }
+        if observed.is_some() || creating || self.vm.last_strategy.is_some() {
+            self.vm.last_strategy = Some(self.vm.strategy);
+        }
+        let printable = printable_status(&self.vm, observed.as_ref(), creating, deleting);
+        prop_assert!(
+            printable != "Unknown",
+            "no printable status for {:?} / {:?}",
+            self.vm,
+            observed
+        );
+        if self.vm.deleting {
+            prop_assert_eq!(printable, "Terminating");
+        }
+        if let Some(v) = observed
+            .as_ref()
+            .filter(|v| v.phase == Phase::Running && !v.deleting && !deleting)
+        {
+            prop_assert_eq!(printable, if v.paused { "Paused" } else { "Running" });
+        }
+        if observed.is_none() && creating {
+            prop_assert_eq!(printable, "Starting");
+        }
+        prop_assert!(self.vm.requests.len() <= 64, "queue grows without bound");
+        Ok((action, printable))
+    }
+}
+
 proptest! {
-    /// Over random event sequences the controller never acts on a VMI that is not there,
-    /// never creates a second one, never starts a Halted VM, and keeps a deleted VM down.
+    #![proptest_config(ProptestConfig::with_cases(512))]
+    /// Over random event sequences (strategy switches, queued requests, VMI phase
+    /// changes, deletions, time passing) the controller never acts on a VMI that is not
+    /// there, never creates a second one, never starts a Halted, deleted or backing-off
+    /// VM, never starts Manual/RerunOnFailure unasked, always (re)starts an Always VM,
+    /// always reports a known printable status, and brings a deleted VM down for good.
     #[test]
-    fn decisions_are_safe(events in proptest::collection::vec(arb_event(), 1..60)) {
-        let mut state = vm(Halted);
-        let mut current: Option<VmiState> = None;
-        let mut next_uid = 0;
+    fn decisions_are_safe(events in proptest::collection::vec(arb_event(), 1..80)) {
+        let mut model = Model { vm: vm(Halted), vmi: None, now: now(), next_uid: 0, created: vec![] };
+        model.vm.last_strategy = None;
         for event in events {
             match event {
-                Event::SetStrategy(s) => state.strategy = s,
-                Event::QueueStart => state.requests.push(ChangeRequest::Start { paused: false }),
-                Event::QueueStop => state.requests.push(ChangeRequest::Stop { uid: current.as_ref().map(|v| v.uid.clone()) }),
-                Event::VmiPhase(p) => if let Some(v) = current.as_mut() {
-                    v.ever_running |= p == Phase::Running;
-                    v.phase = p;
+                Event::SetStrategy(s) => model.vm.strategy = s,
+                Event::QueueStart(paused) => model.vm.requests.push(ChangeRequest::Start { paused }),
+                Event::QueueStop => {
+                    let uid = model.vmi.as_ref().map(|v| v.uid.clone());
+                    model.vm.requests.push(ChangeRequest::Stop { uid });
+                }
+                Event::VmiPhase(p) => if let Some(v) = model.vmi.as_mut() {
+                    // Phases only move forward, and a finished VMI stays finished.
+                    if !v.phase.is_final() && (p as u8) >= (v.phase as u8) {
+                        v.ever_running |= p == Phase::Running;
+                        v.phase = p;
+                    }
                 },
-                Event::Delete => state.deleting = true,
-                Event::Reconcile => {
-                    let action = decide(&state, current.as_ref(), now());
-                    match &action {
-                        A::Create { .. } => {
-                            prop_assert!(current.is_none(), "created a second VMI");
-                            prop_assert!(state.strategy != Halted, "started a Halted VM");
-                            prop_assert!(!state.deleting, "started a VM being deleted");
-                            next_uid += 1;
-                            current = Some(VmiState { uid: format!("u{next_uid}"), ..vmi(Phase::Pending) });
-                        }
-                        A::Delete => {
-                            prop_assert!(current.as_ref().is_some_and(|v| !v.deleting), "deleted what is not there");
-                            current = None;
-                        }
-                        A::SwitchToAlways => {
-                            prop_assert_eq!(state.strategy, Halted);
-                            state.strategy = Always;
-                        }
-                        A::None | A::WaitUntil(_) => {}
+                Event::VmiGone => if model.vmi.as_ref().is_some_and(|v| v.deleting) {
+                    model.vmi = None;
+                },
+                Event::Tick(s) => model.now += Duration::seconds(s),
+                Event::Delete => model.vm.deleting = true,
+                Event::Reconcile => { model.reconcile()?; }
+            }
+        }
+        // Once deleted, a few rounds of reconcile + VMI teardown leave nothing running.
+        if model.vm.deleting {
+            for _ in 0..3 {
+                model.reconcile()?;
+                if model.vmi.as_ref().is_some_and(|v| v.deleting) {
+                    model.vmi = None;
+                }
+            }
+            prop_assert!(model.vmi.is_none(), "deleted VM kept its VMI");
+            let created = model.created.len();
+            model.reconcile()?;
+            prop_assert_eq!(model.created.len(), created, "deleted VM started again");
+        }
+    }
+
+    /// Without outside requests, a Once VM runs exactly one VMI to completion, and a
+    /// RerunOnFailure VM restarts after failures but not after a clean shutdown.
+    #[test]
+    fn once_and_rerun_follow_the_guest(outcomes in proptest::collection::vec(any::<bool>(), 1..12)) {
+        for strategy in [Once, RerunOnFailure] {
+            let mut model = Model { vm: vm(strategy), vmi: None, now: now(), next_uid: 0, created: vec![] };
+            model.vm.last_strategy = None;
+            for succeeded in &outcomes {
+                model.reconcile()?;
+                if let Some(v) = model.vmi.as_mut() {
+                    if !v.phase.is_final() {
+                        v.phase = Phase::Running;
+                        v.ever_running = true;
+                        model.reconcile()?;
                     }
-                    if should_pop_head(&state.requests, current.as_ref()) {
-                        state.requests.remove(0);
+                }
+                if let Some(v) = model.vmi.as_mut() {
+                    if !v.phase.is_final() {
+                        v.phase = if *succeeded { Phase::Succeeded } else { Phase::Failed };
                     }
-                    if state.strategy == Halted && !state.deleting && state.requests.is_empty() {
-                        // A Halted VM with nothing queued is down after one more pass.
-                        let again = decide(&state, current.as_ref(), now());
-                        prop_assert!(matches!(again, A::None | A::Delete));
+                }
+                for _ in 0..3 {
+                    model.reconcile()?;
+                    if model.vmi.as_ref().is_some_and(|v| v.deleting) {
+                        model.vmi = None;
                     }
+                }
+            }
+            match strategy {
+                Once => prop_assert_eq!(model.created.len(), 1),
+                _ => {
+                    // One start, plus one per failure before the first clean shutdown.
+                    let failures = outcomes.iter().take_while(|s| !**s).count();
+                    let expected = 1 + failures.min(outcomes.len() - 1);
+                    let expected = if outcomes.iter().all(|s| !s) { outcomes.len() + 1 } else { expected };
+                    prop_assert_eq!(model.created.len(), expected, "outcomes {:?}", outcomes);
                 }
             }
         }

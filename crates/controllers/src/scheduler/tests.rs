@@ -36,20 +36,24 @@ fn requests_follow_kubevirt_defaults() {
 
 #[test]
 fn picks_the_node_with_most_free_memory() {
-    let nodes = vec![node("a", "4", "2Gi", json!({})), node("b", "4", "8Gi", json!({}))];
+    let nodes = vec![
+        node("a", "4", "2Gi", json!({})),
+        node("b", "4", "8Gi", json!({})),
+    ];
     assert_eq!(choose(&vmi("1Gi"), &nodes), Ok("b".to_string()));
 }
 
 #[test]
 fn explains_why_nothing_fits() {
     let mut tainted = node("t", "4", "8Gi", json!({}));
-    tainted.1["spec"]["taints"] = json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]);
+    tainted.1["spec"]["taints"] =
+        json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]);
     let mut cordoned = node("c", "4", "8Gi", json!({}));
     cordoned.1["spec"]["unschedulable"] = json!(true);
     let nodes = vec![node("small", "4", "512Mi", json!({})), tainted, cordoned];
     assert_eq!(
         choose(&vmi("1Gi"), &nodes),
-        Err("0/3 nodes are available: 1 node(s) were unschedulable, 1 node(s) had untolerated taint(s), 1 Insufficient memory.".into())
+        Err("0/3 nodes are available: 1 Insufficient memory, 1 node(s) had untolerated taint(s), 1 node(s) were unschedulable.".into())
     );
     // A toleration lets it onto the tainted node.
     let mut tolerant = vmi("1Gi");
@@ -71,8 +75,8 @@ fn node_selector_and_required_affinity() {
     affine["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["2"]}]}]}}});
     assert_eq!(choose(&affine, &nodes), Ok("b".to_string()));
-    affine["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-        [0]["matchExpressions"][0]["values"] = json!(["5"]);
+    affine["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] = json!(["5"]);
     assert_eq!(
         choose(&affine, &nodes),
         Err("0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector.".into())

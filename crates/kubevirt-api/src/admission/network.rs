@@ -9,7 +9,9 @@ use super::Causes;
 use crate::access::{bool_at, has, int_at, list_at, str_at};
 use crate::validation::{go_quote, is_pci_address, parse_mac, port_name};
 
-const INTERFACE_MODELS: [&str; 7] = ["e1000", "e1000e", "igb", "ne2k_pci", "pcnet", "rtl8139", "virtio"];
+const INTERFACE_MODELS: [&str; 7] = [
+    "e1000", "e1000e", "igb", "ne2k_pci", "pcnet", "rtl8139", "virtio",
+];
 /// The MAC of the bridge masquerade builds inside the pod.
 const RESERVED_MAC: &str = "02:00:00:00:00:00";
 
@@ -17,9 +19,18 @@ const RESERVED_MAC: &str = "02:00:00:00:00:00";
 pub(super) fn discontinued_bindings(spec: &Value, p: &str, out: &mut Causes) {
     for (i, iface) in interfaces(spec).iter().enumerate() {
         for (binding, message) in [
-            ("slirp", "Slirp interface support has been discontinued since v1.3"),
-            ("passt", "Passt network binding has been discontinued since v1.3"),
-            ("macvtap", "Macvtap network binding has been discontinued since v1.3"),
+            (
+                "slirp",
+                "Slirp interface support has been discontinued since v1.3",
+            ),
+            (
+                "passt",
+                "Passt network binding has been discontinued since v1.3",
+            ),
+            (
+                "macvtap",
+                "Macvtap network binding has been discontinued since v1.3",
+            ),
         ] {
             if has(iface, &[binding]) {
                 out.add(
@@ -221,7 +232,11 @@ pub(super) fn rules(spec: &Value, p: &str, out: &mut Causes) {
         let name = str_at(network, &["name"]);
         if !iface_names.contains(name) {
             let field = format!("{p}.networks[{i}].name");
-            out.add(ErrorType::Required, &field, format!("{field} '{name}' not found."));
+            out.add(
+                ErrorType::Required,
+                &field,
+                format!("{field} '{name}' not found."),
+            );
         }
     }
     let mut seen = HashSet::new();
@@ -238,7 +253,11 @@ pub(super) fn rules(spec: &Value, p: &str, out: &mut Causes) {
         let name = str_at(iface, &["name"]);
         if network_named(networks, name).is_none() {
             let field = format!("{}.name", iface_path(i));
-            out.add(ErrorType::Invalid, &field, format!("{field} '{name}' not found."));
+            out.add(
+                ErrorType::Invalid,
+                &field,
+                format!("{field} '{name}' not found."),
+            );
         }
     }
 
@@ -325,7 +344,11 @@ fn ports(ports: &[Value], path: &str, out: &mut Causes) {
             );
         }
         if !port_name(name).is_empty() {
-            out.add(ErrorType::Invalid, &field, format!("Invalid name of the port: {name}"));
+            out.add(
+                ErrorType::Invalid,
+                &field,
+                format!("Invalid name of the port: {name}"),
+            );
         }
     }
     for (k, port) in ports.iter().enumerate() {

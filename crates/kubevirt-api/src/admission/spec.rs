@@ -30,7 +30,11 @@ const EVICTION_STRATEGIES: [&str; 4] = ["LiveMigrate", "LiveMigrateIfPossible", 
 /// VM's template) with the rules VMs and VMIs share. Wrong JSON types are reported first, and
 /// alone, as the schema validator would.
 pub fn validate_vmi_spec(spec: &Value, path_prefix: &str) -> Vec<FieldError> {
-    let type_errors = typecheck::check(spec, "io.kubevirt.v1.VirtualMachineInstanceSpec", path_prefix);
+    let type_errors = typecheck::check(
+        spec,
+        "io.kubevirt.v1.VirtualMachineInstanceSpec",
+        path_prefix,
+    );
     if !type_errors.is_empty() {
         return type_errors;
     }
@@ -61,7 +65,9 @@ pub(super) fn rules(spec: &Value, p: &str, out: &mut Causes) {
 
 /// A quantity field, zero when unset (Go's `Requests.Memory()` and friends).
 pub(super) fn quantity(spec: &Value, keys: &[&str]) -> Quantity {
-    at(spec, keys).and_then(Quantity::from_json).unwrap_or_default()
+    at(spec, keys)
+        .and_then(Quantity::from_json)
+        .unwrap_or_default()
 }
 
 /// A quantity as the user wrote it, `0` when unset, for messages.
@@ -113,7 +119,10 @@ fn memory(spec: &Value, p: &str, out: &mut Causes) {
     let req_path = format!("{p}.domain.resources.requests.memory");
     let lim_path = format!("{p}.domain.resources.limits.memory");
     let (req, lim) = (quantity(spec, &REQ_MEMORY), quantity(spec, &LIM_MEMORY));
-    let (req_text, lim_text) = (quantity_text(spec, &REQ_MEMORY), quantity_text(spec, &LIM_MEMORY));
+    let (req_text, lim_text) = (
+        quantity_text(spec, &REQ_MEMORY),
+        quantity_text(spec, &LIM_MEMORY),
+    );
     let one_megabyte = Quantity::parse("1M").unwrap_or_default();
     if req.value() < 0 {
         out.add(
@@ -251,7 +260,10 @@ fn cpu(spec: &Value, p: &str, out: &mut Causes) {
             "IsolateEmulatorThread should be only set in combination with DedicatedCPUPlacement",
         );
     }
-    for (i, feature) in list_at(spec, &["domain", "cpu", "features"]).iter().enumerate() {
+    for (i, feature) in list_at(spec, &["domain", "cpu", "features"])
+        .iter()
+        .enumerate()
+    {
         let policy = str_at(feature, &["policy"]);
         if !CPU_FEATURE_POLICIES.contains(&policy) {
             out.add(
@@ -288,7 +300,8 @@ fn dedicated_cpus(spec: &Value, p: &str, out: &mut Causes) {
     let guest_set = !quantity(spec, &["domain", "memory", "guest"]).is_zero();
     let memory_given = !lim_mem.is_zero()
         || !req_mem.is_zero()
-        || (has(spec, &["domain", "memory"]) && (has(spec, &["domain", "memory", "hugepages"]) || guest_set));
+        || (has(spec, &["domain", "memory"])
+            && (has(spec, &["domain", "memory", "hugepages"]) || guest_set));
     if !memory_given {
         out.add(
             ErrorType::Invalid,
@@ -392,7 +405,10 @@ fn start_strategy(spec: &Value, p: &str, out: &mut Causes) {
 }
 
 fn inputs(spec: &Value, p: &str, out: &mut Causes) {
-    for (i, input) in list_at(spec, &["domain", "devices", "inputs"]).iter().enumerate() {
+    for (i, input) in list_at(spec, &["domain", "devices", "inputs"])
+        .iter()
+        .enumerate()
+    {
         if !matches!(str_at(input, &["bus"]), "virtio" | "usb" | "") {
             out.add(
                 ErrorType::Invalid,
@@ -422,7 +438,10 @@ fn io_threads(spec: &Value, p: &str, out: &mut Causes) {
             format!("Invalid IOThreadsPolicy ({policy})"),
         );
     }
-    let pool = int_at(spec, &["domain", "ioThreads", "supplementalPoolThreadCount"]);
+    let pool = int_at(
+        spec,
+        &["domain", "ioThreads", "supplementalPoolThreadCount"],
+    );
     if policy == "supplementalPool" && pool.is_none_or(|n| n < 1) {
         out.add(
             ErrorType::Invalid,
@@ -455,7 +474,9 @@ fn probes(spec: &Value, p: &str, out: &mut Causes) {
             );
         }
     }
-    let pod_network = list_at(spec, &["networks"]).iter().any(|n| has(n, &["pod"]));
+    let pod_network = list_at(spec, &["networks"])
+        .iter()
+        .any(|n| has(n, &["pod"]));
     if !pod_network {
         for name in ["readinessProbe", "livenessProbe"] {
             for handler in ["httpGet", "tcpSocket"] {
@@ -523,7 +544,10 @@ fn firmware(spec: &Value, p: &str, out: &mut Causes) {
         }
     }
     let secure_boot = has(spec, &["domain", "firmware", "bootloader", "efi"])
-        && bool_at(spec, &["domain", "firmware", "bootloader", "efi", "secureBoot"]) != Some(false);
+        && bool_at(
+            spec,
+            &["domain", "firmware", "bootloader", "efi", "secureBoot"],
+        ) != Some(false);
     let smm = has(spec, &["domain", "features", "smm"])
         && bool_at(spec, &["domain", "features", "smm", "enabled"]) != Some(false);
     let tdx = has(spec, &["domain", "launchSecurity", "tdx"]);
@@ -576,12 +600,20 @@ fn access_credentials(spec: &Value, p: &str, out: &mut Causes) {
                     out.add(
                         ErrorType::Invalid,
                         format!("{method}.qemuGuestAgent.users"),
-                        format!("{path} requires at least one user to be present in the users list"),
+                        format!(
+                            "{path} requires at least one user to be present in the users list"
+                        ),
                     );
                 }
                 methods += 1;
             }
-            credential_counts(&path, "sshPublicKey", has(ssh, &["source", "secret"]), methods, out);
+            credential_counts(
+                &path,
+                "sshPublicKey",
+                has(ssh, &["source", "secret"]),
+                methods,
+                out,
+            );
         }
         if let Some(password) = get(credential, "userPassword") {
             kinds += 1;
@@ -710,11 +742,12 @@ pub(super) fn memory_hotplug_error(spec: &Value, max_guest: &Value) -> Option<St
         return Some("Memory hotplug is not compatible with encrypted VMs".to_string());
     }
     let one_gib: i64 = 1 << 30;
-    let (alignment, alignment_text) = if str_at(spec, &["domain", "memory", "hugepages", "pageSize"]) == "1Gi" {
-        (one_gib, "1Gi")
-    } else {
-        (2 << 20, "2Mi")
-    };
+    let (alignment, alignment_text) =
+        if str_at(spec, &["domain", "memory", "hugepages", "pageSize"]) == "1Gi" {
+            (one_gib, "1Gi")
+        } else {
+            (2 << 20, "2Mi")
+        };
     let Some(guest) = at(spec, &["domain", "memory", "guest"]) else {
         return Some("Guest memory must be configured when memory hotplug is enabled".to_string());
     };
@@ -733,7 +766,10 @@ pub(super) fn memory_hotplug_error(spec: &Value, max_guest: &Value) -> Option<St
         return Some("Memory hotplug is only available for x86_64 VMs".to_string());
     }
     if guest.value() < one_gib {
-        return Some("Memory hotplug is only available for VMs with at least 1Gi of guest memory".to_string());
+        return Some(
+            "Memory hotplug is only available for VMs with at least 1Gi of guest memory"
+                .to_string(),
+        );
     }
     None
 }

@@ -43,7 +43,10 @@ fn volume_named<'a>(volumes: &'a [Value], name: &str) -> Option<&'a Value> {
 pub(super) fn boot_order(spec: &Value, p: &str, out: &mut Causes) {
     let volumes = list_at(spec, &["volumes"]);
     let mut used = HashSet::new();
-    for (i, disk) in list_at(spec, &["domain", "devices", "disks"]).iter().enumerate() {
+    for (i, disk) in list_at(spec, &["domain", "devices", "disks"])
+        .iter()
+        .enumerate()
+    {
         let disk_path = format!("{p}.domain.devices.disks[{i}]");
         let name = str_at(disk, &["name"]);
         let volume = volume_named(volumes, name);
@@ -63,7 +66,10 @@ pub(super) fn boot_order(spec: &Value, p: &str, out: &mut Causes) {
             }
         }
         if let Some(volume) = volume {
-            if has(disk, &["lun"]) && !has(volume, &["persistentVolumeClaim"]) && !has(volume, &["dataVolume"]) {
+            if has(disk, &["lun"])
+                && !has(volume, &["persistentVolumeClaim"])
+                && !has(volume, &["dataVolume"])
+            {
                 out.add(
                     ErrorType::Invalid,
                     format!("{disk_path}.lun"),
@@ -94,12 +100,17 @@ pub(super) fn boot_order(spec: &Value, p: &str, out: &mut Causes) {
                 out.add(
                     ErrorType::Invalid,
                     format!("{disk_path}.bootOrder"),
-                    format!("Boot order for {disk_path}.bootOrder already set for a different device."),
+                    format!(
+                        "Boot order for {disk_path}.bootOrder already set for a different device."
+                    ),
                 );
             }
         }
     }
-    for (i, iface) in list_at(spec, &["domain", "devices", "interfaces"]).iter().enumerate() {
+    for (i, iface) in list_at(spec, &["domain", "devices", "interfaces"])
+        .iter()
+        .enumerate()
+    {
         let Some(order) = int_at(iface, &["bootOrder"]) else {
             continue;
         };
@@ -187,7 +198,9 @@ pub(super) fn disks(spec: &Value, p: &str, out: &mut Causes) {
             out.add(
                 ErrorType::Invalid,
                 format!("{here}.serial"),
-                format!("{here} must be less than or equal to {SERIAL_MAX_LEN} in length, if specified"),
+                format!(
+                    "{here} must be less than or equal to {SERIAL_MAX_LEN} in length, if specified"
+                ),
             );
         }
         let cache = str_at(disk, &["cache"]);
@@ -309,7 +322,12 @@ pub(super) fn volumes(spec: &Value, p: &str, out: &mut Causes) {
                 "DataVolume 'name' must be set",
             );
         }
-        if VOLUME_SOURCES.iter().filter(|&&s| has(volume, &[s])).count() != 1 {
+        if VOLUME_SOURCES
+            .iter()
+            .filter(|&&s| has(volume, &[s]))
+            .count()
+            != 1
+        {
             out.add(
                 ErrorType::Invalid,
                 &here,
@@ -339,7 +357,11 @@ pub(super) fn volumes(spec: &Value, p: &str, out: &mut Causes) {
         ] {
             if has(volume, &[kind]) && str_at(volume, &[kind, key]).is_empty() {
                 let path = format!("{here}.{kind}.{key}");
-                out.add(ErrorType::Invalid, &path, format!("{path} is a required field"));
+                out.add(
+                    ErrorType::Invalid,
+                    &path,
+                    format!("{path} is a required field"),
+                );
             }
         }
     }
@@ -467,7 +489,11 @@ fn host_disk_rules(host_disk: &Value, here: &str, out: &mut Causes) {
 /// KubeVirt's `ValidatePath`: an absolute path without `.`/`..` parts or doubled slashes.
 pub(super) fn absolute_path(field: &str, path: &str, out: &mut Causes) {
     if path == "/" {
-        out.add(ErrorType::Invalid, field, format!("{field} must not point to root"));
+        out.add(
+            ErrorType::Invalid,
+            field,
+            format!("{field} must not point to root"),
+        );
         return;
     }
     let provided = path.strip_suffix('/').unwrap_or(path);
@@ -505,7 +531,11 @@ pub(super) fn volumes_have_disks(spec: &Value, p: &str, out: &mut Causes) {
             continue;
         }
         let field = format!("{p}.domain.volumes[{i}].name");
-        out.add(ErrorType::Invalid, &field, format!("{field} '{name}' not found."));
+        out.add(
+            ErrorType::Invalid,
+            &field,
+            format!("{field} '{name}' not found."),
+        );
     }
 }
 
@@ -513,7 +543,10 @@ pub(super) fn volumes_have_disks(spec: &Value, p: &str, out: &mut Causes) {
 /// external populator), and a volume of the template that uses it.
 pub(super) fn data_volume_templates(vm_spec: &Value, template_spec: &Value, out: &mut Causes) {
     let volumes = list_at(template_spec, &["volumes"]);
-    for (i, template) in list_at(vm_spec, &["dataVolumeTemplates"]).iter().enumerate() {
+    for (i, template) in list_at(vm_spec, &["dataVolumeTemplates"])
+        .iter()
+        .enumerate()
+    {
         let here = format!("spec.dataVolumeTemplate[{i}]");
         let name = str_at(template, &["metadata", "name"]);
         if name.is_empty() {

@@ -79,7 +79,9 @@ fn expect(errs: &[FieldError], field: &str, message: &str) {
         errs.iter()
             .any(|e| e.field == field && e.detail == message && e.verbatim),
         "expected {field:?}: {message:?}\n got {:#?}",
-        errs.iter().map(|e| (&e.field, &e.detail)).collect::<Vec<_>>()
+        errs.iter()
+            .map(|e| (&e.field, &e.detail))
+            .collect::<Vec<_>>()
     );
 }
 
@@ -133,7 +135,11 @@ fn rule_01_template_required() {
     let mut machine = vm(base_spec());
     machine["spec"].as_object_mut().unwrap().remove("template");
     let admission = validate_vm(&machine);
-    expect(&admission.errors, "spec.template", "missing virtual machine template.");
+    expect(
+        &admission.errors,
+        "spec.template",
+        "missing virtual machine template.",
+    );
     assert_eq!(admission.errors[0].kind, ErrorType::Required);
     assert!(validate_vm(&vm(base_spec())).allowed());
 }
@@ -148,7 +154,10 @@ fn rules_02_to_04_run_strategy() {
         "Running and RunStrategy are mutually exclusive. Note that Running is deprecated, please use RunStrategy instead",
     );
     let mut neither = vm(base_spec());
-    neither["spec"].as_object_mut().unwrap().remove("runStrategy");
+    neither["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("runStrategy");
     expect(
         &validate_vm(&neither).errors,
         "spec.running",
@@ -250,7 +259,8 @@ fn rule_33_data_volume_templates() {
         "Data volume should have either Source, SourceRef, or be externally populated",
     );
     let mut two_sources = machine;
-    two_sources["spec"]["dataVolumeTemplates"][0]["spec"]["source"] = json!({"blank": {}, "http": {"url": "u"}});
+    two_sources["spec"]["dataVolumeTemplates"][0]["spec"]["source"] =
+        json!({"blank": {}, "http": {"url": "u"}});
     expect(
         &validate_vm(&two_sources).errors,
         "spec.dataVolumeTemplate[0].source",
@@ -311,7 +321,8 @@ fn rule_65_reserved_labels() {
     assert_eq!(errs[0].kind, ErrorType::NotSupported);
     let mut instance = vmi(base_spec());
     instance["spec"]["architecture"] = json!("amd64");
-    instance["metadata"]["labels"] = json!({"kubevirt.io/created-by": "x", "kubevirt.io/other": "ok"});
+    instance["metadata"]["labels"] =
+        json!({"kubevirt.io/created-by": "x", "kubevirt.io/other": "ok"});
     expect(
         &validate_vmi_create(&instance).errors,
         "metadata.labels",
@@ -329,7 +340,11 @@ fn wrong_types_are_field_errors() {
     let errs = validate_vm(&machine).errors;
     assert_eq!(errs.len(), 2, "{errs:#?}");
     expect_kind(&errs, "spec.running", ErrorType::TypeInvalid);
-    expect_kind(&errs, "spec.template.spec.domain.cpu.cores", ErrorType::TypeInvalid);
+    expect_kind(
+        &errs,
+        "spec.template.spec.domain.cpu.cores",
+        ErrorType::TypeInvalid,
+    );
     let errs = validate_vmi_create(&vmi(json!({"domain": "big"}))).errors;
     expect_kind(&errs, "spec.domain", ErrorType::TypeInvalid);
     let errs = validate_vmi_create(
@@ -542,7 +557,10 @@ fn rules_25_26_sources() {
         "spec.domain.devices.disks[0].lun can only be mapped to a DataVolume or PersistentVolumeClaim volume.",
     );
     clean(&[
-        ("/domain/devices/disks/0", json!({"name": "root", "lun": {}})),
+        (
+            "/domain/devices/disks/0",
+            json!({"name": "root", "lun": {}}),
+        ),
         (
             "/volumes/0",
             json!({"name": "root", "persistentVolumeClaim": {"claimName": "pvc"}}),
@@ -575,7 +593,10 @@ fn rules_27_28_cloud_init() {
         "spec.volumes[1].cloudInitNoCloud networkdata exceeds 2048 byte limit. Should use NetworkDataSecretRef for larger data.",
     );
     expect(
-        &errors(&[("/volumes/1/cloudInitNoCloud/secretRef", json!({"name": "s"}))]),
+        &errors(&[(
+            "/volumes/1/cloudInitNoCloud/secretRef",
+            json!({"name": "s"}),
+        )]),
         path,
         "spec.volumes[1].cloudInitNoCloud must have only one userdatasource set.",
     );
@@ -593,7 +614,10 @@ fn rules_27_28_cloud_init() {
         "/volumes/1/cloudInitNoCloud",
         json!({"userDataBase64": "I2Nsb3VkLWNv\nbmZpZwo=", "networkData": "version: 2"}),
     )]);
-    clean(&[("/volumes/1/cloudInitNoCloud", json!({"secretRef": {"name": "s"}}))]);
+    clean(&[(
+        "/volumes/1/cloudInitNoCloud",
+        json!({"secretRef": {"name": "s"}}),
+    )]);
 }
 
 #[test]
@@ -619,13 +643,18 @@ fn rule_29_host_disk() {
         "spec.volumes[0].hostDisk.capacity",
         "spec.volumes[0].hostDisk.capacity is allowed to pass only with spec.volumes[0].hostDisk.type equal to 'DiskOrCreate'",
     );
-    assert!(host(json!({"path": "/d/x.img", "type": "DiskOrCreate", "capacity": "1Gi"})).is_empty());
+    assert!(
+        host(json!({"path": "/d/x.img", "type": "DiskOrCreate", "capacity": "1Gi"})).is_empty()
+    );
 }
 
 #[test]
 fn host_disk_paths_stay_in_allowed_dirs() {
     let dirs = [PathBuf::from("/var/lib/vp-disks/")];
-    assert_eq!(validate_host_disk_path("/var/lib/vp-disks/a/b.img", &dirs), None);
+    assert_eq!(
+        validate_host_disk_path("/var/lib/vp-disks/a/b.img", &dirs),
+        None
+    );
     let outside = validate_host_disk_path("/etc/shadow", &dirs).unwrap();
     assert_eq!(
         outside,
@@ -634,7 +663,9 @@ fn host_disk_paths_stay_in_allowed_dirs() {
     assert!(validate_host_disk_path("/var/lib/vp-disks/../x", &dirs)
         .unwrap()
         .contains("'..'"));
-    assert!(validate_host_disk_path("rel.img", &dirs).unwrap().contains("absolute"));
+    assert!(validate_host_disk_path("rel.img", &dirs)
+        .unwrap()
+        .contains("absolute"));
     assert!(validate_host_disk_path("/var/lib/vp-disks", &dirs).is_some());
     assert!(validate_host_disk_path("/var/lib/vp-disks-evil/x", &dirs).is_some());
     assert!(validate_host_disk_path("/var/lib/vp-disks/x", &[])
@@ -684,7 +715,10 @@ fn rules_30_to_32_volume_references() {
         "spec.volumes must have max one serviceAccount volume set",
     );
     expect(
-        &errors(&[("/volumes/0", json!({"name": "root", "dataVolume": {"name": ""}}))]),
+        &errors(&[(
+            "/volumes/0",
+            json!({"name": "root", "dataVolume": {"name": ""}}),
+        )]),
         "spec.volumes[0].name",
         "DataVolume 'name' must be set",
     );
@@ -693,7 +727,10 @@ fn rules_30_to_32_volume_references() {
         "spec.volumes[0]",
         "downwardMetrics disks are not allowed: DownwardMetrics feature gate is not enabled.",
     );
-    clean(&[("/volumes/0", json!({"name": "root", "configMap": {"name": "cm"}}))]);
+    clean(&[(
+        "/volumes/0",
+        json!({"name": "root", "configMap": {"name": "cm"}}),
+    )]);
 }
 
 #[test]
@@ -715,13 +752,19 @@ fn container_disk_path_must_be_absolute() {
 
 #[test]
 fn rules_34_to_39_network_wiring() {
-    let errs = errors(&[("/domain/devices/interfaces/1", json!({"name": "extra", "bridge": {}}))]);
+    let errs = errors(&[(
+        "/domain/devices/interfaces/1",
+        json!({"name": "extra", "bridge": {}}),
+    )]);
     expect(
         &errs,
         "spec.domain.devices.interfaces[1].name",
         "spec.domain.devices.interfaces[1].name 'extra' not found.",
     );
-    let errs = errors(&[("/networks/1", json!({"name": "extra", "multus": {"networkName": "br"}}))]);
+    let errs = errors(&[(
+        "/networks/1",
+        json!({"name": "extra", "multus": {"networkName": "br"}}),
+    )]);
     expect(
         &errs,
         "spec.networks[1].name",
@@ -769,8 +812,14 @@ fn rules_34_to_39_network_wiring() {
         "should have only one network type",
     );
     clean(&[
-        ("/networks/1", json!({"name": "extra", "multus": {"networkName": "br"}})),
-        ("/domain/devices/interfaces/1", json!({"name": "extra", "bridge": {}})),
+        (
+            "/networks/1",
+            json!({"name": "extra", "multus": {"networkName": "br"}}),
+        ),
+        (
+            "/domain/devices/interfaces/1",
+            json!({"name": "extra", "bridge": {}}),
+        ),
     ]);
 }
 
@@ -791,7 +840,10 @@ fn rules_40_to_43_interface_bindings() {
         "logical default interface must have exactly one binding method or binding plugin",
     );
     let errs = errors(&[
-        ("/networks/1", json!({"name": "extra", "multus": {"networkName": "br"}})),
+        (
+            "/networks/1",
+            json!({"name": "extra", "multus": {"networkName": "br"}}),
+        ),
         (
             "/domain/devices/interfaces/1",
             json!({"name": "extra", "masquerade": {}}),
@@ -803,11 +855,17 @@ fn rules_40_to_43_interface_bindings() {
         "Masquerade interface only implemented with pod network",
     );
     expect(
-        &errors(&[("/domain/devices/interfaces/0/macAddress", json!("02:00:00:00:00:00"))]),
+        &errors(&[(
+            "/domain/devices/interfaces/0/macAddress",
+            json!("02:00:00:00:00:00"),
+        )]),
         "spec.domain.devices.interfaces[0].macAddress",
         "The requested MAC address is reserved for the in-pod bridge. Please choose another one.",
     );
-    clean(&[("/domain/devices/interfaces/0/macAddress", json!("02:00:00:00:00:01"))]);
+    clean(&[(
+        "/domain/devices/interfaces/0/macAddress",
+        json!("02:00:00:00:00:01"),
+    )]);
     clean(&[(
         "/domain/devices/interfaces/0",
         json!({"name": "default", "binding": {"name": "plugin"}}),
@@ -851,7 +909,10 @@ fn rules_46_47_model_and_mac() {
         ErrorType::NotSupported,
     );
     expect(
-        &errors(&[("/domain/devices/interfaces/0/macAddress", json!("de:ad:be:ef"))]),
+        &errors(&[(
+            "/domain/devices/interfaces/0/macAddress",
+            json!("de:ad:be:ef"),
+        )]),
         "spec.domain.devices.interfaces[0].macAddress",
         "interface spec.domain.devices.interfaces[0].name has malformed MAC address (de:ad:be:ef).",
     );
@@ -864,14 +925,23 @@ fn rules_46_47_model_and_mac() {
         "interface spec.domain.devices.interfaces[0].name has too long MAC address (02:00:5e:10:00:00:00:01).",
     );
     expect(
-        &errors(&[("/domain/devices/interfaces/0/pciAddress", json!("0000:00:02"))]),
+        &errors(&[(
+            "/domain/devices/interfaces/0/pciAddress",
+            json!("0000:00:02"),
+        )]),
         "spec.domain.devices.interfaces[0].pciAddress",
         "interface spec.domain.devices.interfaces[0].name has malformed PCI address (0000:00:02).",
     );
     clean(&[
         ("/domain/devices/interfaces/0/model", json!("e1000e")),
-        ("/domain/devices/interfaces/0/macAddress", json!("DE-AD-00-00-BE-AF")),
-        ("/domain/devices/interfaces/0/pciAddress", json!("0000:00:02.0")),
+        (
+            "/domain/devices/interfaces/0/macAddress",
+            json!("DE-AD-00-00-BE-AF"),
+        ),
+        (
+            "/domain/devices/interfaces/0/pciAddress",
+            json!("0000:00:02.0"),
+        ),
     ]);
 }
 
@@ -882,7 +952,11 @@ fn rule_48_ports() {
         json!([{"port": 0}, {"port": 70000, "protocol": "SCTP"}, {"name": "Web", "port": 80}, {"name": "http", "port": 8080}, {"name": "http", "port": 8081}]),
     );
     let path = "spec.domain.devices.interfaces[0].ports";
-    expect(&errs, &format!("{path}[0].port"), "Port field is mandatory.");
+    expect(
+        &errs,
+        &format!("{path}[0].port"),
+        "Port field is mandatory.",
+    );
     expect_kind(&errs, &format!("{path}[0].port"), ErrorType::Required);
     expect(
         &errs,
@@ -894,9 +968,19 @@ fn rule_48_ports() {
         &format!("{path}[1].protocol"),
         "Unknown protocol, only TCP or UDP allowed",
     );
-    expect(&errs, &format!("{path}[2].name"), "Invalid name of the port: Web");
-    expect(&errs, &format!("{path}[4].name"), "Duplicate name of the port: http");
-    assert!(ports(json!([{"name": "ssh", "port": 22}, {"port": 53, "protocol": "UDP"}])).is_empty());
+    expect(
+        &errs,
+        &format!("{path}[2].name"),
+        "Invalid name of the port: Web",
+    );
+    expect(
+        &errs,
+        &format!("{path}[4].name"),
+        "Duplicate name of the port: http",
+    );
+    assert!(
+        ports(json!([{"name": "ssh", "port": 22}, {"port": 53, "protocol": "UDP"}])).is_empty()
+    );
 }
 
 // ---------------------------------------------------------------- compute
@@ -1031,7 +1115,10 @@ fn dedicated_cpu_placement() {
 
 #[test]
 fn cpu_feature_policies() {
-    let errs = errors(&[("/domain/cpu/features", json!([{"name": "vmx", "policy": "maybe"}]))]);
+    let errs = errors(&[(
+        "/domain/cpu/features",
+        json!([{"name": "vmx", "policy": "maybe"}]),
+    )]);
     expect(
         &errs,
         "spec.domain.cpu.features[0].policy",
@@ -1074,13 +1161,19 @@ fn rules_57_58_firmware() {
         ("/domain/firmware/bootloader", json!({"efi": {}})),
         ("/domain/features/smm", json!({})),
     ]);
-    clean(&[("/domain/firmware/bootloader", json!({"efi": {"secureBoot": false}}))]);
+    clean(&[(
+        "/domain/firmware/bootloader",
+        json!({"efi": {"secureBoot": false}}),
+    )]);
 }
 
 #[test]
 fn kernel_boot() {
     expect(
-        &errors(&[("/domain/firmware/kernelBoot", json!({"kernelArgs": "console=ttyS0"}))]),
+        &errors(&[(
+            "/domain/firmware/kernelBoot",
+            json!({"kernelArgs": "console=ttyS0"}),
+        )]),
         "spec.domain.firmware.kernelBoot.kernelArgs",
         "kernel arguments cannot be provided without an external kernel",
     );
@@ -1115,7 +1208,10 @@ fn rule_59_hostname_and_subdomain() {
     assert!(errs[0].detail.starts_with(
         "spec.subdomain does not conform to the kubernetes DNS_SUBDOMAIN rules : a lowercase RFC 1123 subdomain"
     ));
-    clean(&[("/hostname", json!("my-host")), ("/subdomain", json!("svc.group"))]);
+    clean(&[
+        ("/hostname", json!("my-host")),
+        ("/subdomain", json!("svc.group")),
+    ]);
 }
 
 #[test]
@@ -1141,7 +1237,10 @@ fn rule_60_probes() {
             "/networks/0",
             json!({"name": "default", "multus": {"networkName": "br"}}),
         ),
-        ("/domain/devices/interfaces/0", json!({"name": "default", "bridge": {}})),
+        (
+            "/domain/devices/interfaces/0",
+            json!({"name": "default", "bridge": {}}),
+        ),
     ]);
     expect(
         &errs,
@@ -1216,7 +1315,11 @@ fn rules_64_66_architecture() {
         "spec.domain.devices.watchdog",
         "amd64 only supports I6300ESB watchdog device",
     );
-    expect_kind(&errs, "spec.domain.devices.watchdog", ErrorType::NotSupported);
+    expect_kind(
+        &errs,
+        "spec.domain.devices.watchdog",
+        ErrorType::NotSupported,
+    );
     spec["domain"]["devices"]["watchdog"] = json!({"name": "w", "i6300esb": {}});
     assert!(validate_vmi_create(&vmi(spec)).allowed());
 }
@@ -1289,7 +1392,10 @@ fn vmim_create() {
     let errs = validate_vmim_create(&vmim(json!({}))).errors;
     expect(&errs, "spec.vmiName", "vmiName is missing");
     assert_eq!(errs[0].kind, ErrorType::Required);
-    let errs = validate_vmim_create(&vmim(json!({"vmiName": "vmi1", "priority": "system-critical"}))).errors;
+    let errs = validate_vmim_create(&vmim(
+        json!({"vmiName": "vmi1", "priority": "system-critical"}),
+    ))
+    .errors;
     expect(
         &errs,
         "spec.migrationPriority",
@@ -1331,7 +1437,10 @@ fn vmim_target_checks() {
         "in-flight migration detected. Active migration job (u1) is currently already in progress for VMI vmi1."
     );
     running["status"]["phase"] = json!("Failed");
-    assert_eq!(check_migration_target(&migration, Some(&target), &[running]), None);
+    assert_eq!(
+        check_migration_target(&migration, Some(&target), &[running]),
+        None
+    );
 }
 
 #[test]
@@ -1345,7 +1454,10 @@ fn vmim_update() {
         "update of Migration object's spec is restricted",
     );
     let mut unlabelled = old.clone();
-    unlabelled["metadata"].as_object_mut().unwrap().remove("labels");
+    unlabelled["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("labels");
     expect(
         &validate_vmim_update(&old, &unlabelled).errors,
         "",
@@ -1381,7 +1493,10 @@ fn no_input_panics() {
             "/domain/memory",
             json!({"guest": "1Gi", "maxGuest": "4Gi", "hugepages": {"pageSize": "2Mi"}}),
         ),
-        ("/domain/resources/limits", json!({"cpu": "2", "memory": "1Gi"})),
+        (
+            "/domain/resources/limits",
+            json!({"cpu": "2", "memory": "1Gi"}),
+        ),
         (
             "/domain/firmware",
             json!({"uuid": "u", "serial": "s", "bootloader": {"efi": {"secureBoot": true}}, "kernelBoot": {"kernelArgs": "a", "container": {"image": "i", "kernelPath": "/k"}}}),
@@ -1391,8 +1506,14 @@ fn no_input_panics() {
             json!({"acpi": {}, "smm": {"enabled": true}, "hyperv": {"spinlocks": {}, "synictimer": {"direct": {}}}}),
         ),
         ("/domain/clock", json!({"utc": {}, "timer": {"hpet": {}}})),
-        ("/domain/devices/inputs", json!([{"name": "t", "type": "tablet"}])),
-        ("/domain/devices/watchdog", json!({"name": "w", "i6300esb": {}})),
+        (
+            "/domain/devices/inputs",
+            json!([{"name": "t", "type": "tablet"}]),
+        ),
+        (
+            "/domain/devices/watchdog",
+            json!({"name": "w", "i6300esb": {}}),
+        ),
         (
             "/domain/devices/interfaces/0/ports",
             json!([{"name": "ssh", "port": 22}]),
@@ -1406,7 +1527,10 @@ fn no_input_panics() {
             "/accessCredentials",
             json!([{"sshPublicKey": {"source": {"secret": {"secretName": "k"}}, "propagationMethod": {"qemuGuestAgent": {"users": ["u"]}}}}]),
         ),
-        ("/readinessProbe", json!({"httpGet": {}, "timeoutSeconds": 0})),
+        (
+            "/readinessProbe",
+            json!({"httpGet": {}, "timeoutSeconds": 0}),
+        ),
         ("/startStrategy", json!("Paused")),
     ] {
         set(&mut full, pointer, value);
@@ -1428,7 +1552,8 @@ fn no_input_panics() {
             let mut spec = full.clone();
             *spec.pointer_mut(pointer).unwrap() = replacement.clone();
             let mut machine = vm(spec.clone());
-            machine["spec"]["dataVolumeTemplates"] = json!([{"metadata": {"name": "d"}, "spec": replacement}]);
+            machine["spec"]["dataVolumeTemplates"] =
+                json!([{"metadata": {"name": "d"}, "spec": replacement}]);
             default_vm_on_create(&mut machine);
             let _ = validate_vm_create(&machine);
             let _ = validate_vm(&machine);

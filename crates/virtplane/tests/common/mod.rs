@@ -56,7 +56,8 @@ pub fn install_crypto() {
 
 fn clients(dir: &Path) -> (reqwest::Client, reqwest::Client) {
     install_crypto();
-    let kubeconfig = std::fs::read_to_string(dir.join("admin.kubeconfig")).expect("admin.kubeconfig");
+    let kubeconfig =
+        std::fs::read_to_string(dir.join("admin.kubeconfig")).expect("admin.kubeconfig");
     let ca = kubeconfig_field(&kubeconfig, "certificate-authority-data").expect("CA in kubeconfig");
     let cert = kubeconfig_field(&kubeconfig, "client-certificate-data").expect("client cert");
     let key = kubeconfig_field(&kubeconfig, "client-key-data").expect("client key");
@@ -118,14 +119,22 @@ impl TestServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(60);
         while !kubeconfig.exists() {
-            assert!(Instant::now() < deadline, "server did not write its kubeconfig");
+            assert!(
+                Instant::now() < deadline,
+                "server did not write its kubeconfig"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let (client, anonymous) = clients(self.dir.path());
         self.client = client;
         self.anonymous = anonymous;
         loop {
-            if let Ok(r) = self.anonymous.get(format!("{}/readyz", self.url)).send().await {
+            if let Ok(r) = self
+                .anonymous
+                .get(format!("{}/readyz", self.url))
+                .send()
+                .await
+            {
                 if r.status() == StatusCode::OK {
                     break;
                 }
@@ -153,9 +162,10 @@ impl TestServer {
     }
 
     pub fn token(&self, user: &str) -> String {
-        let tokens: Value =
-            serde_json::from_slice(&std::fs::read(self.dir.path().join("pki/tokens.json")).expect("tokens"))
-                .expect("json");
+        let tokens: Value = serde_json::from_slice(
+            &std::fs::read(self.dir.path().join("pki/tokens.json")).expect("tokens"),
+        )
+        .expect("json");
         tokens
             .as_object()
             .and_then(|m| m.iter().find(|(_, u)| u["user"] == user))
@@ -163,7 +173,13 @@ impl TestServer {
             .expect("token for user")
     }
 
-    pub async fn request(&self, method: Method, path: &str, content_type: &str, body: Option<Vec<u8>>) -> Reply {
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: Option<Vec<u8>>,
+    ) -> Reply {
         let mut builder = self.client.request(method, format!("{}{path}", self.url));
         if let Some(body) = body {
             builder = builder.header("content-type", content_type).body(body);
@@ -209,8 +225,13 @@ impl TestServer {
     }
 
     pub async fn patch(&self, path: &str, content_type: &str, body: &str) -> Reply {
-        self.request(Method::PATCH, path, content_type, Some(body.as_bytes().to_vec()))
-            .await
+        self.request(
+            Method::PATCH,
+            path,
+            content_type,
+            Some(body.as_bytes().to_vec()),
+        )
+        .await
     }
 
     pub async fn delete(&self, path: &str, body: Option<&Value>) -> Reply {

@@ -12,6 +12,8 @@ use crate::common::{self, Reply, TestServer};
 
 pub const KUBEVIRT: &str = "/apis/kubevirt.io/v1";
 pub const NAMESPACES: &str = "/api/v1/namespaces";
+/// The finalizer KubeVirt's VM controller keeps on every VM.
+pub const VM_FINALIZER: &str = "kubevirt.io/virtualMachineControllerFinalize";
 
 static SHARED: OnceLock<Mutex<TestServer>> = OnceLock::new();
 
@@ -72,9 +74,11 @@ pub fn api_for(server: &TestServer) -> Api {
 impl Api {
     pub fn connect(url: &str, dir: &std::path::Path) -> Api {
         common::install_crypto();
-        let kubeconfig = std::fs::read_to_string(dir.join("admin.kubeconfig")).expect("admin.kubeconfig");
+        let kubeconfig =
+            std::fs::read_to_string(dir.join("admin.kubeconfig")).expect("admin.kubeconfig");
         let ca = common::kubeconfig_field(&kubeconfig, "certificate-authority-data").expect("CA");
-        let cert = common::kubeconfig_field(&kubeconfig, "client-certificate-data").expect("client cert");
+        let cert =
+            common::kubeconfig_field(&kubeconfig, "client-certificate-data").expect("client cert");
         let key = common::kubeconfig_field(&kubeconfig, "client-key-data").expect("client key");
         let ca = reqwest::Certificate::from_pem(&ca).expect("CA PEM");
         let mut identity = cert;
@@ -100,9 +104,10 @@ impl Api {
     }
 
     pub fn token(&self, user: &str) -> String {
-        let tokens: Value =
-            serde_json::from_slice(&std::fs::read(self.data_dir.join("pki/tokens.json")).expect("tokens"))
-                .expect("json");
+        let tokens: Value = serde_json::from_slice(
+            &std::fs::read(self.data_dir.join("pki/tokens.json")).expect("tokens"),
+        )
+        .expect("json");
         tokens
             .as_object()
             .and_then(|m| m.iter().find(|(_, u)| u["user"] == user))
@@ -111,7 +116,13 @@ impl Api {
     }
 
     /// Any request; `headers` are added as given.
-    pub async fn send(&self, method: Method, path: &str, headers: &[(&str, &str)], body: Option<Vec<u8>>) -> Reply {
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<Vec<u8>>,
+    ) -> Reply {
         let mut builder = self.client.request(method, format!("{}{path}", self.url));
         for (k, v) in headers {
             builder = builder.header(*k, *v);
@@ -122,7 +133,13 @@ impl Api {
         TestServer::reply(builder.send().await.expect("request")).await
     }
 
-    pub async fn request(&self, method: Method, path: &str, content_type: &str, body: Option<Vec<u8>>) -> Reply {
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: Option<Vec<u8>>,
+    ) -> Reply {
         match body {
             Some(body) => {
                 self.send(method, path, &[("content-type", content_type)], Some(body))
@@ -157,8 +174,13 @@ impl Api {
     }
 
     pub async fn patch(&self, path: &str, content_type: &str, body: &str) -> Reply {
-        self.request(Method::PATCH, path, content_type, Some(body.as_bytes().to_vec()))
-            .await
+        self.request(
+            Method::PATCH,
+            path,
+            content_type,
+            Some(body.as_bytes().to_vec()),
+        )
+        .await
     }
 
     pub async fn merge(&self, path: &str, body: &Value) -> Reply {
@@ -179,13 +201,23 @@ impl Api {
     /// Creates a namespace and checks it worked.
     pub async fn namespace(&self, name: &str) {
         let r = self.post(NAMESPACES, &namespace(name)).await;
-        assert_eq!(r.status, StatusCode::CREATED, "create namespace {name}: {}", r.text);
+        assert_eq!(
+            r.status,
+            StatusCode::CREATED,
+            "create namespace {name}: {}",
+            r.text
+        );
     }
 
     /// POSTs and expects 201; returns the created object.
     pub async fn create(&self, collection: &str, body: &Value) -> Value {
         let r = self.post(collection, body).await;
-        assert_eq!(r.status, StatusCode::CREATED, "create in {collection}: {}", r.text);
+        assert_eq!(
+            r.status,
+            StatusCode::CREATED,
+            "create in {collection}: {}",
+            r.text
+        );
         r.body
     }
 
@@ -193,8 +225,89 @@ impl Api {
         Watch::open(&self.client, &format!("{}{path}", self.url)).await
     }
 
+    /// Waits until controllers have stopped changing the object at `path` (no watch event
+    /// for half a second after `ready` holds), then returns it as stored. Controllers act
+    /// on VMs and VMIs as KubeVirt's do (finalizers, status); tests that compare whole
+    /// objects or resourceVersions start from a settled object.
+    pub async fn settle_until(&self, path: &str, ready: impl Fn(&Value) -> bool) -> Value {
+        let (collection, name) = path.rsplit_once('/').expect("object path");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut current = self.get(path).await;
+        assert_eq!(
+            current.status,
+            StatusCode::OK,
+            "settle {path}: {}",
+            current.text
+        );
+        while !ready(&current.body) {
+            assert!(
+                Instant::now() < deadline,
+                "{path} never became ready: {}",
+                current.text
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+            current = self.get(path).await;
+        }
+        let rv = current.body["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or("0")
+            .to_string();
+        let mut watch = self
+            .watch(&format!(
+                "{collection}?watch=true&fieldSelector=metadata.name%3D{name}&resourceVersion={rv}"
+            ))
+            .await;
+        loop {
+            assert!(Instant::now() < deadline, "{path} never settled");
+            match watch.poll(Duration::from_millis(500)).await {
+                Next::Timeout | Next::End => break,
+                Next::Event(_) => {}
+            }
+        }
+        let r = self.get(path).await;
+        assert_eq!(r.status, StatusCode::OK, "settle {path}: {}", r.text);
+        r.body
+    }
+
+    pub async fn settle(&self, path: &str) -> Value {
+        self.settle_until(path, |_| true).await
+    }
+
+    /// Creates a VM and waits for the VM controller to have added its finalizer and status.
+    pub async fn settled_vm(&self, ns: &str, body: &Value) -> Value {
+        let name = body["metadata"]["name"].as_str().expect("name").to_string();
+        self.create(&coll(ns, "virtualmachines"), body).await;
+        self.settle_until(&item(ns, "virtualmachines", &name), |vm| {
+            vm["status"]["printableStatus"].is_string()
+                && vm["metadata"]["finalizers"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|f| f == VM_FINALIZER))
+        })
+        .await
+    }
+
+    /// GET, change, PUT — again on a 409 from a concurrent controller write (as clients
+    /// do); for tests about what a PUT does rather than about optimistic concurrency.
+    pub async fn put_fresh(&self, path: &str, change: impl Fn(&mut Value)) -> Reply {
+        for _ in 0..10 {
+            let mut obj = self.get(path).await.body;
+            change(&mut obj);
+            let r = self.put(path, &obj).await;
+            if r.status != StatusCode::CONFLICT {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("PUT {path} kept conflicting");
+    }
+
     /// Polls `path` until `done` holds for the reply, or panics after `within`.
-    pub async fn eventually(&self, path: &str, within: Duration, done: impl Fn(&Reply) -> bool) -> Reply {
+    pub async fn eventually(
+        &self,
+        path: &str,
+        within: Duration,
+        done: impl Fn(&Reply) -> bool,
+    ) -> Reply {
         let deadline = Instant::now() + within;
         loop {
             let r = self.get(path).await;
@@ -276,7 +389,12 @@ pub fn names(list: &Value) -> Vec<String> {
 
 /// Checks the common shape of a failure Status and its code, reason and message.
 pub fn assert_status(reply: &Reply, code: u16, reason: &str, message: &str) {
-    assert_eq!(reply.status.as_u16(), code, "HTTP code; body: {}", reply.text);
+    assert_eq!(
+        reply.status.as_u16(),
+        code,
+        "HTTP code; body: {}",
+        reply.text
+    );
     let body = &reply.body;
     assert_eq!(body["kind"], "Status", "{}", reply.text);
     assert_eq!(body["apiVersion"], "v1", "{}", reply.text);
@@ -296,8 +414,17 @@ pub fn assert_status(reply: &Reply, code: u16, reason: &str, message: &str) {
 /// The whole Status body, for exact comparisons.
 pub fn assert_status_body(reply: &Reply, expected: Value) {
     let code = expected["code"].as_u64().expect("code in expected") as u16;
-    assert_eq!(reply.status.as_u16(), code, "HTTP code; body: {}", reply.text);
-    assert_eq!(reply.body, expected, "\n got: {}\nwant: {}", reply.text, expected);
+    assert_eq!(
+        reply.status.as_u16(),
+        code,
+        "HTTP code; body: {}",
+        reply.text
+    );
+    assert_eq!(
+        reply.body, expected,
+        "\n got: {}\nwant: {}",
+        reply.text, expected
+    );
 }
 
 /// `details.causes` as (reason, field, message) triples.
@@ -329,7 +456,8 @@ pub fn warnings(reply: &Reply) -> Vec<String> {
             let text = raw
                 .strip_prefix("299 - ")
                 .unwrap_or_else(|| panic!("warning {raw:?} lacks 299 - "));
-            serde_json::from_str::<String>(text).unwrap_or_else(|_| panic!("warning text {text:?} is not quoted"))
+            serde_json::from_str::<String>(text)
+                .unwrap_or_else(|_| panic!("warning text {text:?} is not quoted"))
         })
         .collect()
 }
@@ -374,8 +502,8 @@ impl Watch {
             if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = self.buf.drain(..=pos).collect();
                 let text = String::from_utf8_lossy(&line[..line.len() - 1]).to_string();
-                let event: Value =
-                    serde_json::from_str(&text).unwrap_or_else(|e| panic!("watch line {text:?} is not JSON: {e}"));
+                let event: Value = serde_json::from_str(&text)
+                    .unwrap_or_else(|e| panic!("watch line {text:?} is not JSON: {e}"));
                 return Next::Event(event);
             }
             if self.ended {

@@ -1,0 +1,1013 @@
+//! The QEMU hypervisor: each VMI is one QEMU process (KVM when usable, software
+//! emulation otherwise), with its disks, seeds and console under
+//! `DIR/vmi/<namespace>/<name>/` of the node's data dir.
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use base64::Engine;
+use kube::core::DynamicObject;
+use kube::ResourceExt;
+use qemu::{Bus, Disk, DiskMedia, Firmware, Instance, KernelBoot, MachineSpec, Nic, PortForward};
+use serde_json::{json, Value};
+use tokio::sync::broadcast;
+
+use crate::hypervisor::{GuestInfo, Hypervisor, Observed, Prepared, Started, Stopping};
+use crate::images::Puller;
+
+#[derive(Clone, Debug)]
+pub struct QemuConfig {
+    /// The node's data dir: `DIR/node/<node>`.
+    pub node_dir: PathBuf,
+    /// Where pulled images are cached (shared by the nodes of one host).
+    pub image_cache: PathBuf,
+    pub binary: PathBuf,
+    pub insecure_registries: Vec<String>,
+    pub host_disk_dirs: Vec<PathBuf>,
+    /// The address port forwards listen on.
+    pub node_address: String,
+    pub millicpu: i64,
+    pub memory: i64,
+}
+
+const OVMF_DIR: &str = "/usr/share/OVMF";
+
+/// Whether KVM can run guests here: QEMU starts with `accel=kvm` and keeps running.
+pub fn kvm_usable(binary: &Path) -> bool {
+    if std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_err()
+    {
+        return false;
+    }
+    let probe = std::process::Command::new(binary)
+        .args([
+            "-machine",
+            "none,accel=kvm",
+            "-nodefaults",
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+            "-S",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let Ok(mut child) = probe else { return false };
+    std::thread::sleep(Duration::from_millis(300));
+    match child.try_wait() {
+        // It gave up: KVM is not usable.
+        Ok(Some(_)) | Err(_) => false,
+        Ok(None) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            true
+        }
+    }
+}
+
+struct Running {
+    instance: Instance,
+    stop_started: Option<Instant>,
+}
+
+pub struct Qemu {
+    config: QemuConfig,
+    kvm: bool,
+    puller: Puller,
+    running: tokio::sync::Mutex<HashMap<String, Running>>,
+    /// Port forwards handed out, by VMI uid.
+    forwards: Mutex<HashMap<String, Vec<(String, String, u16, u16)>>>,
+    changes: broadcast::Sender<(String, String)>,
+}
+
+fn failed(reason: &str, message: impl Into<String>) -> Prepared {
+    Prepared::Failed {
+        reason: reason.into(),
+        message: message.into(),
+    }
+}
+
+fn start_failed(reason: &str, message: impl Into<String>) -> Started {
+    Started::Failed {
+        reason: reason.into(),
+        message: message.into(),
+    }
+}
+
+fn spec(vmi: &DynamicObject) -> &Value {
+    vmi.data.get("spec").unwrap_or(&Value::Null)
+}
+
+fn volumes(vmi: &DynamicObject) -> Vec<Value> {
+    spec(vmi)
+        .get("volumes")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn quantity_bytes(text: &str) -> Option<u64> {
+    let (number, unit) = text
+        .find(|c: char| c.is_ascii_alphabetic())
+        .map_or((text, ""), |i| text.split_at(i));
+    let n: f64 = number.trim().parse().ok()?;
+    let factor: f64 = match unit {
+        "" => 1.0,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "Ki" => 1024.0,
+        "Mi" => 1024.0 * 1024.0,
+        "Gi" => 1024.0 * 1024.0 * 1024.0,
+        "Ti" => 1024f64.powi(4),
+        _ => return None,
+    };
+    Some((n * factor) as u64)
+}
+
+async fn qemu_img(args: &[&str]) -> Result<(), String> {
+    let out = tokio::process::Command::new("qemu-img")
+        .args(args)
+        .output()
+        .await
+        .map_err(|e| format!("qemu-img: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "qemu-img {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Detects qcow2 by its magic; anything else is raw.
+fn image_format(path: &Path) -> &'static str {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    let qcow = std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && &magic == b"QFI\xfb";
+    if qcow {
+        "qcow2"
+    } else {
+        "raw"
+    }
+}
+
+fn free_port(address: &str) -> Option<u16> {
+    TcpListener::bind((address, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .ok()
+}
+
+/// A stable locally administered MAC for an interface of a VMI.
+fn mac_for(uid: &str, index: usize) -> String {
+    let hash = uid.bytes().fold(index as u64 * 131, |acc, b| {
+        acc.wrapping_mul(31).wrapping_add(u64::from(b))
+    });
+    let b = hash.to_be_bytes();
+    format!(
+        "02:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        b[3], b[4], b[5], b[6], b[7]
+    )
+}
+
+impl Qemu {
+    pub fn new(config: QemuConfig) -> Qemu {
+        let kvm = kvm_usable(&config.binary);
+        tracing::info!(
+            "QEMU node agent: {} acceleration",
+            if kvm { "KVM" } else { "software (TCG)" }
+        );
+        let puller = Puller::new(
+            config.image_cache.clone(),
+            config.insecure_registries.clone(),
+        );
+        let (changes, _) = broadcast::channel(256);
+        Qemu {
+            config,
+            kvm,
+            puller,
+            running: tokio::sync::Mutex::new(HashMap::new()),
+            forwards: Mutex::new(HashMap::new()),
+            changes,
+        }
+    }
+
+    /// `DIR/vmi/<namespace>/<name>/`: the runtime files of one VMI.
+    pub fn vmi_dir(&self, namespace: &str, name: &str) -> PathBuf {
+        self.config.node_dir.join("vmi").join(namespace).join(name)
+    }
+
+    fn dir(&self, vmi: &DynamicObject) -> PathBuf {
+        self.vmi_dir(&vmi.namespace().unwrap_or_default(), &vmi.name_any())
+    }
+
+    /// The serial console socket of a VMI, for the console proxy.
+    pub fn console_socket(&self, namespace: &str, name: &str) -> PathBuf {
+        self.vmi_dir(namespace, name).join("console.sock")
+    }
+
+    /// Makes the file behind one volume ready and says where it is and in which format.
+    async fn prepare_volume(
+        &self,
+        vmi: &DynamicObject,
+        volume: &Value,
+    ) -> Result<(PathBuf, String), Prepared> {
+        let dir = self.dir(vmi);
+        let name = volume["name"].as_str().unwrap_or("volume");
+        if let Some(cd) = volume.get("containerDisk") {
+            let image = cd["image"].as_str().unwrap_or("");
+            let extracted = self
+                .puller
+                .pull(image, &["/disk/"])
+                .await
+                .map_err(|e| failed("ErrImagePull", e.to_string()))?;
+            let wanted = cd.get("path").and_then(Value::as_str);
+            let base = extracted
+                .files
+                .iter()
+                .find(|(p, _)| wanted.is_none_or(|w| p == w))
+                .map(|(_, p)| p.clone())
+                .ok_or_else(|| {
+                    failed(
+                        "ErrImagePull",
+                        format!("image {image} has no disk under /disk/"),
+                    )
+                })?;
+            let overlay = dir.join(format!("{name}.qcow2"));
+            if !overlay.exists() {
+                let base_text = base.display().to_string();
+                let format = image_format(&base);
+                let overlay_text = overlay.display().to_string();
+                qemu_img(&[
+                    "create",
+                    "-q",
+                    "-f",
+                    "qcow2",
+                    "-F",
+                    format,
+                    "-b",
+                    &base_text,
+                    &overlay_text,
+                ])
+                .await
+                .map_err(|e| failed("FailedCreate", e))?;
+            }
+            return Ok((overlay, "qcow2".into()));
+        }
+        if let Some(empty) = volume.get("emptyDisk") {
+            let capacity = empty["capacity"]
+                .as_str()
+                .and_then(quantity_bytes)
+                .unwrap_or(1 << 30);
+            let path = dir.join(format!("{name}.qcow2"));
+            if !path.exists() {
+                let size = capacity.to_string();
+                qemu_img(&[
+                    "create",
+                    "-q",
+                    "-f",
+                    "qcow2",
+                    &path.display().to_string(),
+                    &size,
+                ])
+                .await
+                .map_err(|e| failed("FailedCreate", e))?;
+            }
+            return Ok((path, "qcow2".into()));
+        }
+        if let Some(source) = volume
+            .get("cloudInitNoCloud")
+            .or_else(|| volume.get("cloudInitConfigDrive"))
+        {
+            let nocloud = volume.get("cloudInitNoCloud").is_some();
+            let decode = |plain: &str, b64: &str| -> Result<Vec<u8>, Prepared> {
+                if let Some(text) = source.get(plain).and_then(Value::as_str) {
+                    return Ok(text.as_bytes().to_vec());
+                }
+                match source.get(b64).and_then(Value::as_str) {
+                    Some(encoded) => base64::engine::general_purpose::STANDARD
+                        .decode(encoded)
+                        .map_err(|e| failed("FailedCreate", format!("{b64} is not base64: {e}"))),
+                    None => Ok(Vec::new()),
+                }
+            };
+            let user = decode("userData", "userDataBase64")?;
+            let network = decode("networkData", "networkDataBase64")?;
+            let uid = vmi.uid().unwrap_or_default();
+            let host = vmi.name_any();
+            let path = dir.join(format!("{name}-seed.img"));
+            let mut files: Vec<(&str, Vec<u8>)> = Vec::new();
+            let label = if nocloud {
+                files.push((
+                    "meta-data",
+                    format!("instance-id: {uid}\nlocal-hostname: {host}\n").into_bytes(),
+                ));
+                files.push(("user-data", user));
+                if !network.is_empty() {
+                    files.push(("network-config", network));
+                }
+                "cidata"
+            } else {
+                let meta = json!({"uuid": uid, "hostname": host, "name": host}).to_string();
+                files.push(("openstack/latest/meta_data.json", meta.into_bytes()));
+                files.push(("openstack/latest/user_data", user));
+                if !network.is_empty() {
+                    files.push(("openstack/latest/network_data.json", network));
+                }
+                "config-2"
+            };
+            crate::seed::write_fat_image(&path, label, &files)
+                .map_err(|e| failed("FailedCreate", format!("seed disk: {e}")))?;
+            return Ok((path, "raw".into()));
+        }
+        if let Some(host) = volume.get("hostDisk") {
+            let path = PathBuf::from(host["path"].as_str().unwrap_or(""));
+            let allowed = self
+                .config
+                .host_disk_dirs
+                .iter()
+                .any(|d| path.starts_with(d) && path != *d);
+            if !allowed
+                || path
+                    .components()
+                    .any(|c| matches!(c, std::path::Component::ParentDir))
+            {
+                return Err(failed(
+                    "FailedCreate",
+                    format!(
+                        "hostDisk {} is outside the directories this node allows (--host-disk-dir)",
+                        path.display()
+                    ),
+                ));
+            }
+            if !path.exists() {
+                if host["type"] != "DiskOrCreate" {
+                    return Err(failed(
+                        "FailedCreate",
+                        format!("hostDisk {} does not exist", path.display()),
+                    ));
+                }
+                let capacity = host["capacity"]
+                    .as_str()
+                    .and_then(quantity_bytes)
+                    .unwrap_or(1 << 30);
+                let file =
+                    std::fs::File::create(&path).and_then(|f| f.set_len(capacity).map(|_| f));
+                file.map_err(|e| {
+                    failed(
+                        "FailedCreate",
+                        format!("creating hostDisk {}: {e}", path.display()),
+                    )
+                })?;
+            }
+            let format = image_format(&path).to_string();
+            return Ok((path, format));
+        }
+        let claim = volume
+            .pointer("/persistentVolumeClaim/claimName")
+            .or_else(|| volume.pointer("/dataVolume/name"))
+            .and_then(Value::as_str);
+        if let Some(claim) = claim {
+            let path = self
+                .config
+                .node_dir
+                .parent()
+                .and_then(Path::parent)
+                .unwrap_or(&self.config.node_dir)
+                .join("volumes")
+                .join(vmi.namespace().unwrap_or_default())
+                .join(claim);
+            if !path.exists() {
+                return Err(failed(
+                    "FailedPvcNotFound",
+                    format!(
+                        "PVC {}/{claim} does not exist",
+                        vmi.namespace().unwrap_or_default()
+                    ),
+                ));
+            }
+            let format = image_format(&path).to_string();
+            return Ok((path, format));
+        }
+        Err(failed(
+            "FailedCreate",
+            format!("volume {name}: this kind of volume is not supported on virtplane nodes yet"),
+        ))
+    }
+
+    async fn kernel_boot(&self, vmi: &DynamicObject) -> Result<Option<KernelBoot>, Started> {
+        let Some(kb) = spec(vmi).pointer("/domain/firmware/kernelBoot") else {
+            return Ok(None);
+        };
+        let args = kb["kernelArgs"].as_str().unwrap_or("").to_string();
+        let Some(container) = kb.get("container") else {
+            return Ok(None);
+        };
+        let image = container["image"].as_str().unwrap_or("");
+        let kernel_path = container["kernelPath"].as_str().unwrap_or("");
+        let initrd_path = container["initrdPath"].as_str();
+        let mut wanted = vec![kernel_path];
+        wanted.extend(initrd_path);
+        let extracted = self
+            .puller
+            .pull(image, &wanted)
+            .await
+            .map_err(|e| start_failed("ErrImagePull", e.to_string()))?;
+        let find = |p: &str| {
+            extracted
+                .files
+                .iter()
+                .find(|(path, _)| path == p)
+                .map(|(_, f)| f.clone())
+        };
+        let kernel = find(kernel_path).ok_or_else(|| {
+            start_failed(
+                "ErrImagePull",
+                format!("image {image} has no {kernel_path}"),
+            )
+        })?;
+        let initrd = match initrd_path {
+            Some(p) => Some(find(p).ok_or_else(|| {
+                start_failed("ErrImagePull", format!("image {image} has no {p}"))
+            })?),
+            None => None,
+        };
+        Ok(Some(KernelBoot {
+            kernel,
+            initrd,
+            cmdline: args,
+        }))
+    }
+
+    async fn machine(&self, vmi: &DynamicObject) -> Result<MachineSpec, Started> {
+        let s = spec(vmi);
+        let domain = s.get("domain").cloned().unwrap_or(Value::Null);
+        let dir = self.dir(vmi);
+        let get_u32 = |p: &str| {
+            domain
+                .pointer(p)
+                .and_then(Value::as_u64)
+                .map(|v| v.max(1) as u32)
+                .unwrap_or(1)
+        };
+        let memory = domain
+            .pointer("/memory/guest")
+            .or_else(|| domain.pointer("/resources/requests/memory"))
+            .and_then(Value::as_str)
+            .and_then(quantity_bytes)
+            .unwrap_or(128 << 20);
+        let machine_type = match domain
+            .pointer("/machine/type")
+            .and_then(Value::as_str)
+            .unwrap_or("q35")
+        {
+            t if t.starts_with("pc-q35") || t == "q35" => "q35".to_string(),
+            t if t.starts_with("pc-i440fx") || t == "pc" => "pc".to_string(),
+            other => other.to_string(),
+        };
+        let cpu_model = match domain
+            .pointer("/cpu/model")
+            .and_then(Value::as_str)
+            .unwrap_or("host-model")
+        {
+            "host-model" | "host-passthrough" if self.kvm => "host".to_string(),
+            // Software emulation has no host CPU to copy; `max` offers every feature TCG has.
+            "host-model" | "host-passthrough" => "max".to_string(),
+            named => named.to_string(),
+        };
+        let hugepages = match domain
+            .pointer("/memory/hugepages/pageSize")
+            .and_then(Value::as_str)
+        {
+            None => None,
+            Some(size) => {
+                let free = std::fs::read_to_string("/proc/meminfo")
+                    .ok()
+                    .and_then(|m| {
+                        m.lines()
+                            .find(|l| l.starts_with("HugePages_Free:"))
+                            .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                    })
+                    .unwrap_or(0);
+                if free == 0 {
+                    return Err(start_failed("FailedCreate", format!("hugepages of size {size} were requested, but this node has no free hugepages")));
+                }
+                Some(PathBuf::from("/dev/hugepages"))
+            }
+        };
+        let firmware = match domain.pointer("/firmware/bootloader/efi") {
+            None => Firmware::Bios,
+            Some(efi) => {
+                let secure = efi
+                    .get("secureBoot")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(true);
+                let (code, vars) = if secure {
+                    ("OVMF_CODE_4M.secboot.fd", "OVMF_VARS_4M.ms.fd")
+                } else {
+                    ("OVMF_CODE_4M.fd", "OVMF_VARS_4M.fd")
+                };
+                let code = Path::new(OVMF_DIR).join(code);
+                let template = Path::new(OVMF_DIR).join(vars);
+                if !code.exists() || !template.exists() {
+                    return Err(start_failed(
+                        "FailedCreate",
+                        format!(
+                            "EFI firmware {} is missing on this node (install Debian's ovmf)",
+                            code.display()
+                        ),
+                    ));
+                }
+                let vars = dir.join("efivars.fd");
+                if !vars.exists() {
+                    std::fs::copy(&template, &vars).map_err(|e| {
+                        start_failed("FailedCreate", format!("copying EFI variables: {e}"))
+                    })?;
+                }
+                Firmware::Efi {
+                    code,
+                    vars,
+                    secure_boot: secure,
+                }
+            }
+        };
+        let feature_on =
+            |name: &str, default: bool| match domain.pointer(&format!("/features/{name}")) {
+                None => default,
+                Some(f) => f.get("enabled").and_then(Value::as_bool).unwrap_or(true),
+            };
+        let acpi = feature_on("acpi", true);
+        let smm = feature_on(
+            "smm",
+            matches!(
+                firmware,
+                Firmware::Efi {
+                    secure_boot: true,
+                    ..
+                }
+            ),
+        );
+
+        let mut prepared = HashMap::new();
+        for volume in volumes(vmi) {
+            match self.prepare_volume(vmi, &volume).await {
+                Ok(found) => {
+                    prepared.insert(volume["name"].as_str().unwrap_or("").to_string(), found);
+                }
+                Err(Prepared::Failed { reason, message }) => {
+                    return Err(Started::Failed { reason, message })
+                }
+                Err(Prepared::Ready) => {}
+            }
+        }
+        let mut disks = Vec::new();
+        for disk in domain
+            .pointer("/devices/disks")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+        {
+            let name = disk["name"].as_str().unwrap_or("").to_string();
+            let Some((path, format)) = prepared.get(&name).cloned() else {
+                return Err(start_failed(
+                    "FailedCreate",
+                    format!("disk {name} has no volume"),
+                ));
+            };
+            let (target, media) = if let Some(cd) = disk.get("cdrom") {
+                (cd, DiskMedia::Cdrom)
+            } else if let Some(lun) = disk.get("lun") {
+                (lun, DiskMedia::Disk)
+            } else {
+                (disk.get("disk").unwrap_or(&Value::Null), DiskMedia::Disk)
+            };
+            let bus = match target
+                .get("bus")
+                .and_then(Value::as_str)
+                .unwrap_or("virtio")
+            {
+                "sata" => Bus::Sata,
+                "scsi" => Bus::Scsi,
+                "ide" => Bus::Ide,
+                _ => Bus::Virtio,
+            };
+            disks.push(Disk {
+                id: name,
+                path,
+                format,
+                bus,
+                media,
+                readonly: target
+                    .get("readonly")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+                boot_index: disk
+                    .get("bootOrder")
+                    .and_then(Value::as_u64)
+                    .map(|b| b as u32),
+                serial: disk
+                    .get("serial")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                cache: disk
+                    .get("cache")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+            });
+        }
+        let uid = vmi.uid().unwrap_or_default();
+        let networks = s
+            .get("networks")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let mut nics = Vec::new();
+        let mut forwards = Vec::new();
+        for (index, iface) in domain
+            .pointer("/devices/interfaces")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            let name = iface["name"].as_str().unwrap_or("").to_string();
+            let on_pod = networks
+                .iter()
+                .any(|n| n["name"] == Value::from(name.clone()) && n.get("pod").is_some());
+            if iface.get("bridge").is_some() || !on_pod {
+                return Err(start_failed(
+                    "FailedCreate",
+                    format!("interface {name}: only the masquerade binding on the pod network is available on virtplane nodes (bridge needs host taps, which this node does not create)"),
+                ));
+            }
+            let model = match iface["model"].as_str().unwrap_or("virtio") {
+                "virtio" => "virtio-net-pci",
+                "e1000" => "e1000",
+                "e1000e" => "e1000e",
+                "rtl8139" => "rtl8139",
+                other => {
+                    return Err(start_failed(
+                        "FailedCreate",
+                        format!("interface {name}: model {other} is not available"),
+                    ))
+                }
+            };
+            let mut nic_forwards = Vec::new();
+            for port in iface
+                .get("ports")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+            {
+                let guest_port = port["port"].as_u64().unwrap_or(0) as u16;
+                let protocol = port["protocol"]
+                    .as_str()
+                    .unwrap_or("TCP")
+                    .to_ascii_lowercase();
+                let host_port = free_port(&self.config.node_address).ok_or_else(|| {
+                    start_failed(
+                        "FailedCreate",
+                        "no free port on the node for a port forward",
+                    )
+                })?;
+                nic_forwards.push(PortForward {
+                    protocol: protocol.clone(),
+                    host_address: self.config.node_address.clone(),
+                    host_port,
+                    guest_port,
+                });
+                forwards.push((
+                    name.clone(),
+                    port["name"].as_str().unwrap_or("").to_string(),
+                    host_port,
+                    guest_port,
+                ));
+            }
+            nics.push(Nic {
+                id: name,
+                model: model.into(),
+                mac: iface["macAddress"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| mac_for(&uid, index)),
+                forwards: nic_forwards,
+                boot_index: iface
+                    .get("bootOrder")
+                    .and_then(Value::as_u64)
+                    .map(|b| b as u32),
+            });
+        }
+        self.forwards
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(uid.clone(), forwards);
+        let kernel_boot = self.kernel_boot(vmi).await?;
+        let devices = domain.get("devices").cloned().unwrap_or(Value::Null);
+        let watchdog = devices
+            .pointer("/watchdog/i6300esb")
+            .map(|w| w["action"].as_str().unwrap_or("reset").to_string());
+        let graphics = devices
+            .get("autoattachGraphicsDevice")
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        Ok(MachineSpec {
+            name: format!("{}_{}", vmi.namespace().unwrap_or_default(), vmi.name_any()),
+            uuid: domain
+                .pointer("/firmware/uuid")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or(uid),
+            serial: domain
+                .pointer("/firmware/serial")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            machine_type,
+            kvm: self.kvm,
+            cpu_model,
+            sockets: get_u32("/cpu/sockets"),
+            cores: get_u32("/cpu/cores"),
+            threads: get_u32("/cpu/threads"),
+            memory_mib: memory.div_ceil(1 << 20),
+            hugepages,
+            firmware,
+            kernel_boot,
+            acpi,
+            smm,
+            disks,
+            nics,
+            rng: devices.get("rng").is_some(),
+            watchdog,
+            console_socket: dir.join("console.sock"),
+            console_log: dir.join("serial.log"),
+            qmp_socket: dir.join("qmp.sock"),
+            vnc_socket: graphics.then(|| dir.join("vnc.sock")),
+            pidfile: dir.join("qemu.pid"),
+        })
+    }
+
+    /// The running instance of a VMI, adopting one a previous agent started.
+    async fn instance<'a>(
+        &self,
+        running: &'a mut HashMap<String, Running>,
+        vmi: &DynamicObject,
+    ) -> Option<&'a mut Running> {
+        let uid = vmi.uid().unwrap_or_default();
+        if !running.contains_key(&uid) {
+            let dir = self.dir(vmi);
+            let instance = Instance::adopt(&dir.join("qemu.pid"), &dir.join("qmp.sock")).await?;
+            tracing::info!(
+                "adopted QEMU {} of {}/{}",
+                instance.pid,
+                vmi.namespace().unwrap_or_default(),
+                vmi.name_any()
+            );
+            self.watch_exit(vmi, &instance);
+            running.insert(
+                uid.clone(),
+                Running {
+                    instance,
+                    stop_started: None,
+                },
+            );
+        }
+        running.get_mut(&uid)
+    }
+
+    /// Tells the agent as soon as QEMU exits.
+    fn watch_exit(&self, vmi: &DynamicObject, instance: &Instance) {
+        let mut events = instance.qmp.events();
+        let key = (vmi.namespace().unwrap_or_default(), vmi.name_any());
+        let changes = self.changes.clone();
+        tokio::spawn(async move {
+            while events.recv().await.is_ok() {}
+            let _ = changes.send(key);
+        });
+    }
+}
+
+#[async_trait]
+impl Hypervisor for Qemu {
+    fn kind(&self) -> &'static str {
+        "qemu"
+    }
+
+    fn capacity(&self) -> (i64, i64) {
+        (self.config.millicpu, self.config.memory)
+    }
+
+    fn changes(&self) -> Option<broadcast::Receiver<(String, String)>> {
+        Some(self.changes.subscribe())
+    }
+
+    async fn prepare(&self, vmi: &DynamicObject) -> Prepared {
+        let dir = self.dir(vmi);
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            return failed("FailedCreate", format!("creating {}: {e}", dir.display()));
+        }
+        for volume in volumes(vmi) {
+            if let Err(failure) = self.prepare_volume(vmi, &volume).await {
+                return failure;
+            }
+        }
+        if let Err(failure) = self.kernel_boot(vmi).await {
+            if let Started::Failed { reason, message } = failure {
+                return Prepared::Failed { reason, message };
+            }
+        }
+        Prepared::Ready
+    }
+
+    async fn start(&self, vmi: &DynamicObject) -> Started {
+        let mut running = self.running.lock().await;
+        // Never a second QEMU for one VMI: adopt what runs already.
+        if self.instance(&mut running, vmi).await.is_none() {
+            let spec = match self.machine(vmi).await {
+                Ok(spec) => spec,
+                Err(failure) => return failure,
+            };
+            let log = self.dir(vmi).join("qemu.log");
+            let instance = match Instance::spawn(&self.config.binary, &spec, &log).await {
+                Ok(instance) => instance,
+                Err(e) => return start_failed("FailedCreate", e.to_string()),
+            };
+            let paused = spec_paused(vmi);
+            if !paused {
+                if let Err(e) = instance.resume().await {
+                    instance.kill();
+                    return start_failed("FailedCreate", format!("starting the guest: {e}"));
+                }
+            }
+            self.watch_exit(vmi, &instance);
+            running.insert(
+                vmi.uid().unwrap_or_default(),
+                Running {
+                    instance,
+                    stop_started: None,
+                },
+            );
+        }
+        let uid = vmi.uid().unwrap_or_default();
+        let forwards = self
+            .forwards
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&uid)
+            .cloned()
+            .unwrap_or_default();
+        let interfaces = spec(vmi)
+            .pointer("/domain/devices/interfaces")
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .enumerate()
+                    .map(|(i, iface)| {
+                        let name = iface["name"].as_str().unwrap_or("").to_string();
+                        let mac = iface["macAddress"]
+                            .as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| mac_for(&uid, i));
+                        (name, mac, self.config.node_address.clone())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let port_forwards = forwards
+            .iter()
+            .map(|(iface, name, host_port, port)| {
+                json!({"interface": iface, "name": name, "protocol": "TCP", "port": port,
+                       "hostIP": self.config.node_address, "hostPort": host_port})
+            })
+            .collect();
+        let machine = spec(vmi)
+            .pointer("/domain/machine/type")
+            .and_then(Value::as_str)
+            .unwrap_or("q35")
+            .to_string();
+        Started::Running(GuestInfo {
+            interfaces,
+            machine,
+            live_migratable: false,
+            port_forwards,
+        })
+    }
+
+    async fn observe(&self, vmi: &DynamicObject) -> Observed {
+        let mut running = self.running.lock().await;
+        let Some(entry) = self.instance(&mut running, vmi).await else {
+            return Observed::Exited {
+                succeeded: false,
+                reason: "the QEMU process of this VMI is gone".into(),
+            };
+        };
+        if entry.instance.exited() {
+            let reason = entry.instance.shutdown_reason();
+            let succeeded = reason.as_deref() == Some("guest-shutdown");
+            running.remove(&vmi.uid().unwrap_or_default());
+            return Observed::Exited {
+                succeeded,
+                reason: if succeeded {
+                    "GuestShutdown".into()
+                } else {
+                    format!(
+                        "QEMU exited ({})",
+                        reason.unwrap_or_else(|| "crashed".into())
+                    )
+                },
+            };
+        }
+        Observed::Running {
+            recheck: Duration::from_secs(10),
+        }
+    }
+
+    async fn stop(&self, vmi: &DynamicObject, grace: Duration) -> Stopping {
+        let mut running = self.running.lock().await;
+        let uid = vmi.uid().unwrap_or_default();
+        let Some(entry) = self.instance(&mut running, vmi).await else {
+            return Stopping::Done { succeeded: true };
+        };
+        if entry.instance.exited() {
+            let succeeded = entry.instance.shutdown_reason().as_deref() == Some("guest-shutdown");
+            running.remove(&uid);
+            return Stopping::Done { succeeded };
+        }
+        let first = entry.stop_started.is_none();
+        let started = *entry.stop_started.get_or_insert_with(Instant::now);
+        if first && !grace.is_zero() {
+            if let Err(e) = entry.instance.power_down().await {
+                tracing::debug!("ACPI power-down of {}: {e}", vmi.name_any());
+            }
+        }
+        if started.elapsed() >= grace {
+            entry.instance.kill();
+            running.remove(&uid);
+            return Stopping::Done { succeeded: false };
+        }
+        Stopping::Pending(Duration::from_millis(200))
+    }
+
+    async fn set_paused(&self, vmi: &DynamicObject, paused: bool) -> Result<(), String> {
+        let mut running = self.running.lock().await;
+        let entry = self
+            .instance(&mut running, vmi)
+            .await
+            .ok_or("the VMI is not running")?;
+        let result = if paused {
+            entry.instance.pause().await
+        } else {
+            entry.instance.resume().await
+        };
+        result.map_err(|e| e.to_string())
+    }
+
+    async fn soft_reboot(&self, vmi: &DynamicObject) -> Result<(), String> {
+        let mut running = self.running.lock().await;
+        let entry = self
+            .instance(&mut running, vmi)
+            .await
+            .ok_or("the VMI is not running")?;
+        // An ACPI-style reboot request the guest's kernel handles like Ctrl+Alt+Del.
+        entry
+            .instance
+            .qmp
+            .execute("send-key", Some(json!({"keys": [{"type": "qcode", "data": "ctrl"}, {"type": "qcode", "data": "alt"}, {"type": "qcode", "data": "delete"}]})))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn cleanup(&self, vmi: &DynamicObject) {
+        let mut running = self.running.lock().await;
+        let uid = vmi.uid().unwrap_or_default();
+        if let Some(entry) = self.instance(&mut running, vmi).await {
+            entry.instance.kill();
+        }
+        running.remove(&uid);
+        self.forwards
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&uid);
+        let _ = std::fs::remove_dir_all(self.dir(vmi));
+    }
+}
+
+fn spec_paused(vmi: &DynamicObject) -> bool {
+    spec(vmi).get("startStrategy").and_then(Value::as_str) == Some("Paused")
+}

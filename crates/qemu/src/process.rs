@@ -1,0 +1,186 @@
+//! QEMU processes: started in their own process group so they outlive the agent, found
+//! again after an agent restart through the pidfile and QMP socket, and stopped
+//! gracefully (ACPI power button) or not.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::machine::MachineSpec;
+use crate::qmp::{Qmp, QmpError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("cannot start {binary}: {source}")]
+    Spawn {
+        binary: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot open the QEMU log {path}: {source}")]
+    Log {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// QEMU exited before its monitor answered; the log tail says why.
+    #[error("QEMU exited during start-up: {0}")]
+    EarlyExit(String),
+    #[error(transparent)]
+    Qmp(#[from] QmpError),
+}
+
+/// A running QEMU and its monitor.
+pub struct Instance {
+    pub pid: u32,
+    pub qmp: Qmp,
+    shutdown_reason: Arc<Mutex<Option<String>>>,
+}
+
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().rev().take(5).collect();
+    lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+}
+
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+}
+
+impl Instance {
+    fn watch_shutdown(qmp: &Qmp) -> Arc<Mutex<Option<String>>> {
+        let reason = Arc::new(Mutex::new(None));
+        let mut events = qmp.events();
+        let record = reason.clone();
+        tokio::spawn(async move {
+            while let Ok(event) = events.recv().await {
+                if event["event"] == "SHUTDOWN" {
+                    let why = event
+                        .pointer("/data/reason")
+                        .and_then(Value::as_str)
+                        .unwrap_or("unknown")
+                        .to_string();
+                    *record.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+                }
+            }
+        });
+        reason
+    }
+
+    /// Starts QEMU paused (`-S`) with its output in `log`, and connects to its monitor.
+    pub async fn spawn(
+        binary: &Path,
+        spec: &MachineSpec,
+        log: &Path,
+    ) -> Result<Instance, ProcessError> {
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|source| ProcessError::Log {
+                path: log.to_path_buf(),
+                source,
+            })?;
+        let log_err = log_file.try_clone().map_err(|source| ProcessError::Log {
+            path: log.to_path_buf(),
+            source,
+        })?;
+        let _ = std::fs::remove_file(&spec.qmp_socket);
+        let mut child = tokio::process::Command::new(binary)
+            .args(spec.argv())
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log_file))
+            .stderr(Stdio::from(log_err))
+            // Its own process group: a signal to the agent's group must not reach the VM.
+            .process_group(0)
+            .kill_on_drop(false)
+            .spawn()
+            .map_err(|source| ProcessError::Spawn {
+                binary: binary.display().to_string(),
+                source,
+            })?;
+        let pid = child.id().unwrap_or_default();
+        let qmp = tokio::select! {
+            qmp = Qmp::connect(&spec.qmp_socket, Duration::from_secs(20)) => qmp,
+            _ = child.wait() => return Err(ProcessError::EarlyExit(tail(log))),
+        };
+        let qmp = match qmp {
+            Ok(qmp) => qmp,
+            Err(e) => {
+                let _ = child.start_kill();
+                return Err(e.into());
+            }
+        };
+        // Reap the child when it exits, so it does not linger as a zombie.
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+        });
+        let shutdown_reason = Self::watch_shutdown(&qmp);
+        Ok(Instance {
+            pid,
+            qmp,
+            shutdown_reason,
+        })
+    }
+
+    /// Finds a QEMU started earlier (by this agent before a restart) from its pidfile and
+    /// monitor socket. `None` when it is not running.
+    pub async fn adopt(pidfile: &Path, qmp_socket: &Path) -> Option<Instance> {
+        let pid: u32 = std::fs::read_to_string(pidfile).ok()?.trim().parse().ok()?;
+        if !alive(pid) {
+            return None;
+        }
+        let qmp = Qmp::connect(qmp_socket, Duration::from_secs(2))
+            .await
+            .ok()?;
+        let shutdown_reason = Self::watch_shutdown(&qmp);
+        Some(Instance {
+            pid,
+            qmp,
+            shutdown_reason,
+        })
+    }
+
+    pub async fn resume(&self) -> Result<(), QmpError> {
+        self.qmp.execute("cont", None).await.map(|_| ())
+    }
+
+    pub async fn pause(&self) -> Result<(), QmpError> {
+        self.qmp.execute("stop", None).await.map(|_| ())
+    }
+
+    /// Presses the ACPI power button.
+    pub async fn power_down(&self) -> Result<(), QmpError> {
+        self.qmp.execute("system_powerdown", None).await.map(|_| ())
+    }
+
+    pub async fn reset(&self) -> Result<(), QmpError> {
+        self.qmp.execute("system_reset", None).await.map(|_| ())
+    }
+
+    /// Ends QEMU at once.
+    pub fn kill(&self) {
+        if alive(self.pid) {
+            if let Some(pid) = rustix::process::Pid::from_raw(self.pid as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
+    }
+
+    pub fn exited(&self) -> bool {
+        self.qmp.is_closed() || !alive(self.pid)
+    }
+
+    /// Why the guest stopped, from QEMU's SHUTDOWN event (`guest-shutdown` when the
+    /// guest powered itself off); `None` when QEMU ended without one (a crash or a kill).
+    pub fn shutdown_reason(&self) -> Option<String> {
+        self.shutdown_reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}

@@ -1,0 +1,95 @@
+//! Tier B: these start a real qemu-system-x86_64 (software emulation is enough).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use qemu::{Firmware, Instance, MachineSpec};
+
+fn qemu_binary() -> Option<PathBuf> {
+    let path = PathBuf::from("/usr/bin/qemu-system-x86_64");
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!("SKIPPED: qemu-system-x86_64 is not installed (CI installs qemu-system-x86)");
+        None
+    }
+}
+
+fn spec(dir: &std::path::Path) -> MachineSpec {
+    MachineSpec {
+        name: "test".into(),
+        uuid: "00000000-0000-4000-8000-000000000001".into(),
+        serial: None,
+        machine_type: "q35".into(),
+        kvm: false,
+        cpu_model: "max".into(),
+        sockets: 1,
+        cores: 1,
+        threads: 1,
+        memory_mib: 64,
+        hugepages: None,
+        firmware: Firmware::Bios,
+        kernel_boot: None,
+        acpi: true,
+        smm: false,
+        disks: vec![],
+        nics: vec![],
+        rng: false,
+        watchdog: None,
+        console_socket: dir.join("console.sock"),
+        console_log: dir.join("serial.log"),
+        qmp_socket: dir.join("qmp.sock"),
+        vnc_socket: None,
+        pidfile: dir.join("qemu.pid"),
+    }
+}
+
+#[tokio::test]
+async fn start_pause_adopt_and_kill() {
+    let Some(binary) = qemu_binary() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path());
+    let instance = Instance::spawn(&binary, &spec, &dir.path().join("qemu.log"))
+        .await
+        .expect("spawn");
+    assert_eq!(instance.qmp.status().await.unwrap(), "prelaunch");
+    instance.resume().await.unwrap();
+    assert_eq!(instance.qmp.status().await.unwrap(), "running");
+    instance.pause().await.unwrap();
+    assert_eq!(instance.qmp.status().await.unwrap(), "paused");
+
+    // A second monitor client finds the same process through the pidfile.
+    let adopted = Instance::adopt(&spec.pidfile, &spec.qmp_socket).await;
+    let Some(adopted) = adopted else {
+        panic!("could not adopt the running QEMU")
+    };
+    assert_eq!(adopted.pid, instance.pid);
+    assert_eq!(adopted.qmp.status().await.unwrap(), "paused");
+
+    adopted.kill();
+    tokio::time::timeout(Duration::from_secs(10), instance.qmp.closed())
+        .await
+        .expect("QEMU did not exit");
+    assert!(instance.exited());
+    assert_eq!(
+        instance.shutdown_reason(),
+        None,
+        "a kill is not a guest shutdown"
+    );
+    assert!(Instance::adopt(&spec.pidfile, &spec.qmp_socket)
+        .await
+        .is_none());
+}
+
+#[tokio::test]
+async fn a_bad_command_line_reports_qemus_words() {
+    let Some(binary) = qemu_binary() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec(dir.path());
+    spec.machine_type = "no-such-machine".into();
+    let error = Instance::spawn(&binary, &spec, &dir.path().join("qemu.log"))
+        .await
+        .err()
+        .expect("must fail");
+    assert!(error.to_string().contains("no-such-machine"), "{error}");
+}

@@ -1,0 +1,244 @@
+//! Nodes as the API serves them (registered and heart-beaten by node agents; list, get,
+//! watch, patch, Table) and the scheduler's placement rules: allocatable CPU/memory,
+//! nodeSelector, required node affinity, taints/tolerations, cordoned nodes, with the
+//! reason a VMI cannot be placed shown on the VM (ErrorUnschedulable). Tier A.
+
+mod common;
+mod lifecycle;
+mod support;
+
+use lifecycle::{condition, node_ready, printable, Cluster};
+use serde_json::{json, Value};
+
+const NS: &str = "sched";
+const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";
+
+async fn node(c: &Cluster, name: &str) -> Value {
+    let r = c.api.get(&format!("/api/v1/nodes/{name}")).await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.text);
+    r.body
+}
+
+async fn merge_node(c: &Cluster, name: &str, patch: Value) {
+    let r = c.api.merge(&format!("/api/v1/nodes/{name}"), &patch).await;
+    assert_eq!(r.status.as_u16(), 200, "patch node {name}: {}", r.text);
+}
+
+#[tokio::test]
+async fn nodes_are_registered_heartbeaten_and_patchable() {
+    let c = Cluster::start(3, &["--heartbeat-interval", "300ms"]).await;
+    let list = c.api.get("/api/v1/nodes").await;
+    assert_eq!(list.status.as_u16(), 200, "{}", list.text);
+    assert_eq!(list.body["kind"], "NodeList");
+    let mut names = support::names(&list.body);
+    names.sort();
+    assert_eq!(names, ["sim-node-0", "sim-node-1", "sim-node-2"]);
+
+    let n = node(&c, "sim-node-1").await;
+    assert_eq!(n["kind"], "Node");
+    let labels = &n["metadata"]["labels"];
+    assert_eq!(labels["kubernetes.io/hostname"], "sim-node-1");
+    assert_eq!(labels["kubevirt.io/schedulable"], "true");
+    assert_eq!(labels["virtplane.io/hypervisor"], "sim");
+    for field in ["capacity", "allocatable"] {
+        for resource in ["cpu", "memory"] {
+            assert!(
+                n["status"][field][resource].is_string(),
+                "{field}.{resource}: {}",
+                n["status"]
+            );
+        }
+    }
+    let ready = condition(&n, "Ready").expect("Ready condition");
+    assert_eq!(ready["status"], "True");
+    assert_eq!(ready["reason"], "KubeletReady");
+    assert!(ready["lastHeartbeatTime"].is_string());
+    let missing = c.api.get("/api/v1/nodes/nowhere").await;
+    support::assert_status(&missing, 404, "NotFound", "nodes \"nowhere\" not found");
+
+    // Table: NAME STATUS AGE.
+    let r = c
+        .api
+        .send(
+            reqwest::Method::GET,
+            "/api/v1/nodes",
+            &[("accept", TABLE)],
+            None,
+        )
+        .await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.text);
+    let columns: Vec<&str> = r.body["columnDefinitions"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .filter(|c| c["priority"] == 0)
+        .map(|c| c["name"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(columns, ["Name", "Status", "Age"]);
+    for row in r.body["rows"].as_array().expect("rows") {
+        assert_eq!(row["cells"][1], "Ready", "{row}");
+    }
+
+    // Labels and taints set by an administrator survive the agent's heartbeats.
+    let rv = n["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    merge_node(
+        &c,
+        "sim-node-1",
+        json!({"metadata": {"labels": {"rack": "r7"}},
+               "spec": {"taints": [{"key": "maintenance", "value": "soon", "effect": "PreferNoSchedule"}]}}),
+    )
+    .await;
+    let mut watch = c
+        .api
+        .watch(&format!(
+            "/api/v1/nodes?watch=true&fieldSelector=metadata.name%3Dsim-node-1&resourceVersion={rv}"
+        ))
+        .await;
+    // Our own patch, then heartbeats (nothing else writes this node): each keeps them.
+    let mut seen = 0;
+    while seen < 3 {
+        let e = watch.next().await;
+        assert_eq!(e["type"], "MODIFIED", "{e}");
+        let obj = &e["object"];
+        if obj["metadata"]["labels"]["rack"] != "r7" {
+            continue;
+        }
+        assert_eq!(obj["spec"]["taints"][0]["key"], "maintenance", "{obj}");
+        assert_eq!(node_ready(obj), "True");
+        seen += 1;
+    }
+    let later = node(&c, "sim-node-1").await;
+    assert_eq!(later["metadata"]["labels"]["rack"], "r7");
+    assert_eq!(later["spec"]["taints"][0]["key"], "maintenance");
+    assert_eq!(node_ready(&later), "True");
+    assert!(
+        later["metadata"]["annotations"]["kubevirt.io/heartbeat"].is_string(),
+        "{}",
+        later["metadata"]
+    );
+}
+
+/// A VM pinned to nothing in particular: 64Mi, with `spec` merged into its template spec.
+fn vm_with(name: &str, spec: Value) -> Value {
+    let mut vm = lifecycle::vm(name, Some("Always"), json!({}));
+    let template = &mut vm["spec"]["template"]["spec"];
+    if let (Some(t), Some(extra)) = (template.as_object_mut(), spec.as_object()) {
+        for (k, v) in extra {
+            t.insert(k.clone(), v.clone());
+        }
+    }
+    vm
+}
+
+async fn unschedulable_message(c: &Cluster, name: &str) -> String {
+    let vm = c.wait_printable(NS, name, "ErrorUnschedulable").await;
+    let cond = condition(&vm, "PodScheduled").unwrap_or_else(|| panic!("no PodScheduled on {vm}"));
+    assert_eq!(cond["status"], "False");
+    assert_eq!(cond["reason"], "Unschedulable");
+    assert_eq!(vm["status"]["ready"], false);
+    // The VMI waits in Scheduling, on no node.
+    let vmi = c.get_vmi(NS, name).await.body;
+    assert_eq!(vmi["status"]["phase"], "Scheduling");
+    assert!(vmi["status"].get("nodeName").is_none(), "{}", vmi["status"]);
+    cond["message"].as_str().unwrap_or("").to_string()
+}
+
+async fn running_on(c: &Cluster, name: &str) -> String {
+    c.wait_printable(NS, name, "Running").await;
+    let vmi = c.get_vmi(NS, name).await.body;
+    vmi["status"]["nodeName"].as_str().unwrap_or("").to_string()
+}
+
+#[tokio::test]
+async fn scheduling_honours_selectors_affinity_taints_and_capacity() {
+    let c = Cluster::start(3, &[]).await;
+    c.namespace(NS).await;
+    merge_node(
+        &c,
+        "sim-node-1",
+        json!({"metadata": {"labels": {"pool": "gpu"}},
+               "spec": {"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}}),
+    )
+    .await;
+
+    c.create_vm(
+        NS,
+        &vm_with("notol", json!({"nodeSelector": {"pool": "gpu"}})),
+    )
+    .await;
+    assert_eq!(
+        unschedulable_message(&c, "notol").await,
+        "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 node(s) didn't match Pod's node affinity/selector."
+    );
+    c.create_vm(
+        NS,
+        &vm_with(
+            "tol",
+            json!({"nodeSelector": {"pool": "gpu"},
+                   "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]}),
+        ),
+    )
+    .await;
+    assert_eq!(running_on(&c, "tol").await, "sim-node-1");
+    c.create_vm(
+        NS,
+        &vm_with(
+            "aff",
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": ["sim-node-2"]}]}]}}}}),
+        ),
+    )
+    .await;
+    assert_eq!(running_on(&c, "aff").await, "sim-node-2");
+
+    let mut huge = vm_with("huge", json!({}));
+    huge["spec"]["template"]["spec"]["domain"]["memory"]["guest"] = json!("100Ti");
+    c.create_vm(NS, &huge).await;
+    assert_eq!(
+        unschedulable_message(&c, "huge").await,
+        "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient memory."
+    );
+    let mut greedy = vm_with("greedy", json!({}));
+    greedy["spec"]["template"]["spec"]["domain"]["resources"] =
+        json!({"requests": {"cpu": "5000"}});
+    c.create_vm(NS, &greedy).await;
+    assert_eq!(
+        unschedulable_message(&c, "greedy").await,
+        "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu."
+    );
+
+    // A cordoned node takes nothing new.
+    merge_node(&c, "sim-node-2", json!({"spec": {"unschedulable": true}})).await;
+    c.create_vm(
+        NS,
+        &vm_with(
+            "cordoned",
+            json!({"nodeSelector": {"kubernetes.io/hostname": "sim-node-2"}}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        unschedulable_message(&c, "cordoned").await,
+        "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint(s), 1 node(s) were unschedulable."
+    );
+    // Uncordoning lets it run there.
+    merge_node(&c, "sim-node-2", json!({"spec": {"unschedulable": null}})).await;
+    assert_eq!(running_on(&c, "cordoned").await, "sim-node-2");
+
+    // A matching untainted node appears: the waiting VMI is placed there and the VM
+    // drops its PodScheduled condition.
+    merge_node(
+        &c,
+        "sim-node-0",
+        json!({"metadata": {"labels": {"pool": "gpu"}}}),
+    )
+    .await;
+    assert_eq!(running_on(&c, "notol").await, "sim-node-0");
+    let vm = c.get_vm(NS, "notol").await.body;
+    assert!(condition(&vm, "PodScheduled").is_none(), "{}", vm["status"]);
+    assert_eq!(printable(&vm), "Running");
+}
