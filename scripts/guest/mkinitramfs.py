@@ -6,7 +6,7 @@ usage: mkinitramfs.py --kver VERSION --busybox PATH --guest-dir DIR --out FILE
 Contents: busybox (applet links are made by /init at boot), /init and its helper
 scripts from --guest-dir, /dev/console, and the kernel modules in MODULES plus
 everything they depend on (from modules.dep), with /etc/virtplane-modules
-listing them in load order. Modules built into the kernel (modules.builtin)
+listing them in load order, signatures stripped (see strip_signature). Modules built into the kernel (modules.builtin)
 are skipped. Written without root: device nodes and owners are set in the
 archive headers only.
 """
@@ -105,7 +105,22 @@ def resolve(moddir, wanted):
     return order, paths, skipped
 
 
-def read_module(path):
+SIG_MAGIC = b"~Module signature appended~\n"
+
+
+def strip_signature(data):
+    """Drop the appended module signature: verifying it (RSA under TCG) costs
+    about 0.5 s per boot over all modules. The kernel then loads the module
+    unverified and marks itself tainted; that is refused only under lockdown
+    (EFI secure boot), which these BIOS/PVH guests never run with."""
+    if not data.endswith(SIG_MAGIC):
+        return data
+    # struct module_signature (12 bytes) ends with the big-endian sig_len.
+    sig_len = int.from_bytes(data[-len(SIG_MAGIC) - 4:-len(SIG_MAGIC)], "big")
+    return data[:len(data) - len(SIG_MAGIC) - 12 - sig_len]
+
+
+def read_module(path, keep_sig):
     with open(path, "rb") as f:
         data = f.read()
     if path.endswith(".xz"):
@@ -116,7 +131,7 @@ def read_module(path):
         import subprocess
         data = subprocess.run(["zstd", "-dcq", path], check=True,
                               stdout=subprocess.PIPE).stdout
-    return data
+    return data if keep_sig else strip_signature(data)
 
 
 class Cpio:
@@ -160,6 +175,7 @@ def main():
     ap.add_argument("--busybox", required=True)
     ap.add_argument("--guest-dir", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--keep-module-signatures", action="store_true")
     a = ap.parse_args()
 
     moddir = f"/lib/modules/{a.kver}"
@@ -188,7 +204,7 @@ def main():
     c.file("etc/hosts", b"127.0.0.1 localhost\n")
     lines = []
     for m in order:
-        c.file(f"lib/modules/{m}.ko", read_module(os.path.join(moddir, paths[m])))
+        c.file(f"lib/modules/{m}.ko", read_module(os.path.join(moddir, paths[m]), a.keep_module_signatures))
         lines.append((m + " " + PARAMS.get(m, "")).strip())
     c.file("etc/virtplane-modules", ("\n".join(lines) + "\n").encode())
 

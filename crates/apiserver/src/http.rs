@@ -34,6 +34,8 @@ pub struct ApiServer {
     pub openapi: crate::openapi::OpenApi,
     /// `host:port` clients use to reach us, for `/api`'s serverAddressByClientCIDRs.
     pub server_address: String,
+    /// Nodes whose consoles this process can reach directly.
+    pub node_dirs: crate::console::NodeDirs,
 }
 
 pub fn router(server: Arc<ApiServer>) -> Router {
@@ -119,18 +121,21 @@ impl ApiServer {
                 g
             };
             registry.find(g, v, p).is_some_and(|r| r.info.namespaced)
-        })
-        .ok_or_else(not_found_path)?;
+        });
         match &target {
-            Target::Health(_) => return Ok((StatusCode::OK, "ok").into_response()),
-            Target::Version => return Ok(json_response(StatusCode::OK, &crate::version::info())),
+            Some(Target::Health(_)) => return Ok((StatusCode::OK, "ok").into_response()),
+            Some(Target::Version) => {
+                return Ok(json_response(StatusCode::OK, &crate::version::info()))
+            }
             _ => {}
         }
+        // Authentication comes before routing: an unknown path is 401 to strangers too.
         let certificate = parts.extensions.get::<ClientCertificateIdentity>();
         let user = self
             .authenticator
             .authenticate(&parts.headers, certificate)
             .ok_or_else(Status::unauthorized)?;
+        let target = target.ok_or_else(not_found_path)?;
         let query = Query::parse(parts.uri.query())?;
         let accept = parts
             .headers
@@ -176,6 +181,13 @@ impl ApiServer {
                     .group_version(&group, &version, query.hash.as_deref())
             }
             Target::OpenApiV2 => Err(not_found_path()),
+            Target::Resource(path)
+                if path.group == crate::subresources::GROUP
+                    && matches!(path.subresource.as_deref(), Some("console" | "vnc"))
+                    && parts.method == Method::GET =>
+            {
+                crate::console::serve(&self.registry, &self.node_dirs, parts, &path).await
+            }
             Target::Resource(path) => {
                 let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
                     .await
@@ -603,10 +615,22 @@ fn async_stream_lines(
         .then(|after| async move { tokio::time::sleep(after).await })
         .map(|_| None);
     let ticks = futures::stream::select(
-        tokio_stream::wrappers::IntervalStream::new(ticker).map(|_| None),
-        last_tick,
+        tokio_stream::wrappers::IntervalStream::new(ticker).map(|_| Some(None)),
+        last_tick.map(Some),
     );
-    let merged = futures::stream::select(events.map(Some), ticks);
+    // The watch ends with its events (a closed store watch), right after an ERROR event
+    // (as kube-apiserver ends a watch once it has sent one), or at the deadline; the
+    // ticks alone never keep it open.
+    let events = events
+        .flat_map(|event| {
+            let last = matches!(event, WatchEvent::Error(_));
+            let end: Option<Option<Option<WatchEvent>>> = last.then_some(None);
+            futures::stream::iter(std::iter::once(Some(Some(event))).chain(end))
+        })
+        .chain(futures::stream::once(futures::future::ready(None)));
+    let merged = futures::stream::select(events, ticks)
+        .take_while(|item| futures::future::ready(item.is_some()))
+        .filter_map(futures::future::ready);
     let until_deadline = merged.take_until(deadline);
     until_deadline.filter_map(move |event| futures::future::ready(render(event)))
 }

@@ -2,6 +2,7 @@
 //! HTTPS, on any `store::Store`.
 
 pub mod auth;
+pub mod console;
 mod core;
 pub mod discovery;
 mod gc;
@@ -62,6 +63,8 @@ pub struct ServerConfig {
     /// How often store history is compacted (kube-apiserver's
     /// `--etcd-compaction-interval`, 5 minutes by default).
     pub compaction_interval: Duration,
+    /// Runtime dirs of the nodes this process runs, for console connections.
+    pub node_dirs: console::NodeDirs,
 }
 
 /// A server that is listening; dropping it does not stop it.
@@ -217,6 +220,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         discovery: Discovery::new(infos.clone(), extra_resources()),
         openapi: openapi::OpenApi::new(&infos, &components),
         server_address,
+        node_dirs: config.node_dirs.clone(),
     });
     pki.write_kubeconfigs(&config.data_dir, &url)?;
     let component = auth::UserInfo {

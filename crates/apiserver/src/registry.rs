@@ -889,11 +889,15 @@ impl Registry {
     ) -> Result<ListResult, Status> {
         let prefix = Self::list_prefix(reg.info, request.namespace.as_deref());
         let resource_prefix = Self::resource_prefix(reg.info);
+        let mut continue_start = None;
         let (revision, mut start_after) = match &request.continue_token {
             Some(token) => {
                 let (rv, start) =
                     apimachinery::continue_token::decode(token).map_err(Status::bad_request)?;
-                (Some(rv), Some(format!("{resource_prefix}{start}")))
+                let after = Some(format!("{resource_prefix}{start}"));
+                continue_start = Some(start);
+                // A negative revision (issued with a 410 below) continues at the latest one.
+                (Some(rv).filter(|rv| *rv > 0), after)
             }
             None => (request.exact_revision, None),
         };
@@ -913,11 +917,17 @@ impl Registry {
                 .store
                 .list(&prefix, ListOptions { start_after: start_after.clone(), limit: chunk, revision: read_revision })
                 .await
-                .map_err(|e| match e {
-                    StoreError::Compacted { .. } if request.continue_token.is_some() => Status::gone(
-                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
-                    ),
-                    other => store_failure(other),
+                .map_err(|e| match (e, &continue_start) {
+                    // etcd3's handleCompactedErrorForPaging: 410 with a token (revision -1)
+                    // that continues at the latest revision, inconsistently.
+                    (StoreError::Compacted { .. }, Some(start)) => {
+                        let mut status = Status::gone(
+                            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+                        );
+                        status.metadata = json!({"continue": apimachinery::continue_token::encode(-1, start)});
+                        status
+                    }
+                    (other, _) => store_failure(other),
                 })?;
             read_revision = Some(page.revision);
             let exhausted = page.remaining == 0;

@@ -22,7 +22,9 @@ pub const SOFT_REBOOT_ANNOTATION: &str = "virtplane.io/soft-reboot-requested";
 
 /// Resources advertised in discovery for `subresources.kubevirt.io/v1`, as virt-api does.
 pub fn discovery_entries() -> Vec<crate::discovery::ExtraResource> {
-    const NAMES: [&str; 7] = [
+    const NAMES: [&str; 9] = [
+        "virtualmachineinstances/console",
+        "virtualmachineinstances/vnc",
         "virtualmachines/start",
         "virtualmachines/stop",
         "virtualmachines/restart",
@@ -39,7 +41,11 @@ pub fn discovery_entries() -> Vec<crate::discovery::ExtraResource> {
             name,
             kind: "",
             namespaced: true,
-            verbs: &["update"],
+            verbs: if name.ends_with("/console") || name.ends_with("/vnc") {
+                &["get"]
+            } else {
+                &["update"]
+            },
         })
         .collect()
 }

@@ -36,8 +36,21 @@ pub struct QemuConfig {
 
 const OVMF_DIR: &str = "/usr/share/OVMF";
 
-/// Whether KVM can run guests here: QEMU starts with `accel=kvm` and keeps running.
+/// Whether KVM can run guests here. An open `/dev/kvm` is not enough (nested setups
+/// may run real-mode code but no kernel), so a host kernel is booted with KVM and must
+/// reach its decompressor within three seconds. The answer is kept per host boot.
 pub fn kvm_usable(binary: &Path) -> bool {
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let cache = std::env::temp_dir().join(format!("virtplane-kvm-probe-{}", boot_id.trim()));
+    if let Ok(answer) = std::fs::read_to_string(&cache) {
+        return answer.trim() == "kvm";
+    }
+    let usable = probe_kvm(binary);
+    let _ = std::fs::write(&cache, if usable { "kvm" } else { "tcg" });
+    usable
+}
+
+fn probe_kvm(binary: &Path) -> bool {
     if std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -46,32 +59,69 @@ pub fn kvm_usable(binary: &Path) -> bool {
     {
         return false;
     }
+    let kernels = std::fs::read_dir("/boot")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path());
+    let Some(kernel) = kernels.into_iter().find(|p| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz"))
+    }) else {
+        return false;
+    };
+    let log = std::env::temp_dir().join(format!("virtplane-kvm-probe-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
     let probe = std::process::Command::new(binary)
         .args([
+            "-accel",
+            "kvm",
+            "-cpu",
+            "host",
             "-machine",
-            "none,accel=kvm",
+            "pc",
+            "-m",
+            "128",
             "-nodefaults",
             "-display",
             "none",
-            "-monitor",
-            "none",
-            "-S",
+            "-no-reboot",
         ])
+        .arg("-serial")
+        .arg(format!("file:{}", log.display()))
+        .arg("-kernel")
+        .arg(&kernel)
+        .args(["-append", "console=ttyS0 earlyprintk=ttyS0 panic=-1"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn();
     let Ok(mut child) = probe else { return false };
-    std::thread::sleep(Duration::from_millis(300));
-    match child.try_wait() {
-        // It gave up: KVM is not usable.
-        Ok(Some(_)) | Err(_) => false,
-        Ok(None) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            true
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut usable = false;
+    while Instant::now() < deadline {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if [
+            "Decompressing",
+            "KASLR",
+            "Linux version",
+            "Booting the kernel",
+        ]
+        .iter()
+        .any(|m| text.contains(m))
+        {
+            usable = true;
+            break;
         }
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&log);
+    usable
 }
 
 struct Running {

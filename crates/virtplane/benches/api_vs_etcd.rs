@@ -329,6 +329,15 @@ struct Creates {
     per_second: f64,
     p50_ms: f64,
     p99_ms: f64,
+    /// Server CPU time per create, including the background work it caused.
+    cpu_ms: f64,
+}
+
+fn cpu_per_object(before: Option<Duration>, after: Option<Duration>, count: usize) -> f64 {
+    match (before, after) {
+        (Some(b), Some(a)) if count > 0 => a.saturating_sub(b).as_secs_f64() * 1e3 / count as f64,
+        _ => 0.0,
+    }
 }
 
 /// `total` creates spread over `clients` concurrent workers (each on its own connection).
@@ -390,6 +399,7 @@ async fn creates(
         per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
         p50_ms: percentile(&latencies, 0.50),
         p99_ms: percentile(&latencies, 0.99),
+        cpu_ms: 0.0,
     })
 }
 
@@ -656,16 +666,20 @@ async fn run() -> Result<()> {
     let mut settle = [Duration::ZERO; 2];
     for (i, (target, proc)) in systems.into_iter().enumerate() {
         eprintln!("  {}: {seq} creates, 1 client", target.name());
+        let cpu = proc.cpu_time();
         seq_results[i] = creates(target, SEQ_NAMESPACE, "seq", seq, 1).await?;
         proc.settle().await;
+        seq_results[i].cpu_ms = cpu_per_object(cpu, proc.cpu_time(), seq);
     }
     for (i, (target, proc)) in systems.into_iter().enumerate() {
         eprintln!(
             "  {}: {concurrent} creates, {clients} clients",
             target.name()
         );
+        let cpu = proc.cpu_time();
         conc_results[i] = creates(target, NAMESPACE, "vm", concurrent, clients).await?;
         settle[i] = proc.settle().await;
+        conc_results[i].cpu_ms = cpu_per_object(cpu, proc.cpu_time(), concurrent);
     }
     for (i, (target, proc)) in systems.into_iter().enumerate() {
         eprintln!(
@@ -735,6 +749,12 @@ fn print_table(
             format!("{:.2}", r[0].p99_ms),
             format!("{:.2}", r[1].p99_ms),
             ratio(r[0].p99_ms, r[1].p99_ms),
+        ]);
+        rows.push([
+            format!("create VM, {label}: server CPU ms per create, incl. background work"),
+            format!("{:.2}", r[0].cpu_ms),
+            format!("{:.2}", r[1].cpu_ms),
+            ratio(r[0].cpu_ms, r[1].cpu_ms),
         ]);
     };
     creates_rows("1 client", seq);

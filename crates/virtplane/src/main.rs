@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod console;
+
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 
@@ -130,6 +132,8 @@ struct VmArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // One TLS implementation for every client and server in the process.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -151,7 +155,6 @@ fn main() -> ExitCode {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     tokio::runtime::Runtime::new().context("cannot start the async runtime")
 }
 
@@ -268,11 +271,12 @@ fn run_vm(args: VmArgs) -> anyhow::Result<()> {
                 args.verb.as_str()
             },
         ),
-        "console" => bail!("virtplane vm console: serial consoles come with the QEMU backend, which is not built yet"),
+        "console" => ("virtualmachineinstances", "console"),
         other => {
             bail!("unknown verb {other:?}; use start, stop, restart, pause, unpause, softreboot, migrate or console")
         }
     };
+    let typed = args.verb.clone();
     runtime()?.block_on(async move {
         let config = match &args.kubeconfig {
             Some(path) => {
@@ -288,6 +292,9 @@ fn run_vm(args: VmArgs) -> anyhow::Result<()> {
             .namespace
             .clone()
             .unwrap_or_else(|| config.default_namespace.clone());
+        if verb == "console" {
+            return console::run(config, &namespace, &args.name).await;
+        }
         let client = kube::Client::try_from(config).context("cannot build an API client")?;
         let path = format!(
             "/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/{plural}/{}/{verb}",
@@ -298,7 +305,13 @@ fn run_vm(args: VmArgs) -> anyhow::Result<()> {
             .body(b"{}".to_vec())?;
         match client.request_text(request).await {
             Ok(_) => {
-                println!("VM {} was scheduled to {verb}", args.name);
+                // virtctl's wording: VM verbs name the VM, VMI verbs the VMI.
+                let kind = if plural == "virtualmachines" {
+                    "VM"
+                } else {
+                    "VMI"
+                };
+                println!("{kind} {} was scheduled to {typed}", args.name);
                 Ok(())
             }
             Err(kube::Error::Api(status)) => bail!("{verb} {}: {}", args.name, status.message),
@@ -325,7 +338,12 @@ fn spawn_agent(
     });
 }
 
-fn run_server(args: ServerArgs) -> anyhow::Result<()> {
+fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("cannot create data dir {}", args.data_dir.display()))?;
+    // QEMU processes and the agent after a restart find their files by absolute path.
+    args.data_dir = std::fs::canonicalize(&args.data_dir)
+        .with_context(|| format!("cannot resolve data dir {}", args.data_dir.display()))?;
     if args.store != "sqlite" {
         if args.store.starts_with("etcd=") {
             bail!(
@@ -350,8 +368,13 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     } else {
         Some(hypervisor(args.hypervisor.as_deref(), &args.sim, &host)?)
     };
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("cannot create data dir {}", args.data_dir.display()))?;
+    let mut local_node_dirs = std::collections::HashMap::new();
+    if local.is_some() {
+        local_node_dirs.insert(
+            node_name.clone(),
+            args.data_dir.join("node").join(&node_name),
+        );
+    }
     runtime()?.block_on(async move {
         let db = args.data_dir.join("state.db");
         let store = store_sqlite::SqliteStore::open(&db)
@@ -361,6 +384,7 @@ fn run_server(args: ServerArgs) -> anyhow::Result<()> {
             listen: args.listen,
             store: Arc::new(store),
             compaction_interval: args.compaction_interval,
+            node_dirs: local_node_dirs,
         })
         .await?;
         let client = kube::Client::new(server.internal.clone(), "default");
