@@ -98,14 +98,14 @@ fn unprocessable(message: String) -> PatchError {
         "Invalid",
         "the server rejected our request due to an error in our request",
     );
-    status.details = Some(StatusDetails {
+    status.details = Some(Box::new(StatusDetails {
         causes: vec![StatusCause {
             reason: "UnexpectedServerResponse".into(),
             message,
             field: String::new(),
         }],
         ..Default::default()
-    });
+    }));
     PatchError(Box::new(status))
 }
 

@@ -83,20 +83,61 @@ pub struct StatusDetails {
 
 /// A Kubernetes `Status` object. Failures are returned as the body of every non-2xx
 /// answer and as the object of watch `ERROR` events.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// `kind`, `apiVersion` and `metadata` are always `Status`, `v1` and `{}`, so they are
+/// written on output rather than stored: that keeps the error small enough to return by
+/// value everywhere.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
-    pub kind: String,
-    pub api_version: String,
-    pub metadata: Value,
     pub status: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     pub message: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     pub reason: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub details: Option<StatusDetails>,
+    #[serde(default)]
+    pub details: Option<Box<StatusDetails>>,
     pub code: u16,
+    /// `metadata.continue`: the token a 410 for a compacted continue token offers.
+    #[serde(skip)]
+    pub continue_token: Option<String>,
+}
+
+/// The wire form, in kube-apiserver's field order.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WireStatus<'a> {
+    kind: &'static str,
+    api_version: &'static str,
+    metadata: serde_json::Map<String, Value>,
+    status: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    message: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    reason: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details: Option<&'a StatusDetails>,
+    code: u16,
+}
+
+impl Serialize for Status {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        WireStatus {
+            kind: "Status",
+            api_version: "v1",
+            metadata: self
+                .continue_token
+                .iter()
+                .map(|token| ("continue".to_string(), Value::String(token.clone())))
+                .collect(),
+            status: &self.status,
+            message: &self.message,
+            reason: &self.reason,
+            details: self.details.as_deref(),
+            code: self.code,
+        }
+        .serialize(serializer)
+    }
 }
 
 impl std::fmt::Display for Status {
@@ -110,14 +151,12 @@ impl std::error::Error for Status {}
 impl Status {
     pub fn failure(code: u16, reason: &str, message: impl Into<String>) -> Self {
         Status {
-            kind: "Status".into(),
-            api_version: "v1".into(),
-            metadata: Value::Object(Default::default()),
             status: "Failure".into(),
             message: message.into(),
             reason: reason.into(),
             details: None,
             code,
+            continue_token: None,
         }
     }
 
@@ -127,19 +166,19 @@ impl Status {
             status: "Success".into(),
             code: 200,
             reason: String::new(),
-            details: Some(StatusDetails {
+            details: Some(Box::new(StatusDetails {
                 name: name.into(),
                 group: resource.group.clone(),
                 kind: resource.resource.clone(),
                 uid: uid.into(),
                 ..Default::default()
-            }),
+            })),
             ..Status::failure(200, "", "")
         }
     }
 
     fn with_details(mut self, details: StatusDetails) -> Self {
-        self.details = Some(details);
+        self.details = Some(Box::new(details));
         self
     }
 

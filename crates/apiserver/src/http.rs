@@ -297,11 +297,14 @@ impl ApiServer {
                 }
                 if format == Format::Metadata {
                     let items: Vec<Value> = result.items.iter().map(partial_metadata).collect();
-                    let list = json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
-                                      "metadata": metadata, "items": items});
+                    let mut list = json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
+                                      "metadata": metadata});
+                    list["items"] = Value::Array(items);
                     return Ok(json_response(StatusCode::OK, &list));
                 }
-                let list = json!({"apiVersion": info.api_version(), "kind": info.list_kind, "metadata": metadata, "items": result.items});
+                // The items move into the list: `json!` would deep-copy them through `to_value`.
+                let mut list = json!({"apiVersion": info.api_version(), "kind": info.list_kind, "metadata": metadata});
+                list["items"] = Value::Array(result.items);
                 Ok(object_response(StatusCode::OK, &list, format))
             }
             (Method::GET, Some(name)) => {

@@ -13,7 +13,23 @@ fn convert(result: admission::Admission) -> Admission {
     }
 }
 
-struct VirtualMachineHooks;
+/// Directories hostDisk volumes may use (`--host-disk-dir`); anything else is refused
+/// at admission.
+#[derive(Clone, Default)]
+pub struct HostDiskPolicy(pub Vec<std::path::PathBuf>);
+
+impl HostDiskPolicy {
+    fn check(&self, mut admission: Admission, spec: Option<&Value>, prefix: &str) -> Admission {
+        if let Some(spec) = spec {
+            admission
+                .errors
+                .extend(admission::validate_host_disks(spec, prefix, &self.0));
+        }
+        admission
+    }
+}
+
+struct VirtualMachineHooks(HostDiskPolicy);
 
 impl ResourceHooks for VirtualMachineHooks {
     fn webhook(&self) -> Option<&'static str> {
@@ -26,14 +42,24 @@ impl ResourceHooks for VirtualMachineHooks {
         defaults::default_vm_on_update(obj);
     }
     fn validate_create(&self, obj: &Value) -> Admission {
-        convert(admission::validate_vm_create(obj))
+        let template = obj.pointer("/spec/template/spec");
+        self.0.check(
+            convert(admission::validate_vm_create(obj)),
+            template,
+            "spec.template.spec",
+        )
     }
     fn validate_update(&self, _old: &Value, new: &Value, _privileged: bool) -> Admission {
-        convert(admission::validate_vm(new))
+        let template = new.pointer("/spec/template/spec");
+        self.0.check(
+            convert(admission::validate_vm(new)),
+            template,
+            "spec.template.spec",
+        )
     }
 }
 
-struct VirtualMachineInstanceHooks;
+struct VirtualMachineInstanceHooks(HostDiskPolicy);
 
 impl ResourceHooks for VirtualMachineInstanceHooks {
     fn webhook(&self) -> Option<&'static str> {
@@ -68,7 +94,11 @@ impl ResourceHooks for VirtualMachineInstanceHooks {
         }
     }
     fn validate_create(&self, obj: &Value) -> Admission {
-        convert(admission::validate_vmi_create(obj))
+        self.0.check(
+            convert(admission::validate_vmi_create(obj)),
+            obj.get("spec"),
+            "spec",
+        )
     }
     fn validate_update(&self, old: &Value, new: &Value, privileged: bool) -> Admission {
         if privileged {
@@ -101,12 +131,17 @@ impl ResourceHooks for MigrationHooks {
     }
 }
 
-pub fn registrations() -> Vec<(&'static ResourceInfo, Box<dyn ResourceHooks>)> {
+pub fn registrations(
+    host_disks: HostDiskPolicy,
+) -> Vec<(&'static ResourceInfo, Box<dyn ResourceHooks>)> {
     vec![
-        (&resources::VIRTUAL_MACHINE, Box::new(VirtualMachineHooks)),
+        (
+            &resources::VIRTUAL_MACHINE,
+            Box::new(VirtualMachineHooks(host_disks.clone())),
+        ),
         (
             &resources::VIRTUAL_MACHINE_INSTANCE,
-            Box::new(VirtualMachineInstanceHooks),
+            Box::new(VirtualMachineInstanceHooks(host_disks)),
         ),
         (
             &resources::VIRTUAL_MACHINE_INSTANCE_MIGRATION,

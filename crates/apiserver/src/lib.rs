@@ -52,7 +52,7 @@ pub enum ServerError {
     #[error("creating namespace {name}: {status}")]
     Bootstrap {
         name: String,
-        status: apimachinery::status::Status,
+        status: Box<apimachinery::status::Status>,
     },
 }
 
@@ -65,6 +65,8 @@ pub struct ServerConfig {
     pub compaction_interval: Duration,
     /// Runtime dirs of the nodes this process runs, for console connections.
     pub node_dirs: console::NodeDirs,
+    /// Directories hostDisk volumes may live in (`--host-disk-dir`).
+    pub host_disk_dirs: Vec<PathBuf>,
 }
 
 /// A server that is listening; dropping it does not stop it.
@@ -90,7 +92,10 @@ fn components() -> Map<String, Value> {
     all
 }
 
-fn registrations(components: &Map<String, Value>) -> Result<Vec<Registration>, ServerError> {
+fn registrations(
+    components: &Map<String, Value>,
+    host_disks: kubevirt::HostDiskPolicy,
+) -> Result<Vec<Registration>, ServerError> {
     let components_value = Value::Object(components.clone());
     let schema = |info: &'static apimachinery::resource::ResourceInfo| {
         apimachinery::schema::Schema::from_components(&components_value, info.schema_name).map_err(
@@ -110,7 +115,7 @@ fn registrations(components: &Map<String, Value>) -> Result<Vec<Registration>, S
         schema: schema(&core::NODE)?,
         hooks: Box::new(core::NodeHooks),
     });
-    for (info, hooks) in kubevirt::registrations() {
+    for (info, hooks) in kubevirt::registrations(host_disks) {
         out.push(Registration {
             info,
             schema: schema(info)?,
@@ -149,7 +154,7 @@ async fn ensure_namespaces(registry: &Registry) -> Result<(), ServerError> {
             Err(status) => {
                 return Err(ServerError::Bootstrap {
                     name: name.into(),
-                    status,
+                    status: Box::new(status),
                 })
             }
         }
@@ -209,7 +214,10 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let components = components();
     let registry = Arc::new(Registry::new(
         config.store.clone(),
-        registrations(&components)?,
+        registrations(
+            &components,
+            kubevirt::HostDiskPolicy(config.host_disk_dirs.clone()),
+        )?,
     ));
     ensure_namespaces(&registry).await?;
     let infos: Vec<&'static apimachinery::resource::ResourceInfo> =

@@ -121,7 +121,7 @@ fn invalid_patch_options(field: &str, detail: &str) -> Status {
         "Invalid",
         format!("PatchOptions.meta.k8s.io \"\" is invalid: {field}: {detail}"),
     );
-    status.details = Some(apimachinery::status::StatusDetails {
+    status.details = Some(Box::new(apimachinery::status::StatusDetails {
         group: "meta.k8s.io".into(),
         kind: "PatchOptions".into(),
         causes: vec![apimachinery::status::StatusCause {
@@ -130,7 +130,7 @@ fn invalid_patch_options(field: &str, detail: &str) -> Status {
             field: field.into(),
         }],
         ..Default::default()
-    });
+    }));
     status
 }
 

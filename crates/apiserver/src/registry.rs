@@ -168,6 +168,10 @@ impl Registry {
     }
 
     fn encode(obj: &Value) -> Bytes {
+        if object::meta(obj).is_some_and(|m| !m.contains_key("resourceVersion")) {
+            // Nothing to drop: serialize without copying the object.
+            return Bytes::from(serde_json::to_vec(obj).unwrap_or_default());
+        }
         let mut copy = obj.clone();
         meta_mut(&mut copy).remove("resourceVersion");
         Bytes::from(serde_json::to_vec(&copy).unwrap_or_default())
@@ -372,16 +376,16 @@ impl Registry {
         } else {
             apimachinery::meta_validation::NameRule::Subdomain
         };
-        let meta = obj.get("metadata").cloned().unwrap_or(Value::Null);
+        let meta = obj.get("metadata").unwrap_or(&Value::Null);
         let (mut errors, mut warnings) =
-            apimachinery::meta_validation::validate_object_meta(&meta, info.namespaced, rule);
+            apimachinery::meta_validation::validate_object_meta(meta, info.namespaced, rule);
         if let Some(old) = old {
-            let old_meta = old.get("metadata").cloned().unwrap_or(Value::Null);
+            let old_meta = old.get("metadata").unwrap_or(&Value::Null);
             errors.extend(apimachinery::meta_validation::validate_object_meta_update(
-                &meta, &old_meta,
+                meta, old_meta,
             ));
             // Updates warn only about finalizers they add.
-            warnings = apimachinery::meta_validation::finalizer_warnings(&meta, Some(&old_meta));
+            warnings = apimachinery::meta_validation::finalizer_warnings(meta, Some(old_meta));
         }
         errors.extend(reg.schema.validate(obj));
         if !errors.is_empty() {
@@ -638,6 +642,8 @@ impl Registry {
                 });
             }
             let key = Self::key(reg.info, namespace, name);
+            // The store keeps no resourceVersion; the written one is set below.
+            meta_mut(&mut new).remove("resourceVersion");
             let result = if object::is_deleting(&new) && object::finalizers(&new).is_empty() {
                 self.store.delete(&key, Some(kv.mod_revision)).await
             } else {
@@ -806,7 +812,7 @@ impl Registry {
                 finalizers.push(f.to_string());
             }
             let key = Self::key(reg.info, namespace, name);
-            if finalizers.is_empty() && !(reg.info.plural == "namespaces") {
+            if finalizers.is_empty() && reg.info.plural != "namespaces" {
                 if options.dry_run {
                     return Ok(Outcome {
                         value: DeleteResult::Deleted(old),
@@ -924,7 +930,7 @@ impl Registry {
                         let mut status = Status::gone(
                             "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
                         );
-                        status.metadata = json!({"continue": apimachinery::continue_token::encode(-1, start)});
+                        status.continue_token = Some(apimachinery::continue_token::encode(-1, start));
                         status
                     }
                     (other, _) => store_failure(other),
@@ -1043,7 +1049,15 @@ pub struct ListRequest {
 }
 
 impl ListRequest {
+    /// No label or field selector: every object matches.
+    pub fn selects_everything(&self) -> bool {
+        self.label.is_empty() && self.field.is_empty()
+    }
+
     pub fn matches(&self, obj: &Value) -> bool {
+        if self.selects_everything() {
+            return true;
+        }
         let labels = object::labels(obj);
         self.label.matches(&labels)
             && self.field.matches(|field| match field {

@@ -318,13 +318,12 @@ impl Lifecycle<'_> {
             .and_then(|v| v.pointer("/spec/terminationGracePeriodSeconds"))
             .and_then(Value::as_i64);
         let (strategy, uses_running) = strategy(self.vm)?;
-        if strategy == Strategy::Halted
-            || strategy == Strategy::Manual
-            || strategy == Strategy::RerunOnFailure
-        {
-            if running.is_none() {
-                return Err(conflict(self.name, "VM is not running"));
-            }
+        let queues_stop = matches!(
+            strategy,
+            Strategy::Halted | Strategy::Manual | Strategy::RerunOnFailure
+        );
+        if queues_stop && running.is_none() {
+            return Err(conflict(self.name, "VM is not running"));
         }
         if strategy == Strategy::Halted {
             let shorter = match (grace, old_grace) {

@@ -125,11 +125,11 @@ fn translate(filter: &ListRequest, event: store::Event) -> Option<WatchEvent> {
         EventKind::Put => {
             let obj = decode(&event.kv)?;
             let now = filter.matches(&obj);
-            let before = event
-                .prev
-                .as_ref()
-                .and_then(decode)
-                .map(|o| filter.matches(&o));
+            // Without selectors the previous object matched too: no need to decode it.
+            let before = match &event.prev {
+                Some(_) if filter.selects_everything() => Some(true),
+                prev => prev.as_ref().and_then(decode).map(|o| filter.matches(&o)),
+            };
             match (before, now) {
                 (None, true) => Some(WatchEvent::Added(obj)),
                 (Some(true), true) => Some(WatchEvent::Modified(obj)),

@@ -212,15 +212,14 @@ pub fn choose(vmi: &Value, nodes: &[(String, Value, Resources)]) -> Result<Strin
     let mut misfits: BTreeMap<Misfit, usize> = BTreeMap::new();
     let mut best: Option<(&String, i64)> = None;
     for (name, node, free) in nodes {
-        let verdict = eligible(vmi, node).and_then(|()| {
-            if want.millicpu > free.millicpu {
-                Err(Misfit::Cpu)
-            } else if want.memory > free.memory {
-                Err(Misfit::Memory)
-            } else {
-                Ok(())
-            }
-        });
+        let capacity = if want.millicpu > free.millicpu {
+            Err(Misfit::Cpu)
+        } else if want.memory > free.memory {
+            Err(Misfit::Memory)
+        } else {
+            Ok(())
+        };
+        let verdict = eligible(vmi, node).and(capacity);
         match verdict {
             Ok(()) if best.is_none_or(|(_, mem)| free.memory > mem) => {
                 best = Some((name, free.memory))

@@ -124,6 +124,9 @@ fn probe_kvm(binary: &Path) -> bool {
     usable
 }
 
+/// A port forward handed out: (interface, ports entry name, node port, guest port).
+type Forward = (String, String, u16, u16);
+
 struct Running {
     instance: Instance,
     stop_started: Option<Instant>,
@@ -135,7 +138,7 @@ pub struct Qemu {
     puller: Puller,
     running: tokio::sync::Mutex<HashMap<String, Running>>,
     /// Port forwards handed out, by VMI uid.
-    forwards: Mutex<HashMap<String, Vec<(String, String, u16, u16)>>>,
+    forwards: Mutex<HashMap<String, Vec<Forward>>>,
     changes: broadcast::Sender<(String, String)>,
 }
 
@@ -700,7 +703,7 @@ impl Qemu {
             let name = iface["name"].as_str().unwrap_or("").to_string();
             let on_pod = networks
                 .iter()
-                .any(|n| n["name"] == Value::from(name.clone()) && n.get("pod").is_some());
+                .any(|n| n["name"].as_str() == Some(name.as_str()) && n.get("pod").is_some());
             if iface.get("bridge").is_some() || !on_pod {
                 return Err(start_failed(
                     "FailedCreate",
@@ -876,10 +879,8 @@ impl Hypervisor for Qemu {
                 return failure;
             }
         }
-        if let Err(failure) = self.kernel_boot(vmi).await {
-            if let Started::Failed { reason, message } = failure {
-                return Prepared::Failed { reason, message };
-            }
+        if let Err(Started::Failed { reason, message }) = self.kernel_boot(vmi).await {
+            return Prepared::Failed { reason, message };
         }
         Prepared::Ready
     }

@@ -33,7 +33,10 @@ const NAMESPACE: &str = "bench";
 const TARGET: Duration = Duration::from_secs(10);
 
 fn main() -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("lifecycle_1000: cannot start the async runtime: {e}");
@@ -89,7 +92,10 @@ impl Server {
             let log = std::fs::read_to_string(&self.log).unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(20).collect();
             let tail: Vec<&str> = tail.into_iter().rev().collect();
-            bail!("virtplane exited early ({status}); its log ends:\n{}", tail.join("\n"));
+            bail!(
+                "virtplane exited early ({status}); its log ends:\n{}",
+                tail.join("\n")
+            );
         }
         Ok(())
     }
@@ -98,7 +104,8 @@ impl Server {
     fn cpu_time(&self) -> Option<Duration> {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
         let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
         Some(Duration::from_millis(ticks * 10))
     }
 }
@@ -137,13 +144,17 @@ async fn start(dir: &Path, nodes: usize, connections: usize) -> Result<(Server, 
     while !(kubeconfig.exists() && tokens.exists()) {
         server.check_alive()?;
         if Instant::now() > deadline {
-            bail!("virtplane did not write {} within 60 s", kubeconfig.display());
+            bail!(
+                "virtplane did not write {} within 60 s",
+                kubeconfig.display()
+            );
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     let kubeconfig = std::fs::read_to_string(&kubeconfig)?;
-    let ca = kubeconfig_field(&kubeconfig, "certificate-authority-data").context("no CA in admin.kubeconfig")?;
+    let ca = kubeconfig_field(&kubeconfig, "certificate-authority-data")
+        .context("no CA in admin.kubeconfig")?;
     let ca = reqwest::Certificate::from_pem(&ca)?;
     let tokens: Value = serde_json::from_slice(&std::fs::read(&tokens)?)?;
     let token = tokens
@@ -152,7 +163,10 @@ async fn start(dir: &Path, nodes: usize, connections: usize) -> Result<(Server, 
         .map(|(t, _)| t.clone())
         .context("no token for user admin in pki/tokens.json")?;
     let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(reqwest::header::AUTHORIZATION, format!("Bearer {token}").parse()?);
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {token}").parse()?,
+    );
     let builder = || {
         reqwest::Client::builder()
             .tls_certs_only([ca.clone()])
@@ -169,7 +183,11 @@ async fn start(dir: &Path, nodes: usize, connections: usize) -> Result<(Server, 
     };
     loop {
         server.check_alive()?;
-        if let Ok(r) = api.clients[0].get(format!("{}/readyz", api.url)).send().await {
+        if let Ok(r) = api.clients[0]
+            .get(format!("{}/readyz", api.url))
+            .send()
+            .await
+        {
             if r.status().is_success() {
                 break;
             }
@@ -192,9 +210,10 @@ async fn start(dir: &Path, nodes: usize, connections: usize) -> Result<(Server, 
             items
                 .iter()
                 .filter(|n| {
-                    n["status"]["conditions"]
-                        .as_array()
-                        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+                    n["status"]["conditions"].as_array().is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    })
                 })
                 .count()
         });
@@ -209,7 +228,10 @@ async fn start(dir: &Path, nodes: usize, connections: usize) -> Result<(Server, 
     let r = api.clients[0]
         .post(format!("{}/api/v1/namespaces", api.url))
         .header("content-type", "application/json")
-        .body(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}).to_string())
+        .body(
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+                .to_string(),
+        )
         .send()
         .await?;
     if !r.status().is_success() {
@@ -262,7 +284,10 @@ async fn watch_running(response: reqwest::Response, count: usize, seen: Seen) ->
             }
             let object = &event["object"];
             if object["status"]["printableStatus"] == "Running" {
-                let name = object["metadata"]["name"].as_str().unwrap_or("").to_string();
+                let name = object["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string();
                 let mut seen = seen.lock().await;
                 seen.entry(name).or_insert(now);
                 if seen.len() >= count {
@@ -302,12 +327,18 @@ async fn run() -> Result<()> {
 
     // Watch from the current resourceVersion, so nothing is missed.
     let list: Value = api.clients[0]
-        .get(format!("{}/apis/kubevirt.io/v1/namespaces/{NAMESPACE}/virtualmachines", api.url))
+        .get(format!(
+            "{}/apis/kubevirt.io/v1/namespaces/{NAMESPACE}/virtualmachines",
+            api.url
+        ))
         .send()
         .await?
         .json()
         .await?;
-    let rv = list["metadata"]["resourceVersion"].as_str().unwrap_or("0").to_string();
+    let rv = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("0")
+        .to_string();
     let response = api
         .watcher
         .get(format!(
@@ -335,7 +366,9 @@ async fn run() -> Result<()> {
                 let client = &clients[i % clients.len()];
                 let sent = Instant::now();
                 let r = client
-                    .post(format!("{url}/apis/kubevirt.io/v1/namespaces/{NAMESPACE}/virtualmachines"))
+                    .post(format!(
+                        "{url}/apis/kubevirt.io/v1/namespaces/{NAMESPACE}/virtualmachines"
+                    ))
                     .header("content-type", "application/json")
                     .body(vm(&name))
                     .send()
@@ -382,7 +415,10 @@ async fn run() -> Result<()> {
         .filter_map(|(name, sent)| seen.get(name).map(|t| t.saturating_duration_since(*sent)))
         .collect();
     latencies.sort();
-    let last_running = seen.values().max().map_or(elapsed_all, |t| t.saturating_duration_since(started));
+    let last_running = seen
+        .values()
+        .max()
+        .map_or(elapsed_all, |t| t.saturating_duration_since(started));
 
     println!("  all {count} created (201) after   {}", ms(created_all));
     println!(
@@ -404,7 +440,11 @@ async fn run() -> Result<()> {
             cpu.as_secs_f64() / last_running.as_secs_f64()
         );
     }
-    let verdict = if last_running < TARGET { "MET" } else { "MISSED" };
+    let verdict = if last_running < TARGET {
+        "MET"
+    } else {
+        "MISSED"
+    };
     println!(
         "  target: all Running in under {} s on this machine ({} cores): {verdict}",
         TARGET.as_secs(),

@@ -385,6 +385,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
             store: Arc::new(store),
             compaction_interval: args.compaction_interval,
             node_dirs: local_node_dirs,
+            host_disk_dirs: args.host_disk_dirs.clone(),
         })
         .await?;
         let client = kube::Client::new(server.internal.clone(), "default");

@@ -855,3 +855,108 @@ async fn too_large_resource_version() {
         json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1})
     );
 }
+
+/// Ill-typed or nonsensical input anywhere is a 4xx Status, never a 500.
+#[tokio::test]
+async fn no_server_errors_for_bad_input() {
+    let api = api().await;
+    let ns = "err-fuzz";
+    api.namespace(ns).await;
+    api.create(&coll(ns, VM), &vm("f")).await;
+    api.create(&coll(ns, VMI), &vmi("f")).await;
+    let merge_patches = [
+        json!({"metadata": 5}),
+        json!({"metadata": {"labels": [1, 2]}}),
+        json!({"metadata": {"labels": {"a": 5}}}),
+        json!({"metadata": {"annotations": {"a": {"b": "c"}}}}),
+        json!({"metadata": {"finalizers": "x"}}),
+        json!({"metadata": {"ownerReferences": {"a": 1}}}),
+        json!({"metadata": {"ownerReferences": [{"controller": "yes"}]}}),
+        json!({"metadata": {"creationTimestamp": "yesterday"}}),
+        json!({"metadata": {"deletionGracePeriodSeconds": "x"}}),
+        json!({"metadata": {"generation": "x"}}),
+        json!({"metadata": {"managedFields": "x"}}),
+        json!({"metadata": {"managedFields": [{"operation": "Bogus"}]}}),
+        json!({"spec": "x"}),
+        json!({"spec": {"template": {"spec": {"domain": {"devices": {"disks": "x"}}}}}}),
+        json!({"spec": {"template": {"spec": {"domain": {"devices": {"disks": [5]}}}}}}),
+        json!({"spec": {"template": {"spec": {"domain": {"memory": {"guest": "lots"}}}}}}),
+        json!({"spec": {"template": {"spec": {"domain": {"resources": {"requests": {"memory": -1}}}}}}}),
+        json!({"spec": {"template": {"spec": {"domain": {"cpu": {"cores": -4}}}}}}),
+        json!({"spec": {"domain": {"memory": {"guest": 12}}}}),
+        json!({"status": "x"}),
+        json!({"kind": 5}),
+        json!({"apiVersion": null}),
+        json!({"metadata": {"name": null}}),
+        json!(null),
+        json!("x"),
+        json!(5),
+    ];
+    for plural in [VM, VMI] {
+        let path = item(ns, plural, "f");
+        for patch in &merge_patches {
+            let r = api.merge(&path, patch).await;
+            let code = r.status.as_u16();
+            assert!(
+                (200..500).contains(&code),
+                "{plural} merge {patch} → {code} {}",
+                r.text
+            );
+            if code >= 400 {
+                assert_eq!(r.body["kind"], "Status", "{}", r.text);
+                assert_eq!(r.body["code"], json!(code));
+            }
+        }
+        for ops in [
+            json!([{"op": "add", "path": "", "value": 5}]),
+            json!([{"op": "replace", "path": "/metadata", "value": []}]),
+            json!([{"op": "add", "path": "/metadata/labels/~2", "value": "x"}]),
+            json!([{"op": "move", "from": "/spec", "path": "/spec/template"}]),
+            json!([{"op": "copy", "from": "/nope", "path": "/x"}]),
+            json!([{"op": "add", "path": "/spec/template/spec/volumes/99", "value": {}}]),
+            json!([{"op": "test"}]),
+            json!([{}]),
+            json!([5]),
+        ] {
+            let r = api
+                .patch(&path, "application/json-patch+json", &ops.to_string())
+                .await;
+            let code = r.status.as_u16();
+            assert!(
+                (200..500).contains(&code),
+                "{plural} json patch {ops} → {code} {}",
+                r.text
+            );
+        }
+        for body in ["", "-", "[]", "{\"apiVersion\": 5}", "metadata: [", "\u{0}"] {
+            let r = api
+                .patch(
+                    &format!("{path}?fieldManager=fuzz"),
+                    "application/apply-patch+yaml",
+                    body,
+                )
+                .await;
+            let code = r.status.as_u16();
+            assert!(
+                (400..500).contains(&code),
+                "{plural} apply {body:?} → {code} {}",
+                r.text
+            );
+        }
+    }
+    for query in [
+        "limit=-1",
+        "limit=99999999999999999999",
+        "timeoutSeconds=-5",
+        "resourceVersion=-3",
+        "continue=eyJ2IjoibWV0YS5rOHMuaW8vdjEiLCJydiI6LTEsInN0YXJ0IjoiLi4vLi4vZXRjIn0",
+        "labelSelector=%00",
+        "fieldSelector=metadata.name%3D%5C",
+        "watch=true&timeoutSeconds=abc",
+        "watch=true&resourceVersion=abc",
+    ] {
+        let r = api.get(&format!("{}?{query}", coll(ns, VM))).await;
+        let code = r.status.as_u16();
+        assert!((200..500).contains(&code), "{query} → {code} {}", r.text);
+    }
+}

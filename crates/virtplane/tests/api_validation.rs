@@ -44,6 +44,9 @@ fn with_network(spec: &mut Value) {
     spec["networks"] = json!([{"name": "default", "pod": {}}]);
 }
 
+/// What is wrong, the VM, and the causes (reason, field, message) KubeVirt reports.
+type Case = (&'static str, Value, Vec<(&'static str, String, String)>);
+
 #[tokio::test]
 async fn vm_admission_rules() {
     let api = api().await;
@@ -51,7 +54,7 @@ async fn vm_admission_rules() {
     api.namespace(ns).await;
     let c = coll(ns, VM);
     let t = "spec.template.spec";
-    let cases: Vec<(&str, Value, Vec<(&str, String, String)>)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "running and runStrategy",
             {

@@ -122,10 +122,10 @@ impl ApplyConflicts {
             })
             .collect();
         let mut status = Status::failure(409, "Conflict", self.message());
-        status.details = Some(StatusDetails {
+        status.details = Some(Box::new(StatusDetails {
             causes,
             ..Default::default()
-        });
+        }));
         status
     }
 }

@@ -1,0 +1,900 @@
+//! Helpers for the tier-B black-box tests (`qemu_*.rs`): real QEMU (software emulation
+//! is fine) running the test guests of `scripts/build-test-guests`, served from the
+//! loopback registry of `scripts/test-registry`, behind a `virtplane server` with its
+//! local QEMU node. A guest is observed the way a person would: its serial log, its
+//! console websocket, its forwarded ports and its QEMU process.
+//!
+//! Without `qemu-system-x86_64` or the guests/registry a test prints `SKIPPED: ...` and
+//! passes; with `VIRTPLANE_REQUIRE_QEMU=1` it fails instead (for CI, which installs them).
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use futures::{SinkExt, StreamExt};
+use reqwest::StatusCode;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::common::{self, Reply, TestServer};
+use crate::support::{self, Api};
+
+/// The name of the server's local QEMU node.
+pub const NODE: &str = "qemu-node";
+pub const NS: &str = "default";
+/// How long a guest may take to boot under software emulation on a busy 2-core machine.
+pub const BOOT: Duration = Duration::from_secs(150);
+/// How long the control plane may take for a state change that needs no boot.
+pub const SHORT: Duration = Duration::from_secs(60);
+
+/// The guests and the registry holding them.
+pub struct Guests {
+    /// `127.0.0.1:PORT` of the registry (plain HTTP).
+    pub registry: String,
+    /// `target/test-guests`.
+    pub dir: PathBuf,
+}
+
+impl Guests {
+    /// The containerDisk image (`/disk/disk.qcow2`, BIOS-bootable).
+    pub fn disk_image(&self) -> String {
+        format!("{}/guest:latest", self.registry)
+    }
+    /// The kernelBoot image (`/boot/vmlinux`, `/boot/initramfs.cpio.gz`).
+    pub fn kernel_image(&self) -> String {
+        format!("{}/guest-kernel:latest", self.registry)
+    }
+}
+
+static GUESTS: OnceLock<Result<Guests, String>> = OnceLock::new();
+
+pub fn repo_root() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    root.canonicalize().unwrap_or(root)
+}
+
+/// The QEMU the server looks for (the same places).
+pub fn qemu_binary() -> Option<PathBuf> {
+    [
+        "/usr/bin/qemu-system-x86_64",
+        "/usr/local/bin/qemu-system-x86_64",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists())
+}
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+        .unwrap_or(false)
+}
+
+fn tail(bytes: &[u8], lines: usize) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Builds the guests and starts (or reuses) the registry, once per test binary.
+fn prepare() -> Result<Guests, String> {
+    if qemu_binary().is_none() {
+        return Err(
+            "qemu-system-x86_64 is not installed (Debian package qemu-system-x86; \
+                    `scripts/install-deps test` installs it)"
+                .into(),
+        );
+    }
+    if !on_path("qemu-img") {
+        return Err("qemu-img is not installed (Debian package qemu-utils)".into());
+    }
+    let root = repo_root();
+    let script = root.join("scripts/test-registry");
+    // Test binaries of parallel `cargo test` runs share the registry: start it under a lock.
+    let lock = root.join("target/test-registry.lock");
+    let mut command = if Path::new("/usr/bin/flock").exists() {
+        let mut c = Command::new("/usr/bin/flock");
+        c.arg(&lock).arg(&script);
+        c
+    } else {
+        Command::new(&script)
+    };
+    let started = Instant::now();
+    let out = command
+        .current_dir(&root)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "scripts/test-registry (which runs scripts/build-test-guests) failed:\n{}",
+            tail(&out.stderr, 15)
+        ));
+    }
+    let registry = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if registry.is_empty() {
+        return Err("scripts/test-registry printed no address".into());
+    }
+    eprintln!(
+        "qemu tests: guests ready, registry {registry} ({:.1}s)",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(Guests {
+        registry,
+        dir: root.join("target/test-guests"),
+    })
+}
+
+/// The guests and registry, or `None` after saying loudly why the test is skipped.
+pub fn guests() -> Option<&'static Guests> {
+    match GUESTS.get_or_init(prepare) {
+        Ok(g) => Some(g),
+        Err(why) => {
+            if std::env::var_os("VIRTPLANE_REQUIRE_QEMU").is_some_and(|v| v != "0") {
+                panic!("tier-B QEMU tests cannot run (VIRTPLANE_REQUIRE_QEMU is set): {why}");
+            }
+            eprintln!("SKIPPED: tier-B QEMU test: {why}");
+            None
+        }
+    }
+}
+
+// ---- processes ------------------------------------------------------------------
+
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
+}
+
+pub fn kill9(pid: u32) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+}
+
+fn cmdline(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Every live QEMU whose `-pidfile` is `pidfile`: one VMI's QEMU processes.
+pub fn qemus_with_pidfile(pidfile: &Path) -> Vec<u32> {
+    let wanted = pidfile.display().to_string();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let argv = cmdline(pid);
+        if argv.first().is_some_and(|a| a.contains("qemu-system"))
+            && argv
+                .windows(2)
+                .any(|w| w[0] == "-pidfile" && w[1] == wanted)
+            && alive(pid)
+        {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Kills every QEMU started under `data_dir` (statics and killed servers leave them).
+pub fn kill_qemus(data_dir: &Path) {
+    let prefix = data_dir.display().to_string();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let argv = cmdline(pid);
+        if argv.first().is_some_and(|a| a.contains("qemu-system"))
+            && argv
+                .windows(2)
+                .any(|w| w[0] == "-pidfile" && w[1].starts_with(&prefix))
+        {
+            kill9(pid);
+        }
+    }
+}
+
+// ---- servers --------------------------------------------------------------------
+
+/// A server with a local QEMU node; dropping it kills the server and its QEMUs.
+pub struct Cluster {
+    pub server: TestServer,
+    /// The server's `--host-disk-dir`.
+    pub host_disks: tempfile::TempDir,
+}
+
+impl Cluster {
+    pub async fn start(guests: &Guests, extra: &[&str]) -> Cluster {
+        let host_disks = tempfile::tempdir().expect("host disk dir");
+        let host_dir = host_disks.path().display().to_string();
+        let mut args = vec![
+            "--node-name",
+            NODE,
+            "--insecure-registry",
+            &guests.registry,
+            "--host-disk-dir",
+            &host_dir,
+        ];
+        args.extend(extra);
+        let server = TestServer::start_with(&args).await;
+        let cluster = Cluster { server, host_disks };
+        cluster.env().wait_node_ready().await;
+        cluster
+    }
+
+    pub fn env(&self) -> Env {
+        Env::new(
+            &self.server.url,
+            self.server.data_dir(),
+            self.host_disks.path(),
+        )
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.server.kill9();
+        kill_qemus(self.server.data_dir());
+    }
+}
+
+static SHARED: OnceLock<Mutex<Cluster>> = OnceLock::new();
+
+extern "C" {
+    fn atexit(callback: extern "C" fn()) -> i32;
+}
+
+extern "C" fn stop_shared() {
+    if let Some(cluster) = SHARED.get() {
+        if let Ok(mut cluster) = cluster.lock() {
+            // Drop is never run for statics.
+            cluster.server.kill9();
+            kill_qemus(cluster.server.data_dir());
+            let _ = std::fs::remove_dir_all(cluster.server.data_dir());
+            let _ = std::fs::remove_dir_all(cluster.host_disks.path());
+        }
+    }
+}
+
+/// The server shared by the tests of one binary, started on first use.
+pub async fn shared(guests: &'static Guests) -> Env {
+    let cluster = SHARED.get_or_init(|| {
+        let cluster = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime")
+                .block_on(Cluster::start(guests, &[]))
+        })
+        .join()
+        .expect("server start");
+        // SAFETY: registering a plain function with the C runtime.
+        unsafe {
+            atexit(stop_shared);
+        }
+        Mutex::new(cluster)
+    });
+    let cluster = cluster.lock().unwrap_or_else(|e| e.into_inner());
+    cluster.env()
+}
+
+// ---- one test's view of a server ----------------------------------------------------
+
+/// A handle on a server for one test (HTTP clients belong to the test's runtime).
+pub struct Env {
+    pub api: Api,
+    pub url: String,
+    pub data_dir: PathBuf,
+    pub host_disk_dir: PathBuf,
+}
+
+/// A VMI phase or "" when there is none.
+pub fn phase(vmi: &Value) -> &str {
+    vmi["status"]["phase"].as_str().unwrap_or("")
+}
+
+pub fn uid(obj: &Value) -> String {
+    obj["metadata"]["uid"].as_str().unwrap_or("").to_string()
+}
+
+pub fn printable(vm: &Value) -> &str {
+    vm["status"]["printableStatus"].as_str().unwrap_or("")
+}
+
+/// The condition of `kind` in `status.conditions`.
+pub fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+impl Env {
+    pub fn new(url: &str, data_dir: &Path, host_disk_dir: &Path) -> Env {
+        Env {
+            api: Api::connect(url, data_dir),
+            url: url.to_string(),
+            data_dir: data_dir.to_path_buf(),
+            host_disk_dir: host_disk_dir.to_path_buf(),
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("port in url")
+    }
+
+    pub async fn wait_node_ready(&self) {
+        let deadline = Instant::now() + SHORT;
+        loop {
+            let r = self.api.get(&format!("/api/v1/nodes/{NODE}")).await;
+            if r.status == StatusCode::OK
+                && condition(&r.body, "Ready").is_some_and(|c| c["status"] == "True")
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {NODE} never became Ready: {}",
+                r.text
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    // ---- objects
+
+    pub async fn create_vm(&self, vm: &Value) -> Value {
+        self.api
+            .create(&support::coll(NS, "virtualmachines"), vm)
+            .await
+    }
+
+    pub async fn post_vm(&self, vm: &Value) -> Reply {
+        self.api
+            .post(&support::coll(NS, "virtualmachines"), vm)
+            .await
+    }
+
+    pub async fn vm(&self, name: &str) -> Value {
+        let r = self
+            .api
+            .get(&support::item(NS, "virtualmachines", name))
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "get VM {name}: {}", r.text);
+        r.body
+    }
+
+    pub async fn vmi(&self, name: &str) -> Option<Value> {
+        let r = self
+            .api
+            .get(&support::item(NS, "virtualmachineinstances", name))
+            .await;
+        match r.status {
+            StatusCode::OK => Some(r.body),
+            StatusCode::NOT_FOUND => None,
+            other => panic!("get VMI {name}: {other} {}", r.text),
+        }
+    }
+
+    /// Deletes the VM (and so its VMI); does not wait.
+    pub async fn delete_vm(&self, name: &str) {
+        let r = self
+            .api
+            .delete(&support::item(NS, "virtualmachines", name), None)
+            .await;
+        assert!(
+            r.status.is_success() || r.status == StatusCode::NOT_FOUND,
+            "delete VM {name}: {}",
+            r.text
+        );
+    }
+
+    /// PUT a subresource of a VM (`start`, `stop`, `restart`) or VMI (`pause`...).
+    pub async fn verb(&self, plural: &str, name: &str, verb: &str) -> Reply {
+        self.api
+            .put(
+                &format!(
+                    "/apis/subresources.kubevirt.io/v1/namespaces/{NS}/{plural}/{name}/{verb}"
+                ),
+                &json!({}),
+            )
+            .await
+    }
+
+    pub async fn vm_verb(&self, name: &str, verb: &str) {
+        let r = self.verb("virtualmachines", name, verb).await;
+        assert_eq!(
+            r.status,
+            StatusCode::ACCEPTED,
+            "{verb} VM {name}: {}",
+            r.text
+        );
+    }
+
+    pub async fn vmi_verb(&self, name: &str, verb: &str) {
+        let r = self.verb("virtualmachineinstances", name, verb).await;
+        assert_eq!(
+            r.status,
+            StatusCode::ACCEPTED,
+            "{verb} VMI {name}: {}",
+            r.text
+        );
+    }
+
+    // ---- waiting (polling with deadlines)
+
+    /// Polls the VMI until `done` holds for it (`None`: it does not exist).
+    pub async fn wait_vmi(
+        &self,
+        name: &str,
+        within: Duration,
+        what: &str,
+        done: impl Fn(Option<&Value>) -> bool,
+    ) -> Option<Value> {
+        let deadline = Instant::now() + within;
+        loop {
+            let vmi = self.vmi(name).await;
+            if done(vmi.as_ref()) {
+                return vmi;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "VMI {name}: {what} did not happen within {within:?}; last: {}\n{}",
+                    vmi.map_or("none".to_string(), |v| v["status"].to_string()),
+                    self.diagnostics(name)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    pub async fn wait_vm(
+        &self,
+        name: &str,
+        within: Duration,
+        what: &str,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let vm = self.vm(name).await;
+            if done(&vm) {
+                return vm;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "VM {name}: {what} did not happen within {within:?}; last: {}\n{}",
+                    vm["status"],
+                    self.diagnostics(name)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Waits for the VMI to be Running (failing at once if it fails instead).
+    pub async fn wait_running(&self, name: &str) -> Value {
+        self.wait_running_not(name, "").await
+    }
+
+    /// Waits for a Running VMI whose uid is not `old_uid`.
+    pub async fn wait_running_not(&self, name: &str, old_uid: &str) -> Value {
+        let vmi = self
+            .wait_vmi(name, BOOT, "phase Running", |v| {
+                let Some(v) = v else { return false };
+                if uid(v) == old_uid {
+                    return false;
+                }
+                assert!(
+                    phase(v) != "Failed" && phase(v) != "Succeeded",
+                    "VMI {name} ended ({}) instead of running: {}\n{}",
+                    phase(v),
+                    v["status"],
+                    self.diagnostics(name)
+                );
+                phase(v) == "Running"
+            })
+            .await;
+        vmi.expect("running VMI")
+    }
+
+    pub async fn wait_vmi_gone(&self, name: &str, within: Duration) {
+        self.wait_vmi(name, within, "deletion", |v| v.is_none())
+            .await;
+    }
+
+    // ---- the guest
+
+    pub fn vmi_dir(&self, name: &str) -> PathBuf {
+        self.data_dir
+            .join("node")
+            .join(NODE)
+            .join("vmi")
+            .join(NS)
+            .join(name)
+    }
+
+    pub fn serial(&self, name: &str) -> String {
+        std::fs::read(self.vmi_dir(name).join("serial.log"))
+            .map(|b| String::from_utf8_lossy(&b).to_string())
+            .unwrap_or_default()
+    }
+
+    /// The `virtplane-guest: ` protocol lines of the guest so far.
+    pub fn guest_lines(&self, name: &str) -> Vec<String> {
+        self.serial(name)
+            .lines()
+            .filter_map(|l| {
+                l.find("virtplane-guest: ")
+                    .map(|i| l[i..].trim_end_matches('\r').to_string())
+            })
+            .collect()
+    }
+
+    /// Waits until the guest printed `line` (a whole `virtplane-guest: ...` line);
+    /// returns all protocol lines.
+    pub async fn wait_guest_line(&self, name: &str, line: &str, within: Duration) -> Vec<String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let lines = self.guest_lines(name);
+            if lines.iter().any(|l| l == line) {
+                return lines;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "guest {name} never printed {line:?} within {within:?}; it printed {lines:#?}\n{}",
+                    self.diagnostics(name)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Waits for the guest's `ready` line.
+    pub async fn wait_ready(&self, name: &str) -> Vec<String> {
+        self.wait_guest_line(name, "virtplane-guest: ready", BOOT)
+            .await
+    }
+
+    pub fn pidfile(&self, name: &str) -> PathBuf {
+        self.vmi_dir(name).join("qemu.pid")
+    }
+
+    pub fn qemu_pid(&self, name: &str) -> Option<u32> {
+        std::fs::read_to_string(self.pidfile(name))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// The live QEMU processes of VMI `name`.
+    pub fn qemus(&self, name: &str) -> Vec<u32> {
+        qemus_with_pidfile(&self.pidfile(name))
+    }
+
+    /// The argv of the one QEMU of VMI `name`.
+    pub fn qemu_argv(&self, name: &str) -> Vec<String> {
+        let pids = self.qemus(name);
+        assert_eq!(pids.len(), 1, "QEMU processes of {name}: {pids:?}");
+        cmdline(pids[0])
+    }
+
+    /// What a person debugging a failure wants to see: the VMI dir, QEMU log, serial tail.
+    pub fn diagnostics(&self, name: &str) -> String {
+        let dir = self.vmi_dir(name);
+        let files: Vec<String> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .collect();
+        let qemu_log = std::fs::read(dir.join("qemu.log")).unwrap_or_default();
+        let serial = std::fs::read(dir.join("serial.log")).unwrap_or_default();
+        format!(
+            "-- {}: {files:?}\n-- qemu.log: {}\n-- serial.log (tail): {}",
+            dir.display(),
+            tail(&qemu_log, 10),
+            tail(&serial, 15)
+        )
+    }
+
+    /// Connects to a forwarded port and reads what the guest's responder says.
+    pub async fn hello(&self, port: u16, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let last = match hello_once(port).await {
+                Ok(text) if !text.is_empty() => return text,
+                Ok(_) => "connection closed without a greeting".to_string(),
+                Err(e) => e,
+            };
+            assert!(
+                Instant::now() < deadline,
+                "no greeting on 127.0.0.1:{port} within {within:?}: {last}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    // ---- consoles
+
+    /// The VMI's serial console websocket, as virtctl opens it.
+    pub async fn console(&self, name: &str) -> Result<Console, String> {
+        Console::open(self, name, "console").await
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.data_dir.join("admin.kubeconfig")
+    }
+}
+
+async fn hello_once(port: u16) -> Result<String, String> {
+    use tokio::io::AsyncReadExt;
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let mut buf = Vec::new();
+    match tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut buf)).await {
+        Ok(Ok(_)) => Ok(String::from_utf8_lossy(&buf).to_string()),
+        Ok(Err(e)) => Err(format!("read: {e}")),
+        Err(_) => Err(format!(
+            "no answer within 5s (got {:?})",
+            String::from_utf8_lossy(&buf)
+        )),
+    }
+}
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
+
+/// A console (or VNC) websocket with the `plain.kubevirt.io` subprotocol.
+pub struct Console {
+    socket: Socket,
+    /// Everything received so far (lossy UTF-8).
+    pub seen: String,
+    /// The subprotocol the server chose.
+    pub protocol: String,
+}
+
+fn tls_config(data_dir: &Path) -> rustls::ClientConfig {
+    common::install_crypto();
+    let kubeconfig =
+        std::fs::read_to_string(data_dir.join("admin.kubeconfig")).expect("admin.kubeconfig");
+    let field = |f: &str| common::kubeconfig_field(&kubeconfig, f).expect(f);
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(&field("certificate-authority-data")) {
+        roots.add(ca.expect("CA PEM")).expect("CA");
+    }
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(&field("client-certificate-data"))
+            .collect::<Result<_, _>>()
+            .expect("client cert PEM");
+    let key = PrivateKeyDer::from_pem_slice(&field("client-key-data")).expect("client key");
+    rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .expect("client auth")
+}
+
+impl Console {
+    pub async fn open(env: &Env, name: &str, which: &str) -> Result<Console, String> {
+        let port = env.port();
+        let path = format!(
+            "/apis/subresources.kubevirt.io/v1/namespaces/{NS}/virtualmachineinstances/{name}/{which}"
+        );
+        let mut request = format!("wss://127.0.0.1:{port}{path}")
+            .into_client_request()
+            .expect("request");
+        request.headers_mut().insert(
+            "Sec-WebSocket-Protocol",
+            "plain.kubevirt.io".parse().expect("header"),
+        );
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(tls_config(&env.data_dir)));
+        let tls = connector
+            .connect(ServerName::try_from("127.0.0.1").expect("server name"), tcp)
+            .await
+            .map_err(|e| format!("TLS: {e}"))?;
+        let (socket, response) = tokio_tungstenite::client_async(request, tls)
+            .await
+            .map_err(|e| match e {
+                tokio_tungstenite::tungstenite::Error::Http(r) => format!(
+                    "HTTP {}: {}",
+                    r.status(),
+                    r.body()
+                        .as_deref()
+                        .map(String::from_utf8_lossy)
+                        .unwrap_or_default()
+                ),
+                other => other.to_string(),
+            })?;
+        let protocol = response
+            .headers()
+            .get("sec-websocket-protocol")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        Ok(Console {
+            socket,
+            seen: String::new(),
+            protocol,
+        })
+    }
+
+    /// Types `text` (sent as one binary message, as virtctl does).
+    pub async fn send(&mut self, text: &str) {
+        self.socket
+            .send(Message::Binary(text.as_bytes().to_vec().into()))
+            .await
+            .expect("console send");
+    }
+
+    /// Reads until `needle` shows up in what arrived after byte `from` of `seen`;
+    /// `false` when `within` passes first or the socket closes.
+    pub async fn read_until(&mut self, from: usize, needle: &str, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if self.seen.get(from..).is_some_and(|s| s.contains(needle)) {
+                return true;
+            }
+            match tokio::time::timeout_at(deadline, self.socket.next()).await {
+                Err(_) => return false,
+                Ok(None) | Ok(Some(Err(_))) => return false,
+                Ok(Some(Ok(Message::Binary(b)))) => {
+                    self.seen.push_str(&String::from_utf8_lossy(&b))
+                }
+                Ok(Some(Ok(Message::Text(t)))) => self.seen.push_str(t.as_str()),
+                Ok(Some(Ok(Message::Close(_)))) => return false,
+                Ok(Some(Ok(_))) => {}
+            }
+        }
+    }
+
+    /// Runs `command` in the guest shell and waits for a line its output starts with
+    /// `expect` (so the echo of the typed command does not count); returns that line.
+    pub async fn run(&mut self, command: &str, expect: &str, within: Duration) -> Option<String> {
+        let from = self.seen.len();
+        self.send(&format!("{command}\r")).await;
+        let needle = format!("\n{expect}");
+        if !self.read_until(from, &needle, within).await {
+            return None;
+        }
+        // Let the rest of the line arrive.
+        let at = from + self.seen[from..].find(&needle).expect("needle") + 1;
+        if !self.seen[at..].contains('\n') {
+            self.read_until(at, "\n", Duration::from_secs(5)).await;
+        }
+        let line = self.seen[at..].lines().next().unwrap_or("");
+        Some(line.trim_end_matches('\r').to_string())
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.socket.close(None).await;
+    }
+}
+
+// ---- VMs ------------------------------------------------------------------------
+
+/// A VM whose guest boots from the kernelBoot image (PVH direct boot, the quickest
+/// under software emulation), with a NoCloud seed carrying `user_data` (when given) and
+/// a masquerade interface forwarding guest port 8080.
+pub fn kernel_vm(guests: &Guests, name: &str, strategy: &str, user_data: Option<&str>) -> Value {
+    let mut vm = json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": name},
+        "spec": {
+            "runStrategy": strategy,
+            "template": {
+                "metadata": {"labels": {"kubevirt.io/vm": name}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "domain": {
+                        "firmware": {"kernelBoot": {
+                            "kernelArgs": "console=ttyS0",
+                            "container": {
+                                "image": guests.kernel_image(),
+                                "kernelPath": "/boot/vmlinux",
+                                "initrdPath": "/boot/initramfs.cpio.gz"
+                            }
+                        }},
+                        "devices": {
+                            "disks": [],
+                            "interfaces": [{"name": "default", "masquerade": {},
+                                            "ports": [{"name": "web", "port": 8080}]}]
+                        },
+                        "memory": {"guest": "128Mi"}
+                    },
+                    "networks": [{"name": "default", "pod": {}}],
+                    "volumes": []
+                }
+            }
+        }
+    });
+    if let Some(user_data) = user_data {
+        add_volume(
+            &mut vm,
+            json!({"name": "cloudinit", "disk": {"bus": "virtio"}}),
+            json!({"name": "cloudinit", "cloudInitNoCloud": {"userData": user_data}}),
+        );
+    }
+    vm
+}
+
+/// A VM that boots the containerDisk through the BIOS (SeaBIOS, syslinux) on `machine`
+/// with its disks on `bus`.
+pub fn disk_vm(guests: &Guests, name: &str, machine: &str, bus: &str) -> Value {
+    json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": name},
+        "spec": {
+            "runStrategy": "Always",
+            "template": {
+                "metadata": {"labels": {"kubevirt.io/vm": name}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "domain": {
+                        "machine": {"type": machine},
+                        "devices": {
+                            "disks": [{"name": "root", "disk": {"bus": bus}, "bootOrder": 1}],
+                            "interfaces": [{"name": "default", "masquerade": {},
+                                            "ports": [{"name": "web", "port": 8080}]}]
+                        },
+                        "memory": {"guest": "128Mi"}
+                    },
+                    "networks": [{"name": "default", "pod": {}}],
+                    "volumes": [{"name": "root", "containerDisk": {"image": guests.disk_image()}}]
+                }
+            }
+        }
+    })
+}
+
+/// Appends a disk and its volume to a VM's template.
+pub fn add_volume(vm: &mut Value, disk: Value, volume: Value) {
+    let spec = &mut vm["spec"]["template"]["spec"];
+    spec["domain"]["devices"]["disks"]
+        .as_array_mut()
+        .expect("disks")
+        .push(disk);
+    spec["volumes"]
+        .as_array_mut()
+        .expect("volumes")
+        .push(volume);
+}
+
+/// The `status.portForwards[].hostPort` for guest port `port`.
+pub fn host_port(vmi: &Value, port: u16) -> u16 {
+    vmi["status"]["portForwards"]
+        .as_array()
+        .and_then(|list| list.iter().find(|f| f["port"] == json!(port)))
+        .and_then(|f| f["hostPort"].as_u64())
+        .unwrap_or_else(|| panic!("no port forward for {port} in {}", vmi["status"])) as u16
+}
