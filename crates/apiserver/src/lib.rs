@@ -115,6 +115,11 @@ fn registrations(
         schema: schema(&core::NODE)?,
         hooks: Box::new(core::NodeHooks),
     });
+    out.push(Registration {
+        info: &core::PERSISTENT_VOLUME_CLAIM,
+        schema: schema(&core::PERSISTENT_VOLUME_CLAIM)?,
+        hooks: Box::new(core::PersistentVolumeClaimHooks),
+    });
     for (info, hooks) in kubevirt::registrations(host_disks) {
         out.push(Registration {
             info,

@@ -112,6 +112,40 @@ pub fn comparable(obj: &Value) -> Value {
     copy
 }
 
+/// `comparable(a) == comparable(b)`, without copying either object.
+pub fn same_but_bookkeeping(a: &Value, b: &Value) -> bool {
+    equal_except(a, b, &[], &["resourceVersion", "managedFields"])
+}
+
+/// `spec_part(a, s) == spec_part(b, s)`, without copying either object.
+pub fn same_spec_part(a: &Value, b: &Value, without_status: bool) -> bool {
+    let skip: &[&str] = if without_status {
+        &["metadata", "apiVersion", "kind", "status"]
+    } else {
+        &["metadata", "apiVersion", "kind"]
+    };
+    equal_except(a, b, skip, &[])
+}
+
+/// Equality of two objects leaving out the top-level keys in `skip` and, when `skip_meta`
+/// is not empty, those keys of `metadata`.
+fn equal_except(a: &Value, b: &Value, skip: &[&str], skip_meta: &[&str]) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    let kept = |m: &Map<String, Value>| m.keys().filter(|k| !skip.contains(&k.as_str())).count();
+    kept(a) == kept(b)
+        && a.iter()
+            .filter(|(k, _)| !skip.contains(&k.as_str()))
+            .all(|(k, va)| match b.get(k) {
+                Some(vb) if k == "metadata" && !skip_meta.is_empty() => {
+                    equal_except(va, vb, skip_meta, &[])
+                }
+                Some(vb) => va == vb,
+                None => false,
+            })
+}
+
 /// Everything but `metadata` (and `status` when it is a subresource): what bumps generation.
 pub fn spec_part(obj: &Value, without_status: bool) -> Value {
     let mut copy = obj.clone();

@@ -6,6 +6,7 @@ pub mod resources;
 pub mod run_strategy;
 pub mod scheduler;
 pub mod vm;
+pub mod volumes;
 
 use std::time::Duration;
 
@@ -22,14 +23,8 @@ pub enum Error {
 pub struct Config {
     /// How long a node may go without a heartbeat before it is NotReady and its VMIs fail.
     pub node_monitor_grace_period: Duration,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            node_monitor_grace_period: Duration::from_secs(40),
-        }
-    }
+    /// Where claims' disk files live (`DIR/volumes`).
+    pub volume_pool: std::path::PathBuf,
 }
 
 /// Runs every controller until the process ends.
@@ -37,6 +32,7 @@ pub async fn run(client: kube::Client, config: Config) {
     tokio::join!(
         vm::run(client.clone()),
         scheduler::run(client.clone()),
-        node_lifecycle::run(client, config.node_monitor_grace_period),
+        node_lifecycle::run(client.clone(), config.node_monitor_grace_period),
+        volumes::run(client, config.volume_pool),
     );
 }

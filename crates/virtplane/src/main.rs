@@ -391,6 +391,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
         let client = kube::Client::new(server.internal.clone(), "default");
         let controller_config = controllers::Config {
             node_monitor_grace_period: args.timing.node_monitor_grace_period,
+            volume_pool: args.data_dir.join("volumes"),
         };
         tokio::spawn(controllers::run(client.clone(), controller_config));
         if let Some(hypervisor) = local {

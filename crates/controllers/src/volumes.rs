@@ -1,0 +1,170 @@
+//! The volume controller: a PersistentVolumeClaim gets a disk file of the requested size
+//! in the data dir's volume pool (`DIR/volumes/<namespace>/<claim>`), and loses it when
+//! the claim is deleted and no running VMI uses it any more.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use kubevirt_api::quantity::Quantity;
+use serde_json::{json, Value};
+
+use crate::resources::{self, str_at};
+use crate::Error;
+
+const PROTECTION: &str = "kubernetes.io/pvc-protection";
+
+pub fn claim_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("", "v1", "PersistentVolumeClaim"),
+        "persistentvolumeclaims",
+    )
+}
+
+struct Context {
+    client: Client,
+    pool: PathBuf,
+}
+
+/// The file behind a claim.
+pub fn claim_path(pool: &Path, namespace: &str, claim: &str) -> PathBuf {
+    pool.join(namespace).join(claim)
+}
+
+pub async fn run(client: Client, pool: PathBuf) {
+    let api = Api::<DynamicObject>::all_with(client.clone(), &claim_resource());
+    let ctx = Arc::new(Context { client, pool });
+    Controller::new_with(api, watcher::Config::default(), claim_resource())
+        .run(
+            reconcile,
+            |_, error, _| {
+                tracing::debug!("volume controller: {error}");
+                Action::requeue(Duration::from_secs(1))
+            },
+            ctx,
+        )
+        .for_each(|_| futures::future::ready(()))
+        .await;
+}
+
+fn params() -> PatchParams {
+    PatchParams {
+        field_manager: Some("virtplane-volume-controller".into()),
+        ..Default::default()
+    }
+}
+
+/// Whether a VMI that is not finished still refers to the claim.
+async fn in_use(client: &Client, namespace: &str, claim: &str) -> Result<bool, Error> {
+    let vmis = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        namespace,
+        &resources::virtual_machine_instance(),
+    );
+    Ok(vmis
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .any(|vmi| {
+            let finished = matches!(str_at(vmi, "/status/phase"), Some("Succeeded" | "Failed"));
+            let uses = vmi
+                .data
+                .pointer("/spec/volumes")
+                .and_then(Value::as_array)
+                .is_some_and(|volumes| {
+                    volumes.iter().any(|v| {
+                        v.pointer("/persistentVolumeClaim/claimName")
+                            .or_else(|| v.pointer("/dataVolume/name"))
+                            == Some(&json!(claim))
+                    })
+                });
+            uses && !finished
+        }))
+}
+
+async fn reconcile(claim: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = claim.namespace().unwrap_or_default();
+    let name = claim.name_any();
+    let api =
+        Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &claim_resource());
+    let path = claim_path(&ctx.pool, &namespace, &name);
+    if claim.metadata.deletion_timestamp.is_some() {
+        if !claim.finalizers().iter().any(|f| f == PROTECTION) {
+            return Ok(Action::await_change());
+        }
+        if in_use(&ctx.client, &namespace, &name).await? {
+            return Ok(Action::requeue(Duration::from_secs(2)));
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!("cannot free {}: {e}", path.display());
+                return Ok(Action::requeue(Duration::from_secs(5)));
+            }
+        }
+        let finalizers: Vec<&String> = claim
+            .finalizers()
+            .iter()
+            .filter(|f| *f != PROTECTION)
+            .collect();
+        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": claim.resource_version()}});
+        api.patch(&name, &params(), &Patch::Merge(&patch)).await?;
+        return Ok(Action::await_change());
+    }
+    if str_at(&claim, "/status/phase") == Some("Bound") && path.exists() {
+        return Ok(Action::await_change());
+    }
+    let requested = claim
+        .data
+        .pointer("/spec/resources/requests/storage")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let bytes = Quantity::from_json(&requested)
+        .map_or(0, Quantity::value)
+        .max(0) as u64;
+    let allocated = std::fs::create_dir_all(path.parent().unwrap_or(&ctx.pool)).and_then(|()| {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+        // Sparse: the space is taken as the guest writes.
+        if file.metadata()?.len() < bytes {
+            file.set_len(bytes)?;
+        }
+        Ok(())
+    });
+    if let Err(e) = allocated {
+        let patch = json!({"status": {"phase": "Pending", "conditions": [{"type": "Resizing", "status": "False",
+            "reason": "AllocationFailed", "message": format!("cannot allocate {}: {e}", path.display())}]}});
+        api.patch_status(&name, &params(), &Patch::Merge(&patch))
+            .await?;
+        return Ok(Action::requeue(Duration::from_secs(10)));
+    }
+    let volume = format!("pvc-{}", claim.uid().unwrap_or_default());
+    if claim.data.pointer("/spec/volumeName").is_none() {
+        api.patch(
+            &name,
+            &params(),
+            &Patch::Merge(&json!({"spec": {"volumeName": volume}})),
+        )
+        .await?;
+    }
+    let modes = claim
+        .data
+        .pointer("/spec/accessModes")
+        .cloned()
+        .unwrap_or_else(|| json!(["ReadWriteOnce"]));
+    let status = json!({"status": {"phase": "Bound", "accessModes": modes, "capacity": {"storage": requested}}});
+    api.patch_status(&name, &params(), &Patch::Merge(&status))
+        .await?;
+    Ok(Action::await_change())
+}
