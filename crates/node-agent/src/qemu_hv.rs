@@ -362,14 +362,23 @@ impl Qemu {
             };
             let user = decode("userData", "userDataBase64")?;
             let network = decode("networkData", "networkDataBase64")?;
-            let uid = vmi.uid().unwrap_or_default();
+            // KubeVirt's meta-data: NoCloud's instance-id and ConfigDrive's uuid are the
+            // firmware UUID; ConfigDrive's instance_id is `<name>.<namespace>`.
+            let uuid = spec(vmi)
+                .pointer("/domain/firmware/uuid")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| vmi.uid().unwrap_or_default());
             let host = vmi.name_any();
+            let instance = format!("{host}.{}", vmi.namespace().unwrap_or_default());
             let path = dir.join(format!("{name}-seed.img"));
             let mut files: Vec<(&str, Vec<u8>)> = Vec::new();
             let label = if nocloud {
                 files.push((
                     "meta-data",
-                    format!("instance-id: {uid}\nlocal-hostname: {host}\n").into_bytes(),
+                    json!({"instance-id": uuid, "local-hostname": host})
+                        .to_string()
+                        .into_bytes(),
                 ));
                 files.push(("user-data", user));
                 if !network.is_empty() {
@@ -377,7 +386,8 @@ impl Qemu {
                 }
                 "cidata"
             } else {
-                let meta = json!({"uuid": uid, "hostname": host, "name": host}).to_string();
+                let meta =
+                    json!({"instance_id": instance, "uuid": uuid, "hostname": host}).to_string();
                 files.push(("openstack/latest/meta_data.json", meta.into_bytes()));
                 files.push(("openstack/latest/user_data", user));
                 if !network.is_empty() {

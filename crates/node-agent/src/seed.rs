@@ -21,9 +21,13 @@ pub fn write_fat_image(path: &Path, label: &str, files: &[(&str, Vec<u8>)]) -> s
     {
         *slot = byte;
     }
+    // 2048-byte sectors: the guest mounts the seed from a cdrom (2 KiB blocks) as well
+    // as from a disk; FAT with 512-byte sectors does not mount on a cdrom.
     fatfs::format_volume(
         &mut file,
-        fatfs::FormatVolumeOptions::new().volume_label(label_bytes),
+        fatfs::FormatVolumeOptions::new()
+            .volume_label(label_bytes)
+            .bytes_per_sector(2048),
     )?;
     file.seek(SeekFrom::Start(0))?;
     let fs = fatfs::FileSystem::new(&mut file, fatfs::FsOptions::new())?;
