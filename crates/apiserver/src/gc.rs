@@ -107,6 +107,19 @@ impl Graph {
     }
 }
 
+/// `{"metadata": …}` of a stored object: all the graph reads, without building the rest
+/// (spec and status) of every object written.
+fn decode_metadata(kv: &store::KeyValue) -> Result<Value, Status> {
+    #[derive(serde::Deserialize)]
+    struct MetadataOnly {
+        #[serde(default)]
+        metadata: Value,
+    }
+    let only: MetadataOnly = serde_json::from_slice(&kv.value)
+        .map_err(|e| Status::internal(format!("stored object {} is corrupt: {e}", kv.key)))?;
+    Ok(serde_json::json!({ "metadata": only.metadata }))
+}
+
 /// Runs until the process ends; a failure rebuilds the graph from a fresh list.
 pub async fn run(registry: Arc<Registry>) {
     loop {
@@ -126,7 +139,7 @@ async fn run_once(registry: &Registry) -> Result<(), Status> {
     let mut graph = Graph::default();
     let mut queue: BTreeSet<String> = BTreeSet::new();
     for kv in &listed.items {
-        let obj = Registry::decode(kv)?;
+        let obj = decode_metadata(kv)?;
         graph.insert(&kv.key, &obj);
         queue.insert(kv.key.clone());
     }
@@ -154,7 +167,7 @@ async fn run_once(registry: &Registry) -> Result<(), Status> {
                     queue.extend(graph.affected(&key, &old));
                 }
                 if event.kind == EventKind::Put {
-                    let obj = Registry::decode(&event.kv)?;
+                    let obj = decode_metadata(&event.kv)?;
                     let node = graph.insert(&key, &obj);
                     queue.extend(graph.affected(&key, &node));
                 }

@@ -159,3 +159,45 @@ pub fn spec_part(obj: &Value, without_status: bool) -> Value {
     }
     copy
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn copy_free_comparisons_agree_with_the_copying_ones() {
+        let base = json!({"apiVersion": "v1", "kind": "K",
+            "metadata": {"name": "a", "resourceVersion": "1", "managedFields": [{"manager": "x"}]},
+            "spec": {"x": 1}, "status": {"y": 2}});
+        let variants = [
+            json!({"apiVersion": "v1", "kind": "K",
+                "metadata": {"name": "a", "resourceVersion": "9"}, "spec": {"x": 1}, "status": {"y": 2}}),
+            json!({"apiVersion": "v1", "kind": "K",
+                "metadata": {"name": "b", "resourceVersion": "1"}, "spec": {"x": 1}, "status": {"y": 2}}),
+            json!({"apiVersion": "v2", "kind": "K", "metadata": {"name": "a"}, "spec": {"x": 1}, "status": {"y": 3}}),
+            json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"}, "spec": {"x": 2}, "status": {"y": 2}}),
+            json!({"apiVersion": "v1", "kind": "K", "metadata": "odd", "spec": {"x": 1}, "status": {"y": 2}}),
+            json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"}, "spec": {"x": 1}}),
+            json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a"}, "spec": {"x": 1}, "extra": true}),
+            json!([1, 2]),
+            base.clone(),
+        ];
+        for v in &variants {
+            for (a, b) in [(&base, v), (v, &base), (v, v)] {
+                assert_eq!(
+                    same_but_bookkeeping(a, b),
+                    comparable(a) == comparable(b),
+                    "{a} vs {b}"
+                );
+                for without_status in [false, true] {
+                    assert_eq!(
+                        same_spec_part(a, b, without_status),
+                        spec_part(a, without_status) == spec_part(b, without_status),
+                        "{a} vs {b}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -316,6 +316,7 @@ enum Step {
 
 impl Scheduler {
     async fn pass(&mut self) {
+        let started = std::time::Instant::now();
         let vmis = self.vmis.state();
         self.assumed.retain(|uid, _| {
             vmis.iter()
@@ -388,6 +389,8 @@ impl Scheduler {
                 Err(message) => steps.push(Step::Unschedulable { vmi, message }),
             }
         }
+        let planned = started.elapsed();
+        let count = steps.len();
         let client = self.client.clone();
         let failed: Vec<String> = futures::stream::iter(steps)
             .map(|step| execute(client.clone(), step))
@@ -395,6 +398,12 @@ impl Scheduler {
             .filter_map(futures::future::ready)
             .collect()
             .await;
+        tracing::debug!(
+            "scheduler pass: {} VMIs, {count} steps ({} failed), planned in {planned:?}, done in {:?}",
+            vmis.len(),
+            failed.len(),
+            started.elapsed()
+        );
         for uid in failed {
             self.assumed.remove(&uid);
         }

@@ -145,6 +145,11 @@ impl Instance {
         })
     }
 
+    /// Lets go of the process without stopping it (what an agent restart does).
+    pub async fn release(self) {
+        self.qmp.close().await;
+    }
+
     pub async fn resume(&self) -> Result<(), QmpError> {
         self.qmp.execute("cont", None).await.map(|_| ())
     }

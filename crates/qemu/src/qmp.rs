@@ -44,6 +44,15 @@ pub struct Qmp {
     next_id: AtomicU64,
     events: broadcast::Sender<Value>,
     closed: tokio::sync::watch::Receiver<bool>,
+    /// Reads replies and events; aborted on drop so the connection really closes (QEMU
+    /// serves one monitor client at a time).
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Qmp {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
 }
 
 impl Qmp {
@@ -65,7 +74,11 @@ impl Qmp {
         };
         let (read, write) = stream.into_split();
         let mut lines = BufReader::new(read).lines();
-        let greeting = lines.next_line().await?.ok_or(QmpError::Closed)?;
+        // QEMU greets at once; silence means another client holds the monitor.
+        let greeting = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+            .await
+            .map_err(|_| QmpError::Timeout("greeting".into()))??
+            .ok_or(QmpError::Closed)?;
         let greeting: Value =
             serde_json::from_str(&greeting).map_err(|e| QmpError::Protocol(e.to_string()))?;
         if greeting.get("QMP").is_none() {
@@ -78,7 +91,7 @@ impl Qmp {
         let (closed_tx, closed) = tokio::sync::watch::channel(false);
         let reader_pending = pending.clone();
         let reader_events = events.clone();
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
             while let Ok(Some(line)) = lines.next_line().await {
                 let Ok(message) = serde_json::from_str::<Value>(&line) else {
                     continue;
@@ -127,6 +140,7 @@ impl Qmp {
             next_id: AtomicU64::new(1),
             events,
             closed,
+            reader,
         };
         qmp.execute("qmp_capabilities", None).await?;
         Ok(qmp)
@@ -171,6 +185,14 @@ impl Qmp {
                 Err(QmpError::Timeout(command.to_string()))
             }
         }
+    }
+
+    /// Closes the monitor connection, so that another client (an agent after a restart)
+    /// can take the monitor.
+    pub async fn close(mut self) {
+        let _ = self.writer.get_mut().shutdown().await;
+        self.reader.abort();
+        let _ = (&mut self.reader).await;
     }
 
     pub fn events(&self) -> broadcast::Receiver<Value> {

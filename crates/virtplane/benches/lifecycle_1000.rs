@@ -33,6 +33,7 @@ const NAMESPACE: &str = "bench";
 const TARGET: Duration = Duration::from_secs(10);
 
 fn main() -> ExitCode {
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

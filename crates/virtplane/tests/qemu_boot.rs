@@ -405,6 +405,8 @@ async fn efi_boot_with_ovmf() {
     let mut vm = kernel_vm(g, name, "Always", Some("#virtplane: serve 8080\n"));
     let domain = &mut vm["spec"]["template"]["spec"]["domain"];
     domain["firmware"]["bootloader"] = json!({"efi": {"secureBoot": false}});
+    // OVMF with less than about 200 MiB faults before it reaches the kernel.
+    domain["memory"] = json!({"guest": "256Mi"});
     domain["firmware"]["kernelBoot"]["container"]["image"] = json!(image);
     domain["firmware"]["kernelBoot"]["container"]["kernelPath"] = json!("/boot/bzImage");
     env.create_vm(&vm).await;

@@ -435,14 +435,10 @@ impl Env {
         );
     }
 
+    /// VMI verbs (`pause`, `unpause`) answer 200, VM verbs 202 (virt-api).
     pub async fn vmi_verb(&self, name: &str, verb: &str) {
         let r = self.verb("virtualmachineinstances", name, verb).await;
-        assert_eq!(
-            r.status,
-            StatusCode::ACCEPTED,
-            "{verb} VMI {name}: {}",
-            r.text
-        );
+        assert_eq!(r.status, StatusCode::OK, "{verb} VMI {name}: {}", r.text);
     }
 
     // ---- waiting (polling with deadlines)
