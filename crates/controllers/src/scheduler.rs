@@ -4,7 +4,7 @@
 //! affinity, and that has the CPU and memory it requests left. Among those, the one with
 //! the most free memory wins. A VMI that fits nowhere says why, like a pending pod.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
 use kubevirt_api::quantity::Quantity;
 use serde_json::{json, Value};
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, Notify, Semaphore};
 
 use crate::resources::{self, str_at};
 
@@ -24,6 +24,8 @@ const MANAGER: &str = "virt-scheduler";
 const NODE_NAME_LABEL: &str = "kubevirt.io/nodeName";
 /// The CPU a vCPU requests by default: KubeVirt's cpuAllocationRatio of 10.
 const MILLICPU_PER_VCPU: i64 = 100;
+/// Scheduling writes (bindings, unschedulable reports) in flight at once.
+const IN_FLIGHT: usize = 64;
 
 /// CPU (millicores) and memory (bytes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -86,11 +88,15 @@ impl Misfit {
     }
 }
 
-fn labels_of(node: &Value) -> serde_json::Map<String, Value> {
-    node.pointer("/metadata/labels")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default()
+fn label<'a>(node: &'a Value, key: &str) -> Option<&'a Value> {
+    node.pointer("/metadata/labels")?.get(key)
+}
+
+fn array<'a>(value: &'a Value, pointer: &str) -> &'a [Value] {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
 }
 
 fn tolerates(tolerations: &[Value], taint: &Value) -> bool {
@@ -109,12 +115,8 @@ fn tolerates(tolerations: &[Value], taint: &Value) -> bool {
 
 /// One `nodeSelectorTerm`: every expression must hold.
 fn term_matches(term: &Value, node: &Value) -> bool {
-    let labels = labels_of(node);
-    let expressions = term["matchExpressions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let fields = term["matchFields"].as_array().cloned().unwrap_or_default();
+    let expressions = array(term, "/matchExpressions");
+    let fields = array(term, "/matchFields");
     let holds = |expr: &Value, actual: Option<String>| {
         let values: Vec<String> = expr["values"]
             .as_array()
@@ -142,8 +144,7 @@ fn term_matches(term: &Value, node: &Value) -> bool {
     expressions.iter().all(|e| {
         holds(
             e,
-            labels
-                .get(e["key"].as_str().unwrap_or(""))
+            label(node, e["key"].as_str().unwrap_or(""))
                 .and_then(Value::as_str)
                 .map(str::to_string),
         )
@@ -173,25 +174,15 @@ pub fn eligible(vmi: &Value, node: &Value) -> Result<(), Misfit> {
     if node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
         return Err(Misfit::Unschedulable);
     }
-    let tolerations = vmi
-        .pointer("/spec/tolerations")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let taints = node
-        .pointer("/spec/taints")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    if taints.iter().any(|t| {
+    let tolerations = array(vmi, "/spec/tolerations");
+    if array(node, "/spec/taints").iter().any(|t| {
         matches!(t["effect"].as_str(), Some("NoSchedule" | "NoExecute"))
-            && !tolerates(&tolerations, t)
+            && !tolerates(tolerations, t)
     }) {
         return Err(Misfit::Taint);
     }
-    let labels = labels_of(node);
     if let Some(selector) = vmi.pointer("/spec/nodeSelector").and_then(Value::as_object) {
-        if selector.iter().any(|(k, v)| labels.get(k) != Some(v)) {
+        if selector.iter().any(|(k, v)| label(node, k) != Some(v)) {
             return Err(Misfit::Selector);
         }
     }
@@ -258,6 +249,14 @@ struct Scheduler {
     vmis: Store<DynamicObject>,
     /// Placements written but not yet seen in the VMI cache, by VMI uid.
     assumed: HashMap<String, (String, Resources)>,
+    /// What each VMI asks for, by uid.
+    requested: HashMap<String, Resources>,
+    /// Steps being carried out.
+    in_flight: Arc<Semaphore>,
+    /// Uids of VMIs whose binding failed, to be placed again.
+    report: mpsc::UnboundedSender<String>,
+    failed: mpsc::UnboundedReceiver<String>,
+    changed: Arc<Notify>,
 }
 
 pub async fn run(client: Client) {
@@ -289,11 +288,17 @@ pub async fn run(client: Client) {
                 futures::future::ready(())
             }),
     );
+    let (report, failed) = mpsc::unbounded_channel();
     let mut scheduler = Scheduler {
         client,
         nodes,
         vmis,
         assumed: HashMap::new(),
+        requested: HashMap::new(),
+        in_flight: Arc::new(Semaphore::new(IN_FLIGHT)),
+        report,
+        failed,
+        changed: changed.clone(),
     };
     loop {
         let _ = tokio::time::timeout(Duration::from_secs(2), changed.notified()).await;
@@ -318,14 +323,29 @@ impl Scheduler {
     async fn pass(&mut self) {
         let started = std::time::Instant::now();
         let vmis = self.vmis.state();
-        self.assumed.retain(|uid, _| {
-            vmis.iter()
-                .any(|v| v.uid().as_deref() == Some(uid) && node_of(v).is_none())
-        });
+        while let Ok(uid) = self.failed.try_recv() {
+            self.assumed.remove(&uid);
+        }
+        let unbound: HashSet<&str> = vmis
+            .iter()
+            .filter(|v| node_of(v).is_none())
+            .filter_map(|v| v.metadata.uid.as_deref())
+            .collect();
+        self.assumed.retain(|uid, _| unbound.contains(uid.as_str()));
         let mut used: HashMap<String, Resources> = HashMap::new();
+        // A VMI's spec (and so what it asks for) does not change: computed once per VMI.
+        let known: HashSet<&str> = vmis
+            .iter()
+            .filter_map(|v| v.metadata.uid.as_deref())
+            .collect();
+        self.requested.retain(|uid, _| known.contains(uid.as_str()));
         for vmi in vmis.iter().filter(|v| !is_final(v)) {
             if let Some(node) = node_of(vmi) {
-                let r = requests(&vmi.data_with_metadata());
+                let uid = vmi.metadata.uid.clone().unwrap_or_default();
+                let r = *self
+                    .requested
+                    .entry(uid)
+                    .or_insert_with(|| requests(&vmi.data));
                 let u = used.entry(node.to_string()).or_default();
                 u.millicpu += r.millicpu;
                 u.memory += r.memory;
@@ -341,7 +361,7 @@ impl Scheduler {
             .state()
             .iter()
             .map(|n| {
-                let value = n.data_with_metadata();
+                let value = node_value(n);
                 let total = allocatable(&value);
                 let u = used.get(&n.name_any()).copied().unwrap_or_default();
                 let free = Resources {
@@ -355,7 +375,12 @@ impl Scheduler {
         let mut pending: Vec<Arc<DynamicObject>> = vmis
             .iter()
             .filter(|v| {
-                node_of(v).is_none() && !v.uid().is_some_and(|u| self.assumed.contains_key(&u))
+                node_of(v).is_none()
+                    && !v
+                        .metadata
+                        .uid
+                        .as_ref()
+                        .is_some_and(|u| self.assumed.contains_key(u))
             })
             .filter(|v| {
                 v.metadata.deletion_timestamp.is_some()
@@ -373,10 +398,9 @@ impl Scheduler {
                 steps.push(Step::ReleaseUnplaced { vmi });
                 continue;
             }
-            let value = vmi.data_with_metadata();
-            match choose(&value, &nodes) {
+            match choose(&vmi.data, &nodes) {
                 Ok(node) => {
-                    let want = requests(&value);
+                    let want = requests(&vmi.data);
                     if let Some(entry) = nodes.iter_mut().find(|(n, _, _)| n == &node) {
                         entry.2.millicpu -= want.millicpu;
                         entry.2.memory -= want.memory;
@@ -391,22 +415,31 @@ impl Scheduler {
         }
         let planned = started.elapsed();
         let count = steps.len();
-        let client = self.client.clone();
-        let failed: Vec<String> = futures::stream::iter(steps)
-            .map(|step| execute(client.clone(), step))
-            .buffer_unordered(16)
-            .filter_map(futures::future::ready)
-            .collect()
-            .await;
+        // Steps run on their own (at most IN_FLIGHT at a time) so that the next pass can
+        // place what arrives meanwhile; `assumed` keeps it from placing a VMI twice, and a
+        // binding that fails comes back through `failed` and triggers a pass.
+        for step in steps {
+            let Ok(permit) = self.in_flight.clone().acquire_owned().await else {
+                break;
+            };
+            let (client, report, changed) = (
+                self.client.clone(),
+                self.report.clone(),
+                self.changed.clone(),
+            );
+            tokio::spawn(async move {
+                if let Some(uid) = execute(client, step).await {
+                    let _ = report.send(uid);
+                    changed.notify_one();
+                }
+                drop(permit);
+            });
+        }
         tracing::debug!(
-            "scheduler pass: {} VMIs, {count} steps ({} failed), planned in {planned:?}, done in {:?}",
+            "scheduler pass: {} VMIs, {count} steps, planned in {planned:?}, issued in {:?}",
             vmis.len(),
-            failed.len(),
             started.elapsed()
         );
-        for uid in failed {
-            self.assumed.remove(&uid);
-        }
     }
 }
 
@@ -515,19 +548,12 @@ async fn execute(client: Client, step: Step) -> Option<String> {
     }
 }
 
-/// A DynamicObject as one JSON value with its metadata, for the pure functions above.
-trait WithMetadata {
-    fn data_with_metadata(&self) -> Value;
-}
-
-impl WithMetadata for DynamicObject {
-    fn data_with_metadata(&self) -> Value {
-        let mut value = self.data.clone();
-        if let Ok(meta) = serde_json::to_value(&self.metadata) {
-            value["metadata"] = meta;
-        }
-        value
-    }
+/// A node as one JSON value for the pure functions above: its spec and status with the
+/// only metadata they read (name, labels) — not the whole metadata (managedFields...).
+fn node_value(node: &DynamicObject) -> Value {
+    let mut value = node.data.clone();
+    value["metadata"] = json!({"name": node.metadata.name, "labels": node.metadata.labels});
+    value
 }
 
 #[cfg(test)]

@@ -222,14 +222,19 @@ async fn reconcile(vm: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
         }
         return Ok(Action::await_change());
     }
-    if !deleting && !has_finalizer {
+    // The finalizer first, then on with the VM as that write left it (KubeVirt does both
+    // in one sync).
+    let vm = if !deleting && !has_finalizer {
         let mut finalizers = vm.finalizers().to_vec();
         finalizers.push(VM_FINALIZER.to_string());
         let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": vm.resource_version()}});
-        vms.patch(&name, &params_merge(), &Patch::Merge(&patch))
-            .await?;
-        return Ok(Action::await_change());
-    }
+        Arc::new(
+            vms.patch(&name, &params_merge(), &Patch::Merge(&patch))
+                .await?,
+        )
+    } else {
+        vm
+    };
 
     let Some(strategy) = strategy_of(&vm) else {
         let failure = json!({"type": "Failure", "status": "True", "reason": "FailedCreate",

@@ -114,7 +114,19 @@ impl Puller {
             .header("accept", accept)
             .send()
             .await
-            .map_err(|e| failed(format!("{url}: {e}")))?;
+            .map_err(|e| {
+                // reqwest's own text ("error sending request") hides the cause.
+                let mut text = format!("{url}: {e}");
+                let mut source = std::error::Error::source(&e);
+                while let Some(cause) = source {
+                    text.push_str(&format!(": {cause}"));
+                    source = cause.source();
+                }
+                if url.starts_with("https://") {
+                    text.push_str(" (a registry that serves plain HTTP must be allowed with --insecure-registry)");
+                }
+                failed(text)
+            })?;
         if !response.status().is_success() {
             return Err(failed(format!(
                 "{url}: the registry answered {}",

@@ -205,7 +205,40 @@ fn running_status(vmi: &DynamicObject, info: &GuestInfo, paused: bool) -> Map<St
         status.insert("portForwards".into(), json!(info.port_forwards));
     }
     status.insert("migrationMethod".into(), json!("BlockMigration"));
+    status.insert("volumeStatus".into(), json!(volume_status(vmi)));
     status
+}
+
+/// `status.volumeStatus`: every disk's volume with its target device, named in
+/// declaration order per prefix (virtio `vda`, `vdb`…; sata, scsi and usb `sda`…; ide
+/// `hda`…), as KubeVirt reports them.
+fn volume_status(vmi: &DynamicObject) -> Vec<Value> {
+    let disks = vmi
+        .data
+        .pointer("/spec/domain/devices/disks")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut used: std::collections::HashMap<&str, u8> = std::collections::HashMap::new();
+    disks
+        .iter()
+        .map(|disk| {
+            let bus = ["disk", "cdrom", "lun"]
+                .iter()
+                .find_map(|kind| disk.pointer(&format!("/{kind}/bus")))
+                .and_then(Value::as_str)
+                .unwrap_or("virtio");
+            let prefix = match bus {
+                "virtio" => "vd",
+                "ide" => "hd",
+                _ => "sd",
+            };
+            let index = used.entry(prefix).or_insert(0);
+            let target = format!("{prefix}{}", char::from(b'a' + (*index % 26)));
+            *index += 1;
+            json!({"name": disk["name"], "target": target})
+        })
+        .collect()
 }
 
 async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, kube::Error> {

@@ -111,6 +111,12 @@ impl Instance {
         let qmp = match qmp {
             Ok(qmp) => qmp,
             Err(e) => {
+                // QEMU may have opened its monitor and then given up (a bad disk, a
+                // missing file): its log says why, the broken monitor does not.
+                if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(2), child.wait()).await
+                {
+                    return Err(ProcessError::EarlyExit(tail(log)));
+                }
                 let _ = child.start_kill();
                 return Err(e.into());
             }

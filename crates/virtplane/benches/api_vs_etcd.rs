@@ -697,29 +697,42 @@ async fn run() -> Result<()> {
         }
     }
 
-    print_table(
-        &etcd_version,
+    print_table(&Report {
+        etcd_version,
         body_len,
         clients,
-        &seq_results,
-        &conc_results,
-        &list_results,
+        seq: seq_results,
+        conc: conc_results,
+        list: list_results,
         list_runs,
-        &settle,
-    );
+        settle,
+    });
     Ok(())
 }
 
-fn print_table(
-    etcd_version: &str,
+/// Everything one run measured; index 0 is virtplane, 1 is etcd.
+struct Report {
+    etcd_version: String,
     body_len: usize,
     clients: usize,
-    seq: &[Creates; 2],
-    conc: &[Creates; 2],
-    list: &[Lists; 2],
+    seq: [Creates; 2],
+    conc: [Creates; 2],
+    list: [Lists; 2],
     list_runs: usize,
-    settle: &[Duration; 2],
-) {
+    settle: [Duration; 2],
+}
+
+fn print_table(report: &Report) {
+    let Report {
+        etcd_version,
+        body_len,
+        clients,
+        seq,
+        conc,
+        list,
+        list_runs,
+        settle,
+    } = report;
     let ratio = |a: f64, b: f64| {
         if b > 0.0 {
             format!("{:.2}x", a / b)

@@ -80,6 +80,9 @@ async fn kernel_boot_nocloud_empty_disk_and_port_forward() {
         json!({"name": "scratch", "disk": {"bus": "virtio"}}),
         json!({"name": "scratch", "emptyDisk": {"capacity": "64Mi"}}),
     );
+    // Interface models: rtl8139 here, e1000 and e1000e below, virtio elsewhere.
+    vm["spec"]["template"]["spec"]["domain"]["devices"]["interfaces"][0]["model"] =
+        json!("rtl8139");
     let created = env.create_vm(&vm).await;
     let firmware_uuid = created["spec"]["template"]["spec"]["domain"]["firmware"]["uuid"]
         .as_str()
@@ -87,6 +90,12 @@ async fn kernel_boot_nocloud_empty_disk_and_port_forward() {
         .to_string();
     let vmi = env.wait_running(name).await;
     check_running_status(&env, name, &vmi, "q35").await;
+    assert_eq!(
+        vmi["status"]["volumeStatus"],
+        json!([{"name": "cloudinit", "target": "vda"}, {"name": "scratch", "target": "vdb"}]),
+        "{}",
+        vmi["status"]
+    );
 
     let lines = env.wait_ready(name).await;
     eprintln!("{name}: ready after {:?}", started.elapsed());
@@ -127,6 +136,10 @@ async fn kernel_boot_nocloud_empty_disk_and_port_forward() {
     let images = env.data_dir.join("images").display().to_string();
     assert!(
         argv.contains(&format!("-kernel {images}")) && argv.contains("/boot/vmlinux"),
+        "{argv}"
+    );
+    assert!(
+        argv.contains("-device rtl8139,netdev=net-default"),
         "{argv}"
     );
     env.delete_vm(name).await;
@@ -298,6 +311,7 @@ async fn container_disk_bios_q35_sata_boot_order_and_nocloud() {
         .as_array_mut()
         .unwrap()
         .push(json!({"name": "scratch", "emptyDisk": {"capacity": "32Mi"}}));
+    vm["spec"]["template"]["spec"]["domain"]["devices"]["interfaces"][0]["model"] = json!("e1000e");
     add_volume(
         &mut vm,
         json!({"name": "cloudinit", "disk": {"bus": "sata"}}),
@@ -306,6 +320,21 @@ async fn container_disk_bios_q35_sata_boot_order_and_nocloud() {
     env.create_vm(&vm).await;
     let vmi = env.wait_running(name).await;
     check_running_status(&env, name, &vmi, "q35").await;
+    let targets: Vec<(&str, &str)> = vmi["status"]["volumeStatus"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no volumeStatus: {}", vmi["status"]))
+        .iter()
+        .map(|v| {
+            (
+                v["name"].as_str().unwrap_or(""),
+                v["target"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        targets,
+        [("scratch", "sda"), ("root", "sdb"), ("cloudinit", "sdc")]
+    );
     let lines = env.wait_ready(name).await;
     eprintln!("{name}: ready after {:?}", started.elapsed());
     assert_lines(
@@ -314,11 +343,14 @@ async fn container_disk_bios_q35_sata_boot_order_and_nocloud() {
         &[
             "virtplane-guest: disk sda 33554432",
             "virtplane-guest: seed cidata sdc",
+            "virtplane-guest: ip eth0 10.0.2.2",
             "virtplane-guest: serve 8080",
         ],
     );
     let hello = env.hello(host_port(&vmi, 8080), SHORT).await;
     assert_eq!(hello.trim(), format!("hello from {name}"));
+    let argv = env.qemu_argv(name).join(" ");
+    assert!(argv.contains("-device e1000e,netdev=net-default"), "{argv}");
     env.delete_vm(name).await;
 }
 
@@ -395,7 +427,11 @@ fn efi_kernel_image(g: &qemu::Guests) -> Result<String, String> {
 async fn efi_boot_with_ovmf() {
     let Some(g) = guests() else { return };
     if !Path::new("/usr/share/OVMF/OVMF_CODE_4M.fd").exists() {
-        eprintln!("SKIPPED: EFI boot: OVMF is not installed (Debian package ovmf)");
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: EFI boot: OVMF is not installed (Debian package ovmf)"
+        );
         return;
     }
     let image = efi_kernel_image(g).unwrap_or_else(|e| panic!("pushing the EFI kernel image: {e}"));
@@ -438,7 +474,35 @@ async fn efi_boot_with_ovmf() {
         .await;
     assert!(line.is_some(), "no /sys/firmware/efi: {:?}", console.seen);
     console.close().await;
-    let _ = vmi;
+    assert_eq!(vmi["status"]["machine"]["type"], "q35");
+    env.delete_vm(name).await;
+
+    // secureBoot (KubeVirt's default with efi): the secure-boot OVMF build with its
+    // enrolled-keys variable store, SMM on, the flash protected.
+    let name = "efi-secure";
+    let mut vm = kernel_vm(g, name, "Always", None);
+    let domain = &mut vm["spec"]["template"]["spec"]["domain"];
+    domain["firmware"]["bootloader"] = json!({"efi": {}});
+    // Admission (as KubeVirt's): SecureBoot requires SMM.
+    domain["features"] = json!({"smm": {}});
+    domain["memory"] = json!({"guest": "256Mi"});
+    env.create_vm(&vm).await;
+    env.wait_running(name).await;
+    let argv = env.qemu_argv(name).join(" ");
+    assert!(argv.contains("OVMF_CODE_4M.secboot.fd"), "{argv}");
+    assert!(argv.contains("smm=on"), "{argv}");
+    assert!(
+        argv.contains("driver=cfi.pflash01,property=secure,value=on"),
+        "{argv}"
+    );
+    let vars = env.vmi_dir(name).join("efivars.fd");
+    assert_eq!(
+        std::fs::metadata(&vars).map(|m| m.len()).ok(),
+        std::fs::metadata("/usr/share/OVMF/OVMF_VARS_4M.ms.fd")
+            .map(|m| m.len())
+            .ok(),
+        "the VM's own copy of the enrolled-keys variable store"
+    );
     env.delete_vm(name).await;
 }
 
@@ -517,6 +581,7 @@ async fn image_pull_failure_surfaces_on_the_vm() {
         message.contains(&image),
         "message should name the image: {message:?}"
     );
+    eprintln!("{name}: {message}");
     // Mirrored onto the VM, as KubeVirt does.
     let on_vm = condition(&vm, "Synchronized").unwrap_or_else(|| panic!("{}", vm["status"]));
     assert_eq!(on_vm["message"], sync["message"], "{on_vm}");
@@ -539,9 +604,10 @@ async fn image_pull_failure_surfaces_on_the_vm() {
         .unwrap_or("")
         .to_string();
     assert!(
-        message.contains(image),
-        "message should name the image: {message:?}"
+        message.contains(image) && message.contains("refused"),
+        "message should name the image and why: {message:?}"
     );
+    eprintln!("{name}: {message}");
     assert_ne!(phase(&vmi), "Running");
     env.delete_vm(name).await;
 }
@@ -599,10 +665,11 @@ async fn bad_disks_fail_with_a_message() {
     let ready = condition(&vmi, "Ready").unwrap_or_else(|| panic!("{}", vmi["status"]));
     let message = ready["message"].as_str().unwrap_or("");
     assert!(
-        message.contains("corrupt.qcow2") || message.contains("data"),
+        message.contains(&corrupt.display().to_string()),
         "the failure should name the bad disk: {}",
         vmi["status"]
     );
+    eprintln!("{name}: {message}");
     let vm = env
         .wait_vm(name, SHORT, "printableStatus Stopped", |vm| {
             printable(vm) == "Stopped"
@@ -612,4 +679,155 @@ async fn bad_disks_fail_with_a_message() {
     assert_eq!(on_vm["message"], ready["message"], "{}", vm["status"]);
     let _ = uid(&vmi);
     env.delete_vm(name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persistent_volume_claim_disk_keeps_what_the_guest_wrote() {
+    let Some(g) = guests() else { return };
+    let env = shared(g).await;
+    let claims = format!("/api/v1/namespaces/{}/persistentvolumeclaims", qemu::NS);
+    let claim = "data-claim";
+    let file = env.data_dir.join("volumes").join(qemu::NS).join(claim);
+    env.api
+        .create(
+            &claims,
+            &json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": claim},
+                    "spec": {"accessModes": ["ReadWriteOnce"],
+                             "resources": {"requests": {"storage": "40Mi"}}}}),
+        )
+        .await;
+    let deadline = Instant::now() + SHORT;
+    loop {
+        let r = env.api.get(&format!("{claims}/{claim}")).await;
+        if r.body["status"]["phase"] == "Bound" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "claim never Bound: {}", r.text);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        std::fs::metadata(&file).expect("claim file").len(),
+        40 << 20
+    );
+
+    let name = "pvc";
+    let mut vm = kernel_vm(g, name, "Always", None);
+    add_volume(
+        &mut vm,
+        json!({"name": "data", "disk": {"bus": "virtio"}}),
+        json!({"name": "data", "persistentVolumeClaim": {"claimName": claim}}),
+    );
+    env.create_vm(&vm).await;
+    env.wait_running(name).await;
+    let lines = env.wait_ready(name).await;
+    assert_lines(name, &lines, &["virtplane-guest: disk vda 41943040"]);
+    let mut console = env.console(name).await.expect("console");
+    console.send("\r").await;
+    let wrote = console
+        .run(
+            "echo kept-by-the-claim | dd of=/dev/vda conv=fsync 2>/dev/null && echo $((3*3))-written",
+            "9-written",
+            Duration::from_secs(30),
+        )
+        .await;
+    assert!(wrote.is_some(), "console: {:?}", console.seen);
+    console.close().await;
+    env.vm_verb(name, "stop").await;
+    env.wait_vmi_gone(name, SHORT).await;
+    let bytes = std::fs::read(&file).expect("claim file");
+    assert!(
+        bytes.starts_with(b"kept-by-the-claim\n"),
+        "the claim's file does not hold what the guest wrote"
+    );
+    env.delete_vm(name).await;
+
+    // Deleting the claim frees its file.
+    let r = env.api.delete(&format!("{claims}/{claim}"), None).await;
+    assert!(r.status.is_success(), "{}", r.text);
+    let deadline = Instant::now() + SHORT;
+    while file.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} was not freed",
+            file.display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A claim that does not exist: the VM says so.
+    let name = "pvc-missing";
+    let mut vm = kernel_vm(g, name, "Always", None);
+    add_volume(
+        &mut vm,
+        json!({"name": "data", "disk": {"bus": "virtio"}}),
+        json!({"name": "data", "persistentVolumeClaim": {"claimName": "no-such-claim"}}),
+    );
+    env.create_vm(&vm).await;
+    let vm = env
+        .wait_vm(name, SHORT, "printableStatus ErrorPvcNotFound", |vm| {
+            printable(vm) == "ErrorPvcNotFound"
+        })
+        .await;
+    let sync = condition(&vm, "Synchronized").unwrap_or_else(|| panic!("{}", vm["status"]));
+    assert!(
+        sync["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("no-such-claim"),
+        "{sync}"
+    );
+    env.delete_vm(name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_this_node_cannot_honour_fail_with_a_message() {
+    let Some(g) = guests() else { return };
+    let env = shared(g).await;
+    let mut cases = vec![(
+        "bridge",
+        {
+            let mut vm = kernel_vm(g, "bridge", "Manual", None);
+            vm["spec"]["template"]["spec"]["domain"]["devices"]["interfaces"] =
+                json!([{"name": "default", "bridge": {}}]);
+            vm
+        },
+        "bridge",
+    )];
+    let free_hugepages = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("HugePages_Free:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .unwrap_or(0);
+    if free_hugepages == 0 {
+        let mut vm = kernel_vm(g, "hugepages", "Manual", None);
+        vm["spec"]["template"]["spec"]["domain"]["memory"]["hugepages"] =
+            json!({"pageSize": "2Mi"});
+        cases.push(("hugepages", vm, "hugepages"));
+    }
+    for (name, vm, _) in &cases {
+        env.create_vm(vm).await;
+        env.vm_verb(name, "start").await;
+    }
+    for (name, _, words) in &cases {
+        let vmi = env
+            .wait_vmi(name, SHORT, "phase Failed", |v| {
+                v.is_some_and(|v| phase(v) == "Failed")
+            })
+            .await
+            .expect("VMI");
+        let message = condition(&vmi, "Ready")
+            .and_then(|c| c["message"].as_str())
+            .unwrap_or("")
+            .to_string();
+        assert!(
+            message.contains(words),
+            "{name}: the failure should say what is not available: {}",
+            vmi["status"]
+        );
+        eprintln!("{name}: {message}");
+        assert!(env.qemus(name).is_empty());
+        env.delete_vm(name).await;
+    }
 }

@@ -207,6 +207,44 @@ async fn pause_freezes_the_guest_and_unpause_resumes_it() {
     })
     .await;
     assert_eq!(env.qemus(name), vec![pid], "pause must not replace QEMU");
+
+    // softreboot: Ctrl+Alt+Del reaches the guest, which (told to reboot on it) boots
+    // again inside the same QEMU and the same VMI.
+    let before = env.vmi(name).await.expect("VMI");
+    assert!(
+        console
+            .run(
+                "echo 1 > /proc/sys/kernel/ctrl-alt-del && echo $((5*5))-armed",
+                "25-armed",
+                Duration::from_secs(30)
+            )
+            .await
+            .is_some(),
+        "console: {:?}",
+        console.seen
+    );
+    let boots = |env: &Env| {
+        env.guest_lines(name)
+            .iter()
+            .filter(|l| *l == "virtplane-guest: booted")
+            .count()
+    };
+    assert_eq!(boots(&env), 1);
+    env.vmi_verb(name, "softreboot").await;
+    let deadline = Instant::now() + BOOT;
+    while boots(&env) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the guest did not reboot: {:?}\n{}",
+            env.guest_lines(name),
+            env.diagnostics(name)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let after = env.vmi(name).await.expect("VMI");
+    assert_eq!(uid(&after), uid(&before));
+    assert_eq!(phase(&after), "Running");
+    assert_eq!(env.qemus(name), vec![pid], "a soft reboot keeps the QEMU");
     console.close().await;
     env.delete_vm(name).await;
 }
@@ -329,6 +367,18 @@ async fn serial_console_over_websocket_and_cli() {
         again.seen
     );
     again.close().await;
+
+    // VNC: the same relay to QEMU's VNC server, which greets with its RFB version.
+    let mut vnc = qemu::Console::open(&env, name, "vnc")
+        .await
+        .expect("vnc websocket");
+    assert_eq!(vnc.protocol, "plain.kubevirt.io");
+    assert!(
+        vnc.read_until(0, "RFB 003.", Duration::from_secs(10)).await,
+        "no RFB greeting: {:?}",
+        vnc.seen
+    );
+    vnc.close().await;
 
     // No console for a VMI that does not run: one clear line, non-zero exit.
     let out = Command::new(common::binary())
