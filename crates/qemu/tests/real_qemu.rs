@@ -44,6 +44,18 @@ fn spec(dir: &std::path::Path) -> MachineSpec {
     }
 }
 
+/// Kills the QEMU of a test even when an assertion fails first.
+struct KillOnDrop(u32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .arg("-9")
+            .arg(self.0.to_string())
+            .status();
+    }
+}
+
 #[tokio::test]
 async fn start_pause_adopt_and_kill() {
     let Some(binary) = qemu_binary() else { return };
@@ -52,6 +64,7 @@ async fn start_pause_adopt_and_kill() {
     let instance = Instance::spawn(&binary, &spec, &dir.path().join("qemu.log"))
         .await
         .expect("spawn");
+    let _guard = KillOnDrop(instance.pid);
     assert_eq!(instance.qmp.status().await.unwrap(), "prelaunch");
     instance.resume().await.unwrap();
     assert_eq!(instance.qmp.status().await.unwrap(), "running");
