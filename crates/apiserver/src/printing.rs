@@ -63,9 +63,14 @@ pub fn table(
                 cells.push(apimachinery::table::cell(column.column_type, &values, now));
             }
             if info.plural == "nodes" {
-                // kubectl shows Ready/NotReady, not the condition's True/False.
+                // kubectl shows Ready/NotReady, not the condition's True/False, and
+                // `,SchedulingDisabled` for a cordoned node.
                 if let Some(cell) = cells.get_mut(1) {
-                    *cell = json!(if cell == "True" { "Ready" } else { "NotReady" });
+                    let mut status = if cell == "True" { "Ready" } else { "NotReady" }.to_string();
+                    if obj.pointer("/spec/unschedulable") == Some(&json!(true)) {
+                        status.push_str(",SchedulingDisabled");
+                    }
+                    *cell = json!(status);
                 }
             }
             json!({"cells": cells, "object": row_object(obj, include)})

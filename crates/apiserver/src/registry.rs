@@ -699,13 +699,17 @@ impl Registry {
             // Only status changes through /status; everything else stays as stored.
             let mut merged = old.clone();
             if let Some(root) = merged.as_object_mut() {
-                match new.get("status") {
-                    Some(status) => root.insert("status".into(), status.clone()),
+                match new.as_object_mut().and_then(|r| r.remove("status")) {
+                    Some(status) => root.insert("status".into(), status),
                     None => root.remove("status"),
                 };
             }
-            if let Some(mf) = object::meta(&new).and_then(|m| m.get("managedFields")) {
-                meta_mut(&mut merged).insert("managedFields".into(), mf.clone());
+            let managed_fields = new
+                .get_mut("metadata")
+                .and_then(Value::as_object_mut)
+                .and_then(|m| m.remove("managedFields"));
+            if let Some(mf) = managed_fields {
+                meta_mut(&mut merged).insert("managedFields".into(), mf);
             }
             return Ok(merged);
         }
@@ -717,7 +721,8 @@ impl Registry {
                 };
             }
         }
-        let old_meta = object::meta(old).cloned().unwrap_or_default();
+        let no_meta = Map::new();
+        let old_meta = object::meta(old).unwrap_or(&no_meta);
         let new_meta = meta_mut(&mut new);
         for field in [
             "uid",

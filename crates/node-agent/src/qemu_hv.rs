@@ -127,6 +127,9 @@ fn probe_kvm(binary: &Path) -> bool {
 /// A port forward handed out: (interface, ports entry name, node port, guest port).
 type Forward = (String, String, u16, u16);
 
+/// Files taken out of an image (path inside it, path here), by (VMI uid, image, wanted paths).
+type Pulled = HashMap<(String, String, String), Vec<(String, PathBuf)>>;
+
 struct Running {
     instance: Instance,
     stop_started: Option<Instant>,
@@ -139,6 +142,9 @@ pub struct Qemu {
     running: tokio::sync::Mutex<HashMap<String, Running>>,
     /// Port forwards handed out, by VMI uid.
     forwards: Mutex<HashMap<String, Vec<Forward>>>,
+    /// Files pulled for a VMI, by (uid, image, wanted paths): start asks for what prepare
+    /// just pulled, and asking the registry again costs a round trip per image.
+    pulled: Mutex<Pulled>,
     changes: broadcast::Sender<(String, String)>,
 }
 
@@ -257,6 +263,7 @@ impl Qemu {
             puller,
             running: tokio::sync::Mutex::new(HashMap::new()),
             forwards: Mutex::new(HashMap::new()),
+            pulled: Mutex::new(HashMap::new()),
             changes,
         }
     }
@@ -268,6 +275,35 @@ impl Qemu {
 
     fn dir(&self, vmi: &DynamicObject) -> PathBuf {
         self.vmi_dir(&vmi.namespace().unwrap_or_default(), &vmi.name_any())
+    }
+
+    /// Pulls `image` for a VMI once: later asks reuse the files (and digest) of the first.
+    async fn pull(
+        &self,
+        vmi: &DynamicObject,
+        image: &str,
+        wanted: &[&str],
+    ) -> Result<Vec<(String, PathBuf)>, crate::images::ImageError> {
+        let key = (
+            vmi.uid().unwrap_or_default(),
+            image.to_string(),
+            wanted.join("\n"),
+        );
+        let known = self
+            .pulled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .cloned();
+        if let Some(files) = known {
+            return Ok(files);
+        }
+        let files = self.puller.pull(image, wanted).await?.files;
+        self.pulled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, files.clone());
+        Ok(files)
     }
 
     /// The serial console socket of a VMI, for the console proxy.
@@ -286,13 +322,11 @@ impl Qemu {
         if let Some(cd) = volume.get("containerDisk") {
             let image = cd["image"].as_str().unwrap_or("");
             let extracted = self
-                .puller
-                .pull(image, &["/disk/"])
+                .pull(vmi, image, &["/disk/"])
                 .await
                 .map_err(|e| failed("ErrImagePull", e.to_string()))?;
             let wanted = cd.get("path").and_then(Value::as_str);
             let base = extracted
-                .files
                 .iter()
                 .find(|(p, _)| wanted.is_none_or(|w| p == w))
                 .map(|(_, p)| p.clone())
@@ -488,13 +522,11 @@ impl Qemu {
         let mut wanted = vec![kernel_path];
         wanted.extend(initrd_path);
         let extracted = self
-            .puller
-            .pull(image, &wanted)
+            .pull(vmi, image, &wanted)
             .await
             .map_err(|e| start_failed("ErrImagePull", e.to_string()))?;
         let find = |p: &str| {
             extracted
-                .files
                 .iter()
                 .find(|(path, _)| path == p)
                 .map(|(_, f)| f.clone())
@@ -880,6 +912,7 @@ impl Hypervisor for Qemu {
     }
 
     async fn prepare(&self, vmi: &DynamicObject) -> Prepared {
+        let began = Instant::now();
         let dir = self.dir(vmi);
         if let Err(e) = std::fs::create_dir_all(&dir) {
             return failed("FailedCreate", format!("creating {}: {e}", dir.display()));
@@ -892,6 +925,12 @@ impl Hypervisor for Qemu {
         if let Err(Started::Failed { reason, message }) = self.kernel_boot(vmi).await {
             return Prepared::Failed { reason, message };
         }
+        tracing::debug!(
+            "prepared {}/{} in {:?}",
+            vmi.namespace().unwrap_or_default(),
+            vmi.name_any(),
+            began.elapsed()
+        );
         Prepared::Ready
     }
 
@@ -899,15 +938,18 @@ impl Hypervisor for Qemu {
         let mut running = self.running.lock().await;
         // Never a second QEMU for one VMI: adopt what runs already.
         if self.instance(&mut running, vmi).await.is_none() {
+            let began = Instant::now();
             let spec = match self.machine(vmi).await {
                 Ok(spec) => spec,
                 Err(failure) => return failure,
             };
+            let specified = began.elapsed();
             let log = self.dir(vmi).join("qemu.log");
             let instance = match Instance::spawn(&self.config.binary, &spec, &log).await {
                 Ok(instance) => instance,
                 Err(e) => return start_failed("FailedCreate", e.to_string()),
             };
+            let spawned = began.elapsed();
             let paused = spec_paused(vmi);
             if !paused {
                 if let Err(e) = instance.resume().await {
@@ -915,6 +957,13 @@ impl Hypervisor for Qemu {
                     return start_failed("FailedCreate", format!("starting the guest: {e}"));
                 }
             }
+            tracing::debug!(
+                "started QEMU {} of {}/{}: command line ready after {specified:?}, QMP after {spawned:?}, running after {:?}",
+                instance.pid,
+                vmi.namespace().unwrap_or_default(),
+                vmi.name_any(),
+                began.elapsed()
+            );
             self.watch_exit(vmi, &instance);
             running.insert(
                 vmi.uid().unwrap_or_default(),
@@ -1065,6 +1114,10 @@ impl Hypervisor for Qemu {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&uid);
+        self.pulled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(owner, _, _), _| *owner != uid);
         let _ = std::fs::remove_dir_all(self.dir(vmi));
     }
 }

@@ -3,8 +3,10 @@
 //! 1. Create-VM → first guest serial line, p50 and p90 of 10 VMs, beside a bare
 //!    `qemu-system-x86_64` start of the same guest in the same run. Target: p50 overhead
 //!    (virtplane − bare) at most 100 ms.
-//! 2. Node agent memory per running VM, outside QEMU: the server's RSS (the local node
-//!    agent runs inside it) with 0 and with 5 running VMs. Target: at most 10 MiB per VM.
+//! 2. Node agent memory per running VM, outside QEMU: the server's RSS (VmRSS; the local
+//!    node agent runs inside it, QEMU does not) with 0 and with 5 running VMs, and as an
+//!    upper bound from the server's start, before its first VM. Target: at most 10 MiB per
+//!    VM.
 //!
 //! `cargo build --release --bin virtplane && cargo bench -p virtplane --bench qemu_boot`
 //!
@@ -716,6 +718,8 @@ async fn run() -> Result<()> {
     );
     let (mut server, api) = start(&dir, &registry).await?;
     let bare_dir = dir.join("bare");
+    // The server before its first VM: the floor for the memory upper bound.
+    let rss_start = server.rss().await?;
 
     // Warm-up: pulls the image into the cache and shows the agent's QEMU command line.
     let warm = boot_vm(&mut server, &api, "warmup", &registry, poll, timeout).await?;
@@ -888,15 +892,24 @@ async fn run() -> Result<()> {
             .join(" ")
     );
     let per_vm = (mib(rss_n) - mib(rss0)) / memory_vms as f64;
+    // The allocator keeps freed memory and hands it back in steps of several MiB, so the
+    // difference above can even come out negative; measured from the server's start
+    // instead, every one-off (image pull buffers, caches, pools) counts against the VMs.
+    let bound = (mib(rss_n) - mib(rss_start)) / memory_vms as f64;
     println!(
-        "  server RSS (API server + local node agent): {:.1} MiB with 0 VMs, {:.1} MiB with {memory_vms} running",
+        "  server RSS (API server + local node agent): {:.1} MiB at start, {:.1} MiB with 0 VMs \
+         (after the runs above), {:.1} MiB with {memory_vms} running",
+        mib(rss_start),
         mib(rss0),
         mib(rss_n)
     );
     println!(
-        "  node agent memory per running VM, QEMU excluded: {per_vm:.2} MiB; target ≤ {TARGET_MIB_PER_VM} MiB: {}",
-        if per_vm <= TARGET_MIB_PER_VM {
+        "  node agent memory per running VM, QEMU excluded: {per_vm:.2} MiB ((RSS({memory_vms}) − RSS(0)) / {memory_vms}), \
+         at most {bound:.2} MiB (from the start); target ≤ {TARGET_MIB_PER_VM} MiB: {}",
+        if per_vm.max(bound) <= TARGET_MIB_PER_VM {
             "MET"
+        } else if per_vm <= TARGET_MIB_PER_VM {
+            "MET (the upper bound misses)"
         } else {
             "MISSED"
         }

@@ -211,8 +211,22 @@ async fn scheduling_honours_selectors_affinity_taints_and_capacity() {
         "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu."
     );
 
-    // A cordoned node takes nothing new.
+    // A cordoned node takes nothing new; kubectl shows it as such.
     merge_node(&c, "sim-node-2", json!({"spec": {"unschedulable": true}})).await;
+    let table = c
+        .api
+        .send(
+            reqwest::Method::GET,
+            "/api/v1/nodes/sim-node-2",
+            &[("accept", TABLE)],
+            None,
+        )
+        .await;
+    assert_eq!(
+        table.body["rows"][0]["cells"][1], "Ready,SchedulingDisabled",
+        "{}",
+        table.text
+    );
     c.create_vm(
         NS,
         &vm_with(

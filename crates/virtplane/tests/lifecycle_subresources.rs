@@ -528,6 +528,44 @@ async fn vmi_subresource_rules() {
         "VMI neither have the agent connected nor the ACPI feature enabled",
     );
 
+    // A migration in progress (its state written as the migration machinery would):
+    // the VM says Migrating and pausing is refused until it completes.
+    // (VMIs have no status subresource, as in KubeVirt's CRD.)
+    let status_path = support::item(NS, "virtualmachineinstances", "noacpi");
+    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let r = c
+        .api
+        .merge(
+            &status_path,
+            &json!({"status": {"migrationState": {"startTimestamp": now, "completed": false,
+                                                  "sourceNode": "sim-node-0", "targetNode": "sim-node-0"}}}),
+        )
+        .await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.text);
+    c.wait_printable(NS, "noacpi", "Migrating").await;
+    assert_conflict(
+        &c.vmi_verb(NS, "noacpi", "pause").await,
+        "virtualmachineinstance",
+        "noacpi",
+        "Cannot pause VM 'noacpi' because it is currently being migrated",
+    );
+    let r = c
+        .api
+        .merge(
+            &status_path,
+            &json!({"status": {"migrationState": {"endTimestamp": now, "completed": true}}}),
+        )
+        .await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.text);
+    c.wait_printable(NS, "noacpi", "Running").await;
+    let r = c.vmi_verb(NS, "noacpi", "pause").await;
+    assert_eq!(
+        r.status.as_u16(),
+        200,
+        "pause after the migration: {}",
+        r.text
+    );
+
     // Only PUT is served.
     let r = c
         .api

@@ -340,7 +340,13 @@ async fn manual_vm_runs_only_when_asked() {
     c.wait_printable(NS, "m", "Running").await;
     assert_accepted(&c.vm_verb(NS, "m", "stop").await, "stop");
     c.wait_vmi_gone(NS, "m").await;
-    let vm = c.wait_printable(NS, "m", "Stopped").await;
+    // Stopped already while the old VMI is final but not yet gone; once it is gone the
+    // Stop request is consumed.
+    let vm = c
+        .wait_vm(NS, "m", Duration::from_secs(10), |v| {
+            printable(v) == "Stopped" && v["status"]["created"] == false
+        })
+        .await;
     assert_eq!(vm["spec"]["runStrategy"], "Manual", "stop keeps Manual");
     assert!(
         vm["status"].get("stateChangeRequests").is_none(),
