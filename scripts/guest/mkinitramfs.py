@@ -28,6 +28,7 @@ MODULES = [
     "vfat", "fat", "nls_cp437", "nls_iso8859_1",   # FAT seeds
     "nls_utf8",                         # CONFIG_NLS_DEFAULT (isofs joliet), FAT utf8=1
     "isofs",                            # NoCloud / ConfigDrive ISOs, cdroms
+    "button", "evdev",                  # the ACPI power button, read by acpid
     "virtio_rng", "i6300esb",
 ]
 # insmod arguments. scan=sync: SCSI scanning finishes before insmod returns,
