@@ -174,24 +174,9 @@ fn volumes(vmi: &DynamicObject) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// Bytes of a Kubernetes quantity (`128Mi`, `1G`), with KubeVirt's parser.
 fn quantity_bytes(text: &str) -> Option<u64> {
-    let (number, unit) = text
-        .find(|c: char| c.is_ascii_alphabetic())
-        .map_or((text, ""), |i| text.split_at(i));
-    let n: f64 = number.trim().parse().ok()?;
-    let factor: f64 = match unit {
-        "" => 1.0,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "Ki" => 1024.0,
-        "Mi" => 1024.0 * 1024.0,
-        "Gi" => 1024.0 * 1024.0 * 1024.0,
-        "Ti" => 1024f64.powi(4),
-        _ => return None,
-    };
-    Some((n * factor) as u64)
+    kubevirt_api::quantity::Quantity::parse(text).and_then(|q| u64::try_from(q.value()).ok())
 }
 
 async fn qemu_img(args: &[&str]) -> Result<(), String> {
