@@ -1,7 +1,7 @@
 //! KubeVirt's mutating and validating admission, plugged into the generic registry.
 
 use apimachinery::resource::ResourceInfo;
-use kubevirt_api::{admission, defaults, resources};
+use kubevirt_api::{admission, defaults, resources, vm_status};
 use serde_json::{json, Value};
 
 use crate::registry::{Admission, ResourceHooks};
@@ -31,12 +31,30 @@ impl HostDiskPolicy {
 
 struct VirtualMachineHooks(HostDiskPolicy);
 
+/// The VM controller would add its finalizer in its first sync anyway; adding it at
+/// create spares every new VM one more write (the controller still adds it when missing).
+fn add_controller_finalizer(vm: &mut Value) {
+    let Some(metadata) = vm.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let finalizers = metadata.entry("finalizers").or_insert_with(|| json!([]));
+    if let Some(list) = finalizers.as_array_mut() {
+        if !list.iter().any(|f| f == resources::VM_CONTROLLER_FINALIZER) {
+            list.push(json!(resources::VM_CONTROLLER_FINALIZER));
+        }
+    }
+}
+
 impl ResourceHooks for VirtualMachineHooks {
     fn webhook(&self) -> Option<&'static str> {
         Some(admission::VM_VALIDATOR)
     }
     fn default_on_create(&self, obj: &mut Value) {
         defaults::default_vm_on_create(obj);
+        add_controller_finalizer(obj);
+    }
+    fn status_on_create(&self, obj: &Value) -> Option<Value> {
+        vm_status::initial_stopped_status(obj, &crate::object::now_rfc3339())
     }
     fn default_on_update(&self, obj: &mut Value) {
         defaults::default_vm_on_update(obj);

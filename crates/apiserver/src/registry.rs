@@ -63,6 +63,11 @@ pub trait ResourceHooks: Send + Sync {
         self.webhook()
     }
     fn default_on_create(&self, _obj: &mut Value) {}
+    /// A status the server stores with the create (as upstream does for a Pod's
+    /// Pending phase); set after managedFields, so no manager owns it.
+    fn status_on_create(&self, _obj: &Value) -> Option<Value> {
+        None
+    }
     fn default_on_update(&self, _obj: &mut Value) {}
     fn validate_create(&self, _obj: &Value) -> Admission {
         Admission::default()
@@ -493,6 +498,11 @@ impl Registry {
                 &object::now_rfc3339(),
                 &reg.schema,
             );
+        }
+        if let Some(status) = reg.hooks.status_on_create(&obj) {
+            if let Some(root) = obj.as_object_mut() {
+                root.insert("status".into(), status);
+            }
         }
         if options.dry_run {
             // Dry-run storage still refuses a name that is taken.

@@ -18,8 +18,9 @@ use crate::run_strategy::{
     self, ChangeRequest, Phase, RunStrategy, StartFailure, VmState, VmiAction, VmiState,
 };
 use crate::Error;
+use kubevirt_api::resources::VM_CONTROLLER_FINALIZER as VM_FINALIZER;
+use kubevirt_api::vm_status;
 
-pub const VM_FINALIZER: &str = "kubevirt.io/virtualMachineControllerFinalize";
 const MANAGER: &str = "virt-controller";
 
 struct Context {
@@ -387,11 +388,9 @@ fn existing_conditions(vm: &DynamicObject) -> Vec<Value> {
 /// Ready from the VMI (or VMINotExists), and every other VMI condition mirrored (§2.3).
 fn vm_conditions(vmi: Option<&DynamicObject>) -> Vec<Value> {
     let Some(vmi) = vmi else {
-        return vec![
-            json!({"type": "Ready", "status": "False", "reason": "VMINotExists",
-                           "message": "VMI does not exist", "lastProbeTime": null,
-                           "lastTransitionTime": resources::now_rfc3339()}),
-        ];
+        return vec![vm_status::vmi_not_exists_condition(
+            &resources::now_rfc3339(),
+        )];
     };
     let mut out: Vec<Value> = vmi
         .data

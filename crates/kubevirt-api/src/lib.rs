@@ -7,6 +7,7 @@ pub mod admission;
 pub mod defaults;
 pub mod resources;
 pub mod schema;
+pub mod vm_status;
 
 mod access;
 pub mod quantity;

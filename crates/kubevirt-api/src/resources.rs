@@ -24,6 +24,9 @@ const READY: PrinterColumn = PrinterColumn {
     priority: 0,
 };
 
+/// The VM controller's finalizer: it holds a VM until its VMI is gone.
+pub const VM_CONTROLLER_FINALIZER: &str = "kubevirt.io/virtualMachineControllerFinalize";
+
 pub static VIRTUAL_MACHINE: ResourceInfo = ResourceInfo {
     group: GROUP,
     version: VERSION,

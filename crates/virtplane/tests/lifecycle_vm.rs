@@ -320,6 +320,35 @@ async fn pause_and_unpause() {
     assert!(condition(&c.get_vmi(NS, "p").await.body, "Paused").is_none());
 }
 
+/// A VM that starts stopped is stored with the finalizer and the status the controller
+/// would write, so the controller's first sync writes nothing.
+#[tokio::test]
+async fn a_stopped_vm_is_created_with_its_first_status() {
+    let c = cluster().await;
+    let created = c.create_vm(NS, &vm("h", Some("Halted"), json!({}))).await;
+    assert_eq!(printable(&created), "Stopped", "{}", created["status"]);
+    assert_eq!(created["status"]["created"], false);
+    assert_eq!(
+        condition(&created, "Ready").map(|r| r["reason"].clone()),
+        Some(json!("VMINotExists"))
+    );
+    assert_eq!(
+        created["metadata"]["finalizers"],
+        json!(["kubevirt.io/virtualMachineControllerFinalize"])
+    );
+    // The controller has synced "h" once a VM created after it is running.
+    c.create_vm(NS, &vm("after-h", Some("Always"), json!({}))).await;
+    c.wait_printable(NS, "after-h", "Running").await;
+    let now = c.get_vm(NS, "h").await.body;
+    assert_eq!(
+        now["metadata"]["resourceVersion"], created["metadata"]["resourceVersion"],
+        "the controller rewrote a VM that needed nothing: {now}"
+    );
+    // An Always VM gets its status from the controller, as before.
+    let always = c.create_vm(NS, &vm("a", Some("Always"), json!({}))).await;
+    assert!(always.get("status").is_none_or(|s| s.get("printableStatus").is_none()));
+}
+
 #[tokio::test]
 async fn manual_vm_runs_only_when_asked() {
     let c = cluster().await;

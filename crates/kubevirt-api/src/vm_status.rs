@@ -1,0 +1,76 @@
+//! VirtualMachine status that both the server and the VM controller write: the
+//! server stores a stopped VM's first status with its create, so the controller's first
+//! sync finds nothing to change.
+
+use serde_json::{json, Value};
+
+/// The VM's Ready condition while it has no VMI (KubeVirt's reason and message).
+pub fn vmi_not_exists_condition(now: &str) -> Value {
+    json!({"type": "Ready", "status": "False", "reason": "VMINotExists",
+           "message": "VMI does not exist", "lastProbeTime": null,
+           "lastTransitionTime": now})
+}
+
+/// The status the VM controller writes in its first sync of a new VM that stays
+/// stopped (runStrategy Halted or Manual, or `running: false`); `None` for a VM the
+/// controller starts at once, or whose run strategy admission will refuse.
+pub fn initial_stopped_status(vm: &Value, now: &str) -> Option<Value> {
+    let spec = vm.get("spec")?;
+    let stopped = match (spec.get("running"), spec.get("runStrategy")) {
+        (Some(Value::Bool(running)), None) => !running,
+        (None, Some(Value::String(strategy))) => matches!(strategy.as_str(), "Halted" | "Manual"),
+        _ => false,
+    };
+    if !stopped {
+        return None;
+    }
+    let generation = vm.pointer("/metadata/generation").cloned()?;
+    Some(json!({
+        "printableStatus": "Stopped",
+        "created": false,
+        "ready": false,
+        "conditions": [vmi_not_exists_condition(now)],
+        "desiredGeneration": generation,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vm(spec: Value) -> Value {
+        json!({"metadata": {"name": "a", "generation": 1}, "spec": spec})
+    }
+
+    #[test]
+    fn stopped_strategies_get_a_status() {
+        for spec in [
+            json!({"running": false}),
+            json!({"runStrategy": "Halted"}),
+            json!({"runStrategy": "Manual"}),
+        ] {
+            let status = initial_stopped_status(&vm(spec.clone()), "t").expect("a status");
+            assert_eq!(status["printableStatus"], "Stopped", "{spec}");
+            assert_eq!(status["conditions"][0]["reason"], "VMINotExists");
+            assert_eq!(status["desiredGeneration"], 1);
+        }
+    }
+
+    #[test]
+    fn started_or_invalid_strategies_get_none() {
+        for spec in [
+            json!({"running": true}),
+            json!({"runStrategy": "Always"}),
+            json!({"runStrategy": "RerunOnFailure"}),
+            json!({"runStrategy": "Once"}),
+            json!({"running": false, "runStrategy": "Halted"}),
+            json!({}),
+        ] {
+            assert_eq!(
+                initial_stopped_status(&vm(spec.clone()), "t"),
+                None,
+                "{spec}"
+            );
+        }
+    }
+}
