@@ -1,6 +1,7 @@
 //! The VMI `console` and `vnc` subresources: websockets with virtctl's `plain.kubevirt.io`
 //! subprotocol (raw bytes, no channel prefix), relayed to the serial console or VNC socket
-//! that the VMI's QEMU serves on a node of this server.
+//! that the VMI's QEMU serves: directly for nodes run by this process, through the node's
+//! agent (`agent_dial`) for the others.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -9,11 +10,13 @@ use apimachinery::status::Status;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::FromRequestParts;
 use axum::response::Response;
-use futures::{SinkExt, StreamExt};
+use bytes::{Bytes, BytesMut};
+use futures::{Sink, SinkExt, Stream, StreamExt};
 use http::request::Parts;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
+use crate::agent_dial::{self, AgentDialer};
 use crate::registry::Registry;
 use crate::request::ResourcePath;
 
@@ -23,13 +26,19 @@ pub const PROTOCOL: &str = "plain.kubevirt.io";
 /// (`DIR/node/<node>`), so consoles can be reached without a network hop.
 pub type NodeDirs = HashMap<String, PathBuf>;
 
+/// How the server reaches consoles: in-process nodes by their files, others by their agents.
+pub struct Consoles {
+    pub node_dirs: NodeDirs,
+    pub agents: AgentDialer,
+}
+
 fn bad_request(message: &str) -> Status {
     Status::bad_request(message)
 }
 
 pub async fn serve(
     registry: &Registry,
-    node_dirs: &NodeDirs,
+    consoles: &Consoles,
     mut parts: Parts,
     path: &ResourcePath,
 ) -> Result<Response, Status> {
@@ -66,68 +75,91 @@ pub async fn serve(
         .pointer("/status/nodeName")
         .and_then(|n| n.as_str())
         .unwrap_or("");
-    let Some(node_dir) = node_dirs.get(node) else {
-        return Err(bad_request(&format!(
-            "the {which} of VMIs on node {node:?} cannot be reached from this server"
-        )));
-    };
-    let socket = node_dir
-        .join("vmi")
-        .join(namespace)
-        .join(name)
-        .join(if which == "vnc" {
-            "vnc.sock"
-        } else {
-            "console.sock"
-        });
-    let stream = UnixStream::connect(&socket)
-        .await
-        .map_err(|e| bad_request(&format!("cannot connect to the {which} of VMI {name}: {e}")))?;
     let upgrade = WebSocketUpgrade::from_request_parts(&mut parts, &())
         .await
-        .map_err(|e| bad_request(&format!("a websocket upgrade is required: {e}")))?;
-    Ok(upgrade
-        .protocols([PROTOCOL])
-        .on_upgrade(move |socket| relay(socket, stream)))
+        .map_err(|e| bad_request(&format!("a websocket upgrade is required: {e}")))?
+        .protocols([PROTOCOL]);
+    if let Some(node_dir) = consoles.node_dirs.get(node) {
+        let socket = node_dir
+            .join("vmi")
+            .join(namespace)
+            .join(name)
+            .join(if which == "vnc" {
+                "vnc.sock"
+            } else {
+                "console.sock"
+            });
+        let stream = UnixStream::connect(&socket).await.map_err(|e| {
+            bad_request(&format!("cannot connect to the {which} of VMI {name}: {e}"))
+        })?;
+        let (incoming, outgoing) = unix_halves(stream);
+        return Ok(upgrade.on_upgrade(move |socket| relay(socket, incoming, outgoing)));
+    }
+    if node.is_empty() {
+        return Err(bad_request(&format!("VMI {name} is not on any node")));
+    }
+    let agent = consoles
+        .agents
+        .dial(registry, node, namespace, name, which)
+        .await?;
+    let (incoming, outgoing) = agent_dial::byte_halves(agent);
+    Ok(upgrade.on_upgrade(move |socket| relay(socket, incoming, outgoing)))
 }
 
-/// Copies bytes both ways until either side closes.
-async fn relay(socket: WebSocket, stream: UnixStream) {
+/// A unix socket as a stream and a sink of bytes.
+fn unix_halves(
+    stream: UnixStream,
+) -> (
+    impl Stream<Item = Bytes>,
+    impl Sink<Bytes, Error = std::io::Error>,
+) {
+    let (reader, writer) = stream.into_split();
+    let incoming = futures::stream::unfold(reader, |mut reader| async move {
+        let mut buf = BytesMut::with_capacity(16 * 1024);
+        match reader.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some((buf.freeze(), reader)),
+        }
+    });
+    let outgoing = futures::sink::unfold(writer, |mut writer, bytes: Bytes| async move {
+        writer.write_all(&bytes).await.map(|()| writer)
+    });
+    (incoming, outgoing)
+}
+
+/// Copies bytes between the client's websocket and the guest until either side closes.
+async fn relay(
+    socket: WebSocket,
+    from_guest: impl Stream<Item = Bytes>,
+    to_guest: impl Sink<Bytes>,
+) {
     let (mut ws_out, mut ws_in) = socket.split();
-    let (mut unix_in, mut unix_out) = stream.into_split();
-    let to_guest = async {
+    let upstream = async {
+        let mut to_guest = std::pin::pin!(to_guest);
         while let Some(Ok(message)) = ws_in.next().await {
             let bytes = match message {
-                Message::Binary(b) => b.to_vec(),
-                Message::Text(t) => t.as_bytes().to_vec(),
+                Message::Binary(b) => b,
+                Message::Text(t) => Bytes::copy_from_slice(t.as_str().as_bytes()),
                 Message::Close(_) => break,
                 _ => continue,
             };
-            if unix_out.write_all(&bytes).await.is_err() {
+            if to_guest.send(bytes).await.is_err() {
                 break;
             }
         }
+        let _ = to_guest.close().await;
     };
-    let from_guest = async {
-        let mut buf = vec![0u8; 16 * 1024];
-        loop {
-            match unix_in.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if ws_out
-                        .send(Message::Binary(buf[..n].to_vec().into()))
-                        .await
-                        .is_err()
-                    {
-                        break;
-                    }
-                }
+    let downstream = async {
+        let mut from_guest = std::pin::pin!(from_guest);
+        while let Some(bytes) = from_guest.next().await {
+            if ws_out.send(Message::Binary(bytes)).await.is_err() {
+                break;
             }
         }
         let _ = ws_out.send(Message::Close(None)).await;
     };
     tokio::select! {
-        _ = to_guest => {}
-        _ = from_guest => {}
+        _ = upstream => {}
+        _ = downstream => {}
     }
 }

@@ -34,8 +34,8 @@ pub struct ApiServer {
     pub openapi: crate::openapi::OpenApi,
     /// `host:port` clients use to reach us, for `/api`'s serverAddressByClientCIDRs.
     pub server_address: String,
-    /// Nodes whose consoles this process can reach directly.
-    pub node_dirs: crate::console::NodeDirs,
+    /// How VMI consoles are reached: directly or through node agents.
+    pub consoles: crate::console::Consoles,
 }
 
 pub fn router(server: Arc<ApiServer>) -> Router {
@@ -186,7 +186,7 @@ impl ApiServer {
                     && matches!(path.subresource.as_deref(), Some("console" | "vnc"))
                     && parts.method == Method::GET =>
             {
-                crate::console::serve(&self.registry, &self.node_dirs, parts, &path).await
+                crate::console::serve(&self.registry, &self.consoles, parts, &path).await
             }
             Target::Resource(path) => {
                 let body = axum::body::to_bytes(body, MAX_BODY_BYTES)

@@ -1,6 +1,7 @@
 //! The virtplane API server: Kubernetes API semantics for KubeVirt's resources over
 //! HTTPS, on any `store::Store`.
 
+pub mod agent_dial;
 pub mod auth;
 pub mod console;
 mod core;
@@ -63,7 +64,8 @@ pub struct ServerConfig {
     /// How often store history is compacted (kube-apiserver's
     /// `--etcd-compaction-interval`, 5 minutes by default).
     pub compaction_interval: Duration,
-    /// Runtime dirs of the nodes this process runs, for console connections.
+    /// Runtime dirs of the nodes this process runs, whose consoles are reached directly
+    /// (other nodes' through their agents).
     pub node_dirs: console::NodeDirs,
     /// Directories hostDisk volumes may live in (`--host-disk-dir`).
     pub host_disk_dirs: Vec<PathBuf>,
@@ -192,6 +194,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     }
     let pki = pki::Pki::load_or_create(&config.data_dir.join("pki"), &hosts)?;
     let tls_config = tls::server_config(&pki)?;
+    let (agent_cert, agent_key) = pki.agent_client_certificate()?;
+    let agents = agent_dial::AgentDialer::new(&agent_cert, &agent_key)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| ServerError::Listen {
@@ -233,7 +237,10 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         discovery: Discovery::new(infos.clone(), extra_resources()),
         openapi: openapi::OpenApi::new(&infos, &components),
         server_address,
-        node_dirs: config.node_dirs.clone(),
+        consoles: console::Consoles {
+            node_dirs: config.node_dirs.clone(),
+            agents,
+        },
     });
     pki.write_kubeconfigs(&config.data_dir, &url)?;
     let component = auth::UserInfo {

@@ -52,6 +52,9 @@ pub const ADMIN_USER: &str = "admin";
 pub const ADMIN_GROUP: &str = "system:masters";
 pub const NODE_JOIN_USER: &str = "system:node-joiner";
 pub const NODES_GROUP: &str = "system:nodes";
+/// Who the API server is when it dials node agents for consoles (kube-apiserver's
+/// kubelet client certificate); agents let no one else in.
+pub const AGENT_CLIENT_USER: &str = "system:virtplane-apiserver";
 
 fn read(path: &Path) -> Result<Option<String>, PkiError> {
     match fs::read_to_string(path) {
@@ -231,6 +234,21 @@ impl Pki {
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer()?)?;
         Ok((cert.pem(), key.serialize_pem()))
+    }
+
+    /// The client certificate and key (PEM) the server presents to node agents: issued on
+    /// first start and kept in `apiserver-agent-client.{crt,key}`.
+    pub fn agent_client_certificate(&self) -> Result<(String, String), PkiError> {
+        let cert_path = self.dir.join("apiserver-agent-client.crt");
+        let key_path = self.dir.join("apiserver-agent-client.key");
+        if let (Some(cert), Some(key)) = (read(&cert_path)?, read(&key_path)?) {
+            return Ok((cert, key));
+        }
+        let (cert, key) = self.issue_client_certificate(AGENT_CLIENT_USER, &[])?;
+        // The key first: a crash in between leaves no certificate, so both are made again.
+        write_private(&key_path, &key)?;
+        write_private(&cert_path, &cert)?;
+        Ok((cert, key))
     }
 
     /// The bearer token of the first user with this name.

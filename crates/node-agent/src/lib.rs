@@ -2,6 +2,7 @@
 //! them through its phases with a hypervisor backend. One agent may serve several nodes
 //! (simulated nodes share one), with a single watch on VMIs.
 
+pub mod endpoint;
 pub mod hypervisor;
 mod images;
 mod node;
@@ -22,6 +23,9 @@ pub struct AgentConfig {
     /// The address other hosts reach this node at.
     pub address: String,
     pub heartbeat_interval: Duration,
+    /// The console endpoint this agent serves (`endpoint::serve`); agents inside the
+    /// server process have none, the server reaches their consoles directly.
+    pub endpoint: Option<endpoint::Published>,
 }
 
 /// Registers the nodes, then runs heartbeats and VMI reconciliation until the process ends.
@@ -38,6 +42,7 @@ pub async fn run(
             millicpu,
             memory,
             address: &config.address,
+            endpoint: config.endpoint.as_ref(),
         };
         node::register(&client, &spec).await?;
     }

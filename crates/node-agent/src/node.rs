@@ -29,6 +29,8 @@ pub struct NodeSpec<'a> {
     pub millicpu: i64,
     pub memory: i64,
     pub address: &'a str,
+    /// The console endpoint, for agents that serve one.
+    pub endpoint: Option<&'a crate::endpoint::Published>,
 }
 
 fn ready_condition(since: &str) -> serde_json::Value {
@@ -53,14 +55,24 @@ pub async fn register(client: &kube::Client, spec: &NodeSpec<'_>) -> Result<(), 
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => return Err(e),
     }
+    if let Some(endpoint) = spec.endpoint {
+        let fingerprint = json!({"metadata": {"annotations": {
+            crate::endpoint::FINGERPRINT_ANNOTATION: endpoint.fingerprint}}});
+        api.patch(spec.name, &params(), &Patch::Merge(&fingerprint))
+            .await?;
+    }
     let capacity = json!({"cpu": format!("{}m", spec.millicpu), "memory": spec.memory.to_string(), "pods": "110"});
-    let status = json!({"status": {
+    let mut status = json!({"status": {
         "capacity": capacity, "allocatable": capacity,
         "conditions": [ready_condition(&now())],
         "addresses": [{"type": "InternalIP", "address": spec.address}, {"type": "Hostname", "address": spec.name}],
         "nodeInfo": {"kubeletVersion": concat!("virtplane-", env!("CARGO_PKG_VERSION")), "operatingSystem": "linux",
                      "architecture": "amd64", "containerRuntimeVersion": spec.hypervisor},
     }});
+    if let Some(endpoint) = spec.endpoint {
+        // Where the API server dials the agent, as a kubelet publishes its port.
+        status["status"]["daemonEndpoints"] = json!({"kubeletEndpoint": {"Port": endpoint.port}});
+    }
     api.patch_status(spec.name, &params(), &Patch::Merge(&status))
         .await?;
     Ok(())

@@ -114,6 +114,10 @@ struct NodeArgs {
     data_dir: Option<PathBuf>,
     #[arg(long)]
     hypervisor: Option<String>,
+    /// Address and port of the HTTPS endpoint the server reaches consoles through
+    /// (port 0: any free port); published on the Node.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
     #[arg(long = "insecure-registry")]
     insecure_registries: Vec<String>,
     #[arg(long = "host-disk-dir")]
@@ -252,11 +256,33 @@ fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
             .with_context(|| format!("kubeconfig {} is not usable", args.kubeconfig.display()))?;
+        // The agent's endpoint lets in only clients certified by the cluster CA.
+        let Some(client_ca) = config.root_cert.clone() else {
+            bail!(
+                "kubeconfig {} has no certificate-authority-data: the node cannot tell the API server from other clients; use the server's node-join.kubeconfig",
+                args.kubeconfig.display()
+            );
+        };
         let client = kube::Client::try_from(config).context("cannot build an API client")?;
+        let endpoint = node_agent::endpoint::serve(node_agent::endpoint::EndpointConfig {
+            listen: args.listen,
+            client_ca,
+            node_name: args.name.clone(),
+            node_dir: data_dir.join("node").join(&args.name),
+        })
+        .await
+        .context("cannot serve the node's console endpoint")?;
+        // The address the server dials: the one listened on, or loopback for "any".
+        let address = if args.listen.ip().is_unspecified() {
+            "127.0.0.1".to_string()
+        } else {
+            args.listen.ip().to_string()
+        };
         let agent = node_agent::AgentConfig {
             nodes: vec![args.name.clone()],
-            address: "127.0.0.1".into(),
+            address,
             heartbeat_interval: args.heartbeat_interval,
+            endpoint: Some(endpoint),
         };
         tracing::info!("node {} joining", args.name);
         node_agent::run(client, agent, hypervisor)
@@ -336,6 +362,7 @@ fn spawn_agent(
         nodes,
         address: "127.0.0.1".into(),
         heartbeat_interval: heartbeat,
+        endpoint: None,
     };
     tokio::spawn(async move {
         if let Err(e) = node_agent::run(client, config, hypervisor).await {

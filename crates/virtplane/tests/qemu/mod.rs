@@ -261,6 +261,58 @@ impl Drop for Cluster {
     }
 }
 
+/// A `virtplane node` process joining a server with its own data dir; dropping it
+/// kills the agent and its QEMUs.
+pub struct NodeAgent {
+    pub name: String,
+    dir: tempfile::TempDir,
+    child: Option<std::process::Child>,
+}
+
+impl NodeAgent {
+    /// Joins the server in `server_dir` as node `name`, with extra `args`
+    /// (`--hypervisor`, `--insecure-registry`...).
+    pub fn start(server_dir: &Path, name: &str, args: &[&str]) -> NodeAgent {
+        let dir = tempfile::tempdir().expect("agent data dir");
+        let child = Command::new(common::binary())
+            .arg("node")
+            .arg("--kubeconfig")
+            .arg(server_dir.join("node-join.kubeconfig"))
+            .args(["--name", name, "--data-dir"])
+            .arg(dir.path())
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("spawn virtplane node");
+        NodeAgent {
+            name: name.to_string(),
+            dir,
+            child: Some(child),
+        }
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// SIGKILL: the agent is gone at once (its QEMUs stay until drop).
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for NodeAgent {
+    fn drop(&mut self) {
+        self.kill9();
+        kill_qemus(self.dir.path());
+    }
+}
+
 static SHARED: OnceLock<Mutex<Cluster>> = OnceLock::new();
 
 extern "C" {
@@ -309,6 +361,9 @@ pub struct Env {
     pub url: String,
     pub data_dir: PathBuf,
     pub host_disk_dir: PathBuf,
+    /// The node the test's VMIs run on, and the data dir of its agent.
+    pub node: String,
+    pub node_data_dir: PathBuf,
 }
 
 /// A VMI phase or "" when there is none.
@@ -339,6 +394,17 @@ impl Env {
             url: url.to_string(),
             data_dir: data_dir.to_path_buf(),
             host_disk_dir: host_disk_dir.to_path_buf(),
+            node: NODE.to_string(),
+            node_data_dir: data_dir.to_path_buf(),
+        }
+    }
+
+    /// The same server, with VMIs on the node of a separate agent.
+    pub fn on_node(self, agent: &NodeAgent) -> Env {
+        Env {
+            node: agent.name.clone(),
+            node_data_dir: agent.data_dir().to_path_buf(),
+            ..self
         }
     }
 
@@ -353,7 +419,7 @@ impl Env {
     pub async fn wait_node_ready(&self) {
         let deadline = Instant::now() + SHORT;
         loop {
-            let r = self.api.get(&format!("/api/v1/nodes/{NODE}")).await;
+            let r = self.api.get(&format!("/api/v1/nodes/{}", self.node)).await;
             if r.status == StatusCode::OK
                 && condition(&r.body, "Ready").is_some_and(|c| c["status"] == "True")
             {
@@ -361,7 +427,8 @@ impl Env {
             }
             assert!(
                 Instant::now() < deadline,
-                "node {NODE} never became Ready: {}",
+                "node {} never became Ready: {}",
+                self.node,
                 r.text
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -529,9 +596,9 @@ impl Env {
     // ---- the guest
 
     pub fn vmi_dir(&self, name: &str) -> PathBuf {
-        self.data_dir
+        self.node_data_dir
             .join("node")
-            .join(NODE)
+            .join(&self.node)
             .join("vmi")
             .join(NS)
             .join(name)

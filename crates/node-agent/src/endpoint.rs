@@ -1,0 +1,403 @@
+//! The agent's HTTPS endpoint, through which the API server reaches the consoles of this
+//! node's VMIs (virt-handler's console server): websockets at virt-handler's paths
+//! `/v1/namespaces/NS/virtualmachineinstances/NAME/{console,vnc}`, relayed to the QEMU
+//! sockets of that VMI in this node's dir.
+//!
+//! Only the API server gets in: its client certificate must chain to the cluster CA
+//! (from the agent's kubeconfig) and name `system:virtplane-apiserver`. The serving
+//! certificate is self-signed and made anew at each start, so no key is kept on disk;
+//! the server trusts it by the SHA-256 fingerprint the agent publishes on its Node.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
+use tokio_tungstenite::tungstenite::handshake::server::{
+    Callback, ErrorResponse, Request, Response,
+};
+use tokio_tungstenite::tungstenite::http;
+use tokio_tungstenite::tungstenite::Message;
+
+/// The client the endpoint serves (the API server's `AGENT_CLIENT_USER`).
+pub const APISERVER_USER: &str = "system:virtplane-apiserver";
+/// The Node annotation with the hex SHA-256 of the serving certificate.
+pub const FINGERPRINT_ANNOTATION: &str = "virtplane.io/agent-serving-cert-sha256";
+const PROTOCOL: &str = "plain.kubevirt.io";
+/// TLS and websocket handshakes each; a silent client holds no task for longer.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    #[error("serving certificate: {0}")]
+    Certificate(#[from] rcgen::Error),
+    #[error("TLS configuration: {0}")]
+    Tls(#[from] rustls::Error),
+    #[error("client verifier: {0}")]
+    Verifier(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub struct EndpointConfig {
+    pub listen: SocketAddr,
+    /// The cluster CA (DER) the API server's client certificate must chain to.
+    pub client_ca: Vec<Vec<u8>>,
+    pub node_name: String,
+    /// `DIR/node/<node>`, holding `vmi/<ns>/<name>/{console,vnc}.sock`.
+    pub node_dir: PathBuf,
+}
+
+/// What the Node publishes about the endpoint.
+#[derive(Clone, Debug)]
+pub struct Published {
+    pub port: u16,
+    /// Hex SHA-256 of the serving certificate (DER).
+    pub fingerprint: String,
+}
+
+fn sha256_hex(der: &[u8]) -> String {
+    Sha256::digest(der)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn tls_config(
+    config: &EndpointConfig,
+    cert: CertificateDer<'static>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<ServerConfig>, EndpointError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = RootCertStore::empty();
+    for ca in &config.client_ca {
+        roots.add(CertificateDer::from(ca.clone()))?;
+    }
+    // Without a verified client certificate the handshake fails.
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .map_err(|e| EndpointError::Verifier(e.to_string()))?;
+    let server = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(vec![cert], key)?;
+    Ok(Arc::new(server))
+}
+
+/// Binds the endpoint and serves it in the background.
+pub async fn serve(config: EndpointConfig) -> Result<Published, EndpointError> {
+    let names = vec![config.node_name.clone(), config.listen.ip().to_string()];
+    let certified = rcgen::generate_simple_self_signed(names)?;
+    let cert = certified.cert.der().clone();
+    let fingerprint = sha256_hex(&cert);
+    let key = PrivatePkcs8KeyDer::from(certified.signing_key.serialize_der()).into();
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls_config(&config, cert, key)?);
+    let listen_error = |source| EndpointError::Listen {
+        addr: config.listen,
+        source,
+    };
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(listen_error)?;
+    let port = listener.local_addr().map_err(listen_error)?.port();
+    tracing::info!(
+        "console endpoint of node {} on port {port}",
+        config.node_name
+    );
+    tokio::spawn(accept_loop(listener, acceptor, Arc::new(config)));
+    Ok(Published { port, fingerprint })
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    config: Arc<EndpointConfig>,
+) {
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::warn!("console endpoint: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let acceptor = acceptor.clone();
+        let config = config.clone();
+        tokio::spawn(async move {
+            if let Err(why) = handle(tcp, acceptor, &config).await {
+                tracing::debug!("console endpoint: connection from {peer}: {why}");
+            }
+        });
+    }
+}
+
+/// The user a client certificate names (its CN).
+fn common_name(der: &CertificateDer<'_>) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref()).ok()?;
+    let cn = cert.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_string)
+}
+
+/// The QEMU socket (`console.sock`, `vnc.sock`) and VMI a request path names.
+#[derive(Debug, PartialEq, Eq)]
+struct Target<'a> {
+    namespace: &'a str,
+    name: &'a str,
+    socket: &'static str,
+}
+
+/// A DNS-1123 name: also keeps the path inside the node dir.
+fn is_name(s: &str) -> bool {
+    let edge = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    s.len() <= 253
+        && edge(s.as_bytes().first())
+        && edge(s.as_bytes().last())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+}
+
+fn target(path: &str) -> Option<Target<'_>> {
+    let parts: Vec<&str> = path.strip_prefix("/v1/namespaces/")?.split('/').collect();
+    let [namespace, "virtualmachineinstances", name, which] = parts[..] else {
+        return None;
+    };
+    let socket = match which {
+        "console" => "console.sock",
+        "vnc" => "vnc.sock",
+        _ => return None,
+    };
+    (is_name(namespace) && is_name(name)).then_some(Target {
+        namespace,
+        name,
+        socket,
+    })
+}
+
+/// Why a request is refused: an HTTP status and a message for the API server to pass on.
+type Refusal = (http::StatusCode, String);
+
+/// Opens the QEMU socket a request asks for, or says why not.
+fn open(
+    config: &EndpointConfig,
+    client: Option<&str>,
+    request: &Request,
+) -> Result<std::os::unix::net::UnixStream, Refusal> {
+    if client != Some(APISERVER_USER) {
+        return Err((
+            http::StatusCode::FORBIDDEN,
+            format!(
+                "only the API server ({APISERVER_USER}) may use this endpoint, not {}",
+                client.unwrap_or("an anonymous client")
+            ),
+        ));
+    }
+    let path = request.uri().path();
+    let Some(target) = target(path) else {
+        return Err((
+            http::StatusCode::NOT_FOUND,
+            format!("no such endpoint: {path}"),
+        ));
+    };
+    let socket = config
+        .node_dir
+        .join("vmi")
+        .join(target.namespace)
+        .join(target.name)
+        .join(target.socket);
+    // A blocking connect, but to a local listening socket: it does not wait.
+    std::os::unix::net::UnixStream::connect(&socket).map_err(|e| {
+        (
+            http::StatusCode::NOT_FOUND,
+            format!(
+                "VMI {}/{} does not run on node {} (no {}: {e})",
+                target.namespace, target.name, config.node_name, target.socket
+            ),
+        )
+    })
+}
+
+/// Answers the websocket handshake: opens the QEMU socket the request names (into
+/// `guest`) and accepts, or refuses with an HTTP error.
+struct Handshake<'a> {
+    config: &'a EndpointConfig,
+    client: Option<&'a str>,
+    guest: &'a mut Option<std::os::unix::net::UnixStream>,
+}
+
+impl Callback for Handshake<'_> {
+    fn on_request(
+        self,
+        request: &Request,
+        mut response: Response,
+    ) -> Result<Response, ErrorResponse> {
+        match open(self.config, self.client, request) {
+            Ok(guest) => *self.guest = Some(guest),
+            Err((code, message)) => {
+                let mut refusal = ErrorResponse::new(Some(message));
+                *refusal.status_mut() = code;
+                return Err(refusal);
+            }
+        }
+        let offered = request
+            .headers()
+            .get_all(http::header::SEC_WEBSOCKET_PROTOCOL)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.split(',').any(|p| p.trim() == PROTOCOL));
+        if offered {
+            response.headers_mut().insert(
+                http::header::SEC_WEBSOCKET_PROTOCOL,
+                http::HeaderValue::from_static(PROTOCOL),
+            );
+        }
+        Ok(response)
+    }
+}
+
+async fn handle(
+    tcp: TcpStream,
+    acceptor: tokio_rustls::TlsAcceptor,
+    config: &EndpointConfig,
+) -> Result<(), String> {
+    let _ = tcp.set_nodelay(true);
+    let tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp))
+        .await
+        .map_err(|_| "TLS handshake timed out".to_string())?
+        .map_err(|e| format!("TLS handshake: {e}"))?;
+    let client = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|certs| certs.first())
+        .and_then(common_name);
+    let mut guest = None;
+    let handshake = Handshake {
+        config,
+        client: client.as_deref(),
+        guest: &mut guest,
+    };
+    let socket = tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        tokio_tungstenite::accept_hdr_async(tls, handshake),
+    )
+    .await
+    .map_err(|_| "websocket handshake timed out".to_string())?
+    .map_err(|e| format!("websocket handshake: {e}"))?;
+    let Some(guest) = guest else {
+        return Err("handshake completed without a target".into());
+    };
+    guest
+        .set_nonblocking(true)
+        .map_err(|e| format!("QEMU socket: {e}"))?;
+    let guest = UnixStream::from_std(guest).map_err(|e| format!("QEMU socket: {e}"))?;
+    relay(socket, guest).await;
+    Ok(())
+}
+
+/// Copies bytes between the API server's websocket and QEMU until either side closes.
+async fn relay<S>(socket: tokio_tungstenite::WebSocketStream<S>, guest: UnixStream)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let (mut ws_out, mut ws_in) = socket.split();
+    let (mut guest_in, mut guest_out) = guest.into_split();
+    let upstream = async {
+        while let Some(Ok(message)) = ws_in.next().await {
+            let written = match message {
+                Message::Binary(b) => guest_out.write_all(&b).await,
+                Message::Text(t) => guest_out.write_all(t.as_bytes()).await,
+                Message::Close(_) => break,
+                _ => continue,
+            };
+            if written.is_err() {
+                break;
+            }
+        }
+    };
+    let downstream = async {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            match guest_in.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let bytes = buf[..n].to_vec().into();
+                    if ws_out.send(Message::Binary(bytes)).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = ws_out.send(Message::Close(None)).await;
+    };
+    tokio::select! {
+        _ = upstream => {}
+        _ = downstream => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_name_a_vmi_socket_and_stay_inside_the_node_dir() {
+        assert_eq!(
+            target("/v1/namespaces/default/virtualmachineinstances/vm-1/console"),
+            Some(Target {
+                namespace: "default",
+                name: "vm-1",
+                socket: "console.sock"
+            })
+        );
+        assert_eq!(
+            target("/v1/namespaces/ns/virtualmachineinstances/a.b/vnc").map(|t| t.socket),
+            Some("vnc.sock")
+        );
+        for bad in [
+            "/v1/namespaces/default/virtualmachineinstances/vm/qmp",
+            "/v1/namespaces/default/virtualmachines/vm/console",
+            "/v1/namespaces/default/virtualmachineinstances/vm/console/x",
+            "/v1/namespaces/default/virtualmachineinstances/../console",
+            "/v1/namespaces/../virtualmachineinstances/vm/console",
+            "/v1/namespaces/default/virtualmachineinstances//console",
+            "/v1/namespaces/default/virtualmachineinstances/VM/console",
+            "/v1/namespaces/default/virtualmachineinstances/-vm/console",
+            "/v2/namespaces/default/virtualmachineinstances/vm/console",
+        ] {
+            assert_eq!(target(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn only_the_api_server_is_let_in() {
+        let config = EndpointConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            client_ca: Vec::new(),
+            node_name: "n2".into(),
+            node_dir: PathBuf::from("/nonexistent"),
+        };
+        let request = Request::builder()
+            .uri("/v1/namespaces/default/virtualmachineinstances/vm/console")
+            .body(())
+            .unwrap();
+        let refusal = |client| open(&config, client, &request).unwrap_err();
+        assert_eq!(refusal(None).0, http::StatusCode::FORBIDDEN);
+        assert_eq!(refusal(Some("admin")).0, http::StatusCode::FORBIDDEN);
+        // The API server gets past the check, to a VMI that does not run here.
+        let (code, message) = refusal(Some(APISERVER_USER));
+        assert_eq!(code, http::StatusCode::NOT_FOUND);
+        assert!(message.contains("does not run on node n2"), "{message}");
+    }
+}
