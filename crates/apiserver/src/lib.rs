@@ -2,6 +2,7 @@
 //! HTTPS, on any `store::Store`.
 
 pub mod auth;
+mod config_data;
 pub mod console;
 mod core;
 pub mod discovery;
@@ -86,8 +87,10 @@ fn components() -> Map<String, Value> {
     if let Some(kubevirt) = kubevirt_api::schema::openapi_components().as_object() {
         all.extend(kubevirt.clone());
     }
-    if let Value::Object(core) = core::schemas() {
-        all.extend(core);
+    for core in [core::schemas(), config_data::schemas()] {
+        if let Value::Object(core) = core {
+            all.extend(core);
+        }
     }
     all
 }
@@ -119,6 +122,16 @@ fn registrations(
         info: &core::PERSISTENT_VOLUME_CLAIM,
         schema: schema(&core::PERSISTENT_VOLUME_CLAIM)?,
         hooks: Box::new(core::PersistentVolumeClaimHooks),
+    });
+    out.push(Registration {
+        info: &config_data::CONFIG_MAP,
+        schema: schema(&config_data::CONFIG_MAP)?,
+        hooks: Box::new(config_data::ConfigMapHooks),
+    });
+    out.push(Registration {
+        info: &config_data::SECRET,
+        schema: schema(&config_data::SECRET)?,
+        hooks: Box::new(config_data::SecretHooks),
     });
     for (info, hooks) in kubevirt::registrations(host_disks) {
         out.push(Registration {

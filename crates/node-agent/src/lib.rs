@@ -2,13 +2,16 @@
 //! them through its phases with a hypervisor backend. One agent may serve several nodes
 //! (simulated nodes share one), with a single watch on VMIs.
 
+mod cloud_init;
 pub mod hypervisor;
 mod images;
 mod node;
 pub mod qemu_hv;
 mod seed;
 pub mod sim;
+mod sysprep;
 mod vmi;
+pub mod volume_sources;
 
 use std::sync::Arc;
 use std::time::Duration;
