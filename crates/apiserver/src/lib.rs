@@ -16,6 +16,7 @@ mod options;
 mod patching;
 pub mod pki;
 mod printing;
+mod protobuf;
 pub mod registry;
 pub mod request;
 mod review;
