@@ -100,25 +100,33 @@ fn error_chain(error: &reqwest::Error) -> String {
     text
 }
 
-/// Why rustls refused the registry's certificate, if that is what failed. The TLS error
-/// travels inside an `io::Error`, whose `source()` skips it, so look inside those too.
-fn certificate_problem(error: &reqwest::Error) -> Option<String> {
-    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = next {
-        let wrapped = e
-            .downcast_ref::<std::io::Error>()
-            .and_then(std::io::Error::get_ref)
-            .map(|inner| inner as &(dyn std::error::Error + 'static));
-        for candidate in [Some(e), wrapped].into_iter().flatten() {
-            if let Some(rustls::Error::InvalidCertificate(why)) =
-                candidate.downcast_ref::<rustls::Error>()
-            {
-                return Some(why.to_string());
-            }
-        }
-        next = e.source();
+/// The rustls error inside `error`, however deep: it travels inside (nested)
+/// `io::Error`s, whose `source()` skips the wrapped error itself.
+fn find_tls_error<'a>(
+    error: &'a (dyn std::error::Error + 'static),
+    depth: usize,
+) -> Option<&'a rustls::Error> {
+    if depth == 0 {
+        return None;
     }
-    None
+    if let Some(tls) = error.downcast_ref::<rustls::Error>() {
+        return Some(tls);
+    }
+    let unwrapped = error
+        .downcast_ref::<std::io::Error>()
+        .and_then(std::io::Error::get_ref)
+        .map(|inner| inner as &(dyn std::error::Error + 'static));
+    unwrapped
+        .and_then(|inner| find_tls_error(inner, depth - 1))
+        .or_else(|| find_tls_error(error.source()?, depth - 1))
+}
+
+/// Why rustls refused the registry's certificate, if that is what failed.
+fn certificate_problem(error: &reqwest::Error) -> Option<String> {
+    match find_tls_error(error, 16)? {
+        rustls::Error::InvalidCertificate(why) => Some(why.to_string()),
+        _ => None,
+    }
 }
 
 impl Puller {
@@ -379,6 +387,40 @@ fn collect(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error holding its cause in a box, as hyper's client errors do.
+    #[derive(Debug)]
+    struct Outer(Box<dyn std::error::Error + Send + Sync>);
+
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("client error (Connect)")
+        }
+    }
+
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(self.0.as_ref())
+        }
+    }
+
+    #[test]
+    fn certificate_errors_are_found_inside_boxes_and_io_errors() {
+        let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, tls);
+        let rewrapped = std::io::Error::other(io);
+        let outer = Outer(Box::new(rewrapped));
+        assert!(matches!(
+            find_tls_error(&outer, 16),
+            Some(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::UnknownIssuer
+            ))
+        ));
+        let refused = Outer(Box::new(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )));
+        assert!(find_tls_error(&refused, 16).is_none());
+    }
 
     #[test]
     fn references() {
