@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Push an OCI image layout to a registry with the HTTP API v2 (stdlib only).
 
-usage: registry-push.py HOST:PORT NAME:TAG LAYOUT_DIR
+usage: registry-push.py [--ca CA_FILE] HOST:PORT NAME:TAG LAYOUT_DIR
+
+With --ca the registry is spoken to over HTTPS, trusting the certificates in CA_FILE.
 
 Pushes the first manifest in LAYOUT_DIR/index.json: its blobs (config and
 layers: HEAD to skip existing ones, else POST /v2/NAME/blobs/uploads/ then a
@@ -10,26 +12,36 @@ Prints the manifest digest.
 """
 import json
 import os
+import ssl
 import sys
 import urllib.error
 import urllib.parse
 import urllib.request
 
+TLS = None
+
 
 def request(method, url, data=None, headers=None):
     req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     try:
-        with urllib.request.urlopen(req, timeout=60) as r:
+        with urllib.request.urlopen(req, timeout=60, context=TLS) as r:
             return r.status, r.headers, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.headers, e.read()
 
 
 def main():
-    addr, ref, layout = sys.argv[1:4]
+    global TLS
+    args = sys.argv[1:]
+    scheme = "http"
+    if args[:1] == ["--ca"]:
+        TLS = ssl.create_default_context(cafile=args[1])
+        scheme = "https"
+        args = args[2:]
+    addr, ref, layout = args[:3]
     name, _, tag = ref.partition(":")
     tag = tag or "latest"
-    base = f"http://{addr}"
+    base = f"{scheme}://{addr}"
     blobdir = os.path.join(layout, "blobs", "sha256")
     with open(os.path.join(layout, "index.json")) as f:
         desc = json.load(f)["manifests"][0]

@@ -2,6 +2,7 @@
 
 pub mod continue_token;
 pub mod field;
+pub mod go_base64;
 pub mod jsonpath;
 pub mod meta_validation;
 pub mod names;

@@ -212,6 +212,34 @@ pub fn is_valid_label_value(value: &str) -> Vec<String> {
     errs
 }
 
+const CONFIG_MAP_KEY_ERR: &str =
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.'";
+const CONFIG_MAP_KEY_FMT: &str = "[-._a-zA-Z0-9]+";
+
+/// `validation.IsConfigMapKey`: keys of ConfigMap and Secret data, which become file names.
+pub fn is_config_map_key(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.len() > DNS1123_SUBDOMAIN_MAX {
+        errs.push(max_len_error(DNS1123_SUBDOMAIN_MAX));
+    }
+    let allowed = |b: u8| is_alnum(b) || matches!(b, b'-' | b'_' | b'.');
+    if value.is_empty() || !value.bytes().all(allowed) {
+        errs.push(regex_error(
+            CONFIG_MAP_KEY_ERR,
+            CONFIG_MAP_KEY_FMT,
+            &["key.name", "KEY_NAME", "key-name"],
+        ));
+    }
+    // A key must not name the directory it lives in or climb out of it.
+    match value {
+        "." => errs.push("must not be '.'".to_string()),
+        ".." => errs.push("must not be '..'".to_string()),
+        v if v.starts_with("..") => errs.push("must not start with '..'".to_string()),
+        _ => {}
+    }
+    errs
+}
+
 /// Go's `strconv.Quote` (the `%q` verb), which Kubernetes uses in many messages.
 /// Printability of non-ASCII characters is approximated (controls, separators, format
 /// characters and private-use code points are escaped).
@@ -892,6 +920,22 @@ pub fn validate_object_meta_update(new_meta: &Value, old_meta: &Value) -> Vec<Fi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn config_map_keys() {
+        assert!(is_config_map_key("unattend.xml").is_empty());
+        assert!(is_config_map_key("KEY_NAME-1").is_empty());
+        assert_eq!(
+            is_config_map_key("a b"),
+            ["a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"]
+        );
+        assert_eq!(is_config_map_key(".."), ["must not be '..'"]);
+        assert_eq!(is_config_map_key("..x"), ["must not start with '..'"]);
+        assert_eq!(
+            is_config_map_key(&"k".repeat(254)),
+            ["must be no more than 253 characters"]
+        );
+    }
     use serde_json::json;
 
     const SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";

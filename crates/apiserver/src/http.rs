@@ -389,7 +389,9 @@ impl ApiServer {
                         }
                         // Checked once the object is known to exist (a missing one is 404),
                         // with upstream's resource-as-kind and Go's `%#v` of 0.
-                        if crate::object::meta_str(&obj, "resourceVersion").is_none_or(str::is_empty) {
+                        if !reg.hooks.allows_unconditional_update()
+                            && crate::object::meta_str(&obj, "resourceVersion").is_none_or(str::is_empty)
+                        {
                             let err = apimachinery::field::FieldError::webhook(
                                 apimachinery::field::ErrorType::Invalid,
                                 "metadata.resourceVersion",

@@ -3,6 +3,7 @@
 
 pub mod agent_dial;
 pub mod auth;
+mod config_data;
 pub mod console;
 mod core;
 pub mod discovery;
@@ -16,6 +17,7 @@ mod options;
 mod patching;
 pub mod pki;
 mod printing;
+mod protobuf;
 pub mod registry;
 pub mod request;
 mod review;
@@ -88,8 +90,10 @@ fn components() -> Map<String, Value> {
     if let Some(kubevirt) = kubevirt_api::schema::openapi_components().as_object() {
         all.extend(kubevirt.clone());
     }
-    if let Value::Object(core) = core::schemas() {
-        all.extend(core);
+    for core in [core::schemas(), config_data::schemas()] {
+        if let Value::Object(core) = core {
+            all.extend(core);
+        }
     }
     all
 }
@@ -121,6 +125,16 @@ fn registrations(
         info: &core::PERSISTENT_VOLUME_CLAIM,
         schema: schema(&core::PERSISTENT_VOLUME_CLAIM)?,
         hooks: Box::new(core::PersistentVolumeClaimHooks),
+    });
+    out.push(Registration {
+        info: &config_data::CONFIG_MAP,
+        schema: schema(&config_data::CONFIG_MAP)?,
+        hooks: Box::new(config_data::ConfigMapHooks),
+    });
+    out.push(Registration {
+        info: &config_data::SECRET,
+        schema: schema(&config_data::SECRET)?,
+        hooks: Box::new(config_data::SecretHooks),
     });
     for (info, hooks) in kubevirt::registrations(host_disks) {
         out.push(Registration {

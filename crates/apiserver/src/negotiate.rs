@@ -103,9 +103,10 @@ pub fn decode_body(
             let text = std::str::from_utf8(body).map_err(|e| decode_error(e.to_string()))?;
             crate::yaml::from_str(text).map_err(decode_error)
         }
-        // Built-in kinds arrive as protobuf from kubectl's typed clients (`create namespace`).
-        "application/vnd.kubernetes.protobuf" if kind == "Namespace" => {
-            crate::review::namespace_from_protobuf(body)
+        // Built-in kinds arrive as protobuf from kubectl's typed clients (`create
+        // namespace`, `create configmap`, `create secret`).
+        "application/vnd.kubernetes.protobuf" if crate::protobuf::reads(kind) => {
+            crate::protobuf::decode_object(kind, body)
                 .ok_or_else(|| decode_error("invalid protobuf body".into()))
         }
         "application/vnd.kubernetes.protobuf" => Err(Status::unsupported_media_type(&[

@@ -11,6 +11,7 @@ pub fn selectable_fields(info: &ResourceInfo) -> &'static [&'static str] {
         ("kubevirt.io", "virtualmachineinstancemigrations") => &["spec.vmiName", "status.phase"],
         ("", "namespaces") => &["status.phase"],
         ("", "nodes") => &["spec.unschedulable"],
+        ("", "secrets") => &["type"],
         _ => &[],
     }
 }
@@ -45,6 +46,25 @@ fn row_object(obj: &Value, include: Option<&str>) -> Value {
     }
 }
 
+/// Cells kube-apiserver's printers compute for built-in kinds, where `read` is what the
+/// column's JSONPath gave.
+fn computed_cell(info: &ResourceInfo, column: &str, obj: &Value, read: Value) -> Value {
+    match (info.group, info.plural, column) {
+        // kubectl shows Ready/NotReady, not the condition's True/False, and
+        // `,SchedulingDisabled` for a cordoned node.
+        ("", "nodes", "Status") => {
+            let mut status = if read == "True" { "Ready" } else { "NotReady" }.to_string();
+            if obj.pointer("/spec/unschedulable") == Some(&json!(true)) {
+                status.push_str(",SchedulingDisabled");
+            }
+            json!(status)
+        }
+        // The number of keys, not the data.
+        ("", "configmaps" | "secrets", "Data") => json!(crate::config_data::data_count(obj)),
+        _ => read,
+    }
+}
+
 /// A meta.k8s.io/v1 Table of `items`.
 pub fn table(
     info: &ResourceInfo,
@@ -60,18 +80,8 @@ pub fn table(
             for column in info.printer_columns {
                 let values =
                     apimachinery::jsonpath::eval(column.json_path, obj).unwrap_or_default();
-                cells.push(apimachinery::table::cell(column.column_type, &values, now));
-            }
-            if info.plural == "nodes" {
-                // kubectl shows Ready/NotReady, not the condition's True/False, and
-                // `,SchedulingDisabled` for a cordoned node.
-                if let Some(cell) = cells.get_mut(1) {
-                    let mut status = if cell == "True" { "Ready" } else { "NotReady" }.to_string();
-                    if obj.pointer("/spec/unschedulable") == Some(&json!(true)) {
-                        status.push_str(",SchedulingDisabled");
-                    }
-                    *cell = json!(status);
-                }
+                let cell = apimachinery::table::cell(column.column_type, &values, now);
+                cells.push(computed_cell(info, column.name, obj, cell));
             }
             json!({"cells": cells, "object": row_object(obj, include)})
         })

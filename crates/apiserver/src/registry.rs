@@ -62,6 +62,16 @@ pub trait ResourceHooks: Send + Sync {
     fn update_webhook(&self) -> Option<&'static str> {
         self.webhook()
     }
+    /// Turns the wire form of an object into its stored form (Secret `stringData` into
+    /// `data`, for example), failing as the decoder does on malformed input (400).
+    fn decode(&self, _obj: &mut Value) -> Result<(), Status> {
+        Ok(())
+    }
+    /// Whether a PUT without `metadata.resourceVersion` overwrites the object (built-in
+    /// kinds such as ConfigMaps) or is refused (custom resources).
+    fn allows_unconditional_update(&self) -> bool {
+        false
+    }
     fn default_on_create(&self, _obj: &mut Value) {}
     /// A status the server stores with the create (as upstream does for a Pod's
     /// Pending phase); set after managedFields, so no manager owns it.
@@ -444,6 +454,7 @@ impl Registry {
     ) -> Result<Outcome<Value>, Status> {
         Self::check_identity(reg, &mut obj, namespace)?;
         let mut warnings = Self::prune(reg, &mut obj, options.field_validation, false)?;
+        reg.hooks.decode(&mut obj)?;
         let generate_name = object::meta_str(&obj, "generateName")
             .unwrap_or("")
             .to_string();
@@ -602,6 +613,7 @@ impl Registry {
                     return Err(Status::modified(&reg.info.group_resource(), name));
                 }
             }
+            reg.hooks.decode(&mut new)?;
             new = self.prepare_update(reg, namespace, &old, new, subresource)?;
             if subresource.is_none() {
                 reg.hooks.default_on_update(&mut new);

@@ -6,6 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kube::core::DynamicObject;
 
+use crate::volume_sources::VolumeSources;
+
 /// Outcome of readying what a VMI needs before it can boot (images, disks, network).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Prepared {
@@ -64,8 +66,10 @@ pub trait Hypervisor: Send + Sync + 'static {
     fn kind(&self) -> &'static str;
     /// CPU (millicores) and memory (bytes) this node offers.
     fn capacity(&self) -> (i64, i64);
-    async fn prepare(&self, vmi: &DynamicObject) -> Prepared;
-    async fn start(&self, vmi: &DynamicObject) -> Started;
+    /// Readies disks and images; `sources` holds the ConfigMaps and Secrets the VMI's
+    /// volumes name, read by the agent.
+    async fn prepare(&self, vmi: &DynamicObject, sources: &VolumeSources) -> Prepared;
+    async fn start(&self, vmi: &DynamicObject, sources: &VolumeSources) -> Started;
     async fn observe(&self, vmi: &DynamicObject) -> Observed;
     /// Graceful stop (ACPI power-down, then kill after `grace`).
     async fn stop(&self, vmi: &DynamicObject, grace: Duration) -> Stopping;

@@ -2,8 +2,10 @@
 //! into a cache keyed by manifest digest, so every VMI of one image shares one read-only
 //! copy and writes to its own overlay.
 
+use std::collections::HashSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -70,9 +72,15 @@ impl Reference {
 const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json";
 
 pub struct Puller {
-    client: reqwest::Client,
+    /// Verifies registry certificates against this host's trust store (the system CA
+    /// bundle, or `SSL_CERT_FILE`/`SSL_CERT_DIR`); an error when there is none.
+    verified: Result<reqwest::Client, String>,
+    /// For `--insecure-registry` registries: accepts any certificate (Docker's semantics).
+    unverified: Result<reqwest::Client, String>,
     cache: PathBuf,
     insecure: Vec<String>,
+    /// Insecure registries that turned out to speak plain HTTP.
+    plain_http: Mutex<HashSet<String>>,
 }
 
 /// Files taken out of an image, by their path inside it.
@@ -80,60 +88,157 @@ pub struct Extracted {
     pub files: Vec<(String, PathBuf)>,
 }
 
+/// The text of an error with all its causes: reqwest's own ("error sending request")
+/// hides them.
+fn error_chain(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
+/// The rustls error inside `error`, however deep: it travels inside (nested)
+/// `io::Error`s, whose `source()` skips the wrapped error itself.
+fn find_tls_error<'a>(
+    error: &'a (dyn std::error::Error + 'static),
+    depth: usize,
+) -> Option<&'a rustls::Error> {
+    if depth == 0 {
+        return None;
+    }
+    if let Some(tls) = error.downcast_ref::<rustls::Error>() {
+        return Some(tls);
+    }
+    let unwrapped = error
+        .downcast_ref::<std::io::Error>()
+        .and_then(std::io::Error::get_ref)
+        .map(|inner| inner as &(dyn std::error::Error + 'static));
+    unwrapped
+        .and_then(|inner| find_tls_error(inner, depth - 1))
+        .or_else(|| find_tls_error(error.source()?, depth - 1))
+}
+
+/// Why rustls refused the registry's certificate, if that is what failed.
+fn certificate_problem(error: &reqwest::Error) -> Option<String> {
+    match find_tls_error(error, 16)? {
+        rustls::Error::InvalidCertificate(why) => Some(why.to_string()),
+        _ => None,
+    }
+}
+
 impl Puller {
     pub fn new(cache: PathBuf, insecure: Vec<String>) -> Puller {
+        let verified = reqwest::Client::builder().build().map_err(|e| {
+            format!(
+                "no trusted CA certificates on this node ({}): install Debian's ca-certificates or set SSL_CERT_FILE",
+                error_chain(&e)
+            )
+        });
+        let unverified = reqwest::Client::builder()
+            .tls_danger_accept_invalid_certs(true)
+            .build()
+            .map_err(|e| error_chain(&e));
         Puller {
-            client: reqwest::Client::new(),
+            verified,
+            unverified,
             cache,
             insecure,
+            plain_http: Mutex::new(HashSet::new()),
         }
     }
 
-    fn base(&self, r: &Reference) -> String {
-        let scheme = if self.insecure.iter().any(|h| h == &r.registry) {
-            "http"
-        } else {
-            "https"
-        };
-        format!("{scheme}://{}/v2/{}", r.registry, r.repository)
-    }
-
+    /// GETs `/v2/<repository>/<tail>` of the image's registry: over HTTPS, and for an
+    /// insecure registry with any certificate, falling back to plain HTTP.
     async fn fetch(
         &self,
         image: &str,
-        url: &str,
+        r: &Reference,
+        tail: &str,
         accept: &str,
     ) -> Result<reqwest::Response, ImageError> {
         let failed = |message: String| ImageError::Pull {
             image: image.to_string(),
             message,
         };
-        let response = self
-            .client
+        let path = format!("{}/v2/{}/{tail}", r.registry, r.repository);
+        let insecure = self.insecure.iter().any(|h| h == &r.registry);
+        let known_plain = self
+            .plain_http
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&r.registry);
+        let response = if known_plain {
+            self.get(&format!("http://{path}"), accept, true)
+                .await
+                .map_err(failed)?
+        } else {
+            let url = format!("https://{path}");
+            match self.get(&url, accept, insecure).await {
+                Ok(response) => response,
+                Err(tls_error) if insecure => {
+                    let response = self
+                        .get(&format!("http://{path}"), accept, true)
+                        .await
+                        .map_err(|http_error| {
+                            failed(format!("{tls_error}; over plain HTTP: {http_error}"))
+                        })?;
+                    self.plain_http
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(r.registry.clone());
+                    response
+                }
+                Err(text) => return Err(failed(text)),
+            }
+        };
+        if !response.status().is_success() {
+            return Err(failed(format!(
+                "{}: the registry answered {}",
+                response.url(),
+                response.status()
+            )));
+        }
+        Ok(response)
+    }
+
+    /// One GET; the error says what to do about it.
+    async fn get(
+        &self,
+        url: &str,
+        accept: &str,
+        insecure: bool,
+    ) -> Result<reqwest::Response, String> {
+        let client = if insecure {
+            &self.unverified
+        } else {
+            &self.verified
+        };
+        let client = client.as_ref().map_err(|e| format!("{url}: {e}"))?;
+        client
             .get(url)
             .header("accept", accept)
             .send()
             .await
             .map_err(|e| {
-                // reqwest's own text ("error sending request") hides the cause.
-                let mut text = format!("{url}: {e}");
-                let mut source = std::error::Error::source(&e);
-                while let Some(cause) = source {
-                    text.push_str(&format!(": {cause}"));
-                    source = cause.source();
+                let registry = url
+                    .split("://")
+                    .nth(1)
+                    .and_then(|rest| rest.split('/').next())
+                    .unwrap_or_default();
+                if let Some(why) = certificate_problem(&e) {
+                    return format!(
+                        "{url}: the registry's TLS certificate is not trusted ({why}): add its CA to this node's trust store (e.g. /usr/local/share/ca-certificates/ and update-ca-certificates, or SSL_CERT_FILE), or allow the registry with --insecure-registry {registry}"
+                    );
                 }
-                if url.starts_with("https://") {
-                    text.push_str(" (a registry that serves plain HTTP must be allowed with --insecure-registry)");
+                let mut text = format!("{url}: {}", error_chain(&e));
+                if url.starts_with("https://") && !insecure {
+                    text.push_str(&format!(" (a registry that serves plain HTTP must be allowed with --insecure-registry {registry})"));
                 }
-                failed(text)
-            })?;
-        if !response.status().is_success() {
-            return Err(failed(format!(
-                "{url}: the registry answered {}",
-                response.status()
-            )));
-        }
-        Ok(response)
+                text
+            })
     }
 
     async fn manifest(&self, image: &str, r: &Reference) -> Result<(String, Value), ImageError> {
@@ -143,9 +248,8 @@ impl Puller {
         };
         let mut reference = r.reference.clone();
         for _ in 0..2 {
-            let url = format!("{}/manifests/{reference}", self.base(r));
             let bytes = self
-                .fetch(image, &url, MANIFEST_TYPES)
+                .fetch(image, r, &format!("manifests/{reference}"), MANIFEST_TYPES)
                 .await?
                 .bytes()
                 .await
@@ -198,9 +302,8 @@ impl Puller {
                 let layer_digest = layer["digest"]
                     .as_str()
                     .ok_or_else(|| failed("a layer has no digest".into()))?;
-                let url = format!("{}/blobs/{layer_digest}", self.base(&r));
                 let bytes = self
-                    .fetch(image, &url, "*/*")
+                    .fetch(image, &r, &format!("blobs/{layer_digest}"), "*/*")
                     .await?
                     .bytes()
                     .await
@@ -284,6 +387,40 @@ fn collect(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error holding its cause in a box, as hyper's client errors do.
+    #[derive(Debug)]
+    struct Outer(Box<dyn std::error::Error + Send + Sync>);
+
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("client error (Connect)")
+        }
+    }
+
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(self.0.as_ref())
+        }
+    }
+
+    #[test]
+    fn certificate_errors_are_found_inside_boxes_and_io_errors() {
+        let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, tls);
+        let rewrapped = std::io::Error::other(io);
+        let outer = Outer(Box::new(rewrapped));
+        assert!(matches!(
+            find_tls_error(&outer, 16),
+            Some(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::UnknownIssuer
+            ))
+        ));
+        let refused = Outer(Box::new(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )));
+        assert!(find_tls_error(&refused, 16).is_none());
+    }
 
     #[test]
     fn references() {

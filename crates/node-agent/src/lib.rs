@@ -2,6 +2,7 @@
 //! them through its phases with a hypervisor backend. One agent may serve several nodes
 //! (simulated nodes share one), with a single watch on VMIs.
 
+mod cloud_init;
 pub mod endpoint;
 pub mod hypervisor;
 mod images;
@@ -9,7 +10,9 @@ mod node;
 pub mod qemu_hv;
 mod seed;
 pub mod sim;
+mod sysprep;
 mod vmi;
+pub mod volume_sources;
 
 use std::sync::Arc;
 use std::time::Duration;

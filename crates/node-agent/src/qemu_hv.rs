@@ -9,7 +9,6 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use base64::Engine;
 use kube::core::DynamicObject;
 use kube::ResourceExt;
 use qemu::{Bus, Disk, DiskMedia, Firmware, Instance, KernelBoot, MachineSpec, Nic, PortForward};
@@ -18,6 +17,7 @@ use tokio::sync::broadcast;
 
 use crate::hypervisor::{GuestInfo, Hypervisor, Observed, Prepared, Started, Stopping};
 use crate::images::Puller;
+use crate::volume_sources::VolumeSources;
 
 #[derive(Clone, Debug)]
 pub struct QemuConfig {
@@ -301,6 +301,7 @@ impl Qemu {
         &self,
         vmi: &DynamicObject,
         volume: &Value,
+        sources: &VolumeSources,
     ) -> Result<(PathBuf, String), Prepared> {
         let dir = self.dir(vmi);
         let name = volume["name"].as_str().unwrap_or("volume");
@@ -368,55 +369,25 @@ impl Qemu {
             .or_else(|| volume.get("cloudInitConfigDrive"))
         {
             let nocloud = volume.get("cloudInitNoCloud").is_some();
-            let decode = |plain: &str, b64: &str| -> Result<Vec<u8>, Prepared> {
-                if let Some(text) = source.get(plain).and_then(Value::as_str) {
-                    return Ok(text.as_bytes().to_vec());
-                }
-                match source.get(b64).and_then(Value::as_str) {
-                    Some(encoded) => base64::engine::general_purpose::STANDARD
-                        .decode(encoded)
-                        .map_err(|e| failed("FailedCreate", format!("{b64} is not base64: {e}"))),
-                    None => Ok(Vec::new()),
-                }
-            };
-            let user = decode("userData", "userDataBase64")?;
-            let network = decode("networkData", "networkDataBase64")?;
-            // KubeVirt's meta-data: NoCloud's instance-id and ConfigDrive's uuid are the
-            // firmware UUID; ConfigDrive's instance_id is `<name>.<namespace>`.
-            let uuid = spec(vmi)
-                .pointer("/domain/firmware/uuid")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .unwrap_or_else(|| vmi.uid().unwrap_or_default());
-            let host = vmi.name_any();
-            let instance = format!("{host}.{}", vmi.namespace().unwrap_or_default());
+            let seed = crate::cloud_init::seed(vmi, volume, source, nocloud, sources)
+                .map_err(|e| failed("FailedCreate", e))?;
             let path = dir.join(format!("{name}-seed.img"));
-            let mut files: Vec<(&str, Vec<u8>)> = Vec::new();
-            let label = if nocloud {
-                files.push((
-                    "meta-data",
-                    json!({"instance-id": uuid, "local-hostname": host})
-                        .to_string()
-                        .into_bytes(),
-                ));
-                files.push(("user-data", user));
-                if !network.is_empty() {
-                    files.push(("network-config", network));
-                }
-                "cidata"
-            } else {
-                let meta =
-                    json!({"instance_id": instance, "uuid": uuid, "hostname": host}).to_string();
-                files.push(("openstack/latest/meta_data.json", meta.into_bytes()));
-                files.push(("openstack/latest/user_data", user));
-                if !network.is_empty() {
-                    files.push(("openstack/latest/network_data.json", network));
-                }
-                "config-2"
-            };
-            crate::seed::write_fat_image(&path, label, &files)
+            crate::seed::write_fat_image(&path, seed.label, &seed.files)
                 .map_err(|e| failed("FailedCreate", format!("seed disk: {e}")))?;
             return Ok((path, "raw".into()));
+        }
+        if let Some(sysprep) = volume.get("sysprep") {
+            let (_, _, files) = sources.sysprep(sysprep).ok_or_else(|| {
+                failed(
+                    "FailedCreate",
+                    format!("volume {name}: its ConfigMap or Secret was not read"),
+                )
+            })?;
+            let iso = dir.join(format!("{name}-sysprep.iso"));
+            crate::sysprep::write_iso(&dir.join(format!("{name}-sysprep")), &iso, files)
+                .await
+                .map_err(|e| failed("FailedCreate", format!("volume {name}: {e}")))?;
+            return Ok((iso, "raw".into()));
         }
         if let Some(host) = volume.get("hostDisk") {
             let path = PathBuf::from(host["path"].as_str().unwrap_or(""));
@@ -535,7 +506,11 @@ impl Qemu {
         }))
     }
 
-    async fn machine(&self, vmi: &DynamicObject) -> Result<MachineSpec, Started> {
+    async fn machine(
+        &self,
+        vmi: &DynamicObject,
+        sources: &VolumeSources,
+    ) -> Result<MachineSpec, Started> {
         let s = spec(vmi);
         let domain = s.get("domain").cloned().unwrap_or(Value::Null);
         let dir = self.dir(vmi);
@@ -646,7 +621,7 @@ impl Qemu {
 
         let mut prepared = HashMap::new();
         for volume in volumes(vmi) {
-            match self.prepare_volume(vmi, &volume).await {
+            match self.prepare_volume(vmi, &volume, sources).await {
                 Ok(found) => {
                     prepared.insert(volume["name"].as_str().unwrap_or("").to_string(), found);
                 }
@@ -896,14 +871,14 @@ impl Hypervisor for Qemu {
         Some(self.changes.subscribe())
     }
 
-    async fn prepare(&self, vmi: &DynamicObject) -> Prepared {
+    async fn prepare(&self, vmi: &DynamicObject, sources: &VolumeSources) -> Prepared {
         let began = Instant::now();
         let dir = self.dir(vmi);
         if let Err(e) = std::fs::create_dir_all(&dir) {
             return failed("FailedCreate", format!("creating {}: {e}", dir.display()));
         }
         for volume in volumes(vmi) {
-            if let Err(failure) = self.prepare_volume(vmi, &volume).await {
+            if let Err(failure) = self.prepare_volume(vmi, &volume, sources).await {
                 return failure;
             }
         }
@@ -919,12 +894,12 @@ impl Hypervisor for Qemu {
         Prepared::Ready
     }
 
-    async fn start(&self, vmi: &DynamicObject) -> Started {
+    async fn start(&self, vmi: &DynamicObject, sources: &VolumeSources) -> Started {
         let mut running = self.running.lock().await;
         // Never a second QEMU for one VMI: adopt what runs already.
         if self.instance(&mut running, vmi).await.is_none() {
             let began = Instant::now();
-            let spec = match self.machine(vmi).await {
+            let spec = match self.machine(vmi, sources).await {
                 Ok(spec) => spec,
                 Err(failure) => return failure,
             };

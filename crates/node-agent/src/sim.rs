@@ -16,6 +16,7 @@ use kube::core::DynamicObject;
 use kube::ResourceExt;
 
 use crate::hypervisor::{GuestInfo, Hypervisor, Observed, Prepared, Started, Stopping};
+use crate::volume_sources::VolumeSources;
 
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -105,7 +106,7 @@ impl Hypervisor for Sim {
         (self.config.cpu_millicores, self.config.memory_bytes)
     }
 
-    async fn prepare(&self, vmi: &DynamicObject) -> Prepared {
+    async fn prepare(&self, vmi: &DynamicObject, _sources: &VolumeSources) -> Prepared {
         match Self::annotation(vmi, "fail-prepare") {
             Some(reason) => Prepared::Failed {
                 message: format!("simulated failure to prepare the VMI ({reason})"),
@@ -115,7 +116,7 @@ impl Hypervisor for Sim {
         }
     }
 
-    async fn start(&self, vmi: &DynamicObject) -> Started {
+    async fn start(&self, vmi: &DynamicObject, _sources: &VolumeSources) -> Started {
         if Self::annotation(vmi, "fail-start").as_deref() == Some("true") {
             return Started::Failed {
                 reason: "SimulatedStartFailure".into(),

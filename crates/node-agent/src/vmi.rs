@@ -16,6 +16,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Map, Value};
 
 use crate::hypervisor::{GuestInfo, Hypervisor, Observed, Prepared, Started, Stopping};
+use crate::volume_sources::{SourceError, VolumeSources};
 
 /// Set on a VMI by the pause/unpause subresources: the desired pause state.
 const PAUSE_ANNOTATION: &str = "virtplane.io/paused";
@@ -298,52 +299,136 @@ async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
             .await;
     }
     match phase {
-        "Scheduling" => match hv.prepare(&vmi).await {
-            Prepared::Ready => {
-                let mut status = enter_phase(&vmi, "Scheduled");
-                let mut list = conditions(&vmi);
-                list.retain(|c| c["type"] != "Synchronized");
-                status.insert("conditions".into(), json!(list));
-                writer.patch(json!({"status": status})).await
-            }
-            Prepared::Failed { reason, message } => {
-                let mut list = conditions(&vmi);
-                set_condition(&mut list, "Synchronized", "False", &reason, &message);
-                writer
-                    .patch(json!({"status": {"conditions": list}}))
-                    .await?;
-                Ok(Action::requeue(Duration::from_secs(10)))
-            }
-        },
-        "Scheduled" => match hv.start(&vmi).await {
-            Started::Pending(after) => Ok(Action::requeue(after)),
-            Started::Running(info) => {
-                let paused = vmi
-                    .data
-                    .pointer("/spec/startStrategy")
-                    .and_then(Value::as_str)
-                    == Some("Paused");
-                let mut body = json!({"status": running_status(&vmi, &info, paused)});
-                if paused {
-                    body["metadata"] = json!({"annotations": {PAUSE_ANNOTATION: "true"}});
+        "Scheduling" => {
+            let sources = match read_sources(&ctx.client, &vmi).await? {
+                Ok(sources) => sources,
+                Err(SourcesUnusable::Missing(message)) => {
+                    // Like a pod waiting for its volume: retried until the object exists.
+                    let mut list = conditions(&vmi);
+                    set_condition(&mut list, "Synchronized", "False", "FailedMount", &message);
+                    writer
+                        .patch(json!({"status": {"conditions": list}}))
+                        .await?;
+                    return Ok(Action::requeue(Duration::from_secs(5)));
                 }
-                writer.patch(body).await
-            }
-            Started::Failed { reason, message } => {
-                let mut status = enter_phase(&vmi, "Failed");
-                status.insert("reason".into(), json!(reason));
-                let mut list = conditions(&vmi);
-                set_condition(&mut list, "Ready", "False", &reason, &message);
-                status.insert("conditions".into(), json!(list));
-                writer.patch(json!({"status": status})).await
-            }
-        },
+                Err(SourcesUnusable::Invalid(message)) => {
+                    return writer
+                        .patch(json!({"status": failed_status(&vmi, "FailedCreate", &message)}))
+                        .await;
+                }
+            };
+            prepare(&vmi, &writer, hv.as_ref(), &sources).await
+        }
+        "Scheduled" => {
+            let sources = match read_sources(&ctx.client, &vmi).await? {
+                Ok(sources) => sources,
+                Err(SourcesUnusable::Missing(message) | SourcesUnusable::Invalid(message)) => {
+                    return writer
+                        .patch(json!({"status": failed_status(&vmi, "FailedCreate", &message)}))
+                        .await;
+                }
+            };
+            start(&vmi, &writer, hv.as_ref(), &sources).await
+        }
         "Running" => running(&vmi, &writer, hv.as_ref()).await,
         _ => {
             if is_final {
                 hv.cleanup(&vmi).await;
             }
             Ok(Action::await_change())
+        }
+    }
+}
+
+/// Why the ConfigMaps and Secrets of a VMI's volumes cannot be used (yet).
+enum SourcesUnusable {
+    /// An object does not exist: it may still be created.
+    Missing(String),
+    /// What they hold cannot become the volume (a sysprep source without an answer file).
+    Invalid(String),
+}
+
+/// Reads the objects the VMI's volumes name and checks they can become its disks; the
+/// outer error is the API failing, which the controller retries.
+async fn read_sources(
+    client: &Client,
+    vmi: &DynamicObject,
+) -> Result<Result<VolumeSources, SourcesUnusable>, kube::Error> {
+    let sources = match VolumeSources::read(client, vmi).await {
+        Ok(sources) => sources,
+        Err(e @ SourceError::Missing { .. }) => {
+            return Ok(Err(SourcesUnusable::Missing(e.to_string())))
+        }
+        Err(SourceError::Api { source, .. }) => return Err(source),
+    };
+    Ok(crate::sysprep::check(vmi, &sources)
+        .map(|()| sources)
+        .map_err(SourcesUnusable::Invalid))
+}
+
+/// Status fields of a VMI that failed to start: phase Failed, why, and conditions that
+/// say it (mirrored onto the VM).
+fn failed_status(vmi: &DynamicObject, reason: &str, message: &str) -> Map<String, Value> {
+    let mut status = enter_phase(vmi, "Failed");
+    status.insert("reason".into(), json!(reason));
+    let mut list = conditions(vmi);
+    set_condition(&mut list, "Ready", "False", reason, message);
+    list.retain(|c| c["type"] != "Synchronized");
+    status.insert("conditions".into(), json!(list));
+    status
+}
+
+/// Scheduling: disks and images ready, or a Synchronized=False condition saying why not.
+async fn prepare(
+    vmi: &DynamicObject,
+    writer: &Writer<'_>,
+    hv: &dyn Hypervisor,
+    sources: &VolumeSources,
+) -> Result<Action, kube::Error> {
+    match hv.prepare(vmi, sources).await {
+        Prepared::Ready => {
+            let mut status = enter_phase(vmi, "Scheduled");
+            let mut list = conditions(vmi);
+            list.retain(|c| c["type"] != "Synchronized");
+            status.insert("conditions".into(), json!(list));
+            writer.patch(json!({"status": status})).await
+        }
+        Prepared::Failed { reason, message } => {
+            let mut list = conditions(vmi);
+            set_condition(&mut list, "Synchronized", "False", &reason, &message);
+            writer
+                .patch(json!({"status": {"conditions": list}}))
+                .await?;
+            Ok(Action::requeue(Duration::from_secs(10)))
+        }
+    }
+}
+
+/// Scheduled: boot the guest, or fail the VMI saying why.
+async fn start(
+    vmi: &DynamicObject,
+    writer: &Writer<'_>,
+    hv: &dyn Hypervisor,
+    sources: &VolumeSources,
+) -> Result<Action, kube::Error> {
+    match hv.start(vmi, sources).await {
+        Started::Pending(after) => Ok(Action::requeue(after)),
+        Started::Running(info) => {
+            let paused = vmi
+                .data
+                .pointer("/spec/startStrategy")
+                .and_then(Value::as_str)
+                == Some("Paused");
+            let mut body = json!({"status": running_status(vmi, &info, paused)});
+            if paused {
+                body["metadata"] = json!({"annotations": {PAUSE_ANNOTATION: "true"}});
+            }
+            writer.patch(body).await
+        }
+        Started::Failed { reason, message } => {
+            writer
+                .patch(json!({"status": failed_status(vmi, &reason, &message)}))
+                .await
         }
     }
 }

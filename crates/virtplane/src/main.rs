@@ -61,7 +61,9 @@ struct ServerArgs {
     /// Add N simulated nodes.
     #[arg(long)]
     sim_nodes: Option<u32>,
-    /// A registry (HOST:PORT) containerDisk images may come from over plain HTTP.
+    /// A registry (HOST:PORT) containerDisk images may come from over HTTPS with any
+    /// certificate, or over plain HTTP. Other registries must present a certificate the
+    /// node trusts (the system CA bundle, or SSL_CERT_FILE).
     #[arg(long = "insecure-registry")]
     insecure_registries: Vec<String>,
     /// A directory hostDisk volumes may live in.
@@ -118,6 +120,7 @@ struct NodeArgs {
     /// (port 0: any free port); published on the Node.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
+    /// As for `server`: a registry images may come from with any certificate or over HTTP.
     #[arg(long = "insecure-registry")]
     insecure_registries: Vec<String>,
     #[arg(long = "host-disk-dir")]

@@ -1,8 +1,8 @@
 //! Tier B: real guests under QEMU (software emulation is fine) on the server's local
 //! node. Boot paths (kernelBoot from a containerDisk-hosted kernel; containerDisk disk
 //! images through the BIOS on virtio, sata and scsi, `pc` and `q35`; EFI with OVMF),
-//! what the guest sees (cloud-init NoCloud and ConfigDrive, emptyDisk, hostDisk, cdrom,
-//! the domain settings), port forwards, VMI status, and errors a person can act on.
+//! what the guest sees (cloud-init NoCloud and ConfigDrive, user data from a Secret, a
+//! sysprep CD from a ConfigMap, emptyDisk, hostDisk, cdrom, the domain settings), port forwards, VMI status, and errors a person can act on.
 //! One server for the whole file; skipped loudly without QEMU or the test guests.
 
 mod common;
@@ -830,4 +830,85 @@ async fn settings_this_node_cannot_honour_fail_with_a_message() {
         assert!(env.qemus(name).is_empty());
         env.delete_vm(name).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sysprep_config_map_becomes_a_cd_with_its_keys() {
+    let Some(g) = guests() else { return };
+    let env = shared(g).await;
+    let unattend = "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<unattend xmlns=\"urn:schemas-microsoft-com:unattend\">\n  <settings pass=\"oobeSystem\"/>\n</unattend>\n";
+    env.api
+        .create(
+            &format!("/api/v1/namespaces/{}/configmaps", qemu::NS),
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "answers"},
+                    "data": {"unattend.xml": unattend, "setup.cmd": "echo virtplane"}}),
+        )
+        .await;
+    let name = "sysprep";
+    let mut vm = kernel_vm(g, name, "Always", None);
+    add_volume(
+        &mut vm,
+        json!({"name": "sysprep", "cdrom": {"bus": "sata"}}),
+        json!({"name": "sysprep", "sysprep": {"configMap": {"name": "answers"}}}),
+    );
+    env.create_vm(&vm).await;
+    env.wait_running(name).await;
+    let lines = env.wait_ready(name).await;
+    assert_lines(
+        name,
+        &lines,
+        &[
+            "virtplane-guest: sysprep sr0",
+            "virtplane-guest: sysprep-file setup.cmd: echo virtplane",
+            "virtplane-guest: sysprep-file unattend.xml: <?xml version=\"1.0\" encoding=\"utf-8\"?>",
+            "virtplane-guest: sysprep-file unattend.xml: <unattend xmlns=\"urn:schemas-microsoft-com:unattend\">",
+            "virtplane-guest: sysprep-file unattend.xml:   <settings pass=\"oobeSystem\"/>",
+            "virtplane-guest: sysprep-file unattend.xml: </unattend>",
+        ],
+    );
+    // A read-only CD built from the keys: the ISO KubeVirt would attach.
+    let argv = env.qemu_argv(name).join(" ");
+    let iso = env.vmi_dir(name).join("sysprep-sysprep.iso");
+    assert!(argv.contains(&iso.display().to_string()), "{argv}");
+    assert!(argv.contains("ide-cd"), "{argv}");
+    env.delete_vm(name).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cloud_init_user_and_network_data_from_a_secret() {
+    let Some(g) = guests() else { return };
+    let env = shared(g).await;
+    env.api
+        .create(
+            &format!("/api/v1/namespaces/{}/secrets", qemu::NS),
+            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "guest-data"},
+                    "stringData": {"userdata": "#cloud-config\n#virtplane: serve 8080\n",
+                                   "networkData": "version: 2\n"}}),
+        )
+        .await;
+    let name = "secret-userdata";
+    let mut vm = kernel_vm(g, name, "Always", None);
+    add_volume(
+        &mut vm,
+        json!({"name": "cloudinit", "disk": {"bus": "virtio"}}),
+        json!({"name": "cloudinit", "cloudInitNoCloud": {
+            "secretRef": {"name": "guest-data"},
+            "networkDataSecretRef": {"name": "guest-data"}}}),
+    );
+    env.create_vm(&vm).await;
+    let vmi = env.wait_running(name).await;
+    let lines = env.wait_ready(name).await;
+    assert_lines(
+        name,
+        &lines,
+        &[
+            "virtplane-guest: seed cidata vda",
+            "virtplane-guest: user-data: #virtplane: serve 8080",
+            "virtplane-guest: network-config: version: 2",
+            "virtplane-guest: serve 8080",
+        ],
+    );
+    let hello = env.hello(host_port(&vmi, 8080), SHORT).await;
+    assert_eq!(hello.trim(), format!("hello from {name}"));
+    env.delete_vm(name).await;
 }

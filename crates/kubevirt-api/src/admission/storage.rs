@@ -4,10 +4,6 @@
 use std::collections::HashSet;
 
 use apimachinery::field::ErrorType;
-use base64::alphabet::STANDARD;
-use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
-use base64::engine::DecodePaddingMode;
-use base64::Engine;
 use serde_json::Value;
 
 use super::spec::quantity;
@@ -18,20 +14,6 @@ use crate::validation::{clean_path, dns1123_label, is_pci_address};
 const CLOUD_INIT_MAX_LEN: usize = 2048;
 const SERIAL_MAX_LEN: usize = 256;
 const DISK_TARGETS: [&str; 3] = ["disk", "lun", "cdrom"];
-
-/// Go's `base64.StdEncoding`: padding required, stray trailing bits tolerated.
-const GO_STD_BASE64: GeneralPurpose = GeneralPurpose::new(
-    &STANDARD,
-    GeneralPurposeConfig::new()
-        .with_decode_padding_mode(DecodePaddingMode::RequireCanonical)
-        .with_decode_allow_trailing_bits(true),
-);
-
-/// Decodes like Go's `StdEncoding.DecodeString`, which skips `\r` and `\n`.
-fn decode_base64(text: &str) -> Option<Vec<u8>> {
-    let compact: String = text.chars().filter(|c| *c != '\r' && *c != '\n').collect();
-    GO_STD_BASE64.decode(compact).ok()
-}
 
 fn volume_named<'a>(volumes: &'a [Value], name: &str) -> Option<&'a Value> {
     volumes.iter().rev().find(|v| str_at(v, &["name"]) == name)
@@ -347,6 +329,9 @@ pub(super) fn volumes(spec: &Value, p: &str, out: &mut Causes) {
         if let Some(host_disk) = get(volume, "hostDisk") {
             host_disk_rules(host_disk, &here, out);
         }
+        if let Some(sysprep) = get(volume, "sysprep") {
+            sysprep_rules(sysprep, &format!("{here}.sysprep"), out);
+        }
         for (kind, key) in [
             ("configMap", "name"),
             ("secret", "secretName"),
@@ -405,9 +390,9 @@ fn cloud_init(source: &Value, path: &str, kind: &str, out: &mut Causes) {
         let encoded_text = str_at(source, &[encoded]);
         if !encoded_text.is_empty() {
             sources += 1;
-            match decode_base64(encoded_text) {
-                Some(bytes) => length = bytes.len(),
-                None => {
+            match apimachinery::go_base64::decode(encoded_text) {
+                Ok(bytes) => length = bytes.len(),
+                Err(_) => {
                     // KubeVirt repeats the data source in this message.
                     let field = format!("{path}.{encoded}");
                     out.add(
@@ -452,6 +437,32 @@ fn cloud_init(source: &Value, path: &str, kind: &str, out: &mut Causes) {
             path,
             format!("{path} must have at least one userdatasource or one networkdatasource set."),
         );
+    }
+}
+
+/// Not in KubeVirt's admission (its launcher pod fails later with "Sysprep must have
+/// Secret or ConfigMap reference set"): virtplane refuses a source it could never read.
+fn sysprep_rules(sysprep: &Value, path: &str, out: &mut Causes) {
+    let sources: Vec<&str> = ["configMap", "secret"]
+        .into_iter()
+        .filter(|s| has(sysprep, &[*s]))
+        .collect();
+    if sources.len() != 1 {
+        out.add(
+            ErrorType::Invalid,
+            path,
+            format!("{path} must have exactly one of configMap or secret set"),
+        );
+    }
+    for source in sources {
+        if str_at(sysprep, &[source, "name"]).is_empty() {
+            let field = format!("{path}.{source}.name");
+            out.add(
+                ErrorType::Invalid,
+                &field,
+                format!("{field} is a required field"),
+            );
+        }
     }
 }
 

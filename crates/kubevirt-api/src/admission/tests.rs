@@ -684,6 +684,40 @@ fn host_disk_paths_stay_in_allowed_dirs() {
 }
 
 #[test]
+fn sysprep_needs_one_named_source() {
+    clean(&[(
+        "/volumes/1",
+        json!({"name": "cloudinit", "sysprep": {"configMap": {"name": "unattend"}}}),
+    )]);
+    clean(&[(
+        "/volumes/1",
+        json!({"name": "cloudinit", "sysprep": {"secret": {"name": "unattend"}}}),
+    )]);
+    let message = "spec.volumes[1].sysprep must have exactly one of configMap or secret set";
+    expect(
+        &errors(&[("/volumes/1", json!({"name": "cloudinit", "sysprep": {}}))]),
+        "spec.volumes[1].sysprep",
+        message,
+    );
+    expect(
+        &errors(&[(
+            "/volumes/1",
+            json!({"name": "cloudinit", "sysprep": {"configMap": {"name": "a"}, "secret": {"name": "b"}}}),
+        )]),
+        "spec.volumes[1].sysprep",
+        message,
+    );
+    expect(
+        &errors(&[(
+            "/volumes/1",
+            json!({"name": "cloudinit", "sysprep": {"configMap": {}}}),
+        )]),
+        "spec.volumes[1].sysprep.configMap.name",
+        "spec.volumes[1].sysprep.configMap.name is a required field",
+    );
+}
+
+#[test]
 fn rules_30_to_32_volume_references() {
     expect(
         &errors(&[("/volumes/0", json!({"name": "root", "configMap": {}}))]),

@@ -20,6 +20,8 @@ pub struct TestServer {
     /// A client that presents no credentials.
     pub anonymous: reqwest::Client,
     pub extra_args: Vec<String>,
+    /// Environment variables the server runs with (e.g. `SSL_CERT_FILE`).
+    pub env: Vec<(String, String)>,
 }
 
 /// A response: status code, decoded JSON body (Null when empty or not JSON), headers.
@@ -85,6 +87,10 @@ impl TestServer {
     }
 
     pub async fn start_with(args: &[&str]) -> TestServer {
+        Self::start_with_env(args, &[]).await
+    }
+
+    pub async fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> TestServer {
         install_crypto();
         let dir = tempfile::tempdir().expect("temp dir");
         let port = free_port();
@@ -96,6 +102,10 @@ impl TestServer {
             client: reqwest::Client::new(),
             anonymous: reqwest::Client::new(),
             extra_args: args.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         server.launch().await;
         server
@@ -111,6 +121,7 @@ impl TestServer {
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
             .args(&self.extra_args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

@@ -146,6 +146,37 @@ pub fn guests() -> Option<&'static Guests> {
     }
 }
 
+/// The HTTPS test registry (`scripts/test-registry --tls`): its address and the file of
+/// the throwaway CA that signed its certificate.
+pub struct TlsRegistry {
+    pub address: String,
+    pub ca_file: PathBuf,
+}
+
+/// Starts (or reuses) the HTTPS registry holding the same guests; call after `guests()`.
+pub fn tls_registry() -> TlsRegistry {
+    let root = repo_root();
+    let script = root.join("scripts/test-registry");
+    let run = |args: &[&str]| {
+        let out = Command::new("/usr/bin/flock")
+            .arg(root.join("target/test-registry-tls.lock"))
+            .arg(&script)
+            .args(args)
+            .current_dir(&root)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+        assert!(
+            out.status.success(),
+            "scripts/test-registry {args:?} failed:\n{}",
+            tail(&out.stderr, 15)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let address = run(&["--tls"]);
+    let ca_file = PathBuf::from(run(&["--tls", "--ca"]));
+    TlsRegistry { address, ca_file }
+}
+
 // ---- processes ------------------------------------------------------------------
 
 pub fn alive(pid: u32) -> bool {
@@ -228,6 +259,11 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start(guests: &Guests, extra: &[&str]) -> Cluster {
+        Self::start_with_env(guests, extra, &[]).await
+    }
+
+    /// A server whose process also gets the environment variables `env`.
+    pub async fn start_with_env(guests: &Guests, extra: &[&str], env: &[(&str, &str)]) -> Cluster {
         let host_disks = tempfile::tempdir().expect("host disk dir");
         let host_dir = host_disks.path().display().to_string();
         let mut args = vec![
@@ -239,7 +275,7 @@ impl Cluster {
             &host_dir,
         ];
         args.extend(extra);
-        let server = TestServer::start_with(&args).await;
+        let server = TestServer::start_with_env(&args, env).await;
         let cluster = Cluster { server, host_disks };
         cluster.env().wait_node_ready().await;
         cluster

@@ -1,0 +1,269 @@
+//! Kubernetes protobuf bodies (`k8s\0` + runtime.Unknown{2: raw object}): what kubectl's
+//! typed clients send for built-in kinds (`create namespace`, `create configmap`,
+//! `create secret`, `auth can-i`). Read only, into the JSON the rest of the server takes,
+//! and only the fields those clients set.
+
+use base64::Engine;
+use serde_json::{json, Map, Value};
+
+/// One field of a message: a varint or a length-delimited payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+}
+
+fn varint(data: &[u8]) -> Option<(u64, &[u8])> {
+    let mut value = 0u64;
+    for (i, byte) in data.iter().enumerate().take(10) {
+        value |= u64::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((value, &data[i + 1..]));
+        }
+    }
+    None
+}
+
+/// The (number, value) fields of a message; `None` when it is not protobuf we read.
+pub fn fields(mut data: &[u8]) -> Option<Vec<(u64, Field<'_>)>> {
+    let mut out = Vec::new();
+    while !data.is_empty() {
+        let (tag, rest) = varint(data)?;
+        data = rest;
+        match tag & 7 {
+            0 => {
+                let (value, rest) = varint(data)?;
+                out.push((tag >> 3, Field::Varint(value)));
+                data = rest;
+            }
+            2 => {
+                let (len, rest) = varint(data)?;
+                let len = usize::try_from(len).ok()?;
+                if rest.len() < len {
+                    return None;
+                }
+                out.push((tag >> 3, Field::Bytes(&rest[..len])));
+                data = &rest[len..];
+            }
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// The length-delimited fields of a message, by number.
+pub fn byte_fields(data: &[u8]) -> Option<Vec<(u64, &[u8])>> {
+    Some(
+        fields(data)?
+            .into_iter()
+            .filter_map(|(n, f)| match f {
+                Field::Bytes(b) => Some((n, b)),
+                Field::Varint(_) => None,
+            })
+            .collect(),
+    )
+}
+
+/// The raw object inside `k8s\0` + runtime.Unknown.
+pub fn unwrap_unknown(body: &[u8]) -> Option<&[u8]> {
+    let unknown = body.strip_prefix(b"k8s\0")?;
+    byte_fields(unknown)?
+        .into_iter()
+        .find(|(n, _)| *n == 2)
+        .map(|(_, raw)| raw)
+}
+
+pub fn text(bytes: &[u8]) -> Value {
+    Value::String(String::from_utf8_lossy(bytes).into_owned())
+}
+
+/// A `map<string, V>` entry: {1: key, 2: value}, the value as `value` reads it.
+fn map_entry(entry: &[u8], value: impl Fn(&[u8]) -> Value) -> Option<(String, Value)> {
+    let parts = byte_fields(entry)?;
+    let part = |n: u64| {
+        parts
+            .iter()
+            .find(|(number, _)| *number == n)
+            .map(|(_, b)| *b)
+            .unwrap_or_default()
+    };
+    Some((
+        String::from_utf8_lossy(part(1)).into_owned(),
+        value(part(2)),
+    ))
+}
+
+fn base64_value(bytes: &[u8]) -> Value {
+    Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
+/// ObjectMeta{1 name, 2 generateName, 3 namespace, 11 labels, 12 annotations, 14 finalizers}.
+fn object_meta(data: &[u8]) -> Option<Value> {
+    let mut meta = Map::new();
+    for (number, bytes) in byte_fields(data)? {
+        match number {
+            1 => _ = meta.insert("name".into(), text(bytes)),
+            2 => _ = meta.insert("generateName".into(), text(bytes)),
+            3 => _ = meta.insert("namespace".into(), text(bytes)),
+            11 | 12 => {
+                let key = if number == 11 {
+                    "labels"
+                } else {
+                    "annotations"
+                };
+                let (k, v) = map_entry(bytes, text)?;
+                if let Some(map) = meta.entry(key).or_insert_with(|| json!({})).as_object_mut() {
+                    map.insert(k, v);
+                }
+            }
+            14 => {
+                if let Some(list) = meta
+                    .entry("finalizers")
+                    .or_insert_with(|| json!([]))
+                    .as_array_mut()
+                {
+                    list.push(text(bytes));
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(Value::Object(meta))
+}
+
+/// How the fields of one kind map to JSON: (number, JSON name, how to read it).
+enum Shape {
+    Text,
+    Bool,
+    StringMap,
+    BytesMap,
+}
+
+fn kind_fields(kind: &str) -> Option<&'static [(u64, &'static str, Shape)]> {
+    Some(match kind {
+        // Spec and status are server-defaulted.
+        "Namespace" => &[],
+        "ConfigMap" => &[
+            (2, "data", Shape::StringMap),
+            (3, "binaryData", Shape::BytesMap),
+            (4, "immutable", Shape::Bool),
+        ],
+        "Secret" => &[
+            (2, "data", Shape::BytesMap),
+            (3, "type", Shape::Text),
+            (4, "stringData", Shape::StringMap),
+            (5, "immutable", Shape::Bool),
+        ],
+        _ => return None,
+    })
+}
+
+/// Whether bodies of `kind` are read from protobuf.
+pub fn reads(kind: &str) -> bool {
+    kind_fields(kind).is_some()
+}
+
+/// A built-in object of `kind` sent as protobuf, as JSON; `None` for kinds not read
+/// here or a body that does not parse.
+pub fn decode_object(kind: &str, body: &[u8]) -> Option<Value> {
+    let shapes = kind_fields(kind)?;
+    let raw = unwrap_unknown(body)?;
+    let mut object = Map::new();
+    object.insert("apiVersion".into(), json!("v1"));
+    object.insert("kind".into(), json!(kind));
+    for (number, field) in fields(raw)? {
+        if number == 1 {
+            if let Field::Bytes(meta) = field {
+                object.insert("metadata".into(), object_meta(meta)?);
+            }
+            continue;
+        }
+        let Some((_, name, shape)) = shapes.iter().find(|(n, _, _)| *n == number) else {
+            continue;
+        };
+        match (shape, field) {
+            (Shape::Text, Field::Bytes(b)) => _ = object.insert((*name).into(), text(b)),
+            (Shape::Bool, Field::Varint(v)) => _ = object.insert((*name).into(), json!(v != 0)),
+            (Shape::StringMap | Shape::BytesMap, Field::Bytes(entry)) => {
+                let read = if matches!(shape, Shape::StringMap) {
+                    text
+                } else {
+                    base64_value
+                };
+                let (k, v) = map_entry(entry, read)?;
+                if let Some(map) = object
+                    .entry(*name)
+                    .or_insert_with(|| json!({}))
+                    .as_object_mut()
+                {
+                    map.insert(k, v);
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(Value::Object(object))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tag(number: u64, wire: u64) -> u8 {
+        (number << 3 | wire) as u8
+    }
+
+    fn bytes_field(number: u64, payload: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag(number, 2), payload.len() as u8];
+        out.extend_from_slice(payload);
+        out
+    }
+
+    fn entry(key: &str, value: &[u8]) -> Vec<u8> {
+        let mut out = bytes_field(1, key.as_bytes());
+        out.extend(bytes_field(2, value));
+        out
+    }
+
+    fn wrapped(raw: &[u8]) -> Vec<u8> {
+        let mut body = b"k8s\0".to_vec();
+        body.extend(bytes_field(2, raw));
+        body
+    }
+
+    #[test]
+    fn secret_as_kubectl_create_secret_sends_it() {
+        let mut meta = bytes_field(1, b"userdata");
+        meta.extend(bytes_field(3, b"default"));
+        let mut raw = bytes_field(1, &meta);
+        raw.extend(bytes_field(2, &entry("userdata", b"#cloud-config")));
+        raw.extend(bytes_field(3, b"Opaque"));
+        raw.extend([tag(5, 0), 1]);
+        assert_eq!(
+            decode_object("Secret", &wrapped(&raw)).unwrap(),
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": "userdata", "namespace": "default"},
+                   "data": {"userdata": "I2Nsb3VkLWNvbmZpZw=="}, "type": "Opaque", "immutable": true})
+        );
+    }
+
+    #[test]
+    fn config_map_and_namespace() {
+        let mut raw = bytes_field(1, &bytes_field(1, b"answers"));
+        raw.extend(bytes_field(2, &entry("unattend.xml", b"<u/>")));
+        raw.extend(bytes_field(2, &entry("empty", b"")));
+        raw.extend(bytes_field(3, &entry("blob", &[0, 1])));
+        assert_eq!(
+            decode_object("ConfigMap", &wrapped(&raw)).unwrap(),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "answers"},
+                   "data": {"unattend.xml": "<u/>", "empty": ""}, "binaryData": {"blob": "AAE="}})
+        );
+        let ns = bytes_field(1, &bytes_field(11, &entry("team", b"a")));
+        assert_eq!(
+            decode_object("Namespace", &wrapped(&ns)).unwrap(),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"labels": {"team": "a"}}})
+        );
+        assert!(decode_object("Pod", &wrapped(&ns)).is_none());
+        assert!(decode_object("Secret", b"not protobuf").is_none());
+    }
+}

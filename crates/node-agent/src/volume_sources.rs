@@ -1,0 +1,279 @@
+//! The ConfigMaps and Secrets a VMI's volumes name (sysprep answer files, cloud-init user
+//! and network data), read from the API when the VMI is prepared and again when it
+//! starts, as the kubelet mounts them into KubeVirt's launcher pod.
+
+use std::collections::{BTreeMap, HashMap};
+
+use base64::Engine;
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::{Api, Client, ResourceExt};
+use serde_json::Value;
+
+/// The files a ConfigMap or Secret holds: its keys and their (decoded) values.
+pub type Files = BTreeMap<String, Vec<u8>>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SourceKind {
+    ConfigMap,
+    Secret,
+}
+
+impl SourceKind {
+    /// As kubectl and the kubelet name it in messages.
+    pub fn noun(self) -> &'static str {
+        match self {
+            SourceKind::ConfigMap => "configmap",
+            SourceKind::Secret => "secret",
+        }
+    }
+
+    fn resource(self) -> ApiResource {
+        let (kind, plural) = match self {
+            SourceKind::ConfigMap => ("ConfigMap", "configmaps"),
+            SourceKind::Secret => ("Secret", "secrets"),
+        };
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", kind), plural)
+    }
+}
+
+/// One object a volume refers to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reference {
+    pub kind: SourceKind,
+    pub name: String,
+    /// The VMI volume that names it.
+    pub volume: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The kubelet's words for a volume whose object is missing.
+    #[error("volume {volume}: {} {name:?} not found in namespace {namespace}", kind.noun())]
+    Missing {
+        kind: SourceKind,
+        name: String,
+        volume: String,
+        namespace: String,
+    },
+    #[error("volume {volume}: reading {} {name:?}: {source}", kind.noun())]
+    Api {
+        kind: SourceKind,
+        name: String,
+        volume: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// The objects `volume` refers to: a sysprep source, a cloud-init secretRef and
+/// networkDataSecretRef.
+fn volume_references(volume: &Value) -> Vec<Reference> {
+    let volume_name = volume["name"].as_str().unwrap_or_default();
+    let named = |kind, source: Option<&Value>| {
+        let name = source?.get("name")?.as_str().filter(|n| !n.is_empty())?;
+        Some(Reference {
+            kind,
+            name: name.to_string(),
+            volume: volume_name.to_string(),
+        })
+    };
+    let mut out = Vec::new();
+    if let Some(sysprep) = volume.get("sysprep") {
+        out.extend(named(SourceKind::ConfigMap, sysprep.get("configMap")));
+        out.extend(named(SourceKind::Secret, sysprep.get("secret")));
+    }
+    for cloud_init in ["cloudInitNoCloud", "cloudInitConfigDrive"] {
+        if let Some(source) = volume.get(cloud_init) {
+            for field in ["secretRef", "networkDataSecretRef"] {
+                out.extend(named(SourceKind::Secret, source.get(field)));
+            }
+        }
+    }
+    out
+}
+
+/// Every object the VMI's volumes refer to, in volume order.
+pub fn references(vmi: &DynamicObject) -> Vec<Reference> {
+    vmi.data
+        .pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .map(|volumes| volumes.iter().flat_map(volume_references).collect())
+        .unwrap_or_default()
+}
+
+/// The files of a ConfigMap (`data` as is, `binaryData` decoded) or a Secret (`data`
+/// decoded); values the API server let through are valid base64.
+fn files_of(kind: SourceKind, object: &DynamicObject) -> Files {
+    let decoded = |field: &str| -> Vec<(String, Vec<u8>)> {
+        object
+            .data
+            .get(field)
+            .and_then(Value::as_object)
+            .map(|map| {
+                map.iter()
+                    .filter_map(|(key, value)| {
+                        let text = value.as_str()?;
+                        let bytes = base64::engine::general_purpose::STANDARD
+                            .decode(text)
+                            .ok()?;
+                        Some((key.clone(), bytes))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    match kind {
+        SourceKind::Secret => decoded("data").into_iter().collect(),
+        SourceKind::ConfigMap => {
+            let mut files: Files = decoded("binaryData").into_iter().collect();
+            if let Some(map) = object.data.get("data").and_then(Value::as_object) {
+                for (key, value) in map {
+                    let text = value.as_str().unwrap_or_default();
+                    files.insert(key.clone(), text.as_bytes().to_vec());
+                }
+            }
+            files
+        }
+    }
+}
+
+/// What the volumes of one VMI read from ConfigMaps and Secrets.
+#[derive(Clone, Debug, Default)]
+pub struct VolumeSources {
+    objects: HashMap<(SourceKind, String), Files>,
+}
+
+impl VolumeSources {
+    /// Reads every object the VMI's volumes refer to, from the VMI's namespace.
+    pub async fn read(client: &Client, vmi: &DynamicObject) -> Result<Self, SourceError> {
+        let namespace = vmi.namespace().unwrap_or_default();
+        let mut objects = HashMap::new();
+        for reference in references(vmi) {
+            let key = (reference.kind, reference.name.clone());
+            if objects.contains_key(&key) {
+                continue;
+            }
+            let api = Api::<DynamicObject>::namespaced_with(
+                client.clone(),
+                &namespace,
+                &reference.kind.resource(),
+            );
+            let object = api
+                .get_opt(&reference.name)
+                .await
+                .map_err(|source| SourceError::Api {
+                    kind: reference.kind,
+                    name: reference.name.clone(),
+                    volume: reference.volume.clone(),
+                    source,
+                })?
+                .ok_or_else(|| SourceError::Missing {
+                    kind: reference.kind,
+                    name: reference.name.clone(),
+                    volume: reference.volume.clone(),
+                    namespace: namespace.clone(),
+                })?;
+            objects.insert(key, files_of(reference.kind, &object));
+        }
+        Ok(VolumeSources { objects })
+    }
+
+    /// Sources given directly, for tests.
+    #[cfg(test)]
+    pub fn from_objects(objects: impl IntoIterator<Item = (SourceKind, String, Files)>) -> Self {
+        VolumeSources {
+            objects: objects
+                .into_iter()
+                .map(|(kind, name, files)| ((kind, name), files))
+                .collect(),
+        }
+    }
+
+    pub fn get(&self, kind: SourceKind, name: &str) -> Option<&Files> {
+        self.objects.get(&(kind, name.to_string()))
+    }
+
+    /// The files behind a sysprep volume source, with its kind and name.
+    pub fn sysprep<'a>(&'a self, sysprep: &'a Value) -> Option<(SourceKind, &'a str, &'a Files)> {
+        [
+            (SourceKind::ConfigMap, "configMap"),
+            (SourceKind::Secret, "secret"),
+        ]
+        .into_iter()
+        .find_map(|(kind, field)| {
+            let name = sysprep.get(field)?.get("name")?.as_str()?;
+            Some((kind, name, self.get(kind, name)?))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn vmi(volumes: Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "v", "namespace": "default"},
+            "spec": {"volumes": volumes}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn finds_every_reference() {
+        let vmi = vmi(json!([
+            {"name": "root", "containerDisk": {"image": "x"}},
+            {"name": "sysprep", "sysprep": {"configMap": {"name": "answers"}}},
+            {"name": "ci", "cloudInitNoCloud": {"secretRef": {"name": "user"},
+                                               "networkDataSecretRef": {"name": "net"}}},
+            {"name": "cd", "cloudInitConfigDrive": {"userData": "inline"}}
+        ]));
+        let found = references(&vmi);
+        let found: Vec<(SourceKind, &str, &str)> = found
+            .iter()
+            .map(|r| (r.kind, r.name.as_str(), r.volume.as_str()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                (SourceKind::ConfigMap, "answers", "sysprep"),
+                (SourceKind::Secret, "user", "ci"),
+                (SourceKind::Secret, "net", "ci")
+            ]
+        );
+    }
+
+    #[test]
+    fn files_decode_per_kind() {
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+            "data": {"unattend.xml": "<u/>"}, "binaryData": {"blob": "AAE="}
+        }))
+        .unwrap();
+        let files = files_of(SourceKind::ConfigMap, &object);
+        assert_eq!(files["unattend.xml"], b"<u/>");
+        assert_eq!(files["blob"], [0, 1]);
+        let secret: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+            "data": {"userdata": "aGk="}
+        }))
+        .unwrap();
+        assert_eq!(files_of(SourceKind::Secret, &secret)["userdata"], b"hi");
+    }
+
+    #[test]
+    fn missing_objects_read_like_the_kubelet() {
+        let error = SourceError::Missing {
+            kind: SourceKind::ConfigMap,
+            name: "answers".into(),
+            volume: "sysprep".into(),
+            namespace: "default".into(),
+        };
+        assert_eq!(
+            error.to_string(),
+            "volume sysprep: configmap \"answers\" not found in namespace default"
+        );
+    }
+}
