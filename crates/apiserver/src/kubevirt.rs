@@ -32,7 +32,8 @@ impl HostDiskPolicy {
 struct VirtualMachineHooks(HostDiskPolicy);
 
 /// The VM controller would add its finalizer in its first sync anyway; adding it at
-/// create spares every new VM one more write (the controller still adds it when missing).
+/// create spares every new VM one more write (the controller still adds it when missing,
+/// e.g. after an apply that dropped it).
 fn add_controller_finalizer(vm: &mut Value) {
     let Some(metadata) = vm.get_mut("metadata").and_then(Value::as_object_mut) else {
         return;
@@ -51,10 +52,13 @@ impl ResourceHooks for VirtualMachineHooks {
     }
     fn default_on_create(&self, obj: &mut Value) {
         defaults::default_vm_on_create(obj);
-        add_controller_finalizer(obj);
     }
-    fn status_on_create(&self, obj: &Value) -> Option<Value> {
-        vm_status::initial_stopped_status(obj, &crate::object::now_rfc3339())
+    fn controller_fields_on_create(&self, obj: &mut Value) {
+        add_controller_finalizer(obj);
+        let status = vm_status::initial_stopped_status(obj, &crate::object::now_rfc3339());
+        if let (Some(status), Some(root)) = (status, obj.as_object_mut()) {
+            root.insert("status".into(), status);
+        }
     }
     fn default_on_update(&self, obj: &mut Value) {
         defaults::default_vm_on_update(obj);

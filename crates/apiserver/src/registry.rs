@@ -73,11 +73,10 @@ pub trait ResourceHooks: Send + Sync {
         false
     }
     fn default_on_create(&self, _obj: &mut Value) {}
-    /// A status the server stores with the create (as upstream does for a Pod's
-    /// Pending phase); set after managedFields, so no manager owns it.
-    fn status_on_create(&self, _obj: &Value) -> Option<Value> {
-        None
-    }
+    /// What the server's own controllers would add in their first sync (a finalizer, a
+    /// first status, as upstream sets a Pod's Pending phase), stored with the create.
+    /// Called after managedFields are recorded, so no manager owns these fields.
+    fn controller_fields_on_create(&self, _obj: &mut Value) {}
     fn default_on_update(&self, _obj: &mut Value) {}
     fn validate_create(&self, _obj: &Value) -> Admission {
         Admission::default()
@@ -510,11 +509,7 @@ impl Registry {
                 &reg.schema,
             );
         }
-        if let Some(status) = reg.hooks.status_on_create(&obj) {
-            if let Some(root) = obj.as_object_mut() {
-                root.insert("status".into(), status);
-            }
-        }
+        reg.hooks.controller_fields_on_create(&mut obj);
         if options.dry_run {
             // Dry-run storage still refuses a name that is taken.
             let key = Self::key(reg.info, namespace, object::name(&obj));

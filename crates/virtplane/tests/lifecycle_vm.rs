@@ -337,7 +337,8 @@ async fn a_stopped_vm_is_created_with_its_first_status() {
         json!(["kubevirt.io/virtualMachineControllerFinalize"])
     );
     // The controller has synced "h" once a VM created after it is running.
-    c.create_vm(NS, &vm("after-h", Some("Always"), json!({}))).await;
+    c.create_vm(NS, &vm("after-h", Some("Always"), json!({})))
+        .await;
     c.wait_printable(NS, "after-h", "Running").await;
     let now = c.get_vm(NS, "h").await.body;
     assert_eq!(
@@ -346,7 +347,9 @@ async fn a_stopped_vm_is_created_with_its_first_status() {
     );
     // An Always VM gets its status from the controller, as before.
     let always = c.create_vm(NS, &vm("a", Some("Always"), json!({}))).await;
-    assert!(always.get("status").is_none_or(|s| s.get("printableStatus").is_none()));
+    assert!(always
+        .get("status")
+        .is_none_or(|s| s.get("printableStatus").is_none()));
 }
 
 #[tokio::test]
