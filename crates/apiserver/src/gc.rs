@@ -107,13 +107,27 @@ impl Graph {
     }
 }
 
-/// `{"metadata": …}` of a stored object: all the graph reads, without building the rest
-/// (spec and status) of every object written.
+/// `{"metadata": …}` of a stored object with only the fields the graph reads, without
+/// building the rest (spec, status, managedFields) of every object written.
 fn decode_metadata(kv: &store::KeyValue) -> Result<Value, Status> {
     #[derive(serde::Deserialize)]
     struct MetadataOnly {
         #[serde(default)]
-        metadata: Value,
+        metadata: GraphMetadata,
+    }
+    #[derive(serde::Deserialize, serde::Serialize, Default)]
+    #[serde(rename_all = "camelCase")]
+    struct GraphMetadata {
+        #[serde(default, skip_serializing_if = "Value::is_null")]
+        uid: Value,
+        #[serde(default, skip_serializing_if = "Value::is_null")]
+        namespace: Value,
+        #[serde(default, skip_serializing_if = "Value::is_null")]
+        owner_references: Value,
+        #[serde(default, skip_serializing_if = "Value::is_null")]
+        deletion_timestamp: Value,
+        #[serde(default, skip_serializing_if = "Value::is_null")]
+        finalizers: Value,
     }
     let only: MetadataOnly = serde_json::from_slice(&kv.value)
         .map_err(|e| Status::internal(format!("stored object {} is corrupt: {e}", kv.key)))?;
