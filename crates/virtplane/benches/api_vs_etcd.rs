@@ -12,9 +12,10 @@
 //! `ETCD_BIN` (default: `etcd` on PATH), `BENCH_SEQ` (2000), `BENCH_CONCURRENT` (10000),
 //! `BENCH_CLIENTS` (32), `BENCH_LIST_RUNS` (5).
 
-use std::net::TcpListener;
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,102 +24,38 @@ use anyhow::{anyhow, bail, Context, Result};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use serde_json::{json, Value};
+use support::process::{free_port, Proc};
+use support::stats::{ms, percentile};
+use support::virtplane::{Launch, Virtplane};
+use support::{knob, virtplane_binary};
 
 const NAMESPACE: &str = "bench";
 const SEQ_NAMESPACE: &str = "bench-seq";
 const ETCD_PREFIX: &str = "/registry/kubevirt.io/virtualmachines/";
 
 fn main() -> ExitCode {
-    // `cargo bench` passes `--bench`; this harness takes no arguments of its own.
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("api_vs_etcd: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    support::main("api_vs_etcd", run)
+}
+
+/// Waits until the process is idle (under 5% of a core over 500 ms), so work it does in
+/// the background after a phase (controllers reacting to new objects) does not slow
+/// the next phase. Returns how long that took.
+async fn wait_idle(proc: &Proc) -> Duration {
+    let started = Instant::now();
+    let window = Duration::from_millis(500);
+    let Some(mut before) = proc.cpu_time() else {
+        return Duration::ZERO;
     };
-    match runtime.block_on(run()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("api_vs_etcd: {e:#}");
-            ExitCode::FAILURE
+    while started.elapsed() < Duration::from_secs(120) {
+        tokio::time::sleep(window).await;
+        let Some(now) = proc.cpu_time() else { break };
+        let busy = now.saturating_sub(before);
+        before = now;
+        if busy * 20 <= window {
+            return started.elapsed().saturating_sub(window);
         }
     }
-}
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// A child process that is killed (and reaped) when dropped.
-struct Proc {
-    name: &'static str,
-    child: Child,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Proc {
-    /// CPU time (user + system) the process has used so far, from `/proc/PID/stat`.
-    fn cpu_time(&self) -> Option<Duration> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
-        // Fields after the command name (which may hold spaces) start at field 3.
-        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        let ticks: u64 =
-            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-        // USER_HZ is 100 on every Linux build this runs on.
-        Some(Duration::from_millis(ticks * 10))
-    }
-
-    /// Waits until the process is idle (under 5% of a core over 500 ms), so work it does in
-    /// the background after a phase (controllers reacting to new objects) does not slow
-    /// the next phase. Returns how long that took.
-    async fn settle(&self) -> Duration {
-        let started = Instant::now();
-        let window = Duration::from_millis(500);
-        let Some(mut before) = self.cpu_time() else {
-            return Duration::ZERO;
-        };
-        while started.elapsed() < Duration::from_secs(120) {
-            tokio::time::sleep(window).await;
-            let Some(now) = self.cpu_time() else { break };
-            let busy = now.saturating_sub(before);
-            before = now;
-            if busy * 20 <= window {
-                return started.elapsed().saturating_sub(window);
-            }
-        }
-        started.elapsed()
-    }
-
-    fn check_alive(&mut self, log: &Path) -> Result<()> {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            let tail = std::fs::read_to_string(log).unwrap_or_default();
-            let tail: Vec<&str> = tail.lines().rev().take(20).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            bail!(
-                "{} exited early ({status}); its log ends:\n{}",
-                self.name,
-                tail.join("\n")
-            );
-        }
-        Ok(())
-    }
+    started.elapsed()
 }
 
 /// A realistic VirtualMachine (about 1.5 KiB of JSON): labels, annotations, CPU/memory,
@@ -397,18 +334,10 @@ async fn creates(
     Ok(Creates {
         count: latencies.len(),
         per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
-        p50_ms: percentile(&latencies, 0.50),
-        p99_ms: percentile(&latencies, 0.99),
+        p50_ms: ms(percentile(&latencies, 0.50)),
+        p99_ms: ms(percentile(&latencies, 0.99)),
         cpu_ms: 0.0,
     })
-}
-
-fn percentile(sorted: &[Duration], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1].as_secs_f64() * 1e3
 }
 
 #[derive(Clone, Copy, Default)]
@@ -433,9 +362,9 @@ async fn lists(target: &Target, namespace: &str, runs: usize) -> Result<Lists> {
     }
     times.sort();
     Ok(Lists {
-        median_ms: percentile(&times, 0.5),
-        min_ms: times[0].as_secs_f64() * 1e3,
-        max_ms: times[times.len() - 1].as_secs_f64() * 1e3,
+        median_ms: ms(percentile(&times, 0.5)),
+        min_ms: ms(times[0]),
+        max_ms: ms(times[times.len() - 1]),
         bytes: body.len(),
         items,
     })
@@ -444,118 +373,27 @@ async fn lists(target: &Target, namespace: &str, runs: usize) -> Result<Lists> {
 // ---------------------------------------------------------------------------------------
 // Starting the two systems.
 
-fn virtplane_binary() -> PathBuf {
-    std::env::var_os("VIRTPLANE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_virtplane")))
-}
-
-/// `field: base64` out of a kubeconfig, decoded.
-fn kubeconfig_field(kubeconfig: &str, field: &str) -> Option<Vec<u8>> {
-    let line = kubeconfig
-        .lines()
-        .find(|l| l.trim_start().starts_with(&format!("{field}:")))?;
-    B64.decode(line.split_once(':')?.1.trim()).ok()
-}
-
 async fn start_virtplane(dir: &Path, clients: usize) -> Result<(Proc, Target)> {
-    let binary = virtplane_binary();
-    let port = free_port()?;
-    let log_path = dir.join("virtplane.log");
-    let data = dir.join("virtplane");
-    let child = Command::new(&binary)
-        .args([
-            "server",
-            "--no-node",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--data-dir",
-        ])
-        .arg(&data)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path)?)
-        .spawn()
-        .with_context(|| {
-            format!(
-                "cannot start {} (build it: cargo build --release --bin virtplane)",
-                binary.display()
-            )
-        })?;
-    let mut proc = Proc {
-        name: "virtplane",
-        child,
-    };
-    let url = format!("https://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let kubeconfig = data.join("admin.kubeconfig");
-    let tokens = data.join("pki/tokens.json");
-    while !(kubeconfig.exists() && tokens.exists()) {
-        proc.check_alive(&log_path)?;
-        if Instant::now() > deadline {
-            bail!(
-                "virtplane did not write {} within 60 s",
-                kubeconfig.display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let server = Virtplane::start(Launch {
+        data: dir.join("virtplane"),
+        log: dir.join("virtplane.log"),
+        args: &["--no-node"],
+        env: &[],
+        nodes: 0,
+        within: Duration::from_secs(60),
+    })
+    .await?;
+    for ns in [NAMESPACE, SEQ_NAMESPACE] {
+        server.create_namespace(ns).await?;
     }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let kubeconfig = std::fs::read_to_string(&kubeconfig)?;
-    let ca = kubeconfig_field(&kubeconfig, "certificate-authority-data")
-        .context("no CA in admin.kubeconfig")?;
-    let ca = reqwest::Certificate::from_pem(&ca)?;
-    let tokens: Value = serde_json::from_slice(&std::fs::read(&tokens)?)?;
-    let token = tokens
-        .as_object()
-        .and_then(|m| m.iter().find(|(_, u)| u["user"] == "admin"))
-        .map(|(t, _)| t.clone())
-        .context("no token for user admin in pki/tokens.json")?;
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(
-        reqwest::header::AUTHORIZATION,
-        format!("Bearer {token}").parse()?,
-    );
-    let build = || {
-        reqwest::Client::builder()
-            .tls_certs_only([ca.clone()])
-            .default_headers(headers.clone())
-            .http1_only()
-            .timeout(Duration::from_secs(120))
-            .build()
-    };
     let clients = (0..clients)
-        .map(|_| build())
+        .map(|_| server.client(Some(Duration::from_secs(120))))
         .collect::<reqwest::Result<Vec<_>>>()?;
     let target = Target::Virtplane {
-        url: url.clone(),
+        url: server.url.clone(),
         clients,
     };
-    loop {
-        proc.check_alive(&log_path)?;
-        if let Ok(r) = target.client(0).get(format!("{url}/readyz")).send().await {
-            if r.status().is_success() {
-                break;
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("virtplane never answered /readyz with 200");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    for ns in [NAMESPACE, SEQ_NAMESPACE] {
-        let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
-        let r = target
-            .client(0)
-            .post(format!("{url}/api/v1/namespaces"))
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await?;
-        if !r.status().is_success() {
-            bail!("virtplane: creating namespace {ns} answered {}", r.status());
-        }
-    }
-    Ok((proc, target))
+    Ok((server.proc, target))
 }
 
 async fn start_etcd(dir: &Path, clients: usize) -> Result<(Proc, Target, String)> {
@@ -581,34 +419,30 @@ async fn start_etcd(dir: &Path, clients: usize) -> Result<(Proc, Target, String)
     let (client_port, peer_port) = (free_port()?, free_port()?);
     let url = format!("http://127.0.0.1:{client_port}");
     let peer = format!("http://127.0.0.1:{peer_port}");
-    let log_path = dir.join("etcd.log");
-    let child = Command::new(&binary)
-        .arg("--name")
-        .arg("bench")
-        .arg("--data-dir")
-        .arg(dir.join("etcd"))
-        .args([
-            "--listen-client-urls",
-            &url,
-            "--advertise-client-urls",
-            &url,
-        ])
-        .args([
-            "--listen-peer-urls",
-            &peer,
-            "--initial-advertise-peer-urls",
-            &peer,
-        ])
-        .args(["--initial-cluster", &format!("bench={peer}")])
-        .args(["--logger", "zap", "--log-level", "warn"])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log_path)?)
-        .spawn()
-        .with_context(|| format!("cannot start {}", binary.display()))?;
-    let mut proc = Proc {
-        name: "etcd",
-        child,
-    };
+    let mut proc = Proc::spawn(
+        "etcd",
+        Command::new(&binary)
+            .arg("--name")
+            .arg("bench")
+            .arg("--data-dir")
+            .arg(dir.join("etcd"))
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args(["--initial-cluster", &format!("bench={peer}")])
+            .args(["--logger", "zap", "--log-level", "warn"]),
+        dir.join("etcd.log"),
+    )
+    .with_context(|| format!("cannot start {}", binary.display()))?;
     let build = || {
         reqwest::Client::builder()
             .http1_only()
@@ -624,7 +458,7 @@ async fn start_etcd(dir: &Path, clients: usize) -> Result<(Proc, Target, String)
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        proc.check_alive(&log_path)?;
+        proc.check_alive()?;
         if let Ok(r) = target.client(0).get(format!("{url}/health")).send().await {
             if r.status().is_success() && r.text().await.unwrap_or_default().contains("true") {
                 break;
@@ -641,11 +475,10 @@ async fn start_etcd(dir: &Path, clients: usize) -> Result<(Proc, Target, String)
 // ---------------------------------------------------------------------------------------
 
 async fn run() -> Result<()> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let seq = env_usize("BENCH_SEQ", 2000);
-    let concurrent = env_usize("BENCH_CONCURRENT", 10_000);
-    let clients = env_usize("BENCH_CLIENTS", 32).max(1);
-    let list_runs = env_usize("BENCH_LIST_RUNS", 5);
+    let seq = knob::<usize>("BENCH_SEQ", 2000);
+    let concurrent = knob::<usize>("BENCH_CONCURRENT", 10_000);
+    let clients = knob::<usize>("BENCH_CLIENTS", 32).max(1);
+    let list_runs = knob::<usize>("BENCH_LIST_RUNS", 5);
     let dir = tempfile::Builder::new().prefix("api-vs-etcd-").tempdir()?;
 
     let (etcd_proc, etcd, etcd_version) = start_etcd(dir.path(), clients).await?;
@@ -668,7 +501,7 @@ async fn run() -> Result<()> {
         eprintln!("  {}: {seq} creates, 1 client", target.name());
         let cpu = proc.cpu_time();
         seq_results[i] = creates(target, SEQ_NAMESPACE, "seq", seq, 1).await?;
-        proc.settle().await;
+        wait_idle(proc).await;
         seq_results[i].cpu_ms = cpu_per_object(cpu, proc.cpu_time(), seq);
     }
     for (i, (target, proc)) in systems.into_iter().enumerate() {
@@ -678,7 +511,7 @@ async fn run() -> Result<()> {
         );
         let cpu = proc.cpu_time();
         conc_results[i] = creates(target, NAMESPACE, "vm", concurrent, clients).await?;
-        settle[i] = proc.settle().await;
+        settle[i] = wait_idle(proc).await;
         conc_results[i].cpu_ms = cpu_per_object(cpu, proc.cpu_time(), concurrent);
     }
     for (i, (target, proc)) in systems.into_iter().enumerate() {
@@ -687,7 +520,7 @@ async fn run() -> Result<()> {
             target.name()
         );
         list_results[i] = lists(target, NAMESPACE, list_runs).await?;
-        proc.settle().await;
+        wait_idle(proc).await;
         if list_results[i].items != concurrent {
             bail!(
                 "{}: LIST returned {} items, expected {concurrent}",

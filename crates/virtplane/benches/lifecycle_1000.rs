@@ -15,100 +15,27 @@
 //! (32 requests in flight), `BENCH_CONNECTIONS` (8 HTTP/1.1 connections),
 //! `BENCH_TIMEOUT_S` (120).
 
+mod support;
+
 use std::collections::HashMap;
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::path::Path;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use base64::engine::general_purpose::STANDARD as B64;
-use base64::Engine;
 use futures::StreamExt;
 use serde_json::{json, Value};
+use support::stats::percentile;
+use support::virtplane::{Launch, Virtplane};
+use support::{knob, virtplane_binary};
 use tokio::sync::Mutex;
 
 const NAMESPACE: &str = "bench";
 const TARGET: Duration = Duration::from_secs(10);
 
 fn main() -> ExitCode {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("lifecycle_1000: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("lifecycle_1000: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn virtplane_binary() -> PathBuf {
-    std::env::var_os("VIRTPLANE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_virtplane")))
-}
-
-/// `field: base64` out of a kubeconfig, decoded.
-fn kubeconfig_field(kubeconfig: &str, field: &str) -> Option<Vec<u8>> {
-    let line = kubeconfig
-        .lines()
-        .find(|l| l.trim_start().starts_with(&format!("{field}:")))?;
-    B64.decode(line.split_once(':')?.1.trim()).ok()
-}
-
-/// The server, killed (and reaped) when dropped.
-struct Server {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    fn check_alive(&mut self) -> Result<()> {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(20).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            bail!(
-                "virtplane exited early ({status}); its log ends:\n{}",
-                tail.join("\n")
-            );
-        }
-        Ok(())
-    }
-
-    /// CPU time (user + system) used so far, from `/proc/PID/stat`.
-    fn cpu_time(&self) -> Option<Duration> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
-        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        let ticks: u64 =
-            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-        Some(Duration::from_millis(ticks * 10))
-    }
+    support::main("lifecycle_1000", run)
 }
 
 struct Api {
@@ -118,126 +45,34 @@ struct Api {
     watcher: reqwest::Client,
 }
 
-async fn start(dir: &Path, nodes: usize, connections: usize) -> Result<(Server, Api)> {
-    let binary = virtplane_binary();
-    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let data = dir.join("data");
-    let log = dir.join("virtplane.log");
-    let child = Command::new(&binary)
-        .args(["server", "--no-node", "--hypervisor", "sim"])
-        .args(["--sim-nodes", &nodes.to_string(), "--sim-boot-delay", "0ms"])
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
-        .arg(&data)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log)?)
-        .spawn()
-        .with_context(|| {
-            format!(
-                "cannot start {} (build it: cargo build --release --bin virtplane)",
-                binary.display()
-            )
-        })?;
-    let mut server = Server { child, log };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let kubeconfig = data.join("admin.kubeconfig");
-    let tokens = data.join("pki/tokens.json");
-    while !(kubeconfig.exists() && tokens.exists()) {
-        server.check_alive()?;
-        if Instant::now() > deadline {
-            bail!(
-                "virtplane did not write {} within 60 s",
-                kubeconfig.display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let kubeconfig = std::fs::read_to_string(&kubeconfig)?;
-    let ca = kubeconfig_field(&kubeconfig, "certificate-authority-data")
-        .context("no CA in admin.kubeconfig")?;
-    let ca = reqwest::Certificate::from_pem(&ca)?;
-    let tokens: Value = serde_json::from_slice(&std::fs::read(&tokens)?)?;
-    let token = tokens
-        .as_object()
-        .and_then(|m| m.iter().find(|(_, u)| u["user"] == "admin"))
-        .map(|(t, _)| t.clone())
-        .context("no token for user admin in pki/tokens.json")?;
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(
-        reqwest::header::AUTHORIZATION,
-        format!("Bearer {token}").parse()?,
-    );
-    let builder = || {
-        reqwest::Client::builder()
-            .tls_certs_only([ca.clone()])
-            .default_headers(headers.clone())
-            .http1_only()
-    };
+async fn start(dir: &Path, nodes: usize, connections: usize) -> Result<(Virtplane, Api)> {
+    let nodes_arg = nodes.to_string();
+    let server = Virtplane::start(Launch {
+        data: dir.join("data"),
+        log: dir.join("virtplane.log"),
+        args: &[
+            "--no-node",
+            "--hypervisor",
+            "sim",
+            "--sim-nodes",
+            &nodes_arg,
+            "--sim-boot-delay",
+            "0ms",
+        ],
+        env: &[("RUST_LOG", "warn".into())],
+        nodes,
+        within: Duration::from_secs(60),
+    })
+    .await?;
+    server.create_namespace(NAMESPACE).await?;
     let clients = (0..connections.max(1))
-        .map(|_| builder().timeout(Duration::from_secs(60)).build())
+        .map(|_| server.client(Some(Duration::from_secs(60))))
         .collect::<reqwest::Result<Vec<_>>>()?;
     let api = Api {
-        url: format!("https://127.0.0.1:{port}"),
+        url: server.url.clone(),
         clients,
-        watcher: builder().build()?,
+        watcher: server.client(None)?,
     };
-    loop {
-        server.check_alive()?;
-        if let Ok(r) = api.clients[0]
-            .get(format!("{}/readyz", api.url))
-            .send()
-            .await
-        {
-            if r.status().is_success() {
-                break;
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("virtplane never answered /readyz with 200");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // Every simulated node registered and Ready.
-    loop {
-        server.check_alive()?;
-        let list: Value = api.clients[0]
-            .get(format!("{}/api/v1/nodes", api.url))
-            .send()
-            .await?
-            .json()
-            .await?;
-        let ready = list["items"].as_array().map_or(0, |items| {
-            items
-                .iter()
-                .filter(|n| {
-                    n["status"]["conditions"].as_array().is_some_and(|cs| {
-                        cs.iter()
-                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                    })
-                })
-                .count()
-        });
-        if ready >= nodes {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("only {ready} of {nodes} simulated nodes became Ready");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let r = api.clients[0]
-        .post(format!("{}/api/v1/namespaces", api.url))
-        .header("content-type", "application/json")
-        .body(
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-                .to_string(),
-        )
-        .send()
-        .await?;
-    if !r.status().is_success() {
-        bail!("creating namespace {NAMESPACE} answered {}", r.status());
-    }
     Ok((server, api))
 }
 
@@ -300,24 +135,16 @@ async fn watch_running(response: reqwest::Response, count: usize, seen: Seen) ->
     bail!("the watch ended early")
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 fn ms(d: Duration) -> String {
-    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+    format!("{:.0} ms", support::stats::ms(d))
 }
 
 async fn run() -> Result<()> {
-    let count = env_usize("BENCH_VMS", 1000);
-    let nodes = env_usize("BENCH_NODES", 100);
-    let concurrency = env_usize("BENCH_CONCURRENCY", 32).max(1);
-    let connections = env_usize("BENCH_CONNECTIONS", 8).max(1);
-    let timeout = Duration::from_secs(env_usize("BENCH_TIMEOUT_S", 120) as u64);
+    let count = knob::<usize>("BENCH_VMS", 1000);
+    let nodes = knob::<usize>("BENCH_NODES", 100);
+    let concurrency = knob::<usize>("BENCH_CONCURRENCY", 32).max(1);
+    let connections = knob::<usize>("BENCH_CONNECTIONS", 8).max(1);
+    let timeout = Duration::from_secs(knob::<usize>("BENCH_TIMEOUT_S", 120) as u64);
     let dir = tempfile::tempdir()?;
     println!(
         "lifecycle_1000: {count} VMs (runStrategy Always) on {nodes} simulated nodes, boot delay 0 ms; \
@@ -354,7 +181,7 @@ async fn run() -> Result<()> {
     let seen: Seen = Arc::new(Mutex::new(HashMap::new()));
     let watcher = tokio::spawn(watch_running(response, count, seen.clone()));
 
-    let cpu_before = server.cpu_time();
+    let cpu_before = server.proc.cpu_time();
     let started = Instant::now();
     let url = Arc::new(api.url.clone());
     let clients = Arc::new(api.clients.clone());
@@ -394,11 +221,11 @@ async fn run() -> Result<()> {
 
     let outcome = tokio::time::timeout(timeout, watcher).await;
     let elapsed_all = started.elapsed();
-    let cpu = match (cpu_before, server.cpu_time()) {
+    let cpu = match (cpu_before, server.proc.cpu_time()) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
     };
-    server.check_alive()?;
+    server.proc.check_alive()?;
     let seen = seen.lock().await.clone();
     match outcome {
         Ok(Ok(Ok(()))) => {}
@@ -408,7 +235,7 @@ async fn run() -> Result<()> {
             "only {} of {count} VMs Running after {:?} (server log: {})",
             seen.len(),
             timeout,
-            server.log.display()
+            server.proc.log.display()
         ),
     }
     let mut latencies: Vec<Duration> = sent_at
@@ -429,10 +256,10 @@ async fn run() -> Result<()> {
     );
     println!(
         "  create→Running per VM: p50 {}  p90 {}  p99 {}  max {}",
-        ms(percentile(&latencies, 50.0)),
-        ms(percentile(&latencies, 90.0)),
-        ms(percentile(&latencies, 99.0)),
-        ms(percentile(&latencies, 100.0)),
+        ms(percentile(&latencies, 0.50)),
+        ms(percentile(&latencies, 0.90)),
+        ms(percentile(&latencies, 0.99)),
+        ms(percentile(&latencies, 1.0)),
     );
     if let Some(cpu) = cpu {
         println!(

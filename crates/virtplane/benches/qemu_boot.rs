@@ -42,16 +42,18 @@
 //! to get QEMU started; after it, whether anything slows the running guest. Server CPU
 //! time comes from `/proc/PID/stat` in 10 ms ticks.
 
-use std::net::TcpListener;
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use base64::engine::general_purpose::STANDARD as B64;
-use base64::Engine;
 use serde_json::{json, Value};
+use support::stats::{ms, percentile};
+use support::virtplane::{Launch, Virtplane};
+use support::{knob, virtplane_binary};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 const NAMESPACE: &str = "bench";
@@ -60,37 +62,7 @@ const TARGET_OVERHEAD: Duration = Duration::from_millis(100);
 const TARGET_MIB_PER_VM: f64 = 10.0;
 
 fn main() -> ExitCode {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("qemu_boot: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("qemu_boot: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn virtplane_binary() -> PathBuf {
-    std::env::var_os("VIRTPLANE_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_virtplane")))
+    support::main("qemu_boot", run)
 }
 
 /// The test registry's address: `BENCH_REGISTRY`, or `scripts/test-registry` (started or
@@ -114,14 +86,6 @@ fn registry() -> Result<String> {
     Ok(address)
 }
 
-/// `field: base64` out of a kubeconfig, decoded.
-fn kubeconfig_field(kubeconfig: &str, field: &str) -> Option<Vec<u8>> {
-    let line = kubeconfig
-        .lines()
-        .find(|l| l.trim_start().starts_with(&format!("{field}:")))?;
-    B64.decode(line.split_once(':')?.1.trim()).ok()
-}
-
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         s.rsplit_once(')')
@@ -137,32 +101,15 @@ fn rss(pid: u32) -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// The server, killed (and reaped) when dropped.
+/// The server and its data dir.
 struct Server {
-    child: Child,
-    log: PathBuf,
+    virtplane: Virtplane,
     data: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Server {
     fn check_alive(&mut self) -> Result<()> {
-        if let Ok(Some(status)) = self.child.try_wait() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(20).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            bail!(
-                "virtplane exited early ({status}); its log ends:\n{}",
-                tail.join("\n")
-            );
-        }
-        Ok(())
+        self.virtplane.proc.check_alive()
     }
 
     fn vmi_dir(&self, name: &str) -> PathBuf {
@@ -174,20 +121,15 @@ impl Server {
             .join(name)
     }
 
-    /// CPU time (user + system) used so far, from `/proc/PID/stat`.
     fn cpu_time(&self) -> Option<Duration> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
-        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        let ticks: u64 =
-            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-        Some(Duration::from_millis(ticks * 10))
+        self.virtplane.proc.cpu_time()
     }
 
     /// The median of a few RSS samples, 200 ms apart.
     async fn rss(&self) -> Result<u64> {
         let mut samples = Vec::new();
         for _ in 0..5 {
-            samples.push(rss(self.child.id()).context("cannot read the server's VmRSS")?);
+            samples.push(rss(self.virtplane.proc.pid()).context("cannot read the server's VmRSS")?);
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         samples.sort();
@@ -217,114 +159,34 @@ impl Api {
 }
 
 async fn start(dir: &Path, registry: &str) -> Result<(Server, Api)> {
-    let binary = virtplane_binary();
-    let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let data = dir.join("data");
-    let log = dir.join("virtplane.log");
-    let child = Command::new(&binary)
-        .args(["server", "--hypervisor", "qemu", "--node-name", NODE])
-        .args(["--insecure-registry", registry])
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
-        .arg(&data)
-        .env(
+    let virtplane = Virtplane::start(Launch {
+        data: data.clone(),
+        log: dir.join("virtplane.log"),
+        args: &[
+            "--hypervisor",
+            "qemu",
+            "--node-name",
+            NODE,
+            "--insecure-registry",
+            registry,
+        ],
+        env: &[(
             "RUST_LOG",
             std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log)?)
-        .spawn()
-        .with_context(|| {
-            format!(
-                "cannot start {} (build it: cargo build --release --bin virtplane)",
-                binary.display()
-            )
-        })?;
-    let mut server = Server { child, log, data };
-    // The first start on a host boots a kernel to probe KVM: allow for it.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let kubeconfig = server.data.join("admin.kubeconfig");
-    let tokens = server.data.join("pki/tokens.json");
-    while !(kubeconfig.exists() && tokens.exists()) {
-        server.check_alive()?;
-        if Instant::now() > deadline {
-            bail!("virtplane did not write {}", kubeconfig.display());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let kubeconfig = std::fs::read_to_string(&kubeconfig)?;
-    let ca = kubeconfig_field(&kubeconfig, "certificate-authority-data")
-        .context("no CA in admin.kubeconfig")?;
-    let ca = reqwest::Certificate::from_pem(&ca)?;
-    let tokens: Value = serde_json::from_slice(&std::fs::read(&tokens)?)?;
-    let token = tokens
-        .as_object()
-        .and_then(|m| m.iter().find(|(_, u)| u["user"] == "admin"))
-        .map(|(t, _)| t.clone())
-        .context("no token for user admin in pki/tokens.json")?;
-    let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(
-        reqwest::header::AUTHORIZATION,
-        format!("Bearer {token}").parse()?,
-    );
-    let client = reqwest::Client::builder()
-        .tls_certs_only([ca])
-        .default_headers(headers)
-        .http1_only()
-        .timeout(Duration::from_secs(60))
-        .build()?;
+        )],
+        // The local node.
+        nodes: 1,
+        // The first start on a host boots a kernel to probe KVM: allow for it.
+        within: Duration::from_secs(90),
+    })
+    .await?;
+    virtplane.create_namespace(NAMESPACE).await?;
     let api = Api {
-        url: format!("https://127.0.0.1:{port}"),
-        client,
+        url: virtplane.url.clone(),
+        client: virtplane.client(Some(Duration::from_secs(60)))?,
     };
-    loop {
-        server.check_alive()?;
-        if let Ok(r) = api.client.get(format!("{}/readyz", api.url)).send().await {
-            if r.status().is_success() {
-                break;
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("virtplane never answered /readyz with 200");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // The local node registered and Ready.
-    loop {
-        server.check_alive()?;
-        let node: Value = api
-            .client
-            .get(format!("{}/api/v1/nodes/{NODE}", api.url))
-            .send()
-            .await?
-            .json()
-            .await?;
-        let ready = node["status"]["conditions"].as_array().is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        });
-        if ready {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("node {NODE} never became Ready");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let r = api
-        .client
-        .post(format!("{}/api/v1/namespaces", api.url))
-        .header("content-type", "application/json")
-        .body(
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-                .to_string(),
-        )
-        .send()
-        .await?;
-    if !r.status().is_success() {
-        bail!("creating namespace {NAMESPACE} answered {}", r.status());
-    }
-    Ok((server, api))
+    Ok((Server { virtplane, data }, api))
 }
 
 /// A VM that boots the test guest's kernel and initramfs, with no disks or interfaces.
@@ -667,28 +529,16 @@ async fn boot_bare(
     })
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
 fn row(label: &str, values: &[Duration]) -> (Duration, String) {
     let mut sorted = values.to_vec();
     sorted.sort();
-    let p50 = percentile(&sorted, 50.0);
+    let p50 = percentile(&sorted, 0.50);
     let line = format!(
         "  {label:<44} {:>8.0} {:>8.0} {:>8.0} {:>8.0}",
         ms(p50),
-        ms(percentile(&sorted, 90.0)),
+        ms(percentile(&sorted, 0.90)),
         ms(percentile(&sorted, 0.0)),
-        ms(percentile(&sorted, 100.0)),
+        ms(percentile(&sorted, 1.0)),
     );
     (p50, line)
 }
@@ -698,10 +548,10 @@ fn mib(bytes: u64) -> f64 {
 }
 
 async fn run() -> Result<()> {
-    let count = env_u64("BENCH_VMS", 10).max(1) as usize;
-    let memory_vms = env_u64("BENCH_MEMORY_VMS", 5).max(1) as usize;
-    let poll = Duration::from_millis(env_u64("BENCH_POLL_MS", 5).max(1));
-    let timeout = Duration::from_secs(env_u64("BENCH_TIMEOUT_S", 120));
+    let count = knob::<u64>("BENCH_VMS", 10).max(1) as usize;
+    let memory_vms = knob::<u64>("BENCH_MEMORY_VMS", 5).max(1) as usize;
+    let poll = Duration::from_millis(knob::<u64>("BENCH_POLL_MS", 5).max(1));
+    let timeout = Duration::from_secs(knob::<u64>("BENCH_TIMEOUT_S", 120));
     let registry = registry()?;
     let tmp = tempfile::tempdir()?;
     let dir = if std::env::var_os("BENCH_KEEP").is_some() {
@@ -867,7 +717,7 @@ async fn run() -> Result<()> {
     let p50 = |v: &[Duration]| {
         let mut v = v.to_vec();
         v.sort();
-        percentile(&v, 50.0).as_secs_f64() * 1000.0
+        ms(percentile(&v, 0.50))
     };
     let mut sorted_bare = bare.line.clone();
     sorted_bare.sort();
@@ -880,7 +730,7 @@ async fn run() -> Result<()> {
     println!(
         "  (the bare boots alone spread {:.0} ms from min to p90: under TCG on a loaded host the \
          p50 difference carries that noise)",
-        ms(percentile(&sorted_bare, 90.0).saturating_sub(percentile(&sorted_bare, 0.0)))
+        ms(percentile(&sorted_bare, 0.90).saturating_sub(percentile(&sorted_bare, 0.0)))
     );
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
@@ -923,7 +773,7 @@ async fn run() -> Result<()> {
         println!(
             "  kept {} (server log {})",
             dir.display(),
-            server.log.display()
+            server.virtplane.proc.log.display()
         );
     }
     Ok(())

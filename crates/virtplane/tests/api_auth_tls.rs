@@ -1,7 +1,6 @@
 //! Transport and authentication: HTTPS only, with the CA the server generates; a client
 //! certificate or a bearer token names the user; no or bad credentials are 401.
 
-mod common;
 mod support;
 
 use std::time::Duration;
@@ -15,12 +14,12 @@ fn unauthorized() -> Value {
         "message": "Unauthorized", "reason": "Unauthorized", "code": 401})
 }
 
-async fn send(client: &reqwest::Client, url: &str, token: Option<&str>) -> common::Reply {
+async fn send(client: &reqwest::Client, url: &str, token: Option<&str>) -> support::Reply {
     let mut builder = client.get(url);
     if let Some(token) = token {
         builder = builder.header("authorization", token);
     }
-    common::TestServer::reply(builder.send().await.expect("request")).await
+    support::Reply::read(builder.send().await.expect("request")).await
 }
 
 #[tokio::test]
@@ -117,7 +116,7 @@ async fn health_and_version_need_no_credentials() {
 async fn https_with_the_generated_ca_only() {
     let api = api().await;
     let port = api.url.rsplit(':').next().unwrap().to_string();
-    common::install_crypto();
+    support::install_crypto();
     // A client that does not trust the generated CA cannot connect.
     let untrusting = reqwest::Client::builder()
         .tls_certs_only(Vec::<reqwest::Certificate>::new())
@@ -155,12 +154,12 @@ async fn https_with_the_generated_ca_only() {
         "client-key-data",
     ] {
         assert!(
-            common::kubeconfig_field(&kubeconfig, field).is_some(),
+            support::kubeconfig_field(&kubeconfig, field).is_some(),
             "{field}"
         );
     }
     // The client certificate names the admin in system:masters.
-    let cert = common::kubeconfig_field(&kubeconfig, "client-certificate-data").unwrap();
+    let cert = support::kubeconfig_field(&kubeconfig, "client-certificate-data").unwrap();
     assert!(String::from_utf8_lossy(&cert).contains("BEGIN CERTIFICATE"));
     // The node-join kubeconfig authenticates too.
     let join = std::fs::read_to_string(api.data_dir.join("node-join.kubeconfig")).unwrap();

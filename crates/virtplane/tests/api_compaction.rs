@@ -2,12 +2,10 @@
 //! (`--compaction-interval 1s`, kube-apiserver's `--etcd-compaction-interval`) answers a
 //! continue token, an exact list and a watch from before the compaction with 410 Expired.
 
-mod common;
 mod support;
 
 use std::time::{Duration, Instant};
 
-use common::TestServer;
 use reqwest::StatusCode;
 use serde_json::json;
 use support::*;

@@ -2,7 +2,6 @@
 //! columns, Secret `stringData` and `type` defaulting, and kube-apiserver's validation
 //! (config keys, base64, typed Secrets, `immutable`) with its Status bodies.
 
-mod common;
 mod support;
 
 use reqwest::StatusCode;

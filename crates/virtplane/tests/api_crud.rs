@@ -3,7 +3,6 @@
 //! gives: create, get, list (namespaced and cluster-wide), replace, patch, delete, watch
 //! (namespaced and cluster-wide), and the /status subresource where the kind has one.
 
-mod common;
 mod support;
 
 use std::time::Duration;

@@ -2,7 +2,6 @@
 //! DeleteOptions preconditions, deletecollection, and garbage collection of dependents
 //! through ownerReferences with background, foreground and orphan propagation.
 
-mod common;
 mod support;
 
 use std::time::Duration;

@@ -2,7 +2,6 @@
 //! `Status` body kube-apiserver writes (reason, code, message, details with causes and
 //! field paths), and never a 500 for bad input.
 
-mod common;
 mod support;
 
 use reqwest::{Method, StatusCode};

@@ -6,7 +6,6 @@
 //! server compacts its history every 5 minutes and offers no way to trigger it, so a test
 //! would have to wait minutes; it is left to the store's own tests.
 
-mod common;
 mod support;
 
 use base64::Engine;

@@ -2,7 +2,6 @@
 //! generateName, label/annotation/finalizer/ownerReference validation with upstream's
 //! messages, dryRun=All and fieldValidation (Strict/Warn/Ignore with Warning headers).
 
-mod common;
 mod support;
 
 use std::collections::HashSet;

@@ -2,7 +2,6 @@
 //! `test`), server-side apply with managedFields, conflicts and force; plus the managers
 //! recorded for ordinary writes.
 
-mod common;
 mod support;
 
 use reqwest::{Method, StatusCode};

@@ -2,7 +2,6 @@
 //! `admission webhook "<name>" denied the request: ...` and KubeVirt's causes and field
 //! paths), their warnings, and the defaults the mutating webhooks fill in.
 
-mod common;
 mod support;
 
 use reqwest::StatusCode;

@@ -6,7 +6,6 @@
 //! Not covered: the ERROR event with 410 Expired for a resourceVersion older than the last
 //! compaction. The server compacts every 5 minutes with no way to trigger it from a test.
 
-mod common;
 mod support;
 
 use std::time::{Duration, Instant};

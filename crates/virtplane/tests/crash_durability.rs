@@ -3,7 +3,6 @@
 //! it was acknowledged with (or, for an object whose next write was in flight, that one
 //! write more and nothing else).
 
-mod common;
 mod support;
 
 use std::collections::HashMap;
@@ -11,7 +10,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::TestServer;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use support::*;

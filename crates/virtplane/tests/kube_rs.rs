@@ -3,13 +3,12 @@
 //! `Api<VirtualMachine>` (list, get, create, merge/JSON/apply patches, delete), and a
 //! `kube::runtime::watcher` that survives a 410 Gone by re-listing.
 
-mod common;
+mod support;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::TestServer;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{
@@ -22,6 +21,7 @@ use kube::runtime::WatchStreamExt;
 use kube::{Client, Config, Resource, ResourceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use support::TestServer;
 
 /// A hand-written typed VirtualMachine: the fields these tests use, the rest kept as JSON.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -78,7 +78,7 @@ impl Resource for VirtualMachine {
 }
 
 fn typed_vm(name: &str, run_strategy: &str) -> VirtualMachine {
-    let manifest = common::vm(name);
+    let manifest = support::vm(name);
     VirtualMachine {
         api_version: "kubevirt.io/v1".into(),
         kind: "VirtualMachine".into(),
@@ -96,7 +96,7 @@ fn typed_vm(name: &str, run_strategy: &str) -> VirtualMachine {
 }
 
 async fn client_for(server: &TestServer) -> Client {
-    common::install_crypto();
+    support::install_crypto();
     let kubeconfig =
         Kubeconfig::read_from(server.data_dir().join("admin.kubeconfig")).expect("read kubeconfig");
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
@@ -115,6 +115,7 @@ fn vm_resource() -> ApiResource {
 
 async fn create_namespace(server: &TestServer, name: &str) {
     let reply = server
+        .api()
         .post(
             "/api/v1/namespaces",
             &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
@@ -191,7 +192,7 @@ async fn kube_rs_dynamic_and_typed_apis() {
 
     // create + get + list
     let mut obj: DynamicObject =
-        serde_json::from_value(common::vm("dyn1")).expect("dynamic object");
+        serde_json::from_value(support::vm("dyn1")).expect("dynamic object");
     obj.metadata.namespace = Some("kubers".into());
     let created = dynamic
         .create(&PostParams::default(), &obj)
@@ -270,7 +271,7 @@ async fn kube_rs_dynamic_and_typed_apis() {
         .patch(
             "dyn-applied",
             &PatchParams::apply("kube-rs-e2e"),
-            &Patch::Apply(common::vm("dyn-applied")),
+            &Patch::Apply(support::vm("dyn-applied")),
         )
         .await
         .expect("server-side apply (create)");
@@ -428,7 +429,7 @@ async fn kube_rs_watcher_survives_410_and_relists() {
     let writer = tokio::spawn(async move {
         for i in 0..300 {
             let mut obj: DynamicObject =
-                serde_json::from_value(common::vm(&format!("noise{i}"))).expect("object");
+                serde_json::from_value(support::vm(&format!("noise{i}"))).expect("object");
             obj.metadata.namespace = Some("noise".into());
             let _ = noise.create(&PostParams::default(), &obj).await;
             tokio::time::sleep(Duration::from_millis(200)).await;

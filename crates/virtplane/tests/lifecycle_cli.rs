@@ -2,15 +2,15 @@
 //! virtctl's output on success, one `virtplane: ...` line and a non-zero exit on
 //! failure, and the effect through the same subresources. Tier A.
 
-mod common;
 mod lifecycle;
 mod support;
 
 use std::path::Path;
 use std::process::Command;
 
-use lifecycle::{uid, vm, Cluster};
+use lifecycle::{vm, Cluster};
 use serde_json::json;
+use support::uid;
 
 const NS: &str = "cli";
 
@@ -21,7 +21,7 @@ struct Run {
 }
 
 fn virtplane_vm(kubeconfig: &Path, args: &[&str]) -> Run {
-    let out = Command::new(common::binary())
+    let out = Command::new(support::binary())
         .arg("vm")
         .args(args)
         .arg("--kubeconfig")

@@ -3,7 +3,6 @@
 //! SIGKILL (node NotReady, its VMIs Failed/NodeUnresponsive, no VM stuck). The node is a
 //! separate `virtplane node` process joined with the server's node-join.kubeconfig. Tier A.
 
-mod common;
 mod lifecycle;
 mod support;
 
@@ -11,10 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use lifecycle::{
-    condition, events_until, node_ready, printable, printable_trail, uid, vm, Cluster,
-};
+use lifecycle::{events_until, node_ready, printable_trail, vm, Cluster};
 use serde_json::{json, Value};
+use support::{condition, printable, uid};
 
 const NS: &str = "fail";
 
@@ -177,7 +175,7 @@ struct NodeProcess(Option<Child>);
 
 impl NodeProcess {
     fn start(c: &Cluster, name: &str) -> NodeProcess {
-        let child = Command::new(common::binary())
+        let child = Command::new(support::binary())
             .arg("node")
             .arg("--kubeconfig")
             .arg(c.server.data_dir().join("node-join.kubeconfig"))

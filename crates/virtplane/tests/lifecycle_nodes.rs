@@ -3,12 +3,12 @@
 //! nodeSelector, required node affinity, taints/tolerations, cordoned nodes, with the
 //! reason a VMI cannot be placed shown on the VM (ErrorUnschedulable). Tier A.
 
-mod common;
 mod lifecycle;
 mod support;
 
-use lifecycle::{condition, node_ready, printable, Cluster};
+use lifecycle::{node_ready, Cluster};
 use serde_json::{json, Value};
+use support::{condition, printable};
 
 const NS: &str = "sched";
 const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io";

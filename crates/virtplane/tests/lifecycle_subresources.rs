@@ -2,14 +2,14 @@
 //! exact error Statuses per runStrategy and VMI state (start, stop, restart on VMs;
 //! pause, unpause, softreboot on VMIs; migrate's preconditions), plus dryRun. Tier A.
 
-mod common;
 mod lifecycle;
 mod support;
 
 use std::time::{Duration, Instant};
 
-use lifecycle::{assert_accepted, assert_conflict, printable, uid, vm, Cluster};
+use lifecycle::{assert_accepted, assert_conflict, vm, Cluster};
 use serde_json::{json, Value};
+use support::{printable, uid};
 
 const NS: &str = "sub";
 
@@ -19,7 +19,7 @@ async fn cluster() -> Cluster {
     c
 }
 
-fn assert_not_found(reply: &common::Reply, resource: &str, name: &str) {
+fn assert_not_found(reply: &support::Reply, resource: &str, name: &str) {
     support::assert_status(
         reply,
         404,

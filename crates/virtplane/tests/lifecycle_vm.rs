@@ -2,16 +2,14 @@
 //! start/stop/restart/pause, printableStatus sequences seen on a watch, deletion of a
 //! running VM. Tier A (no QEMU).
 
-mod common;
 mod lifecycle;
 mod support;
 
 use std::time::{Duration, Instant};
 
-use lifecycle::{
-    assert_accepted, condition, events_until, printable, printable_trail, uid, vm, Cluster,
-};
+use lifecycle::{assert_accepted, events_until, printable_trail, vm, Cluster};
 use serde_json::{json, Value};
+use support::{condition, printable, uid};
 
 const NS: &str = "lc";
 

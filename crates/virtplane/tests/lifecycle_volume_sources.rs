@@ -3,14 +3,14 @@
 //! source without an answer file fails the VMI saying so. The node agent reads the
 //! objects whatever its hypervisor, so simulated nodes show it. Tier A.
 
-mod common;
 mod lifecycle;
 mod support;
 
 use std::time::Duration;
 
-use lifecycle::{condition, printable, vm, Cluster};
+use lifecycle::{vm, Cluster};
 use serde_json::{json, Value};
+use support::{condition, printable};
 
 const NS: &str = "sources";
 

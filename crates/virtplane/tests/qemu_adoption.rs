@@ -3,13 +3,13 @@
 //! second QEMU — and keeps managing them: console, port forward, pause, a later crash.
 //! Skipped loudly without QEMU or the test guests.
 
-mod common;
 mod qemu;
 mod support;
 
 use std::time::{Duration, Instant};
 
-use qemu::{alive, condition, guests, host_port, kernel_vm, kill9, phase, uid, Cluster, SHORT};
+use qemu::{alive, guests, host_port, kernel_vm, kill9, phase, Cluster, SHORT};
+use support::{condition, uid};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_restart_adopts_running_qemu() {

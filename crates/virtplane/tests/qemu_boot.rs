@@ -5,7 +5,6 @@
 //! sysprep CD from a ConfigMap, emptyDisk, hostDisk, cdrom, the domain settings), port forwards, VMI status, and errors a person can act on.
 //! One server for the whole file; skipped loudly without QEMU or the test guests.
 
-mod common;
 mod qemu;
 mod support;
 
@@ -13,10 +12,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use qemu::{
-    add_volume, condition, disk_vm, guests, host_port, kernel_vm, phase, printable, shared, uid,
-    Env, BOOT, NODE, SHORT,
+    add_volume, disk_vm, guests, host_port, kernel_vm, phase, shared, Env, BOOT, NODE, SHORT,
 };
 use serde_json::{json, Value};
+use support::{condition, printable, uid};
 
 fn has(lines: &[String], line: &str) -> bool {
     lines.iter().any(|l| l == line)

@@ -4,7 +4,6 @@
 //! `virtplane vm console`. One server for the whole file; skipped loudly without QEMU or
 //! the test guests.
 
-mod common;
 mod qemu;
 mod support;
 
@@ -12,11 +11,9 @@ use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use qemu::{
-    alive, condition, guests, kernel_vm, kill9, phase, printable, shared, uid, Env, BOOT, NS, SHORT,
-};
+use qemu::{alive, guests, kernel_vm, kill9, phase, shared, Env, BOOT, NS, SHORT};
 use serde_json::Value;
-use support::{Next, Watch};
+use support::{condition, printable, uid, Next, Watch};
 
 /// A watch on one VMI by name, from now.
 async fn watch_vmi(env: &Env, name: &str) -> Watch {
@@ -305,7 +302,7 @@ async fn serial_console_over_websocket_and_cli() {
     console.close().await;
 
     // `virtplane vm console` with piped stdin: a shell, and Ctrl+] leaves.
-    let mut child = Command::new(common::binary())
+    let mut child = Command::new(support::binary())
         .args(["vm", "console", name, "--kubeconfig"])
         .arg(env.kubeconfig())
         .stdin(Stdio::piped())
@@ -381,7 +378,7 @@ async fn serial_console_over_websocket_and_cli() {
     vnc.close().await;
 
     // No console for a VMI that does not run: one clear line, non-zero exit.
-    let out = Command::new(common::binary())
+    let out = Command::new(support::binary())
         .args(["vm", "console", "no-such-vm", "--kubeconfig"])
         .arg(env.kubeconfig())
         .stdin(Stdio::null())

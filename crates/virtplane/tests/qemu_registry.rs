@@ -5,12 +5,12 @@
 //! an insecure registry may present any certificate, or speak plain HTTP, which every
 //! other QEMU test uses). Tier B; skipped loudly without QEMU or the test guests.
 
-mod common;
 mod qemu;
 mod support;
 
-use qemu::{condition, guests, kernel_vm, printable, tls_registry, Cluster, SHORT};
+use qemu::{guests, kernel_vm, tls_registry, Cluster, SHORT};
 use serde_json::json;
+use support::{condition, printable};
 
 /// A kernelBoot VM whose kernel image comes from `registry`.
 fn vm_from(g: &qemu::Guests, name: &str, registry: &str) -> serde_json::Value {

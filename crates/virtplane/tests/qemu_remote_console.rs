@@ -4,7 +4,6 @@
 //! server. Tier A (a simulated agent): the endpoint lets in only the API server, and
 //! every way a console cannot be reached is a clear Status.
 
-mod common;
 mod qemu;
 mod support;
 
@@ -12,7 +11,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::TestServer;
 use qemu::{guests, kernel_vm, Env, NodeAgent, NS, SHORT};
 use reqwest::StatusCode;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -21,6 +19,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+use support::TestServer;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 const FINGERPRINT: &str = "virtplane.io/agent-serving-cert-sha256";
@@ -150,7 +149,7 @@ impl Identity {
     fn admin(server_dir: &Path) -> Identity {
         let kubeconfig =
             std::fs::read_to_string(server_dir.join("admin.kubeconfig")).expect("kubeconfig");
-        let field = |f: &str| common::kubeconfig_field(&kubeconfig, f).expect(f);
+        let field = |f: &str| support::kubeconfig_field(&kubeconfig, f).expect(f);
         Identity {
             cert: field("client-certificate-data"),
             key: field("client-key-data"),
@@ -194,7 +193,7 @@ async fn dial_agent(
     identity: Option<&Identity>,
     name: &str,
 ) -> Result<(), String> {
-    common::install_crypto();
+    support::install_crypto();
     let builder = rustls::ClientConfig::builder()
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(Pinned(fingerprint.to_string())));

@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
-use crate::common::{Reply, TestServer};
-use crate::support::{self, Api, Next, Watch};
+use crate::support::{self, condition, Api, Next, Reply, TestServer, Watch};
 
 /// A server under test and an API handle on it.
 pub struct Cluster {
@@ -176,22 +175,6 @@ pub fn node_ready(node: &Value) -> String {
         .and_then(|c| c["status"].as_str())
         .unwrap_or("")
         .to_string()
-}
-
-/// The condition of `kind` in `status.conditions`.
-pub fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
-    obj["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)
-}
-
-pub fn uid(obj: &Value) -> String {
-    obj["metadata"]["uid"].as_str().unwrap_or("").to_string()
-}
-
-pub fn printable(vm: &Value) -> &str {
-    vm["status"]["printableStatus"].as_str().unwrap_or("")
 }
 
 /// A VM with `strategy` (`None`: neither runStrategy nor running), the given template

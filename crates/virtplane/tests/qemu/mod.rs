@@ -21,8 +21,7 @@ use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::common::{self, Reply, TestServer};
-use crate::support::{self, Api};
+use crate::support::{self, condition, start_once, uid, Api, Reply, TestServer};
 
 /// The name of the server's local QEMU node.
 pub const NODE: &str = "qemu-node";
@@ -201,9 +200,8 @@ fn cmdline(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Every live QEMU whose `-pidfile` is `pidfile`: one VMI's QEMU processes.
-pub fn qemus_with_pidfile(pidfile: &Path) -> Vec<u32> {
-    let wanted = pidfile.display().to_string();
+/// Every QEMU process in /proc (zombies too) whose `-pidfile` argument satisfies `pidfile`.
+fn qemus_by_pidfile(pidfile: impl Fn(&str) -> bool) -> Vec<u32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = entry
@@ -217,8 +215,7 @@ pub fn qemus_with_pidfile(pidfile: &Path) -> Vec<u32> {
         if argv.first().is_some_and(|a| a.contains("qemu-system"))
             && argv
                 .windows(2)
-                .any(|w| w[0] == "-pidfile" && w[1] == wanted)
-            && alive(pid)
+                .any(|w| w[0] == "-pidfile" && pidfile(&w[1]))
         {
             found.push(pid);
         }
@@ -226,25 +223,20 @@ pub fn qemus_with_pidfile(pidfile: &Path) -> Vec<u32> {
     found
 }
 
+/// Every live QEMU whose `-pidfile` is `pidfile`: one VMI's QEMU processes.
+pub fn qemus_with_pidfile(pidfile: &Path) -> Vec<u32> {
+    let wanted = pidfile.display().to_string();
+    qemus_by_pidfile(|p| p == wanted)
+        .into_iter()
+        .filter(|pid| alive(*pid))
+        .collect()
+}
+
 /// Kills every QEMU started under `data_dir` (statics and killed servers leave them).
 pub fn kill_qemus(data_dir: &Path) {
     let prefix = data_dir.display().to_string();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let argv = cmdline(pid);
-        if argv.first().is_some_and(|a| a.contains("qemu-system"))
-            && argv
-                .windows(2)
-                .any(|w| w[0] == "-pidfile" && w[1].starts_with(&prefix))
-        {
-            kill9(pid);
-        }
+    for pid in qemus_by_pidfile(|p| p.starts_with(&prefix)) {
+        kill9(pid);
     }
 }
 
@@ -310,7 +302,7 @@ impl NodeAgent {
     /// (`--hypervisor`, `--insecure-registry`...).
     pub fn start(server_dir: &Path, name: &str, args: &[&str]) -> NodeAgent {
         let dir = tempfile::tempdir().expect("agent data dir");
-        let child = Command::new(common::binary())
+        let child = Command::new(support::binary())
             .arg("node")
             .arg("--kubeconfig")
             .arg(server_dir.join("node-join.kubeconfig"))
@@ -351,10 +343,6 @@ impl Drop for NodeAgent {
 
 static SHARED: OnceLock<Mutex<Cluster>> = OnceLock::new();
 
-extern "C" {
-    fn atexit(callback: extern "C" fn()) -> i32;
-}
-
 extern "C" fn stop_shared() {
     if let Some(cluster) = SHARED.get() {
         if let Ok(mut cluster) = cluster.lock() {
@@ -369,24 +357,7 @@ extern "C" fn stop_shared() {
 
 /// The server shared by the tests of one binary, started on first use.
 pub async fn shared(guests: &'static Guests) -> Env {
-    let cluster = SHARED.get_or_init(|| {
-        let cluster = std::thread::spawn(move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime")
-                .block_on(Cluster::start(guests, &[]))
-        })
-        .join()
-        .expect("server start");
-        // SAFETY: registering a plain function with the C runtime.
-        unsafe {
-            atexit(stop_shared);
-        }
-        Mutex::new(cluster)
-    });
-    let cluster = cluster.lock().unwrap_or_else(|e| e.into_inner());
-    cluster.env()
+    start_once(&SHARED, move || Cluster::start(guests, &[]), stop_shared).env()
 }
 
 // ---- one test's view of a server ----------------------------------------------------
@@ -405,22 +376,6 @@ pub struct Env {
 /// A VMI phase or "" when there is none.
 pub fn phase(vmi: &Value) -> &str {
     vmi["status"]["phase"].as_str().unwrap_or("")
-}
-
-pub fn uid(obj: &Value) -> String {
-    obj["metadata"]["uid"].as_str().unwrap_or("").to_string()
-}
-
-pub fn printable(vm: &Value) -> &str {
-    vm["status"]["printableStatus"].as_str().unwrap_or("")
-}
-
-/// The condition of `kind` in `status.conditions`.
-pub fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
-    obj["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)
 }
 
 impl Env {
@@ -783,10 +738,9 @@ pub struct Console {
 }
 
 fn tls_config(data_dir: &Path) -> rustls::ClientConfig {
-    common::install_crypto();
-    let kubeconfig =
-        std::fs::read_to_string(data_dir.join("admin.kubeconfig")).expect("admin.kubeconfig");
-    let field = |f: &str| common::kubeconfig_field(&kubeconfig, f).expect(f);
+    support::install_crypto();
+    let kubeconfig = support::admin_kubeconfig(data_dir).expect("admin.kubeconfig");
+    let field = |f: &str| support::kubeconfig_field(&kubeconfig, f).expect(f);
     let mut roots = rustls::RootCertStore::empty();
     for ca in CertificateDer::pem_slice_iter(&field("certificate-authority-data")) {
         roots.add(ca.expect("CA PEM")).expect("CA");
