@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use serde_json::Value;
@@ -277,12 +278,46 @@ impl Puller {
     }
 
     /// Pulls `image` (unless cached) and returns the files under `wanted` path prefixes.
-    pub async fn pull(&self, image: &str, wanted: &[&str]) -> Result<Extracted, ImageError> {
-        let r = Reference::parse(image)?;
+    /// Fetches every layer of `manifest`, checks its digest and unpacks it into `into`.
+    async fn unpack_layers(
+        &self,
+        image: &str,
+        r: &Reference,
+        manifest: &Value,
+        into: &Path,
+    ) -> Result<(), ImageError> {
         let failed = |message: String| ImageError::Pull {
             image: image.to_string(),
             message,
         };
+        let layers = manifest["layers"].as_array().cloned().unwrap_or_default();
+        for layer in layers {
+            let layer_digest = layer["digest"]
+                .as_str()
+                .ok_or_else(|| failed("a layer has no digest".into()))?;
+            let bytes = self
+                .fetch(image, r, &format!("blobs/{layer_digest}"), "*/*")
+                .await?
+                .bytes()
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+            let actual = format!("sha256:{:x}", Sha256::digest(&bytes));
+            if actual != layer_digest {
+                return Err(failed(format!("layer {layer_digest} arrived as {actual}")));
+            }
+            let media = layer["mediaType"].as_str().unwrap_or("");
+            unpack(
+                &bytes,
+                media.contains("gzip") || bytes.starts_with(&[0x1f, 0x8b]),
+                into,
+            )
+            .map_err(|e| failed(format!("unpacking layer {layer_digest}: {e}")))?;
+        }
+        Ok(())
+    }
+
+    pub async fn pull(&self, image: &str, wanted: &[&str]) -> Result<Extracted, ImageError> {
+        let r = Reference::parse(image)?;
         let (digest, manifest) = self.manifest(image, &r).await?;
         let dir = self.cache.join(digest.replace(':', "-"));
         let io = |path: &Path| {
@@ -290,37 +325,25 @@ impl Puller {
             move |source| ImageError::Io { path, source }
         };
         if !dir.join(".complete").exists() {
+            // One staging dir per pull: two VMIs of one image may pull it at once.
+            static PULLS: AtomicU64 = AtomicU64::new(0);
             let staging = self.cache.join(format!(
-                ".{}-{}",
+                ".{}-{}-{}",
                 digest.replace(':', "-"),
-                std::process::id()
+                std::process::id(),
+                PULLS.fetch_add(1, Ordering::Relaxed)
             ));
-            let _ = std::fs::remove_dir_all(&staging);
             std::fs::create_dir_all(&staging).map_err(io(&staging))?;
-            let layers = manifest["layers"].as_array().cloned().unwrap_or_default();
-            for layer in layers {
-                let layer_digest = layer["digest"]
-                    .as_str()
-                    .ok_or_else(|| failed("a layer has no digest".into()))?;
-                let bytes = self
-                    .fetch(image, &r, &format!("blobs/{layer_digest}"), "*/*")
-                    .await?
-                    .bytes()
-                    .await
-                    .map_err(|e| failed(e.to_string()))?;
-                let actual = format!("sha256:{:x}", Sha256::digest(&bytes));
-                if actual != layer_digest {
-                    return Err(failed(format!("layer {layer_digest} arrived as {actual}")));
-                }
-                let media = layer["mediaType"].as_str().unwrap_or("");
-                unpack(
-                    &bytes,
-                    media.contains("gzip") || bytes.starts_with(&[0x1f, 0x8b]),
-                    &staging,
-                )
-                .map_err(|e| failed(format!("unpacking layer {layer_digest}: {e}")))?;
+            let unpacked = self
+                .unpack_layers(image, &r, &manifest, &staging)
+                .await
+                .and_then(|()| {
+                    std::fs::write(staging.join(".complete"), &digest).map_err(io(&staging))
+                });
+            if let Err(e) = unpacked {
+                let _ = std::fs::remove_dir_all(&staging);
+                return Err(e);
             }
-            std::fs::write(staging.join(".complete"), &digest).map_err(io(&staging))?;
             match std::fs::rename(&staging, &dir) {
                 Ok(()) => {}
                 // Another pull of the same image finished first; use that one.
@@ -387,6 +410,103 @@ fn collect(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A plain-HTTP registry on loopback serving one image: `routes` maps request paths
+    /// to bodies; anything else is a 404.
+    async fn serve_registry(routes: Vec<(String, Vec<u8>)>) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let routes = std::sync::Arc::new(routes);
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let routes = routes.clone();
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                        // A TLS hello: hang up, so the puller falls back to plain HTTP.
+                        if !request.starts_with(b"GET") {
+                            return;
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&request);
+                    let path = text.split_whitespace().nth(1).unwrap_or("");
+                    let (status, body) = match routes.iter().find(|(p, _)| p == path) {
+                        Some((_, body)) => ("200 OK", body.clone()),
+                        None => ("404 Not Found", Vec::new()),
+                    };
+                    let head = format!(
+                        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = socket.write_all(head.as_bytes()).await;
+                    let _ = socket.write_all(&body).await;
+                });
+            }
+        });
+        address
+    }
+
+    /// Two VMIs of one image pulling it at the same moment both get every file (they
+    /// once shared a staging dir, and one emptied it under the other).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_pulls_of_one_image_both_get_its_files() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut layer = tar::Builder::new(Vec::new());
+        for i in 0..300 {
+            let data = vec![b'x'; 4096];
+            let mut header = tar::Header::new_gnu();
+            header.set_size(data.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            layer
+                .append_data(&mut header, format!("filler/{i}"), &data[..])
+                .unwrap();
+        }
+        let kernel = b"kernel".to_vec();
+        let mut header = tar::Header::new_gnu();
+        header.set_size(kernel.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        layer
+            .append_data(&mut header, "boot/vmlinux", &kernel[..])
+            .unwrap();
+        let layer = layer.into_inner().unwrap();
+        let layer_digest = format!("sha256:{:x}", Sha256::digest(&layer));
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                        "digest": layer_digest, "size": layer.len()}],
+        });
+        let registry = serve_registry(vec![
+            (
+                "/v2/guest/manifests/latest".into(),
+                serde_json::to_vec(&manifest).unwrap(),
+            ),
+            (format!("/v2/guest/blobs/{layer_digest}"), layer),
+        ])
+        .await;
+        let cache = tempfile::tempdir().unwrap();
+        let puller = Puller::new(cache.path().to_path_buf(), vec![registry.clone()]);
+        let image = format!("{registry}/guest:latest");
+        let (a, b) = tokio::join!(
+            puller.pull(&image, &["/boot/"]),
+            puller.pull(&image, &["/boot/"])
+        );
+        for pulled in [a, b] {
+            let files = pulled.expect("pull").files;
+            assert!(
+                files.iter().any(|(name, _)| name.ends_with("boot/vmlinux")),
+                "{files:?}"
+            );
+        }
+    }
 
     /// An error holding its cause in a box, as hyper's client errors do.
     #[derive(Debug)]
