@@ -100,9 +100,18 @@ fn sha256_hex(der: &[u8]) -> String {
 /// Trusts exactly one certificate, by fingerprint: the agent's is self-signed, and the
 /// Node it published that on can only be written by cluster credentials.
 #[derive(Debug)]
-struct Pinned {
+pub struct Pinned {
     fingerprint: String,
     provider: Arc<CryptoProvider>,
+}
+
+impl Pinned {
+    pub fn new(fingerprint: &str, provider: Arc<CryptoProvider>) -> Pinned {
+        Pinned {
+            fingerprint: fingerprint.to_ascii_lowercase(),
+            provider,
+        }
+    }
 }
 
 impl ServerCertVerifier for Pinned {
@@ -184,10 +193,7 @@ impl AgentDialer {
     }
 
     fn tls_config(&self, fingerprint: &str) -> Result<ClientConfig, rustls::Error> {
-        let verifier = Pinned {
-            fingerprint: fingerprint.to_string(),
-            provider: self.provider.clone(),
-        };
+        let verifier = Pinned::new(fingerprint, self.provider.clone());
         ClientConfig::builder_with_provider(self.provider.clone())
             .with_safe_default_protocol_versions()?
             .dangerous()
@@ -395,10 +401,10 @@ mod tests {
                 .clone()
         };
         let (ours, theirs) = (cert("agent"), cert("agent"));
-        let verifier = Pinned {
-            fingerprint: sha256_hex(&ours),
-            provider: Arc::new(rustls::crypto::ring::default_provider()),
-        };
+        let verifier = Pinned::new(
+            &sha256_hex(&ours),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        );
         let name = ServerName::try_from("127.0.0.1").unwrap();
         let verify = |c: &CertificateDer<'_>| {
             verifier.verify_server_cert(c, &[], &name, &[], UnixTime::now())

@@ -11,14 +11,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use apiserver::agent_dial::Pinned;
 use qemu::{guests, kernel_vm, Env, NodeAgent, NS, SHORT};
 use reqwest::StatusCode;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::{DigitallySignedStruct, SignatureScheme};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use support::TestServer;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
@@ -82,62 +80,6 @@ async fn console_and_vnc_of_a_remote_node_go_through_the_server() {
 
 // ---- tier A: who may use the agent's endpoint ------------------------------------
 
-/// Trusts the one certificate whose SHA-256 the Node published, as the server does.
-#[derive(Debug)]
-struct Pinned(String);
-
-fn sha256_hex(der: &[u8]) -> String {
-    Sha256::digest(der)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-impl ServerCertVerifier for Pinned {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        if sha256_hex(end_entity) == self.0 {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::General(
-                "not the published certificate".into(),
-            ))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algorithms = rustls::crypto::ring::default_provider().signature_verification_algorithms;
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        let algorithms = rustls::crypto::ring::default_provider().signature_verification_algorithms;
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        rustls::crypto::ring::default_provider()
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
 /// A client certificate and key, PEM.
 struct Identity {
     cert: Vec<u8>,
@@ -196,7 +138,10 @@ async fn dial_agent(
     support::install_crypto();
     let builder = rustls::ClientConfig::builder()
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Pinned(fingerprint.to_string())));
+        .with_custom_certificate_verifier(Arc::new(Pinned::new(
+            fingerprint,
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )));
     let config = match identity {
         None => builder.with_no_client_auth(),
         Some(id) => builder
