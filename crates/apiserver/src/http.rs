@@ -21,6 +21,7 @@ use crate::registry::{
     Registration, Registry, WriteOptions,
 };
 use crate::request::{self, Query, ResourcePath, Target};
+use crate::stored;
 use crate::tls::ClientCertificateIdentity;
 use crate::watch::{WatchEvent, WatchStart};
 
@@ -286,17 +287,25 @@ impl ApiServer {
                 if let Some(remaining) = result.remaining {
                     metadata["remainingItemCount"] = json!(remaining);
                 }
+                if format == Format::Json {
+                    return stored_list_response(info, metadata, &result.items);
+                }
+                let items = result
+                    .items
+                    .iter()
+                    .map(stored::decode)
+                    .collect::<Result<Vec<_>, _>>()?;
                 if format == Format::Table {
                     let table = crate::printing::table(
                         info,
-                        &result.items,
+                        &items,
                         metadata,
                         query.include_object.as_deref(),
                     );
                     return Ok(table_response(&table));
                 }
                 if format == Format::Metadata {
-                    let items: Vec<Value> = result.items.iter().map(partial_metadata).collect();
+                    let items: Vec<Value> = items.iter().map(partial_metadata).collect();
                     let mut list = json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadataList",
                                       "metadata": metadata});
                     list["items"] = Value::Array(items);
@@ -304,7 +313,7 @@ impl ApiServer {
                 }
                 // The items move into the list: `json!` would deep-copy them through `to_value`.
                 let mut list = json!({"apiVersion": info.api_version(), "kind": info.list_kind, "metadata": metadata});
-                list["items"] = Value::Array(result.items);
+                list["items"] = Value::Array(items);
                 Ok(object_response(StatusCode::OK, &list, format))
             }
             (Method::GET, Some(name)) => {
@@ -451,7 +460,8 @@ impl ApiServer {
                 let list_request = list_request(&reg, namespace, query)?;
                 let listed = self.registry.list(&reg, &list_request).await?;
                 let mut deleted = Vec::new();
-                for obj in listed.items {
+                for kv in &listed.items {
+                    let obj = stored::decode(kv)?;
                     let ns = crate::object::namespace(&obj).to_string();
                     let ns = (!ns.is_empty()).then_some(ns);
                     match self
@@ -557,24 +567,36 @@ impl ApiServer {
                 }
             };
             let (kind, object) = match event {
-                WatchEvent::Added(o) => ("ADDED", o),
-                WatchEvent::Modified(o) => ("MODIFIED", o),
-                WatchEvent::Deleted(o) => ("DELETED", o),
-                WatchEvent::Bookmark(rv) => ("BOOKMARK", bookmark_object(info, rv, false)),
-                WatchEvent::InitialEventsEnd(rv) => {
-                    if !initial_events_end {
-                        return None;
-                    }
-                    ("BOOKMARK", bookmark_object(info, rv, true))
+                WatchEvent::Added(kv) => ("ADDED", kv),
+                WatchEvent::Modified(kv) => ("MODIFIED", kv),
+                WatchEvent::Deleted(kv) => ("DELETED", kv),
+                WatchEvent::Bookmark(rv) => {
+                    return Some(watch_line("BOOKMARK", &bookmark_object(info, rv, false)))
                 }
-                WatchEvent::Error(status) => ("ERROR", status.to_json()),
+                WatchEvent::InitialEventsEnd(rv) => {
+                    return initial_events_end
+                        .then(|| watch_line("BOOKMARK", &bookmark_object(info, rv, true)));
+                }
+                WatchEvent::Error(status) => return Some(watch_line("ERROR", &status.to_json())),
             };
-            let object = if format == Format::Metadata && kind != "ERROR" && kind != "BOOKMARK" {
+            if format == Format::Json {
+                let mut line = format!("{{\"type\":\"{kind}\",\"object\":").into_bytes();
+                return Some(match stored::write_json(&object, &mut line) {
+                    Ok(()) => {
+                        line.extend_from_slice(b"}\n");
+                        line
+                    }
+                    Err(status) => watch_line("ERROR", &status.to_json()),
+                });
+            }
+            let rv = object.mod_revision.to_string();
+            let object = match stored::decode(&object) {
+                Ok(object) => object,
+                Err(status) => return Some(watch_line("ERROR", &status.to_json())),
+            };
+            let object = if format == Format::Metadata {
                 partial_metadata(&object)
-            } else if format == Format::Table && kind != "ERROR" && kind != "BOOKMARK" {
-                let rv = crate::object::meta_str(&object, "resourceVersion")
-                    .unwrap_or("")
-                    .to_string();
+            } else if format == Format::Table {
                 let mut table = crate::printing::table(
                     info,
                     &[object],
@@ -589,10 +611,7 @@ impl ApiServer {
             } else {
                 object
             };
-            let mut line =
-                serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
-            line.push(b'\n');
-            Some(line)
+            Some(watch_line(kind, &object))
         });
         let mut response = Response::new(Body::from_stream(lines.map(Ok::<_, std::io::Error>)));
         response.headers_mut().insert(
@@ -716,6 +735,40 @@ fn bookmark_object(
 fn partial_metadata(obj: &Value) -> Value {
     json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
            "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({}))})
+}
+
+/// One line of a watch stream.
+fn watch_line(kind: &str, object: &Value) -> Vec<u8> {
+    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// A JSON list of stored objects, written without decoding them.
+fn stored_list_response(
+    info: &apimachinery::resource::ResourceInfo,
+    metadata: Value,
+    items: &[store::KeyValue],
+) -> Result<Response, Status> {
+    let head =
+        json!({"apiVersion": info.api_version(), "kind": info.list_kind, "metadata": metadata});
+    let mut body = serde_json::to_vec(&head).map_err(Status::internal)?;
+    // Replace the head's closing brace with the items.
+    body.pop();
+    body.extend_from_slice(b",\"items\":[");
+    for (i, kv) in items.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        stored::write_json(kv, &mut body)?;
+    }
+    body.extend_from_slice(b"]}");
+    let mut response = (StatusCode::OK, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
 }
 
 fn table_response(table: &Value) -> Response {

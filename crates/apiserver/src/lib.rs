@@ -21,6 +21,7 @@ mod protobuf;
 pub mod registry;
 pub mod request;
 mod review;
+mod stored;
 pub mod subresources;
 pub mod tls;
 mod version;

@@ -12,6 +12,7 @@ use serde_json::{json, Map, Value};
 use store::{KeyValue, ListOptions, Revision, Store, StoreError};
 
 use crate::object::{self, meta_mut};
+use crate::stored;
 
 /// How a write treats fields the schema does not know (`fieldValidation`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -93,10 +94,10 @@ pub struct Registration {
     pub hooks: Box<dyn ResourceHooks>,
 }
 
-/// The result of a LIST.
+/// The result of a LIST: the objects as stored (see `stored`).
 #[derive(Debug)]
 pub struct ListResult {
-    pub items: Vec<Value>,
+    pub items: Vec<KeyValue>,
     pub resource_version: Revision,
     pub continue_token: Option<String>,
     pub remaining: Option<usize>,
@@ -171,16 +172,6 @@ impl Registry {
     }
 
     /// Decodes a stored object and stamps its resourceVersion.
-    pub fn decode(kv: &KeyValue) -> Result<Value, Status> {
-        let mut obj: Value = serde_json::from_slice(&kv.value)
-            .map_err(|e| Status::internal(format!("stored object {} is corrupt: {e}", kv.key)))?;
-        meta_mut(&mut obj).insert(
-            "resourceVersion".into(),
-            Value::String(kv.mod_revision.to_string()),
-        );
-        Ok(obj)
-    }
-
     fn encode(obj: &Value) -> Bytes {
         if object::meta(obj).is_some_and(|m| !m.contains_key("resourceVersion")) {
             // Nothing to drop: serialize without copying the object.
@@ -199,7 +190,7 @@ impl Registry {
     ) -> Result<Value, Status> {
         let key = Self::key(reg.info, namespace, name);
         match self.store.get(&key).await.map_err(store_failure)? {
-            Some(kv) => Self::decode(&kv),
+            Some(kv) => stored::decode(&kv),
             None => Err(Status::not_found(&reg.info.group_resource(), name)),
         }
     }
@@ -223,7 +214,7 @@ impl Registry {
         let key = format!("/registry/core/namespaces/{namespace}");
         match self.store.get(&key).await.map_err(store_failure)? {
             None => Ok(None),
-            Some(kv) => Ok(Some(object::is_deleting(&Self::decode(&kv)?))),
+            Some(kv) => Ok(Some(object::is_deleting(&stored::decode(&kv)?))),
         }
     }
 
@@ -553,7 +544,7 @@ impl Registry {
                     let existing = self.store.get(&key).await.map_err(store_failure)?;
                     let deleting = existing
                         .as_ref()
-                        .and_then(|kv| Self::decode(kv).ok())
+                        .and_then(|kv| stored::decode(kv).ok())
                         .is_some_and(|o| object::is_deleting(&o));
                     let mut status = Status::already_exists(&reg.info.group_resource(), &name);
                     if generated {
@@ -593,7 +584,7 @@ impl Registry {
     {
         loop {
             let kv = self.get_kv(reg, namespace, name).await?;
-            let old = Self::decode(&kv)?;
+            let old = stored::decode(&kv)?;
             let Change {
                 object: mut new,
                 mut warnings,
@@ -804,7 +795,7 @@ impl Registry {
         }
         loop {
             let kv = self.get_kv(reg, namespace, name).await?;
-            let old = Self::decode(&kv)?;
+            let old = stored::decode(&kv)?;
             if let Some(uid) = &options.precondition_uid {
                 if uid != object::uid(&old) {
                     return Err(Status::conflict(
@@ -971,9 +962,8 @@ impl Registry {
             let mut last_key = None;
             for kv in &page.items {
                 last_key = Some(kv.key.clone());
-                let obj = Self::decode(kv)?;
-                if request.matches(&obj) {
-                    items.push(obj);
+                if !filtering || request.matches(&stored::decode(kv)?) {
+                    items.push(kv.clone());
                     if limit.is_some_and(|l| items.len() >= l) {
                         break;
                     }

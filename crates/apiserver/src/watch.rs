@@ -3,16 +3,17 @@
 
 use apimachinery::status::Status;
 use futures::{Stream, StreamExt};
-use serde_json::Value;
-use store::{EventKind, Revision, StoreError};
+use store::{EventKind, KeyValue, Revision, StoreError};
 
 use crate::registry::{store_failure, ListRequest, Registration, Registry};
+use crate::stored;
 
+/// A change as a watcher sees it. Objects stay as stored (see `stored`) until rendered.
 #[derive(Clone, Debug, PartialEq)]
 pub enum WatchEvent {
-    Added(Value),
-    Modified(Value),
-    Deleted(Value),
+    Added(KeyValue),
+    Modified(KeyValue),
+    Deleted(KeyValue),
     /// A progress marker carrying only a resourceVersion.
     Bookmark(Revision),
     /// The end of `sendInitialEvents`' initial state, at this revision.
@@ -23,8 +24,8 @@ pub enum WatchEvent {
 impl WatchEvent {
     pub fn revision(&self) -> Option<Revision> {
         match self {
-            WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => {
-                crate::object::meta_str(o, "resourceVersion")?.parse().ok()
+            WatchEvent::Added(kv) | WatchEvent::Modified(kv) | WatchEvent::Deleted(kv) => {
+                Some(kv.mod_revision)
             }
             WatchEvent::Bookmark(r) | WatchEvent::InitialEventsEnd(r) => Some(*r),
             WatchEvent::Error(_) => None,
@@ -114,27 +115,26 @@ impl Registry {
 }
 
 /// One store event as this watcher sees it, or nothing when it concerns objects the
-/// watcher's selectors exclude before and after.
+/// watcher's selectors exclude before and after. Objects are decoded only for selectors.
 fn translate(filter: &ListRequest, event: store::Event) -> Option<WatchEvent> {
-    let decode = |kv: &store::KeyValue| Registry::decode(kv).ok();
+    if filter.selects_everything() {
+        return Some(match (event.kind, event.prev) {
+            (EventKind::Delete, _) => WatchEvent::Deleted(event.kv),
+            (EventKind::Put, None) => WatchEvent::Added(event.kv),
+            (EventKind::Put, Some(_)) => WatchEvent::Modified(event.kv),
+        });
+    }
+    let matches = |kv: &KeyValue| stored::decode(kv).ok().map(|o| filter.matches(&o));
+    let now = matches(&event.kv)?;
     match event.kind {
-        EventKind::Delete => {
-            let obj = decode(&event.kv)?;
-            filter.matches(&obj).then_some(WatchEvent::Deleted(obj))
-        }
+        EventKind::Delete => now.then_some(WatchEvent::Deleted(event.kv)),
         EventKind::Put => {
-            let obj = decode(&event.kv)?;
-            let now = filter.matches(&obj);
-            // Without selectors the previous object matched too: no need to decode it.
-            let before = match &event.prev {
-                Some(_) if filter.selects_everything() => Some(true),
-                prev => prev.as_ref().and_then(decode).map(|o| filter.matches(&o)),
-            };
+            let before = event.prev.as_ref().and_then(matches);
             match (before, now) {
-                (None, true) => Some(WatchEvent::Added(obj)),
-                (Some(true), true) => Some(WatchEvent::Modified(obj)),
-                (Some(false), true) => Some(WatchEvent::Added(obj)),
-                (Some(true), false) => Some(WatchEvent::Deleted(obj)),
+                (None, true) => Some(WatchEvent::Added(event.kv)),
+                (Some(true), true) => Some(WatchEvent::Modified(event.kv)),
+                (Some(false), true) => Some(WatchEvent::Added(event.kv)),
+                (Some(true), false) => Some(WatchEvent::Deleted(event.kv)),
                 (_, false) => None,
             }
         }

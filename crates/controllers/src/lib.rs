@@ -1,6 +1,7 @@
 //! KubeVirt's controllers, written as ordinary Kubernetes controllers with kube-rs
 //! against our own API: inside `virtplane server` they reach it in-process.
 
+mod cached;
 pub mod node_lifecycle;
 pub mod resources;
 pub mod run_strategy;

@@ -9,10 +9,12 @@ use futures::StreamExt;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, reflector, ObjectRef, Store};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Map, Value};
 
+use crate::cached::Cached;
 use crate::resources::{self, condition, condition_is, str_at};
 use crate::run_strategy::{
     self, ChangeRequest, Phase, RunStrategy, StartFailure, VmState, VmiAction, VmiState,
@@ -27,18 +29,41 @@ struct Context {
     client: Client,
     vm: ApiResource,
     vmi: ApiResource,
+    /// Every VMI, as the VMI watch last saw it.
+    vmis: Store<Cached>,
 }
 
 pub async fn run(client: Client) {
+    let vm = resources::virtual_machine();
+    let vmi = resources::virtual_machine_instance();
+    let vm_writer = reflector::store::Writer::new(vm.clone());
+    let vm_reader = vm_writer.as_reader();
+    let vmi_writer = reflector::store::Writer::new(vmi.clone());
+    let vmi_reader = vmi_writer.as_reader();
+    let vm_events = reflector(
+        vm_writer,
+        watcher(
+            Api::<Cached>::all_with(client.clone(), &vm),
+            watcher::Config::default(),
+        ),
+    )
+    .applied_objects();
+    let vmi_events = reflector(
+        vmi_writer,
+        watcher(
+            Api::<Cached>::all_with(client.clone(), &vmi),
+            watcher::Config::default(),
+        ),
+    )
+    .touched_objects();
     let ctx = Arc::new(Context {
-        client: client.clone(),
-        vm: resources::virtual_machine(),
-        vmi: resources::virtual_machine_instance(),
+        client,
+        vm: vm.clone(),
+        vmi: vmi.clone(),
+        vmis: vmi_reader,
     });
-    let vms = Api::<DynamicObject>::all_with(client.clone(), &ctx.vm);
-    let vmis = Api::<DynamicObject>::all_with(client, &ctx.vmi);
-    Controller::new_with(vms, watcher::Config::default(), ctx.vm.clone())
-        .owns_with(vmis, ctx.vmi.clone(), watcher::Config::default())
+    Controller::for_stream_with(vm_events, vm_reader, vm)
+        .owns_stream_with(vmi_events, vmi)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
@@ -48,7 +73,7 @@ pub async fn run(client: Client) {
         .await;
 }
 
-fn error_policy(_vm: Arc<DynamicObject>, error: &Error, _ctx: Arc<Context>) -> Action {
+fn error_policy(_vm: Arc<Cached>, error: &Error, _ctx: Arc<Context>) -> Action {
     tracing::debug!("vm reconcile failed: {error}");
     Action::requeue(Duration::from_millis(500))
 }
@@ -196,18 +221,39 @@ fn post_params() -> PostParams {
     }
 }
 
-async fn reconcile(vm: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let namespace = vm.namespace().unwrap_or_default();
+/// The VM's VMI: from the cache, or from the server when the cache may lag behind a
+/// create (the VM's status says a VMI was created, but the cache has none).
+async fn find_vmi(
+    vm: &DynamicObject,
+    vmis: &Api<DynamicObject>,
+    ctx: &Context,
+) -> Result<Option<DynamicObject>, Error> {
     let name = vm.name_any();
-    let vms = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &ctx.vm);
-    let vmis = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &ctx.vmi);
+    let key =
+        ObjectRef::new_with(&name, ctx.vmi.clone()).within(&vm.namespace().unwrap_or_default());
+    let vmi = match ctx.vmis.get(&key) {
+        Some(cached) => Some(cached.decode(&ctx.vmi)?),
+        None if vm.data.pointer("/status/created") == Some(&json!(true)) => {
+            vmis.get_opt(&name).await?
+        }
+        None => None,
+    };
     let vm_uid = vm.uid().unwrap_or_default();
-    let vmi = vmis.get_opt(&name).await?.filter(|vmi| {
+    Ok(vmi.filter(|vmi| {
         vmi.metadata
             .owner_references
             .as_ref()
             .is_some_and(|refs| refs.iter().any(|r| r.uid == vm_uid))
-    });
+    }))
+}
+
+async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let vm = Arc::new(cached.decode(&ctx.vm)?);
+    let namespace = vm.namespace().unwrap_or_default();
+    let name = vm.name_any();
+    let vms = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &ctx.vm);
+    let vmis = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &ctx.vmi);
+    let mut vmi = find_vmi(&vm, &vmis, &ctx).await?;
     let deleting = vm.metadata.deletion_timestamp.is_some();
     let has_finalizer = vm.finalizers().iter().any(|f| f == VM_FINALIZER);
     if deleting && vmi.is_none() {
@@ -273,7 +319,11 @@ async fn reconcile(vm: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
             let body: DynamicObject = serde_json::from_value(vmi_from_template(&vm, *paused))?;
             match vmis.create(&post_params(), &body).await {
                 Ok(_) => creating = true,
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                // The cache had not seen a VMI that exists: report on that one.
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    vmi = vmis.get_opt(&name).await?;
+                    requeue = Some(Duration::from_millis(100));
+                }
                 Err(kube::Error::Api(s)) => {
                     failure = Some((
                         "FailedCreate",

@@ -1,0 +1,171 @@
+//! Objects as the store holds them: JSON without `metadata.resourceVersion`, which is the
+//! store's revision of the write. Reads that answer in JSON splice the resourceVersion into
+//! the stored bytes instead of decoding and re-encoding every object (watch events, LISTs).
+
+use apimachinery::status::Status;
+use serde_json::Value;
+use store::KeyValue;
+
+use crate::object::meta_mut;
+
+/// The object with its resourceVersion, as a value.
+pub fn decode(kv: &KeyValue) -> Result<Value, Status> {
+    let mut obj: Value = serde_json::from_slice(&kv.value)
+        .map_err(|e| Status::internal(format!("stored object {} is corrupt: {e}", kv.key)))?;
+    meta_mut(&mut obj).insert(
+        "resourceVersion".into(),
+        Value::String(kv.mod_revision.to_string()),
+    );
+    Ok(obj)
+}
+
+/// Appends the object's JSON with its resourceVersion to `out`.
+pub fn write_json(kv: &KeyValue, out: &mut Vec<u8>) -> Result<(), Status> {
+    let stored = &kv.value[..];
+    let Some(members) = metadata_members(stored) else {
+        // Not the shape the registry writes: take the slow, exact way.
+        return serde_json::to_writer(out, &decode(kv)?).map_err(Status::internal);
+    };
+    out.reserve(stored.len() + 40);
+    out.extend_from_slice(&stored[..members]);
+    out.extend_from_slice(b"\"resourceVersion\":\"");
+    out.extend_from_slice(kv.mod_revision.to_string().as_bytes());
+    out.push(b'"');
+    if stored.get(skip_whitespace(stored, members)) != Some(&b'}') {
+        out.push(b',');
+    }
+    out.extend_from_slice(&stored[members..]);
+    Ok(())
+}
+
+/// The offset just after the `{` of the top-level `metadata` object.
+fn metadata_members(json: &[u8]) -> Option<usize> {
+    let mut at = skip_whitespace(json, 0);
+    if json.get(at) != Some(&b'{') {
+        return None;
+    }
+    at += 1;
+    loop {
+        at = skip_whitespace(json, at);
+        match json.get(at)? {
+            b',' => {
+                at += 1;
+                continue;
+            }
+            b'"' => {}
+            _ => return None,
+        }
+        let key_end = skip_string(json, at)?;
+        let key = &json[at + 1..key_end - 1];
+        at = skip_whitespace(json, key_end);
+        if json.get(at) != Some(&b':') {
+            return None;
+        }
+        at = skip_whitespace(json, at + 1);
+        if key == b"metadata" {
+            return (json.get(at) == Some(&b'{')).then_some(at + 1);
+        }
+        at = skip_value(json, at)?;
+    }
+}
+
+fn skip_whitespace(json: &[u8], mut at: usize) -> usize {
+    while json.get(at).is_some_and(u8::is_ascii_whitespace) {
+        at += 1;
+    }
+    at
+}
+
+/// From an opening quote to just after the closing one.
+fn skip_string(json: &[u8], start: usize) -> Option<usize> {
+    let mut at = start + 1;
+    loop {
+        match json.get(at)? {
+            b'\\' => at += 2,
+            b'"' => return Some(at + 1),
+            _ => at += 1,
+        }
+    }
+}
+
+/// From the first byte of a value to just after it.
+fn skip_value(json: &[u8], start: usize) -> Option<usize> {
+    match json.get(start)? {
+        b'"' => skip_string(json, start),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut at = start;
+            loop {
+                match json.get(at)? {
+                    b'"' => {
+                        at = skip_string(json, at)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(at + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                at += 1;
+            }
+        }
+        _ => {
+            let rest = &json[start..];
+            let len = rest
+                .iter()
+                .position(|b| matches!(b, b',' | b'}' | b']') || b.is_ascii_whitespace())
+                .unwrap_or(rest.len());
+            Some(start + len)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn kv(value: &str, revision: i64) -> KeyValue {
+        KeyValue {
+            key: "/registry/x".into(),
+            value: value.as_bytes().to_vec().into(),
+            create_revision: 1,
+            mod_revision: revision,
+        }
+    }
+
+    fn spliced(value: &str, revision: i64) -> Value {
+        let mut out = Vec::new();
+        write_json(&kv(value, revision), &mut out).unwrap();
+        serde_json::from_slice(&out).unwrap()
+    }
+
+    #[test]
+    fn splicing_gives_what_decoding_gives() {
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "K", "metadata": {"name": "a", "labels": {"x": "y"}}, "spec": {"n": [1, {"m": "}"}]}}),
+            json!({"metadata": {}}),
+            json!({"a": "quote \" and { brace", "b": [[], {}], "c": -1.5e3, "d": null, "e": true, "metadata": {"name": "b"}}),
+        ];
+        for object in objects {
+            let stored = serde_json::to_string(&object).unwrap();
+            assert_eq!(spliced(&stored, 42), decode(&kv(&stored, 42)).unwrap());
+            let pretty = serde_json::to_string_pretty(&object).unwrap();
+            assert_eq!(spliced(&pretty, 7), decode(&kv(&pretty, 7)).unwrap());
+        }
+    }
+
+    #[test]
+    fn objects_without_metadata_take_the_slow_way() {
+        assert_eq!(
+            spliced(r#"{"kind": "K"}"#, 3),
+            json!({"kind": "K", "metadata": {"resourceVersion": "3"}})
+        );
+        assert_eq!(metadata_members(br#"{"metadata": "x"}"#), None);
+        assert_eq!(metadata_members(br#"{"a": "unterminated"#), None);
+    }
+}
