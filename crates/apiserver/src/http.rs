@@ -44,7 +44,11 @@ pub fn router(server: Arc<ApiServer>) -> Router {
 }
 
 fn json_response(code: StatusCode, body: &Value) -> Response {
-    let mut response = (code, serde_json::to_vec(body).unwrap_or_default()).into_response();
+    json_bytes_response(code, serde_json::to_vec(body).unwrap_or_default())
+}
+
+fn json_bytes_response(code: StatusCode, body: Vec<u8>) -> Response {
+    let mut response = (code, body).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -763,12 +767,7 @@ fn stored_list_response(
         stored::write_json(kv, &mut body)?;
     }
     body.extend_from_slice(b"]}");
-    let mut response = (StatusCode::OK, body).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    Ok(response)
+    Ok(json_bytes_response(StatusCode::OK, body))
 }
 
 fn table_response(table: &Value) -> Response {
@@ -786,7 +785,13 @@ fn outcome_response(outcome: Outcome<Value>, format: Format) -> Response {
     } else {
         StatusCode::OK
     };
-    let mut response = object_response(code, &outcome.value, format);
+    let mut body = Vec::new();
+    let mut response = match &outcome.stored {
+        Some(kv) if format == Format::Json && stored::write_json(kv, &mut body).is_ok() => {
+            json_bytes_response(code, body)
+        }
+        _ => object_response(code, &outcome.value, format),
+    };
     add_warnings(&mut response, &outcome.warnings);
     response
 }

@@ -98,7 +98,7 @@ pub fn owner_uids(obj: &Value) -> Vec<(String, bool)> {
 
 /// The current time as `metav1.Time` prints it: whole seconds, UTC.
 pub fn now_rfc3339() -> String {
-    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 /// The object without the fields a write does not change by itself, for "did anything

@@ -42,6 +42,9 @@ pub struct Outcome<T> {
     pub warnings: Vec<String>,
     /// Whether the write created the object (201 rather than 200).
     pub created: bool,
+    /// The object as the write stored it, when it is `value`: JSON answers are spliced
+    /// from it (see `stored`) rather than encoded again.
+    pub stored: Option<KeyValue>,
 }
 
 /// What admission said about an object.
@@ -214,7 +217,7 @@ impl Registry {
         let key = format!("/registry/core/namespaces/{namespace}");
         match self.store.get(&key).await.map_err(store_failure)? {
             None => Ok(None),
-            Some(kv) => Ok(Some(object::is_deleting(&stored::decode(&kv)?))),
+            Some(kv) => Ok(Some(stored::is_deleting(&kv)?)),
         }
     }
 
@@ -514,6 +517,7 @@ impl Registry {
                 value: obj,
                 warnings,
                 created: true,
+                stored: None,
             });
         }
         // A generated name may collide; upstream retries a few times with fresh names.
@@ -537,6 +541,7 @@ impl Registry {
                         value: obj,
                         warnings,
                         created: true,
+                        stored: Some(kv),
                     });
                 }
                 Err(StoreError::AlreadyExists) if attempt + 1 < attempts => continue,
@@ -634,6 +639,7 @@ impl Registry {
                     value: old,
                     warnings,
                     created: false,
+                    stored: None,
                 });
             }
             if managed_fields_done.is_none() {
@@ -657,12 +663,14 @@ impl Registry {
                     value: new,
                     warnings,
                     created: false,
+                    stored: None,
                 });
             }
             let key = Self::key(reg.info, namespace, name);
             // The store keeps no resourceVersion; the written one is set below.
             meta_mut(&mut new).remove("resourceVersion");
-            let result = if object::is_deleting(&new) && object::finalizers(&new).is_empty() {
+            let deleted = object::is_deleting(&new) && object::finalizers(&new).is_empty();
+            let result = if deleted {
                 self.store.delete(&key, Some(kv.mod_revision)).await
             } else {
                 self.store
@@ -679,6 +687,8 @@ impl Registry {
                         value: new,
                         warnings,
                         created: false,
+                        // A delete's stored value is the object before this write.
+                        stored: (!deleted).then_some(written),
                     });
                 }
                 Err(StoreError::Conflict { .. }) if requested_rv.is_none() => continue,
@@ -840,6 +850,7 @@ impl Registry {
                         value: DeleteResult::Deleted(old),
                         warnings: vec![],
                         created: false,
+                        stored: None,
                     });
                 }
                 match self.store.delete(&key, Some(kv.mod_revision)).await {
@@ -848,6 +859,7 @@ impl Registry {
                             value: DeleteResult::Deleted(old),
                             warnings: vec![],
                             created: false,
+                            stored: None,
                         })
                     }
                     Err(StoreError::Conflict { .. }) => continue,
@@ -884,6 +896,7 @@ impl Registry {
                     value: DeleteResult::Pending(new),
                     warnings: vec![],
                     created: false,
+                    stored: None,
                 });
             }
             meta_mut(&mut new).remove("resourceVersion");
@@ -901,6 +914,7 @@ impl Registry {
                         value: DeleteResult::Pending(new),
                         warnings: vec![],
                         created: false,
+                        stored: None,
                     });
                 }
                 Err(StoreError::Conflict { .. }) => continue,

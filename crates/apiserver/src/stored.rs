@@ -19,6 +19,23 @@ pub fn decode(kv: &KeyValue) -> Result<Value, Status> {
     Ok(obj)
 }
 
+/// Whether the object has a deletionTimestamp, read without decoding the rest of it.
+pub fn is_deleting(kv: &KeyValue) -> Result<bool, Status> {
+    #[derive(serde::Deserialize)]
+    struct Object {
+        #[serde(default)]
+        metadata: Metadata,
+    }
+    #[derive(Default, serde::Deserialize)]
+    struct Metadata {
+        #[serde(rename = "deletionTimestamp")]
+        deletion_timestamp: Option<serde::de::IgnoredAny>,
+    }
+    let object: Object = serde_json::from_slice(&kv.value)
+        .map_err(|e| Status::internal(format!("stored object {} is corrupt: {e}", kv.key)))?;
+    Ok(object.metadata.deletion_timestamp.is_some())
+}
+
 /// Appends the object's JSON with its resourceVersion to `out`.
 pub fn write_json(kv: &KeyValue, out: &mut Vec<u8>) -> Result<(), Status> {
     let stored = &kv.value[..];
@@ -157,6 +174,18 @@ mod tests {
             let pretty = serde_json::to_string_pretty(&object).unwrap();
             assert_eq!(spliced(&pretty, 7), decode(&kv(&pretty, 7)).unwrap());
         }
+    }
+
+    #[test]
+    fn reads_deletion_without_decoding() {
+        assert!(is_deleting(&kv(
+            r#"{"metadata":{"deletionTimestamp":"2026-01-01T00:00:00Z"},"spec":{}}"#,
+            1
+        ))
+        .unwrap());
+        assert!(!is_deleting(&kv(r#"{"metadata":{"deletionTimestamp":null}}"#, 1)).unwrap());
+        assert!(!is_deleting(&kv(r#"{"kind":"Namespace"}"#, 1)).unwrap());
+        assert!(is_deleting(&kv("{", 1)).is_err());
     }
 
     #[test]

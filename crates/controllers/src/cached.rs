@@ -5,6 +5,7 @@
 //! until a sync asks for them.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{ApiResource, DynamicObject, DynamicResourceScope};
@@ -28,18 +29,52 @@ fn metadata_without_managed_fields<'de, D: Deserializer<'de>>(
     Ok(metadata)
 }
 
+/// The top-level spec fields a sync needs to decide what to do; the rest (a VM's
+/// template) is decoded only when acted on, through `Cached::spec_field`.
+pub const DECISION_SPEC_FIELDS: &[&str] = &["running", "runStrategy"];
+
 impl Cached {
-    /// The object with spec and status decoded, as the controllers' logic reads it.
-    pub fn decode(&self, resource: &ApiResource) -> Result<DynamicObject, serde_json::Error> {
+    /// The object as the controllers' logic reads it: metadata, status and the named
+    /// top-level spec fields (all of them when `None`).
+    pub fn decode(
+        &self,
+        resource: &ApiResource,
+        spec_fields: Option<&[&str]>,
+    ) -> Result<DynamicObject, serde_json::Error> {
         let mut data = Map::new();
-        for (field, raw) in [("spec", &self.spec), ("status", &self.status)] {
-            if let Some(raw) = raw {
-                data.insert(field.into(), serde_json::from_str(raw.get())?);
-            }
+        if let Some(raw) = &self.spec {
+            let spec = match spec_fields {
+                None => serde_json::from_str(raw.get())?,
+                Some(fields) => {
+                    let mut spec = Map::new();
+                    for field in fields {
+                        if let Some(value) = self.spec_field(field)? {
+                            spec.insert((*field).into(), value);
+                        }
+                    }
+                    Value::Object(spec)
+                }
+            };
+            data.insert("spec".into(), spec);
+        }
+        if let Some(raw) = &self.status {
+            data.insert("status".into(), serde_json::from_str(raw.get())?);
         }
         let mut object = DynamicObject::new("", resource).data(Value::Object(data));
         object.metadata = self.metadata.clone();
         Ok(object)
+    }
+
+    /// One top-level field of the spec, decoded.
+    pub fn spec_field(&self, field: &str) -> Result<Option<Value>, serde_json::Error> {
+        let Some(raw) = &self.spec else {
+            return Ok(None);
+        };
+        let fields: HashMap<&str, &RawValue> = serde_json::from_str(raw.get())?;
+        fields
+            .get(field)
+            .map(|value| serde_json::from_str(value.get()))
+            .transpose()
     }
 }
 
@@ -93,15 +128,27 @@ mod tests {
             "status": {"printableStatus": "Stopped"}
         });
         let cached: Cached = serde_json::from_value(vm.clone()).unwrap();
-        let decoded = cached.decode(&resources::virtual_machine()).unwrap();
+        let decoded = cached.decode(&resources::virtual_machine(), None).unwrap();
         assert_eq!(decoded.metadata.managed_fields, None);
         assert_eq!(decoded.metadata.resource_version.as_deref(), Some("7"));
         assert_eq!(decoded.data["spec"], vm["spec"]);
         assert_eq!(decoded.data["status"], vm["status"]);
         assert_eq!(decoded.types.unwrap().kind, "VirtualMachine");
 
+        let partial = cached
+            .decode(&resources::virtual_machine(), Some(DECISION_SPEC_FIELDS))
+            .unwrap();
+        assert_eq!(partial.data["spec"], json!({"runStrategy": "Halted"}));
+        assert_eq!(partial.data["status"], vm["status"]);
+        assert_eq!(
+            cached.spec_field("template").unwrap(),
+            Some(vm["spec"]["template"].clone())
+        );
+        assert_eq!(cached.spec_field("running").unwrap(), None);
+
         let bare: Cached = serde_json::from_value(json!({"metadata": {"name": "b"}})).unwrap();
-        let decoded = bare.decode(&resources::virtual_machine()).unwrap();
+        let decoded = bare.decode(&resources::virtual_machine(), None).unwrap();
         assert_eq!(decoded.data, json!({}));
+        assert_eq!(bare.spec_field("template").unwrap(), None);
     }
 }

@@ -41,7 +41,7 @@ pub fn condition_is(obj: &DynamicObject, kind: &str, status: &str) -> bool {
 }
 
 pub fn now_rfc3339() -> String {
-    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 /// Replaces (or adds) a condition, keeping lastTransitionTime when the status is unchanged.

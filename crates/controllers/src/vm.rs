@@ -14,7 +14,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Map, Value};
 
-use crate::cached::Cached;
+use crate::cached::{Cached, DECISION_SPEC_FIELDS};
 use crate::resources::{self, condition, condition_is, str_at};
 use crate::run_strategy::{
     self, ChangeRequest, Phase, RunStrategy, StartFailure, VmState, VmiAction, VmiState,
@@ -166,12 +166,8 @@ fn vmi_state(vmi: &DynamicObject) -> VmiState {
 }
 
 /// The VMI a VM starts: its template with the VM's name, owned by the VM (§1.6).
-fn vmi_from_template(vm: &DynamicObject, paused: bool) -> Value {
-    let template = vm
-        .data
-        .pointer("/spec/template")
-        .cloned()
-        .unwrap_or_else(|| json!({}));
+fn vmi_from_template(vm: &DynamicObject, template: Option<Value>, paused: bool) -> Value {
+    let template = template.unwrap_or_else(|| json!({}));
     let mut labels = template
         .pointer("/metadata/labels")
         .cloned()
@@ -232,7 +228,7 @@ async fn find_vmi(
     let key =
         ObjectRef::new_with(&name, ctx.vmi.clone()).within(&vm.namespace().unwrap_or_default());
     let vmi = match ctx.vmis.get(&key) {
-        Some(cached) => Some(cached.decode(&ctx.vmi)?),
+        Some(cached) => Some(cached.decode(&ctx.vmi, None)?),
         None if vm.data.pointer("/status/created") == Some(&json!(true)) => {
             vmis.get_opt(&name).await?
         }
@@ -248,7 +244,7 @@ async fn find_vmi(
 }
 
 async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let vm = Arc::new(cached.decode(&ctx.vm)?);
+    let vm = Arc::new(cached.decode(&ctx.vm, Some(DECISION_SPEC_FIELDS))?);
     let namespace = vm.namespace().unwrap_or_default();
     let name = vm.name_any();
     let vms = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &ctx.vm);
@@ -316,7 +312,11 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
     match &action {
         VmiAction::None => {}
         VmiAction::Create { paused } => {
-            let body: DynamicObject = serde_json::from_value(vmi_from_template(&vm, *paused))?;
+            let body: DynamicObject = serde_json::from_value(vmi_from_template(
+                &vm,
+                cached.spec_field("template")?,
+                *paused,
+            ))?;
             match vmis.create(&post_params(), &body).await {
                 Ok(_) => creating = true,
                 // The cache had not seen a VMI that exists: report on that one.
