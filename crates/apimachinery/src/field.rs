@@ -197,6 +197,26 @@ pub fn child(parent: &str, key: &str) -> String {
     }
 }
 
+/// `child` in place, for walks that keep one path buffer: returns the length to
+/// truncate back to.
+pub fn push_child(path: &mut String, key: &str) -> usize {
+    let parent = path.len();
+    if parent > 0 {
+        path.push('.');
+    }
+    path.push_str(key);
+    parent
+}
+
+/// `index` in place; returns the length to truncate back to.
+pub fn push_index(path: &mut String, i: usize) -> usize {
+    let parent = path.len();
+    path.push('[');
+    path.push_str(&i.to_string());
+    path.push(']');
+    parent
+}
+
 /// A list element path: `spec.volumes` + 2 = `spec.volumes[2]`.
 pub fn index(parent: &str, i: usize) -> String {
     format!("{parent}[{i}]")

@@ -46,10 +46,11 @@ impl Cached {
             let spec = match spec_fields {
                 None => serde_json::from_str(raw.get())?,
                 Some(fields) => {
+                    let all: HashMap<&str, &RawValue> = serde_json::from_str(raw.get())?;
                     let mut spec = Map::new();
                     for field in fields {
-                        if let Some(value) = self.spec_field(field)? {
-                            spec.insert((*field).into(), value);
+                        if let Some(value) = all.get(field) {
+                            spec.insert((*field).into(), serde_json::from_str(value.get())?);
                         }
                     }
                     Value::Object(spec)

@@ -15,9 +15,42 @@ const REF_PREFIX: &str = "#/components/schemas/";
 pub(crate) fn check(value: &Value, schema_name: &str, path: &str) -> Vec<FieldError> {
     let mut errs = Vec::new();
     if let Some(schema) = schema::lookup(schema_name) {
-        walk(value, schema, path, &mut errs);
+        let mut at = Path {
+            base: path,
+            segments: Vec::new(),
+        };
+        walk(value, schema, &mut at, &mut errs);
     }
     errs
+}
+
+/// Where the walk is, kept as segments and spelled out only for an error: formatting
+/// every path of a well-typed object cost more than checking it.
+struct Path<'v> {
+    base: &'v str,
+    segments: Vec<Segment<'v>>,
+}
+
+enum Segment<'v> {
+    Key(&'v str),
+    Index(usize),
+}
+
+impl Path<'_> {
+    fn render(&self) -> String {
+        let mut out = self.base.to_string();
+        for segment in &self.segments {
+            match segment {
+                Segment::Key(key) if out.is_empty() => out.push_str(key),
+                Segment::Key(key) => {
+                    out.push('.');
+                    out.push_str(key);
+                }
+                Segment::Index(i) => out.push_str(&format!("[{i}]")),
+            }
+        }
+        out
+    }
 }
 
 fn json_type(v: &Value) -> &'static str {
@@ -41,15 +74,7 @@ fn type_error(path: &str, value: &Value, expected: &str) -> FieldError {
     )
 }
 
-fn child(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
-    }
-}
-
-fn walk(value: &Value, schema: &Value, path: &str, errs: &mut Vec<FieldError>) {
+fn walk<'v>(value: &'v Value, schema: &Value, path: &mut Path<'v>, errs: &mut Vec<FieldError>) {
     if value.is_null() {
         return;
     }
@@ -70,7 +95,7 @@ fn walk(value: &Value, schema: &Value, path: &str, errs: &mut Vec<FieldError>) {
         == Some(true)
     {
         if !matches!(json_type(value), "integer" | "string") {
-            errs.push(type_error(path, value, "integer,string"));
+            errs.push(type_error(&path.render(), value, "integer,string"));
         }
         return;
     }
@@ -85,7 +110,7 @@ fn walk(value: &Value, schema: &Value, path: &str, errs: &mut Vec<FieldError>) {
         _ => true,
     };
     if !ok {
-        errs.push(type_error(path, value, expected));
+        errs.push(type_error(&path.render(), value, expected));
         return;
     }
     if expected == "string" && schema.get("pattern").and_then(Value::as_str) == quantity_pattern() {
@@ -96,17 +121,20 @@ fn walk(value: &Value, schema: &Value, path: &str, errs: &mut Vec<FieldError>) {
             let props = schema.get("properties");
             let extra = schema.get("additionalProperties").filter(|s| s.is_object());
             for (key, member) in map {
-                if let Some(sub) = props.and_then(|p| p.get(key)) {
-                    walk(member, sub, &child(path, key), errs);
-                } else if let Some(sub) = extra {
-                    walk(member, sub, &child(path, key), errs);
+                let sub = props.and_then(|p| p.get(key)).or(extra);
+                if let Some(sub) = sub {
+                    path.segments.push(Segment::Key(key));
+                    walk(member, sub, path, errs);
+                    path.segments.pop();
                 }
             }
         }
         Value::Array(items) => {
             if let Some(sub) = schema.get("items") {
                 for (i, item) in items.iter().enumerate() {
-                    walk(item, sub, &format!("{path}[{i}]"), errs);
+                    path.segments.push(Segment::Index(i));
+                    walk(item, sub, path, errs);
+                    path.segments.pop();
                 }
             }
         }
@@ -120,11 +148,15 @@ fn quantity_pattern() -> Option<&'static str> {
 }
 
 /// Quantities must parse as Go would decode them, or KubeVirt's decoding would fail.
-fn check_quantity(value: &Value, path: &str, errs: &mut Vec<FieldError>) {
+fn check_quantity(value: &Value, path: &Path<'_>, errs: &mut Vec<FieldError>) {
     if !matches!(value, Value::String(_) | Value::Number(_)) {
-        errs.push(type_error(path, value, "integer,string"));
+        errs.push(type_error(&path.render(), value, "integer,string"));
     } else if Quantity::from_json(value).is_none() {
-        errs.push(FieldError::invalid(path, value.clone(), FORMAT_ERROR));
+        errs.push(FieldError::invalid(
+            &path.render(),
+            value.clone(),
+            FORMAT_ERROR,
+        ));
     }
 }
 

@@ -12,17 +12,18 @@ impl Schema {
     /// upstream does silently before defaulting.
     pub fn prune(&self, obj: &mut Value) -> Vec<String> {
         let mut unknown = Vec::new();
-        prune_value(obj, self.root(), "", &mut unknown, 0);
+        prune_value(obj, self.root(), &mut String::new(), &mut unknown, 0);
         unknown.sort();
         unknown.dedup();
         unknown
     }
 }
 
+/// `path` is one buffer for the whole walk, extended for each child and cut back after it.
 fn prune_value(
     value: &mut Value,
     node: NodeRef<'_>,
-    path: &str,
+    path: &mut String,
     unknown: &mut Vec<String>,
     depth: usize,
 ) {
@@ -36,32 +37,33 @@ fn prune_value(
                 return;
             }
             let keep_unknown = node.keeps_unknown_fields();
-            let keys: Vec<String> = map.keys().cloned().collect();
-            for key in keys {
-                let child_path = field::child(path, &key);
-                if let Some(child) = node.property(&key) {
-                    let drop_null = map.get(&key).is_some_and(Value::is_null)
-                        && !child.nullable
-                        && child.default.is_none();
-                    if drop_null {
-                        map.remove(&key);
-                    } else if let Some(v) = map.get_mut(&key) {
-                        prune_value(v, child, &child_path, unknown, depth + 1);
+            map.retain(|key, v| {
+                let parent = field::push_child(path, key);
+                let keep = if let Some(child) = node.property(key) {
+                    let drop_null = v.is_null() && !child.nullable && child.default.is_none();
+                    if !drop_null {
+                        prune_value(v, child, path, unknown, depth + 1);
                     }
+                    !drop_null
                 } else if let Some(values) = node.additional_properties() {
-                    if let Some(v) = map.get_mut(&key) {
-                        prune_value(v, values, &child_path, unknown, depth + 1);
-                    }
+                    prune_value(v, values, path, unknown, depth + 1);
+                    true
                 } else if !keep_unknown {
-                    map.remove(&key);
-                    unknown.push(child_path);
-                }
-            }
+                    unknown.push(path.clone());
+                    false
+                } else {
+                    true
+                };
+                path.truncate(parent);
+                keep
+            });
         }
         Value::Array(items) => {
             if let Some(item) = node.items() {
                 for (i, v) in items.iter_mut().enumerate() {
-                    prune_value(v, item, &field::index(path, i), unknown, depth + 1);
+                    let parent = field::push_index(path, i);
+                    prune_value(v, item, path, unknown, depth + 1);
+                    path.truncate(parent);
                 }
             }
         }

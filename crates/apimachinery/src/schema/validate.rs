@@ -19,15 +19,16 @@ impl Schema {
             )];
         }
         let mut errors = Vec::new();
-        validate_value(obj, self.root(), "", true, &mut errors, 0);
+        validate_value(obj, self.root(), &mut String::new(), true, &mut errors, 0);
         errors
     }
 }
 
+/// `path` is one buffer for the whole walk, extended for each child and cut back after it.
 fn validate_value(
     value: &Value,
     node: NodeRef<'_>,
-    path: &str,
+    path: &mut String,
     root: bool,
     errors: &mut Vec<FieldError>,
     depth: usize,
@@ -64,7 +65,7 @@ fn validate_value(
             .map(|e| e.as_str().map_or_else(|| e.to_string(), str::to_string))
             .collect();
         let supported: Vec<&str> = supported.iter().map(String::as_str).collect();
-        errors.push(FieldError::not_supported(path, value.clone(), &supported));
+        errors.push(FieldError::not_supported(&*path, value.clone(), &supported));
     }
     match value {
         Value::Array(items) => validate_array(items, value, node, path, errors, depth),
@@ -79,7 +80,7 @@ fn validate_value(
             }
             if let Some(min) = node.min_properties.filter(|&m| (map.len() as u64) < m) {
                 errors.push(FieldError::invalid(
-                    path,
+                    &*path,
                     value.clone(),
                     format!("{path} in body should have at least {min} properties"),
                 ));
@@ -90,14 +91,9 @@ fn validate_value(
             for (key, child_value) in map {
                 let child = node.property(key).or_else(|| node.additional_properties());
                 if let Some(child) = child {
-                    validate_value(
-                        child_value,
-                        child,
-                        &field::child(path, key),
-                        false,
-                        errors,
-                        depth + 1,
-                    );
+                    let parent = field::push_child(path, key);
+                    validate_value(child_value, child, path, false, errors, depth + 1);
+                    path.truncate(parent);
                 }
             }
         }
@@ -200,13 +196,13 @@ fn validate_array(
     items: &[Value],
     value: &Value,
     node: NodeRef<'_>,
-    path: &str,
+    path: &mut String,
     errors: &mut Vec<FieldError>,
     depth: usize,
 ) {
     if let Some(min) = node.min_items.filter(|&m| (items.len() as u64) < m) {
         errors.push(FieldError::invalid(
-            path,
+            &*path,
             value.clone(),
             format!("{path} in body should have at least {min} items"),
         ));
@@ -216,7 +212,7 @@ fn validate_array(
     }
     if node.unique_items && has_duplicates(items.iter().cloned()) {
         errors.push(FieldError::invalid(
-            path,
+            &*path,
             value.clone(),
             format!("{path} in body shouldn't contain duplicates"),
         ));
@@ -250,14 +246,9 @@ fn validate_array(
     }
     if let Some(item_node) = node.items() {
         for (i, item) in items.iter().enumerate() {
-            validate_value(
-                item,
-                item_node,
-                &field::index(path, i),
-                false,
-                errors,
-                depth + 1,
-            );
+            let parent = field::push_index(path, i);
+            validate_value(item, item_node, path, false, errors, depth + 1);
+            path.truncate(parent);
         }
     }
 }

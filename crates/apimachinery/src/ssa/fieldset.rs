@@ -130,10 +130,21 @@ impl FieldSet {
     pub fn insert(&mut self, path: &[PathElement]) {
         match path {
             [] => {}
+            // Look up before inserting: cloning path elements for keys already present
+            // was most of the cost of building the set of a large object.
             [last] => {
-                self.members.insert(last.clone());
+                if !self.members.contains(last) {
+                    self.members.insert(last.clone());
+                }
             }
-            [first, rest @ ..] => self.children.entry(first.clone()).or_default().insert(rest),
+            [first, rest @ ..] => match self.children.get_mut(first) {
+                Some(child) => child.insert(rest),
+                None => {
+                    let mut child = FieldSet::new();
+                    child.insert(rest);
+                    self.children.insert(first.clone(), child);
+                }
+            },
         }
     }
 
@@ -238,7 +249,7 @@ impl FieldSet {
     }
 
     fn fields_v1_map(&self, include_self: bool) -> Map<String, Value> {
-        let mut entries: BTreeMap<String, Value> = BTreeMap::new();
+        let mut entries = Map::new();
         if include_self {
             entries.insert(".".to_string(), Value::Object(Map::new()));
         }
@@ -255,7 +266,7 @@ impl FieldSet {
                 Value::Object(child.fields_v1_map(self.members.contains(pe))),
             );
         }
-        entries.into_iter().collect()
+        entries
     }
 
     /// Parses `fieldsV1` JSON, as found in `metadata.managedFields[].fieldsV1`.

@@ -402,10 +402,19 @@ pub fn record_update(
         return;
     }
 
-    let cmp = walk::compare(&old_obj, new, schema);
-    let changed = cmp.added.union(&cmp.modified);
+    let walk::Comparison {
+        added,
+        modified,
+        removed,
+    } = walk::compare(&old_obj, new, schema);
+    // A create only adds: no set to merge.
+    let changed = if modified.is_empty() {
+        added
+    } else {
+        added.union(&modified)
+    };
     for entry in managed.entries.iter_mut() {
-        entry.set = entry.set.difference(&changed).difference(&cmp.removed);
+        entry.set = entry.set.difference(&changed).difference(&removed);
     }
     let taken = changed.difference(&server_fields());
     if !taken.is_empty() {
