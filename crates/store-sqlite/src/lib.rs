@@ -375,7 +375,8 @@ fn persist(conn: &mut Connection, staged: &StagedBatch) -> Result<(), SqliteErro
             }
             .map_err(SqliteError::Write)?;
         }
-        tx.execute(SET_REVISION, [staged.revision()])
+        tx.prepare_cached(SET_REVISION)
+            .and_then(|mut set_revision| set_revision.execute([staged.revision()]))
             .map_err(SqliteError::Write)?;
     }
     // Dropping an uncommitted transaction rolls it back.

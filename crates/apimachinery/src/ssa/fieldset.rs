@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write as _};
+use std::sync::LazyLock;
 
 use serde_json::{Map, Value};
 
@@ -194,18 +195,20 @@ impl FieldSet {
     }
 
     pub fn difference(&self, other: &FieldSet) -> FieldSet {
-        let mut out = FieldSet {
-            members: self.members.difference(&other.members).cloned().collect(),
-            ..FieldSet::default()
-        };
-        for (pe, child) in &self.children {
-            let rest = match other.children.get(pe) {
-                Some(theirs) => child.difference(theirs),
-                None => child.clone(),
-            };
-            out.set_child(pe.clone(), rest);
-        }
+        let mut out = self.clone();
+        out.subtract(other);
         out
+    }
+
+    /// `difference` in place, for a set the caller owns.
+    pub fn subtract(&mut self, other: &FieldSet) {
+        self.members.retain(|pe| !other.members.contains(pe));
+        self.children.retain(|pe, child| {
+            if let Some(theirs) = other.children.get(pe) {
+                child.subtract(theirs);
+            }
+            !child.is_empty()
+        });
     }
 
     pub fn intersection(&self, other: &FieldSet) -> FieldSet {
@@ -303,12 +306,17 @@ impl FieldSet {
         if too_deep(obj, MAX_DEPTH) {
             return FieldSet::new();
         }
-        walk::to_set(obj, schema).difference(&server_fields())
+        walk::to_set(obj, schema).difference(server_fields())
     }
 }
 
 /// What upstream strips from every manager's set (`stripmeta.go`).
-pub(crate) fn server_fields() -> FieldSet {
+pub(crate) fn server_fields() -> &'static FieldSet {
+    static SERVER_FIELDS: LazyLock<FieldSet> = LazyLock::new(build_server_fields);
+    &SERVER_FIELDS
+}
+
+fn build_server_fields() -> FieldSet {
     let mut set = FieldSet::new();
     let f = |s: &str| PathElement::Field(s.to_string());
     set.insert(&[f("apiVersion")]);

@@ -127,15 +127,20 @@ impl Managed {
     /// Folds the oldest `Update` entries into one `ancient-changes` entry per apiVersion so
     /// that at most ten remain (upstream `capManagers`).
     pub fn cap_updates(&mut self) {
+        let update_count = self
+            .entries
+            .iter()
+            .filter(|e| e.id.operation == Operation::Update)
+            .count();
+        if update_count <= MAX_UPDATE_MANAGERS {
+            return;
+        }
         let mut updaters: Vec<(i64, String, ManagerId)> = self
             .entries
             .iter()
             .filter(|e| e.id.operation == Operation::Update)
             .map(|e| (seconds(e.time.as_deref()), e.id.identifier(), e.id.clone()))
             .collect();
-        if updaters.len() <= MAX_UPDATE_MANAGERS {
-            return;
-        }
         updaters.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         let mut remaining = updaters.len();
         let mut first_of_version: Vec<(String, ManagerId)> = Vec::new();

@@ -343,7 +343,7 @@ fn apply_once(
     }
     for entry in managed.entries.iter_mut() {
         entry.set = if entry.id == *id {
-            entry.set.difference(&server_fields())
+            entry.set.difference(server_fields())
         } else {
             entry.set.difference(&changed).difference(&cmp.removed)
         };
@@ -416,7 +416,8 @@ pub fn record_update(
     for entry in managed.entries.iter_mut() {
         entry.set = entry.set.difference(&changed).difference(&removed);
     }
-    let taken = changed.difference(&server_fields());
+    let mut taken = changed;
+    taken.subtract(server_fields());
     if !taken.is_empty() {
         let id = ManagerId::new(
             manager,
