@@ -6,9 +6,11 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{ApiResource, DynamicObject, DynamicResourceScope};
+use serde::de::{Error as _, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -21,12 +23,32 @@ pub struct Cached {
     status: Option<Box<RawValue>>,
 }
 
+/// Skips `managedFields` unread: for a VM they are as large as its spec.
 fn metadata_without_managed_fields<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<ObjectMeta, D::Error> {
-    let mut metadata = ObjectMeta::deserialize(deserializer)?;
-    metadata.managed_fields = None;
-    Ok(metadata)
+    struct Fields;
+    impl<'de> Visitor<'de> for Fields {
+        type Value = Map<String, Value>;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("object metadata")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Self::Value, A::Error> {
+            let mut fields = Map::new();
+            while let Some(key) = access.next_key::<String>()? {
+                if key == "managedFields" {
+                    access.next_value::<IgnoredAny>()?;
+                } else {
+                    fields.insert(key, access.next_value()?);
+                }
+            }
+            Ok(fields)
+        }
+    }
+    let fields = deserializer.deserialize_map(Fields)?;
+    ObjectMeta::deserialize(Value::Object(fields)).map_err(D::Error::custom)
 }
 
 /// The top-level spec fields a sync needs to decide what to do; the rest (a VM's

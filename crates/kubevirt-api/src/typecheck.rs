@@ -153,7 +153,7 @@ fn check_quantity(value: &Value, path: &Path<'_>, errs: &mut Vec<FieldError>) {
         errs.push(type_error(&path.render(), value, "integer,string"));
     } else if Quantity::from_json(value).is_none() {
         errs.push(FieldError::invalid(
-            &path.render(),
+            path.render(),
             value.clone(),
             FORMAT_ERROR,
         ));
