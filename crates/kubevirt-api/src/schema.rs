@@ -2,6 +2,7 @@
 //! once. They drive pruning and structural validation, `kubectl explain` and the served
 //! OpenAPI document.
 
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use serde_json::Value;
@@ -21,9 +22,21 @@ pub fn openapi_components() -> &'static Value {
     })
 }
 
-/// The `$ref` target for a component name.
+/// The `$ref` target for a component name. Hashed: admission follows a `$ref` for
+/// nearly every field, and the names share long prefixes that slow an ordered lookup.
 pub(crate) fn lookup(name: &str) -> Option<&'static Value> {
-    openapi_components().get(name)
+    static BY_NAME: OnceLock<HashMap<&'static str, &'static Value>> = OnceLock::new();
+    BY_NAME
+        .get_or_init(|| {
+            openapi_components()
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(name, schema)| (name.as_str(), schema))
+                .collect()
+        })
+        .get(name)
+        .copied()
 }
 
 #[cfg(test)]

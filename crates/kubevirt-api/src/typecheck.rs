@@ -2,6 +2,8 @@
 //! looks at it, reporting mismatches the way the Kubernetes schema validator words them.
 //! Unknown fields are left alone: pruning them is the structural-schema engine's job.
 
+use std::sync::OnceLock;
+
 use apimachinery::field::FieldError;
 use serde_json::Value;
 
@@ -144,7 +146,8 @@ fn walk<'v>(value: &'v Value, schema: &Value, path: &mut Path<'v>, errs: &mut Ve
 
 /// The quantity pattern, shared by every quantity-typed string in the schema.
 fn quantity_pattern() -> Option<&'static str> {
-    schema::lookup(QUANTITY_SCHEMA)?.get("pattern")?.as_str()
+    static PATTERN: OnceLock<Option<&'static str>> = OnceLock::new();
+    *PATTERN.get_or_init(|| schema::lookup(QUANTITY_SCHEMA)?.get("pattern")?.as_str())
 }
 
 /// Quantities must parse as Go would decode them, or KubeVirt's decoding would fail.
