@@ -8,12 +8,34 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 
+use futures::Stream;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{ApiResource, DynamicObject, DynamicResourceScope};
+use kube::runtime::reflector::{self, reflector, Store};
+use kube::runtime::watcher::{self, watcher};
+use kube::{Api, Client};
 use serde::de::{Error as _, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+
+/// Every object of `resource`, watched into a cache: the cache, and the watch events
+/// after the cache has taken them.
+pub fn watch(
+    client: &Client,
+    resource: &ApiResource,
+) -> (
+    Store<Cached>,
+    impl Stream<Item = Result<watcher::Event<Cached>, watcher::Error>> + Send + 'static,
+) {
+    let writer = reflector::store::Writer::new(resource.clone());
+    let reader = writer.as_reader();
+    let api = Api::<Cached>::all_with(client.clone(), resource);
+    (
+        reader,
+        reflector(writer, watcher(api, watcher::Config::default())),
+    )
+}
 
 #[derive(Clone, Debug, Deserialize)]
 pub struct Cached {

@@ -9,12 +9,12 @@ use futures::StreamExt;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, reflector, ObjectRef, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Map, Value};
 
-use crate::cached::{Cached, DECISION_SPEC_FIELDS};
+use crate::cached::{self, Cached, DECISION_SPEC_FIELDS};
 use crate::resources::{self, condition, condition_is, str_at};
 use crate::run_strategy::{
     self, ChangeRequest, Phase, RunStrategy, StartFailure, VmState, VmiAction, VmiState,
@@ -36,34 +36,16 @@ struct Context {
 pub async fn run(client: Client) {
     let vm = resources::virtual_machine();
     let vmi = resources::virtual_machine_instance();
-    let vm_writer = reflector::store::Writer::new(vm.clone());
-    let vm_reader = vm_writer.as_reader();
-    let vmi_writer = reflector::store::Writer::new(vmi.clone());
-    let vmi_reader = vmi_writer.as_reader();
-    let vm_events = reflector(
-        vm_writer,
-        watcher(
-            Api::<Cached>::all_with(client.clone(), &vm),
-            watcher::Config::default(),
-        ),
-    )
-    .applied_objects();
-    let vmi_events = reflector(
-        vmi_writer,
-        watcher(
-            Api::<Cached>::all_with(client.clone(), &vmi),
-            watcher::Config::default(),
-        ),
-    )
-    .touched_objects();
+    let (vm_reader, vm_events) = cached::watch(&client, &vm);
+    let (vmi_reader, vmi_events) = cached::watch(&client, &vmi);
     let ctx = Arc::new(Context {
         client,
         vm: vm.clone(),
         vmi: vmi.clone(),
         vmis: vmi_reader,
     });
-    Controller::for_stream_with(vm_events, vm_reader, vm)
-        .owns_stream_with(vmi_events, vmi)
+    Controller::for_stream_with(vm_events.applied_objects(), vm_reader, vm)
+        .owns_stream_with(vmi_events.touched_objects(), vmi)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
@@ -229,7 +211,7 @@ async fn find_vmi(
         ObjectRef::new_with(&name, ctx.vmi.clone()).within(&vm.namespace().unwrap_or_default());
     let vmi = match ctx.vmis.get(&key) {
         Some(cached) => Some(cached.decode(&ctx.vmi, None)?),
-        None if vm.data.pointer("/status/created") == Some(&json!(true)) => {
+        None if vm.data.pointer("/status/created").and_then(Value::as_bool) == Some(true) => {
             vmis.get_opt(&name).await?
         }
         None => None,
