@@ -584,7 +584,7 @@ impl ApiServer {
                 WatchEvent::Error(status) => return Some(watch_line("ERROR", &status.to_json())),
             };
             if format == Format::Json {
-                let mut line = format!("{{\"type\":\"{kind}\",\"object\":").into_bytes();
+                let mut line = watch_line_head(kind);
                 return Some(match stored::write_json(&object, &mut line) {
                     Ok(()) => {
                         line.extend_from_slice(b"}\n");
@@ -743,9 +743,16 @@ fn partial_metadata(obj: &Value) -> Value {
 
 /// One line of a watch stream.
 fn watch_line(kind: &str, object: &Value) -> Vec<u8> {
-    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
-    line.push(b'\n');
+    let mut line = watch_line_head(kind);
+    // Writing a `Value` into a Vec cannot fail: its map keys are strings.
+    let _ = serde_json::to_writer(&mut line, object);
+    line.extend_from_slice(b"}\n");
     line
+}
+
+/// A watch line up to its object, which the caller appends before `}\n`.
+fn watch_line_head(kind: &str) -> Vec<u8> {
+    format!("{{\"type\":\"{kind}\",\"object\":").into_bytes()
 }
 
 /// A JSON list of stored objects, written without decoding them.
