@@ -95,23 +95,17 @@ impl Api {
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> Reply {
-        self.request(
-            Method::POST,
-            path,
-            "application/json",
-            Some(serde_json::to_vec(body).unwrap()),
-        )
-        .await
+        self.send_json(Method::POST, path, body).await
     }
 
     pub async fn put(&self, path: &str, body: &Value) -> Reply {
-        self.request(
-            Method::PUT,
-            path,
-            "application/json",
-            Some(serde_json::to_vec(body).unwrap()),
-        )
-        .await
+        self.send_json(Method::PUT, path, body).await
+    }
+
+    async fn send_json(&self, method: Method, path: &str, body: &Value) -> Reply {
+        let bytes = serde_json::to_vec(body).unwrap();
+        self.request(method, path, "application/json", Some(bytes))
+            .await
     }
 
     pub async fn patch(&self, path: &str, content_type: &str, body: &str) -> Reply {
