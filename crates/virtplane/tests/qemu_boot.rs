@@ -340,15 +340,20 @@ async fn container_disk_bios_q35_sata_boot_order_and_nocloud() {
         name,
         &lines,
         &[
-            "virtplane-guest: seed cidata sdc",
             "virtplane-guest: ip eth0 10.0.2.2",
             "virtplane-guest: serve 8080",
         ],
     );
-    // The guest kernel probes AHCI ports in parallel, so its sda/sdb may come out in
-    // either order; the 32 MiB scratch disk must be one of the two.
+    // The guest kernel probes AHCI ports in parallel, so its sdX letters follow probe
+    // order, not the bus order volumeStatus reports: find each disk by what is on it.
     assert!(
-        ["sda", "sdb"]
+        ["sda", "sdb", "sdc"]
+            .iter()
+            .any(|d| has(&lines, &format!("virtplane-guest: seed cidata {d}"))),
+        "{name}: the NoCloud seed is not on a SATA disk: {lines:#?}"
+    );
+    assert!(
+        ["sda", "sdb", "sdc"]
             .iter()
             .any(|d| has(&lines, &format!("virtplane-guest: disk {d} 33554432"))),
         "{name}: no 32 MiB scratch disk: {lines:#?}"
