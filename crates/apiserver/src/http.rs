@@ -37,6 +37,9 @@ pub struct ApiServer {
     pub server_address: String,
     /// How VMI consoles are reached: directly or through node agents.
     pub consoles: crate::console::Consoles,
+    /// Where writes are announced while they are being prepared, so the store's group
+    /// commit can wait for them (`None` if the store does not batch).
+    pub write_gauge: Option<store::WriteGauge>,
 }
 
 pub fn router(server: Arc<ApiServer>) -> Router {
@@ -194,11 +197,17 @@ impl ApiServer {
                 crate::console::serve(&self.registry, &self.consoles, parts, &path).await
             }
             Target::Resource(path) => {
-                let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
-                    .await
-                    .map_err(|_| Status::request_too_large(MAX_BODY_BYTES))?;
-                self.serve_resource(&parts.method, &parts.headers, &path, &query, &body, &user)
-                    .await
+                let serve = async {
+                    let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
+                        .await
+                        .map_err(|_| Status::request_too_large(MAX_BODY_BYTES))?;
+                    self.serve_resource(&parts.method, &parts.headers, &path, &query, &body, &user)
+                        .await
+                };
+                match &self.write_gauge {
+                    Some(gauge) if parts.method != Method::GET => gauge.announce(serve).await,
+                    _ => serve.await,
+                }
             }
             Target::Health(_) | Target::Version => Err(not_found_path()),
         }

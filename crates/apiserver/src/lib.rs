@@ -256,6 +256,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             node_dirs: config.node_dirs.clone(),
             agents,
         },
+        write_gauge: config.store.write_gauge(),
     });
     pki.write_kubeconfigs(&config.data_dir, &url)?;
     let component = auth::UserInfo {

@@ -3,51 +3,40 @@
 //! SQLite holds only the current rows (`kv`) and the current revision (`meta`); the in-memory
 //! [`MemoryStore`] loaded at open serves every read and watch, so no read touches the disk.
 //! One writer thread owns the connection and commits whatever is queued as one transaction
-//! (group commit): one fsync acknowledges many writes. A batch becomes visible to readers and
-//! watchers only after its commit, and callers are answered only after that.
+//! (group commit): one fsync acknowledges many writes. While callers have announced writes
+//! that have not arrived yet (see [`WriteGauge`]) it waits up to [`MAX_LINGER`] for them, so
+//! they share the sync. A batch becomes visible to readers and watchers only after its
+//! commit, and callers are answered only after that.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
+use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 use store::{
-    EventKind, KeyValue, ListOptions, ListResult, MemoryStore, Result, Revision, StagedBatch,
-    Store, StoreError, WatchStream, WriteOp,
+    KeyValue, ListOptions, ListResult, MemoryStore, Result, Revision, StagedBatch, Store,
+    StoreError, WatchStream, WriteGauge, WriteOp,
 };
 use tokio::sync::oneshot;
 
+mod layout;
+
 /// Most writes committed in one transaction; bounds the latency of the first one queued.
 const MAX_BATCH: usize = 1000;
+/// Longest a batch waits for announced writes. A commit's sync costs about a millisecond of
+/// the writer's time whatever the batch size, so waiting this long at most doubles batches
+/// under load, while a lone writer (nothing announced) never waits.
+const MAX_LINGER: Duration = Duration::from_millis(1);
 /// After this long without writes the WAL is checkpointed and truncated.
 const IDLE_CHECKPOINT: Duration = Duration::from_secs(5);
 /// WAL pages (4 KiB each) after which a commit checkpoints.
 const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
 /// How long open waits for another connection's lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
-/// Stored in `PRAGMA user_version`, so a newer layout is refused rather than misread.
-const SCHEMA_VERSION: i64 = 1;
-
-const SCHEMA: &str = "
-    CREATE TABLE kv (
-        key TEXT PRIMARY KEY,
-        value BLOB NOT NULL,
-        create_rev INTEGER NOT NULL,
-        mod_rev INTEGER NOT NULL
-    ) WITHOUT ROWID;
-    CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
-    INSERT INTO meta (name, value) VALUES ('revision', 0);
-";
-const UPSERT: &str = "INSERT INTO kv (key, value, create_rev, mod_rev) VALUES (?1, ?2, ?3, ?4)
-    ON CONFLICT (key) DO UPDATE SET
-        value = excluded.value, create_rev = excluded.create_rev, mod_rev = excluded.mod_rev";
-const DELETE: &str = "DELETE FROM kv WHERE key = ?1";
-const SET_REVISION: &str = "UPDATE meta SET value = ?1 WHERE name = 'revision'";
-
 #[derive(Debug, thiserror::Error)]
 enum SqliteError {
     #[error("{} is in use by another process (is another server running on this data dir?)", path.display())]
@@ -58,7 +47,7 @@ enum SqliteError {
         #[source]
         source: rusqlite::Error,
     },
-    #[error("{} has schema version {found}; this build understands up to {SCHEMA_VERSION}", path.display())]
+    #[error("{} has schema version {found}; this build understands up to {}", path.display(), layout::SCHEMA_VERSION)]
     NewerSchema { path: PathBuf, found: i64 },
     #[error("{} cannot use write-ahead logging (journal mode stays {mode})", path.display())]
     NotWal { path: PathBuf, mode: String },
@@ -115,6 +104,7 @@ pub struct SqliteStore {
     index: Arc<MemoryStore>,
     requests: mpsc::Sender<Request>,
     counters: Arc<Counters>,
+    gauge: WriteGauge,
     writer: Option<JoinHandle<()>>,
 }
 
@@ -123,14 +113,16 @@ impl SqliteStore {
     /// connection holds an exclusive lock, so a second store on the same file fails to open.
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         let conn = open_connection(path)?;
-        let (items, revision) = load(&conn).map_err(|source| open_error(path, source))?;
+        let (items, revision) = layout::load(&conn).map_err(|source| open_error(path, source))?;
         let index = Arc::new(MemoryStore::load(items, revision));
         let counters = Arc::new(Counters::default());
         let (requests, queue) = mpsc::channel();
+        let gauge = WriteGauge::default();
         let writer = Writer {
             conn,
             index: index.clone(),
             counters: counters.clone(),
+            gauge: gauge.clone(),
             failed: None,
         };
         let writer = std::thread::Builder::new()
@@ -141,6 +133,7 @@ impl SqliteStore {
             index,
             requests,
             counters,
+            gauge,
             writer: Some(writer),
         })
     }
@@ -155,6 +148,7 @@ impl SqliteStore {
 
     async fn submit(&self, op: WriteOp) -> Result<KeyValue> {
         let (reply, answer) = oneshot::channel();
+        WriteGauge::arrived();
         self.requests
             .send(Request::Write { op, reply })
             .map_err(|_| SqliteError::WriterGone)?;
@@ -188,7 +182,7 @@ fn open_error(path: &Path, source: rusqlite::Error) -> SqliteError {
 }
 
 fn open_connection(path: &Path) -> Result<Connection, SqliteError> {
-    let conn = Connection::open(path).map_err(|source| open_error(path, source))?;
+    let mut conn = Connection::open(path).map_err(|source| open_error(path, source))?;
     let setup = || -> rusqlite::Result<(String, i64)> {
         conn.busy_timeout(BUSY_TIMEOUT)?;
         // Exclusive locking: the lock is held from the first access until close, and the
@@ -210,54 +204,26 @@ fn open_connection(path: &Path) -> Result<Connection, SqliteError> {
             mode,
         });
     }
-    match version {
-        0 => {
-            let create = || -> rusqlite::Result<()> {
-                conn.execute_batch(&format!(
-                    "BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;"
-                ))
-            };
-            create().map_err(|source| open_error(path, source))?;
+    match layout::upgrade_from(version) {
+        layout::Upgrade::Current => {}
+        layout::Upgrade::Apply(step) => {
+            layout::apply(&mut conn, step).map_err(|source| open_error(path, source))?
         }
-        SCHEMA_VERSION => {}
-        found => {
+        layout::Upgrade::Newer => {
             return Err(SqliteError::NewerSchema {
                 path: path.to_owned(),
-                found,
+                found: version,
             })
         }
     }
     Ok(conn)
 }
 
-/// Reads every row and the current revision.
-fn load(conn: &Connection) -> rusqlite::Result<(Vec<KeyValue>, Revision)> {
-    let revision: Revision = conn
-        .query_row(
-            "SELECT value FROM meta WHERE name = 'revision'",
-            [],
-            |row| row.get(0),
-        )
-        .optional()?
-        .unwrap_or(0);
-    let mut stmt = conn.prepare("SELECT key, value, create_rev, mod_rev FROM kv")?;
-    let items = stmt
-        .query_map([], |row| {
-            Ok(KeyValue {
-                key: row.get(0)?,
-                value: Bytes::from(row.get::<_, Vec<u8>>(1)?),
-                create_revision: row.get(2)?,
-                mod_revision: row.get(3)?,
-            })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok((items, revision))
-}
-
 struct Writer {
     conn: Connection,
     index: Arc<MemoryStore>,
     counters: Arc<Counters>,
+    gauge: WriteGauge,
     /// Set when a commit's outcome is unknown: memory may no longer match the disk, so every
     /// later write is refused until the process restarts and reloads.
     failed: Option<StoreError>,
@@ -278,20 +244,7 @@ impl Writer {
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
             };
             let mut batch = Vec::new();
-            let mut shutdown = false;
-            let mut next = Some(first);
-            while let Some(request) = next.take() {
-                match request {
-                    Request::Write { op, reply } => batch.push((op, reply)),
-                    Request::Shutdown => {
-                        shutdown = true;
-                        break;
-                    }
-                }
-                if batch.len() < MAX_BATCH {
-                    next = queue.try_recv().ok();
-                }
-            }
+            let shutdown = self.gather(first, queue, &mut batch);
             if !batch.is_empty() {
                 dirty |= self.write_batch(batch);
             }
@@ -299,6 +252,36 @@ impl Writer {
                 return;
             }
         }
+    }
+
+    /// Collects `first` and what follows it into `batch`: everything queued, then what
+    /// arrives while announced writes are still on their way, within [`MAX_LINGER`].
+    /// True if a shutdown was requested.
+    fn gather(
+        &self,
+        first: Request,
+        queue: &mpsc::Receiver<Request>,
+        batch: &mut Vec<(WriteOp, oneshot::Sender<Result<KeyValue>>)>,
+    ) -> bool {
+        let deadline = Instant::now() + MAX_LINGER;
+        let mut next = Some(first);
+        while let Some(request) = next.take() {
+            match request {
+                Request::Write { op, reply } => batch.push((op, reply)),
+                Request::Shutdown => return true,
+            }
+            if batch.len() >= MAX_BATCH {
+                break;
+            }
+            next = queue.try_recv().ok().or_else(|| {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if self.gauge.preparing() == 0 || left.is_zero() {
+                    return None;
+                }
+                queue.recv_timeout(left).ok()
+            });
+        }
+        false
     }
 
     /// Stages, persists, publishes and answers one batch; true if anything was committed.
@@ -359,26 +342,7 @@ fn persist(conn: &mut Connection, staged: &StagedBatch) -> Result<(), SqliteErro
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(SqliteError::Write)?;
-    {
-        let mut upsert = tx.prepare_cached(UPSERT).map_err(SqliteError::Write)?;
-        let mut delete = tx.prepare_cached(DELETE).map_err(SqliteError::Write)?;
-        for event in staged.events() {
-            let kv = &event.kv;
-            match event.kind {
-                EventKind::Put => upsert.execute(params![
-                    kv.key,
-                    &kv.value[..],
-                    kv.create_revision,
-                    kv.mod_revision
-                ]),
-                EventKind::Delete => delete.execute([&kv.key]),
-            }
-            .map_err(SqliteError::Write)?;
-        }
-        tx.prepare_cached(SET_REVISION)
-            .and_then(|mut set_revision| set_revision.execute([staged.revision()]))
-            .map_err(SqliteError::Write)?;
-    }
+    layout::write(&tx, staged).map_err(SqliteError::Write)?;
     // Dropping an uncommitted transaction rolls it back.
     tx.commit().map_err(SqliteError::Commit)
 }
@@ -428,6 +392,10 @@ impl Store for SqliteStore {
 
     fn compacted_revision(&self) -> Revision {
         self.index.compacted_revision()
+    }
+
+    fn write_gauge(&self) -> Option<WriteGauge> {
+        Some(self.gauge.clone())
     }
 
     /// Only the in-memory history is compacted: SQLite keeps no history.

@@ -86,6 +86,117 @@ async fn reopen_preserves_state_and_revision() {
     assert_eq!(open(&path).current_revision(), revision + 1);
 }
 
+/// Rows are keyed by create revision, so a key deleted and created again must leave only
+/// its new row, also when both happen in one group commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_created_again_after_delete_reopens_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    let store = Arc::new(open(&path));
+    store
+        .create("/r/k", Bytes::from_static(b"first"))
+        .await
+        .expect("create");
+    let (deleted, created) = tokio::join!(
+        store.delete("/r/k", None),
+        store.create("/r/other", Bytes::from_static(b"o"))
+    );
+    deleted.expect("delete");
+    created.expect("create other");
+    let again = store
+        .create("/r/k", Bytes::from_static(b"second"))
+        .await
+        .expect("create again");
+    drop(store);
+
+    let store = open(&path);
+    let keys: Vec<_> = store
+        .list("/r/", ListOptions::default())
+        .await
+        .expect("list")
+        .items
+        .into_iter()
+        .map(|kv| (kv.key, kv.value))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("/r/k".to_string(), Bytes::from_static(b"second")),
+            ("/r/other".to_string(), Bytes::from_static(b"o")),
+        ]
+    );
+    assert_eq!(store.get("/r/k").await, Ok(Some(again)));
+}
+
+/// A data dir written by a build with schema version 1 (`kv` WITHOUT ROWID) opens with
+/// every object, its revisions and the store revision intact, and is upgraded in place.
+#[tokio::test]
+async fn a_version_1_database_is_upgraded_with_its_data() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    let big = vec![b'x'; 6000];
+    {
+        let v1 = rusqlite::Connection::open(&path).expect("create v1 database");
+        v1.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             CREATE TABLE kv (key TEXT PRIMARY KEY, value BLOB NOT NULL,
+                 create_rev INTEGER NOT NULL, mod_rev INTEGER NOT NULL) WITHOUT ROWID;
+             CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+             INSERT INTO meta (name, value) VALUES ('revision', 9);
+             INSERT INTO kv VALUES ('/r/a', X'6131', 2, 7), ('/r/c', X'63', 5, 5);
+             PRAGMA user_version = 1;",
+        )
+        .expect("write v1 layout");
+        v1.execute("INSERT INTO kv VALUES ('/r/b', ?1, 3, 3)", [&big[..]])
+            .expect("write a large v1 row");
+    }
+    let store = open(&path);
+    assert_eq!(store.current_revision(), 9);
+    let list = store
+        .list("/r/", ListOptions::default())
+        .await
+        .expect("list");
+    let rows: Vec<_> = list
+        .items
+        .iter()
+        .map(|kv| {
+            (
+                kv.key.as_str(),
+                kv.value.len(),
+                kv.create_revision,
+                kv.mod_revision,
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [("/r/a", 2, 2, 7), ("/r/b", 6000, 3, 3), ("/r/c", 1, 5, 5)]
+    );
+    // Writes after the upgrade keep the key unique and go on from the stored revision.
+    assert_eq!(
+        store.create("/r/a", Bytes::from_static(b"dup")).await,
+        Err(StoreError::AlreadyExists)
+    );
+    let updated = store
+        .update("/r/b", Bytes::from_static(b"b2"), 3)
+        .await
+        .expect("update after upgrade");
+    assert_eq!(updated.mod_revision, 10);
+    drop(store);
+
+    let store = open(&path);
+    assert_eq!(store.current_revision(), 10);
+    assert_eq!(
+        store.get("/r/b").await.expect("get").map(|kv| kv.value),
+        Some(Bytes::from_static(b"b2"))
+    );
+    drop(store);
+    let version: i64 = rusqlite::Connection::open(&path)
+        .and_then(|db| db.query_row("PRAGMA user_version", [], |row| row.get(0)))
+        .expect("read user_version");
+    assert_eq!(version, 2);
+}
+
 #[tokio::test]
 async fn second_open_of_same_file_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");

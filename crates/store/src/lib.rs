@@ -9,10 +9,12 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::Stream;
 
+mod announce;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 mod memory;
 
+pub use announce::WriteGauge;
 pub use memory::{MemoryStore, StagedBatch, WriteOp};
 
 /// A store-wide, strictly increasing write counter. The first write gets revision 1.
@@ -127,4 +129,10 @@ pub trait Store: Send + Sync + 'static {
     /// Forget history older than `revision`; afterwards reads at `revision` and watches from
     /// it still work. Compacting to an already compacted revision does nothing.
     async fn compact(&self, revision: Revision) -> Result<()>;
+
+    /// Where callers announce writes they are preparing, for a backend that batches them
+    /// (see [`WriteGauge`]); `None` when announcing would gain nothing.
+    fn write_gauge(&self) -> Option<WriteGauge> {
+        None
+    }
 }

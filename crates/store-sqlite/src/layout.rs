@@ -1,0 +1,139 @@
+//! What the database holds and how: the tables, their versions and upgrades, reading them
+//! all at open, and writing one batch.
+//!
+//! Only current rows are kept (`kv`) with the store revision (`meta`). A row is keyed by its
+//! create revision, which no two live keys share and which a key keeps for its life: new
+//! objects then append to the table's last leaf, and no index is needed, since the
+//! in-memory index answers every lookup by key. Values are LZ4-compressed (a KubeVirt
+//! object shrinks about 3x), so a page holds several objects and a commit writes fewer.
+
+use bytes::Bytes;
+use rusqlite::types::Type;
+use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+use store::{EventKind, KeyValue, Revision, StagedBatch};
+
+/// Stored in `PRAGMA user_version`, so a newer layout is refused rather than misread.
+/// Version 1 kept `kv` WITHOUT ROWID, keyed by the key, with values as they are: objects
+/// spilled into overflow pages and interior pages held whole keys, so an insert rewrote
+/// about five pages.
+pub const SCHEMA_VERSION: i64 = 2;
+
+const KV_TABLE: &str = "
+    CREATE TABLE kv (
+        create_rev INTEGER PRIMARY KEY,
+        key TEXT NOT NULL,
+        value BLOB NOT NULL,
+        mod_rev INTEGER NOT NULL
+    );";
+const META_TABLE: &str = "
+    CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+    INSERT INTO meta (name, value) VALUES ('revision', 0);";
+const INSERT: &str = "INSERT INTO kv (create_rev, key, value, mod_rev) VALUES (?1, ?2, ?3, ?4)";
+const UPSERT: &str = "INSERT INTO kv (create_rev, key, value, mod_rev) VALUES (?1, ?2, ?3, ?4)
+    ON CONFLICT (create_rev) DO UPDATE SET value = excluded.value, mod_rev = excluded.mod_rev";
+const DELETE: &str = "DELETE FROM kv WHERE create_rev = ?1";
+const SET_REVISION: &str = "UPDATE meta SET value = ?1 WHERE name = 'revision'";
+
+/// What opening a database at some `user_version` must do.
+pub enum Upgrade {
+    Current,
+    Newer,
+    Apply(fn(&Transaction) -> rusqlite::Result<()>),
+}
+
+pub fn upgrade_from(version: i64) -> Upgrade {
+    match version {
+        0 => Upgrade::Apply(create),
+        1 => Upgrade::Apply(upgrade_from_v1),
+        SCHEMA_VERSION => Upgrade::Current,
+        _ => Upgrade::Newer,
+    }
+}
+
+/// Runs `step` and records the current version, in one transaction.
+pub fn apply(
+    conn: &mut Connection,
+    step: fn(&Transaction) -> rusqlite::Result<()>,
+) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    step(&tx)?;
+    tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    tx.commit()
+}
+
+fn create(tx: &Transaction) -> rusqlite::Result<()> {
+    tx.execute_batch(&format!("{KV_TABLE} {META_TABLE}"))
+}
+
+/// Version 1's rows, compressed, into the new `kv`; `meta` is unchanged.
+fn upgrade_from_v1(tx: &Transaction) -> rusqlite::Result<()> {
+    tx.execute_batch(&format!("ALTER TABLE kv RENAME TO kv_v1; {KV_TABLE}"))?;
+    {
+        let mut insert = tx.prepare(INSERT)?;
+        let mut rows = tx.prepare("SELECT create_rev, key, value, mod_rev FROM kv_v1")?;
+        let mut rows = rows.query([])?;
+        while let Some(row) = rows.next()? {
+            let create_rev: Revision = row.get(0)?;
+            let key: String = row.get(1)?;
+            let value: Vec<u8> = row.get(2)?;
+            let mod_rev: Revision = row.get(3)?;
+            insert.execute(params![create_rev, key, pack(&value), mod_rev])?;
+        }
+    }
+    tx.execute_batch("DROP TABLE kv_v1;")
+}
+
+fn pack(value: &[u8]) -> Vec<u8> {
+    lz4_flex::compress_prepend_size(value)
+}
+
+fn unpack(column: usize, packed: &[u8]) -> rusqlite::Result<Bytes> {
+    lz4_flex::decompress_size_prepended(packed)
+        .map(Bytes::from)
+        .map_err(|err| rusqlite::Error::FromSqlConversionFailure(column, Type::Blob, Box::new(err)))
+}
+
+/// Reads every row and the current revision.
+pub fn load(conn: &Connection) -> rusqlite::Result<(Vec<KeyValue>, Revision)> {
+    let revision: Revision = conn
+        .query_row(
+            "SELECT value FROM meta WHERE name = 'revision'",
+            [],
+            |row| row.get(0),
+        )
+        .optional()?
+        .unwrap_or(0);
+    let mut stmt = conn.prepare("SELECT key, value, create_rev, mod_rev FROM kv")?;
+    let items = stmt
+        .query_map([], |row| {
+            Ok(KeyValue {
+                key: row.get(0)?,
+                value: unpack(1, row.get_ref(1)?.as_blob()?)?,
+                create_revision: row.get(2)?,
+                mod_revision: row.get(3)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok((items, revision))
+}
+
+/// Writes a staged batch and its revision into `tx`.
+pub fn write(tx: &Transaction, staged: &StagedBatch) -> rusqlite::Result<()> {
+    let mut upsert = tx.prepare_cached(UPSERT)?;
+    let mut delete = tx.prepare_cached(DELETE)?;
+    for event in staged.events() {
+        let kv = &event.kv;
+        match event.kind {
+            EventKind::Put => upsert.execute(params![
+                kv.create_revision,
+                kv.key,
+                pack(&kv.value),
+                kv.mod_revision
+            ])?,
+            EventKind::Delete => delete.execute([kv.create_revision])?,
+        };
+    }
+    tx.prepare_cached(SET_REVISION)?
+        .execute([staged.revision()])?;
+    Ok(())
+}
