@@ -216,13 +216,16 @@ async fn find_vmi(
         }
         None => None,
     };
+    Ok(vmi.filter(|vmi| owned_by(vmi, vm)))
+}
+
+/// Whether `vmi` is this VM's: a VMI of the same name left by an earlier VM is not.
+fn owned_by(vmi: &DynamicObject, vm: &DynamicObject) -> bool {
     let vm_uid = vm.uid().unwrap_or_default();
-    Ok(vmi.filter(|vmi| {
-        vmi.metadata
-            .owner_references
-            .as_ref()
-            .is_some_and(|refs| refs.iter().any(|r| r.uid == vm_uid))
-    }))
+    vmi.metadata
+        .owner_references
+        .as_ref()
+        .is_some_and(|refs| refs.iter().any(|r| r.uid == vm_uid))
 }
 
 async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -303,7 +306,7 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
                 Ok(_) => creating = true,
                 // The cache had not seen a VMI that exists: report on that one.
                 Err(kube::Error::Api(s)) if s.code == 409 => {
-                    vmi = vmis.get_opt(&name).await?;
+                    vmi = vmis.get_opt(&name).await?.filter(|vmi| owned_by(vmi, &vm));
                     requeue = Some(Duration::from_millis(100));
                 }
                 Err(kube::Error::Api(s)) => {
