@@ -7,7 +7,6 @@ use std::sync::Arc;
 use apimachinery::resource::ResourceInfo;
 use apimachinery::schema::Schema;
 use apimachinery::status::Status;
-use bytes::Bytes;
 use serde_json::{json, Map, Value};
 use store::{KeyValue, ListOptions, Revision, Store, StoreError};
 
@@ -172,17 +171,6 @@ impl Registry {
             Some(ns) if info.namespaced => format!("{}{ns}/", Self::resource_prefix(info)),
             _ => Self::resource_prefix(info),
         }
-    }
-
-    /// Decodes a stored object and stamps its resourceVersion.
-    fn encode(obj: &Value) -> Bytes {
-        if object::meta(obj).is_some_and(|m| !m.contains_key("resourceVersion")) {
-            // Nothing to drop: serialize without copying the object.
-            return Bytes::from(serde_json::to_vec(obj).unwrap_or_default());
-        }
-        let mut copy = obj.clone();
-        meta_mut(&mut copy).remove("resourceVersion");
-        Bytes::from(serde_json::to_vec(&copy).unwrap_or_default())
     }
 
     pub async fn get(
@@ -531,7 +519,7 @@ impl Registry {
             }
             let name = object::name(&obj).to_string();
             let key = Self::key(reg.info, namespace, &name);
-            match self.store.create(&key, Self::encode(&obj)).await {
+            match self.store.create(&key, stored::encode(&obj)).await {
                 Ok(kv) => {
                     meta_mut(&mut obj).insert(
                         "resourceVersion".into(),
@@ -674,7 +662,7 @@ impl Registry {
                 self.store.delete(&key, Some(kv.mod_revision)).await
             } else {
                 self.store
-                    .update(&key, Self::encode(&new), kv.mod_revision)
+                    .update(&key, stored::encode(&new), kv.mod_revision)
                     .await
             };
             match result {
@@ -902,7 +890,7 @@ impl Registry {
             meta_mut(&mut new).remove("resourceVersion");
             match self
                 .store
-                .update(&key, Self::encode(&new), kv.mod_revision)
+                .update(&key, stored::encode(&new), kv.mod_revision)
                 .await
             {
                 Ok(written) => {

@@ -3,10 +3,22 @@
 //! the stored bytes instead of decoding and re-encoding every object (watch events, LISTs).
 
 use apimachinery::status::Status;
+use bytes::Bytes;
 use serde_json::Value;
 use store::KeyValue;
 
-use crate::object::meta_mut;
+use crate::object::{meta, meta_mut};
+
+/// The stored form of an object: its JSON without `metadata.resourceVersion`.
+pub fn encode(obj: &Value) -> Bytes {
+    if meta(obj).is_some_and(|m| !m.contains_key("resourceVersion")) {
+        // Nothing to drop: serialize without copying the object.
+        return Bytes::from(serde_json::to_vec(obj).unwrap_or_default());
+    }
+    let mut copy = obj.clone();
+    meta_mut(&mut copy).remove("resourceVersion");
+    Bytes::from(serde_json::to_vec(&copy).unwrap_or_default())
+}
 
 /// The object with its resourceVersion, as a value.
 pub fn decode(kv: &KeyValue) -> Result<Value, Status> {
@@ -174,6 +186,19 @@ mod tests {
             let pretty = serde_json::to_string_pretty(&object).unwrap();
             assert_eq!(spliced(&pretty, 7), decode(&kv(&pretty, 7)).unwrap());
         }
+    }
+
+    #[test]
+    fn encoding_drops_the_resource_version_that_decoding_restores() {
+        let object = json!({"kind": "K", "metadata": {"name": "a", "resourceVersion": "5"}});
+        let stored = encode(&object);
+        assert_eq!(
+            serde_json::from_slice::<Value>(&stored).unwrap(),
+            json!({"kind": "K", "metadata": {"name": "a"}})
+        );
+        let mut kv = kv("", 5);
+        kv.value = stored;
+        assert_eq!(decode(&kv).unwrap(), object);
     }
 
     #[test]
