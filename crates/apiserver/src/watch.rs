@@ -130,12 +130,16 @@ fn translate(filter: &ListRequest, event: store::Event) -> Option<WatchEvent> {
         EventKind::Delete => now.then_some(WatchEvent::Deleted(event.kv)),
         EventKind::Put => {
             let before = event.prev.as_ref().and_then(matches);
-            match (before, now) {
-                (None, true) => Some(WatchEvent::Added(event.kv)),
-                (Some(true), true) => Some(WatchEvent::Modified(event.kv)),
-                (Some(false), true) => Some(WatchEvent::Added(event.kv)),
-                (Some(true), false) => Some(WatchEvent::Deleted(event.kv)),
-                (_, false) => None,
+            match (before, now, event.prev) {
+                (None, true, _) | (Some(false), true, _) => Some(WatchEvent::Added(event.kv)),
+                (Some(true), true, _) => Some(WatchEvent::Modified(event.kv)),
+                // As upstream's cache: the last state this watcher matched, at the event's
+                // resourceVersion.
+                (Some(true), false, Some(prev)) => Some(WatchEvent::Deleted(KeyValue {
+                    mod_revision: event.kv.mod_revision,
+                    ..prev
+                })),
+                _ => None,
             }
         }
     }

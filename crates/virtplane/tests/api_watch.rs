@@ -382,13 +382,16 @@ async fn selector_transitions() {
     let e = w.next().await;
     assert_eq!(e["type"], "MODIFIED");
     assert_eq!(e["object"], r.body);
-    // Stops matching: DELETED with the new state.
+    // Stops matching: DELETED with the last matching state at the new resourceVersion,
+    // as kube-apiserver's watch cache sends it.
+    let mut last_matching = r.body;
     let r = api
         .merge(&path, &json!({"metadata": {"labels": {"sel": "gone"}}}))
         .await;
     let e = w.next().await;
     assert_eq!(e["type"], "DELETED");
-    assert_eq!(e["object"], r.body);
+    last_matching["metadata"]["resourceVersion"] = r.body["metadata"]["resourceVersion"].clone();
+    assert_eq!(e["object"], last_matching);
     // Changes while not matching: nothing; deleting a non-matching object: nothing.
     api.merge(&path, &json!({"metadata": {"annotations": {"a": "2"}}}))
         .await;
