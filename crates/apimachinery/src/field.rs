@@ -1,5 +1,7 @@
 //! Field errors, rendered exactly as `k8s.io/apimachinery/pkg/util/validation/field` does.
 
+use std::fmt::Write as _;
+
 use serde_json::Value;
 
 /// What is wrong with a field. The variants mirror `field.ErrorType`.
@@ -190,11 +192,9 @@ fn go_value(value: &Value) -> String {
 
 /// Joins a parent path and a child key: `spec` + `template` = `spec.template`.
 pub fn child(parent: &str, key: &str) -> String {
-    if parent.is_empty() {
-        key.to_string()
-    } else {
-        format!("{parent}.{key}")
-    }
+    let mut path = parent.to_string();
+    push_child(&mut path, key);
+    path
 }
 
 /// `child` in place, for walks that keep one path buffer: returns the length to
@@ -211,15 +211,16 @@ pub fn push_child(path: &mut String, key: &str) -> usize {
 /// `index` in place; returns the length to truncate back to.
 pub fn push_index(path: &mut String, i: usize) -> usize {
     let parent = path.len();
-    path.push('[');
-    path.push_str(&i.to_string());
-    path.push(']');
+    // Writing into a String cannot fail.
+    let _ = write!(path, "[{i}]");
     parent
 }
 
 /// A list element path: `spec.volumes` + 2 = `spec.volumes[2]`.
 pub fn index(parent: &str, i: usize) -> String {
-    format!("{parent}[{i}]")
+    let mut path = parent.to_string();
+    push_index(&mut path, i);
+    path
 }
 
 /// A map entry path: `metadata.labels` + `a/b` = `metadata.labels[a/b]`.
