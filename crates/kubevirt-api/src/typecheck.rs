@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use apimachinery::field::FieldError;
+use apimachinery::field::{self, FieldError};
 use serde_json::Value;
 
 use crate::quantity::{Quantity, FORMAT_ERROR};
@@ -43,13 +43,9 @@ impl Path<'_> {
         let mut out = self.base.to_string();
         for segment in &self.segments {
             match segment {
-                Segment::Key(key) if out.is_empty() => out.push_str(key),
-                Segment::Key(key) => {
-                    out.push('.');
-                    out.push_str(key);
-                }
-                Segment::Index(i) => out.push_str(&format!("[{i}]")),
-            }
+                Segment::Key(key) => field::push_child(&mut out, key),
+                Segment::Index(i) => field::push_index(&mut out, *i),
+            };
         }
         out
     }
