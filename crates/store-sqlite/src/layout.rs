@@ -87,10 +87,28 @@ fn pack(value: &[u8]) -> Vec<u8> {
     lz4_flex::compress_prepend_size(value)
 }
 
+/// LZ4 turns one byte into at most 255; a size prefix beyond that is damage, and trusting
+/// it would allocate up to 4 GiB for one row.
+const MAX_EXPANSION: usize = 255;
+
 fn unpack(column: usize, packed: &[u8]) -> rusqlite::Result<Bytes> {
-    lz4_flex::decompress_size_prepended(packed)
+    let corrupt = |err: Box<dyn std::error::Error + Send + Sync>| {
+        rusqlite::Error::FromSqlConversionFailure(column, Type::Blob, err)
+    };
+    let (size, block) =
+        lz4_flex::block::uncompressed_size(packed).map_err(|e| corrupt(e.into()))?;
+    if size > block.len().saturating_mul(MAX_EXPANSION) {
+        return Err(corrupt(
+            format!(
+                "compressed value claims {size} bytes from {} bytes",
+                block.len()
+            )
+            .into(),
+        ));
+    }
+    lz4_flex::decompress(block, size)
         .map(Bytes::from)
-        .map_err(|err| rusqlite::Error::FromSqlConversionFailure(column, Type::Blob, Box::new(err)))
+        .map_err(|e| corrupt(e.into()))
 }
 
 /// Reads every row and the current revision.

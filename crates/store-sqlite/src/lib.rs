@@ -37,6 +37,7 @@ const IDLE_CHECKPOINT: Duration = Duration::from_secs(5);
 const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
 /// How long open waits for another connection's lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(2);
+
 #[derive(Debug, thiserror::Error)]
 enum SqliteError {
     #[error("{} is in use by another process (is another server running on this data dir?)", path.display())]

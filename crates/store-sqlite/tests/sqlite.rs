@@ -197,6 +197,37 @@ async fn a_version_1_database_is_upgraded_with_its_data() {
     assert_eq!(version, 2);
 }
 
+/// A damaged value (a size prefix of 4 GiB on 3 bytes, a truncated block, no prefix)
+/// fails the open with a message naming the file.
+#[tokio::test]
+async fn a_damaged_value_fails_the_open_with_a_message() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    let store = open(&path);
+    store
+        .create("/r/a", Bytes::from_static(b"a"))
+        .await
+        .expect("create");
+    drop(store);
+    for damage in [
+        &b"\xff\xff\xff\xff\x10\x61\x00"[..],
+        &b"\x05\x00\x00\x00\xf0"[..],
+        &b"\x01"[..],
+    ] {
+        rusqlite::Connection::open(&path)
+            .and_then(|db| db.execute("UPDATE kv SET value = ?1", [damage]))
+            .expect("damage the row");
+        match SqliteStore::open(&path) {
+            Err(StoreError::Backend(message)) => {
+                assert!(message.contains("cannot open"), "{message}");
+                assert!(message.contains("state.db"), "{message}");
+            }
+            Err(other) => panic!("unexpected error: {other}"),
+            Ok(_) => panic!("a damaged value {damage:?} was loaded"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn second_open_of_same_file_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
