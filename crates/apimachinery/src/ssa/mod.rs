@@ -606,6 +606,49 @@ mod tests {
     }
 
     #[test]
+    fn new_list_items_are_recorded_with_everything_below_them() {
+        let s = vm_schema();
+        let volume = |name: &str| json!({"name": name, "containerDisk": {"image": "img"}});
+        let mut created = vm(json!({"template": {"spec": {
+            "volumes": [volume("a")], "tags": ["x"], "nodeSelector": {}}}}));
+        record_update(
+            None,
+            &mut created,
+            "creator",
+            None,
+            "kubevirt.io/v1",
+            T0,
+            &s,
+        );
+        assert_eq!(
+            created["metadata"]["managedFields"][0]["fieldsV1"],
+            json!({"f:spec": {".": {}, "f:template": {".": {}, "f:spec": {".": {},
+                "f:nodeSelector": {},
+                "f:tags": {".": {}, "v:\"x\"": {}},
+                "f:volumes": {".": {}, "k:{\"name\":\"a\"}": {".": {},
+                    "f:containerDisk": {".": {}, "f:image": {}}, "f:name": {}}}}}}})
+        );
+
+        created["metadata"]["uid"] = json!("6a1a2c5e-4b3f-4f7e-9b1e-0e2d3c4b5a69");
+        let mut grown = created.clone();
+        grown["spec"]["template"]["spec"]["volumes"] = json!([volume("a"), volume("b")]);
+        record_update(
+            Some(&created),
+            &mut grown,
+            "grower",
+            None,
+            "kubevirt.io/v1",
+            T1,
+            &s,
+        );
+        assert_eq!(
+            grown["metadata"]["managedFields"][1]["fieldsV1"],
+            json!({"f:spec": {"f:template": {"f:spec": {"f:volumes": {
+                "k:{\"name\":\"b\"}": {".": {}, "f:containerDisk": {".": {}, "f:image": {}}, "f:name": {}}}}}}})
+        );
+    }
+
+    #[test]
     fn apply_conflicts_with_client_side_apply_then_force_takes_over() {
         let s = vm_schema();
         let live = created_by_client_side_apply();

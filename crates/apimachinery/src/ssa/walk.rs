@@ -238,6 +238,10 @@ fn compare_at(
     path: &mut Vec<PathElement>,
     out: &mut Comparison,
 ) {
+    if let (None, Some(r)) = (l, r) {
+        out.added.insert_tree(path, added_tree(r, node));
+        return;
+    }
     match classify(node) {
         Class::Map(n) if walk_as_maps(l, r) => {
             let (lm, rm) = (as_map(l), as_map(r));
@@ -286,6 +290,32 @@ fn compare_at(
         }
         _ => compare_leaf(l, r, path, out),
     }
+}
+
+/// What `compare_at` records below a value that is new as a whole: every map entry and
+/// list item it holds, at any depth (the value itself is the caller's to add).
+fn added_tree(r: &Value, node: Option<NodeRef<'_>>) -> FieldSet {
+    let mut set = FieldSet::new();
+    match classify(node) {
+        Class::Map(n) if walk_as_maps(None, Some(r)) => {
+            for (k, child) in as_map(Some(r)).into_iter().flatten() {
+                let pe = PathElement::Field(k.clone());
+                set.set_child(pe.clone(), added_tree(child, child_of(n, k).0));
+                set.insert_member(pe);
+            }
+        }
+        Class::List { item, keys } if walk_as_lists(None, Some(r)) => {
+            for (pe, child) in index_items(as_list(Some(r)), keys, item)
+                .into_iter()
+                .flatten()
+            {
+                set.set_child(pe.clone(), added_tree(child, item));
+                set.insert_member(pe);
+            }
+        }
+        _ => {}
+    }
+    set
 }
 
 /// After the children of a map or list: the container itself appeared or went away.
