@@ -2,6 +2,7 @@
 //! looks at it, reporting mismatches the way the Kubernetes schema validator words them.
 //! Unknown fields are left alone: pruning them is the structural-schema engine's job.
 
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use apimachinery::field::{self, FieldError};
@@ -16,14 +17,141 @@ const REF_PREFIX: &str = "#/components/schemas/";
 /// Type errors of `value` against the named component schema, with paths below `path`.
 pub(crate) fn check(value: &Value, schema_name: &str, path: &str) -> Vec<FieldError> {
     let mut errs = Vec::new();
-    if let Some(schema) = schema::lookup(schema_name) {
+    let checks = Checks::get();
+    if let Some(&root) = checks.by_name.get(schema_name) {
         let mut at = Path {
             base: path,
             segments: Vec::new(),
         };
-        walk(value, schema, &mut at, &mut errs);
+        walk(value, checks, root, &mut at, &mut errs);
     }
     errs
+}
+
+/// The component schemas reduced to what the check reads, `$ref`s resolved to indexes:
+/// walking the JSON schema itself took several map lookups per field.
+struct Checks {
+    nodes: Vec<Check>,
+    by_name: HashMap<&'static str, usize>,
+}
+
+#[derive(Default)]
+struct Check {
+    rule: Rule,
+    properties: HashMap<&'static str, usize>,
+    additional: Option<usize>,
+    items: Option<usize>,
+}
+
+#[derive(Default)]
+enum Rule {
+    /// A `$ref` to a schema we do not have: nothing is checked.
+    #[default]
+    Nothing,
+    /// A component that is a `$ref` to another.
+    Same(usize),
+    Quantity,
+    IntOrString,
+    /// A JSON type (`None`: any), then the members' and items' schemas.
+    Typed {
+        expected: Option<&'static str>,
+        quantity_text: bool,
+    },
+}
+
+impl Checks {
+    fn get() -> &'static Checks {
+        static CHECKS: OnceLock<Checks> = OnceLock::new();
+        CHECKS.get_or_init(|| {
+            let mut checks = Checks {
+                nodes: Vec::new(),
+                by_name: HashMap::new(),
+            };
+            let names = schema::openapi_components()
+                .as_object()
+                .map(|all| all.keys().map(String::as_str).collect::<Vec<_>>())
+                .unwrap_or_default();
+            for name in names {
+                checks.named(name);
+            }
+            checks
+        })
+    }
+
+    /// The node of a component, compiled once; its slot is taken before its content so
+    /// that recursive schemas end.
+    fn named(&mut self, name: &'static str) -> usize {
+        if let Some(&index) = self.by_name.get(name) {
+            return index;
+        }
+        let index = self.nodes.len();
+        self.nodes.push(Check::default());
+        self.by_name.insert(name, index);
+        self.nodes[index] = match schema::lookup(name) {
+            None => Check::default(),
+            Some(_) if name == QUANTITY_SCHEMA => Check::rule(Rule::Quantity),
+            Some(target) => match reference(target) {
+                Some(other) => Check::rule(Rule::Same(self.named(other))),
+                None => self.content(target),
+            },
+        };
+        index
+    }
+
+    fn compile(&mut self, schema: &'static Value) -> usize {
+        if let Some(name) = reference(schema) {
+            return self.named(name);
+        }
+        let check = self.content(schema);
+        self.nodes.push(check);
+        self.nodes.len() - 1
+    }
+
+    /// A schema that is not a `$ref` (a `$ref`'s siblings are ignored, as before).
+    fn content(&mut self, schema: &'static Value) -> Check {
+        if schema
+            .get("x-kubernetes-int-or-string")
+            .and_then(Value::as_bool)
+            == Some(true)
+        {
+            return Check::rule(Rule::IntOrString);
+        }
+        let expected = schema.get("type").and_then(Value::as_str);
+        let quantity_text = expected == Some("string")
+            && schema.get("pattern").and_then(Value::as_str) == quantity_pattern();
+        let mut check = Check::rule(Rule::Typed {
+            expected,
+            quantity_text,
+        });
+        if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+            for (key, sub) in props {
+                let index = self.compile(sub);
+                check.properties.insert(key.as_str(), index);
+            }
+        }
+        if let Some(extra) = schema.get("additionalProperties").filter(|s| s.is_object()) {
+            check.additional = Some(self.compile(extra));
+        }
+        if let Some(items) = schema.get("items") {
+            check.items = Some(self.compile(items));
+        }
+        check
+    }
+}
+
+impl Check {
+    fn rule(rule: Rule) -> Check {
+        Check {
+            rule,
+            ..Check::default()
+        }
+    }
+}
+
+/// The component a `$ref` schema names.
+fn reference(schema: &'static Value) -> Option<&'static str> {
+    let reference = schema.get("$ref").and_then(Value::as_str)?;
+    Some(reference.strip_prefix(REF_PREFIX).unwrap_or(reference))
 }
 
 /// Where the walk is, kept as segments and spelled out only for an error: formatting
@@ -72,32 +200,32 @@ fn type_error(path: &str, value: &Value, expected: &str) -> FieldError {
     )
 }
 
-fn walk<'v>(value: &'v Value, schema: &Value, path: &mut Path<'v>, errs: &mut Vec<FieldError>) {
+fn walk<'v>(
+    value: &'v Value,
+    checks: &Checks,
+    node: usize,
+    path: &mut Path<'v>,
+    errs: &mut Vec<FieldError>,
+) {
     if value.is_null() {
         return;
     }
-    if let Some(reference) = schema.get("$ref").and_then(Value::as_str) {
-        let name = reference.strip_prefix(REF_PREFIX).unwrap_or(reference);
-        if let Some(target) = schema::lookup(name) {
-            if name == QUANTITY_SCHEMA {
-                check_quantity(value, path, errs);
-            } else {
-                walk(value, target, path, errs);
+    let check = &checks.nodes[node];
+    let (expected, quantity_text) = match check.rule {
+        Rule::Nothing => return,
+        Rule::Same(other) => return walk(value, checks, other, path, errs),
+        Rule::Quantity => return check_quantity(value, path, errs),
+        Rule::IntOrString => {
+            if !matches!(json_type(value), "integer" | "string") {
+                errs.push(type_error(&path.render(), value, "integer,string"));
             }
+            return;
         }
-        return;
-    }
-    if schema
-        .get("x-kubernetes-int-or-string")
-        .and_then(Value::as_bool)
-        == Some(true)
-    {
-        if !matches!(json_type(value), "integer" | "string") {
-            errs.push(type_error(&path.render(), value, "integer,string"));
-        }
-        return;
-    }
-    let expected = schema.get("type").and_then(Value::as_str).unwrap_or("");
+        Rule::Typed {
+            expected,
+            quantity_text,
+        } => (expected.unwrap_or(""), quantity_text),
+    };
     let ok = match expected {
         "object" => value.is_object(),
         "array" => value.is_array(),
@@ -111,27 +239,25 @@ fn walk<'v>(value: &'v Value, schema: &Value, path: &mut Path<'v>, errs: &mut Ve
         errs.push(type_error(&path.render(), value, expected));
         return;
     }
-    if expected == "string" && schema.get("pattern").and_then(Value::as_str) == quantity_pattern() {
+    if quantity_text {
         check_quantity(value, path, errs);
     }
     match value {
         Value::Object(map) => {
-            let props = schema.get("properties");
-            let extra = schema.get("additionalProperties").filter(|s| s.is_object());
             for (key, member) in map {
-                let sub = props.and_then(|p| p.get(key)).or(extra);
-                if let Some(sub) = sub {
+                let sub = check.properties.get(key.as_str()).copied();
+                if let Some(sub) = sub.or(check.additional) {
                     path.segments.push(Segment::Key(key));
-                    walk(member, sub, path, errs);
+                    walk(member, checks, sub, path, errs);
                     path.segments.pop();
                 }
             }
         }
         Value::Array(items) => {
-            if let Some(sub) = schema.get("items") {
+            if let Some(sub) = check.items {
                 for (i, item) in items.iter().enumerate() {
                     path.segments.push(Segment::Index(i));
-                    walk(item, sub, path, errs);
+                    walk(item, checks, sub, path, errs);
                     path.segments.pop();
                 }
             }
