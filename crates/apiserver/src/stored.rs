@@ -13,11 +13,26 @@ use crate::object::{meta, meta_mut};
 pub fn encode(obj: &Value) -> Bytes {
     if meta(obj).is_some_and(|m| !m.contains_key("resourceVersion")) {
         // Nothing to drop: serialize without copying the object.
-        return Bytes::from(serde_json::to_vec(obj).unwrap_or_default());
+        return serialize(obj);
     }
     let mut copy = obj.clone();
     meta_mut(&mut copy).remove("resourceVersion");
-    Bytes::from(serde_json::to_vec(&copy).unwrap_or_default())
+    serialize(&copy)
+}
+
+/// JSON written into a buffer the thread keeps, then copied out at its exact size:
+/// growing a fresh vector by doubling cost five reallocations for a VM.
+fn serialize(obj: &Value) -> Bytes {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    SCRATCH.with_borrow_mut(|buf| {
+        buf.clear();
+        match serde_json::to_writer(&mut *buf, obj) {
+            Ok(()) => Bytes::copy_from_slice(buf),
+            Err(_) => Bytes::new(),
+        }
+    })
 }
 
 /// The object with its resourceVersion, as a value.
