@@ -149,10 +149,11 @@ impl SqliteStore {
 
     async fn submit(&self, op: WriteOp) -> Result<KeyValue> {
         let (reply, answer) = oneshot::channel();
-        WriteGauge::arrived();
+        // Queued before it counts as arrived: the arrival may end the writer's wait.
         self.requests
             .send(Request::Write { op, reply })
             .map_err(|_| SqliteError::WriterGone)?;
+        WriteGauge::arrived();
         answer.await.map_err(|_| SqliteError::WriterGone)?
     }
 }
@@ -266,23 +267,24 @@ impl Writer {
     ) -> bool {
         let deadline = Instant::now() + MAX_LINGER;
         let mut next = Some(first);
-        while let Some(request) = next.take() {
-            match request {
-                Request::Write { op, reply } => batch.push((op, reply)),
-                Request::Shutdown => return true,
-            }
-            if batch.len() >= MAX_BATCH {
-                break;
-            }
-            next = queue.try_recv().ok().or_else(|| {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if self.gauge.preparing() == 0 || left.is_zero() {
-                    return None;
+        loop {
+            while let Some(request) = next.take() {
+                match request {
+                    Request::Write { op, reply } => batch.push((op, reply)),
+                    Request::Shutdown => return true,
                 }
-                queue.recv_timeout(left).ok()
-            });
+                if batch.len() >= MAX_BATCH {
+                    return false;
+                }
+                next = queue.try_recv().ok();
+            }
+            if self.gauge.preparing() == 0 || Instant::now() >= deadline {
+                return false;
+            }
+            // Woken by the last announced write to arrive, not by each one.
+            self.gauge.linger(deadline);
+            next = queue.try_recv().ok();
         }
-        false
     }
 
     /// Stages, persists, publishes and answers one batch; true if anything was committed.
