@@ -132,7 +132,9 @@ pub fn load(conn: &Connection) -> rusqlite::Result<(Vec<KeyValue>, Revision)> {
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok((items, revision))
+    // `write` records the revision only when no row it writes carries it.
+    let newest_row = items.iter().map(|kv| kv.mod_revision).max().unwrap_or(0);
+    Ok((items, revision.max(newest_row)))
 }
 
 /// Writes a staged batch and its revision into `tx`.
@@ -151,7 +153,16 @@ pub fn write(tx: &Transaction, staged: &StagedBatch) -> rusqlite::Result<()> {
             EventKind::Delete => delete.execute([kv.create_revision])?,
         };
     }
-    tx.prepare_cached(SET_REVISION)?
-        .execute([staged.revision()])?;
+    // A batch that ends with a put leaves its revision on that row, where `load` finds
+    // it; rewriting the meta page as well cost a WAL page per commit. A row can lose the
+    // newest revision only to a later delete, whose batch then records it here.
+    let carried_by_row = staged
+        .events()
+        .last()
+        .is_some_and(|e| e.kind == EventKind::Put && e.kv.mod_revision == staged.revision());
+    if !carried_by_row {
+        tx.prepare_cached(SET_REVISION)?
+            .execute([staged.revision()])?;
+    }
     Ok(())
 }

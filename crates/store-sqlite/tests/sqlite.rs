@@ -83,7 +83,18 @@ async fn reopen_preserves_state_and_revision() {
         .expect("create after reopen");
     assert_eq!(next.mod_revision, revision + 1);
     drop(store);
-    assert_eq!(open(&path).current_revision(), revision + 1);
+    let store = open(&path);
+    assert_eq!(store.current_revision(), revision + 1);
+
+    // The newest revision on an old row (an update of the first key) survives too.
+    let a = store.get("/r/a").await.expect("get").expect("a exists");
+    let updated = store
+        .update("/r/a", Bytes::from_static(b"a3"), a.mod_revision)
+        .await
+        .expect("update");
+    assert_eq!(updated.mod_revision, revision + 2);
+    drop(store);
+    assert_eq!(open(&path).current_revision(), revision + 2);
 }
 
 /// Rows are keyed by create revision, so a key deleted and created again must leave only
