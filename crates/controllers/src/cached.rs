@@ -5,16 +5,14 @@
 //! until a sync asks for them.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
-use std::fmt;
+use std::collections::{BTreeMap, HashMap};
 
 use futures::Stream;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use kube::core::{ApiResource, DynamicObject, DynamicResourceScope};
 use kube::runtime::reflector::{self, reflector, Store};
 use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client};
-use serde::de::{Error as _, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -45,32 +43,48 @@ pub struct Cached {
     status: Option<Box<RawValue>>,
 }
 
-/// Skips `managedFields` unread: for a VM they are as large as its spec.
+/// Skips `managedFields` unread (for a VM they are as large as its spec), decoding the
+/// other fields of `ObjectMeta` in the same pass.
 fn metadata_without_managed_fields<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<ObjectMeta, D::Error> {
-    struct Fields;
-    impl<'de> Visitor<'de> for Fields {
-        type Value = Map<String, Value>;
-
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("object metadata")
-        }
-
-        fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Self::Value, A::Error> {
-            let mut fields = Map::new();
-            while let Some(key) = access.next_key::<String>()? {
-                if key == "managedFields" {
-                    access.next_value::<IgnoredAny>()?;
-                } else {
-                    fields.insert(key, access.next_value()?);
-                }
-            }
-            Ok(fields)
-        }
+    /// `ObjectMeta` without `managedFields`, which is then an unknown field, skipped.
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Metadata {
+        annotations: Option<BTreeMap<String, String>>,
+        creation_timestamp: Option<Time>,
+        deletion_grace_period_seconds: Option<i64>,
+        deletion_timestamp: Option<Time>,
+        finalizers: Option<Vec<String>>,
+        generate_name: Option<String>,
+        generation: Option<i64>,
+        labels: Option<BTreeMap<String, String>>,
+        name: Option<String>,
+        namespace: Option<String>,
+        owner_references: Option<Vec<OwnerReference>>,
+        resource_version: Option<String>,
+        self_link: Option<String>,
+        uid: Option<String>,
     }
-    let fields = deserializer.deserialize_map(Fields)?;
-    ObjectMeta::deserialize(Value::Object(fields)).map_err(D::Error::custom)
+    let m = Metadata::deserialize(deserializer)?;
+    Ok(ObjectMeta {
+        annotations: m.annotations,
+        creation_timestamp: m.creation_timestamp,
+        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+        deletion_timestamp: m.deletion_timestamp,
+        finalizers: m.finalizers,
+        generate_name: m.generate_name,
+        generation: m.generation,
+        labels: m.labels,
+        managed_fields: None,
+        name: m.name,
+        namespace: m.namespace,
+        owner_references: m.owner_references,
+        resource_version: m.resource_version,
+        self_link: m.self_link,
+        uid: m.uid,
+    })
 }
 
 /// The top-level spec fields a sync needs to decide what to do; the rest (a VM's
