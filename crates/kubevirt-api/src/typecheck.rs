@@ -107,7 +107,7 @@ impl Checks {
         self.nodes.len() - 1
     }
 
-    /// A schema that is not a `$ref` (a `$ref`'s siblings are ignored, as before).
+    /// A schema that is not a `$ref` (the siblings of a `$ref` are never read).
     fn content(&mut self, schema: &'static Value) -> Check {
         if schema
             .get("x-kubernetes-int-or-string")
