@@ -23,15 +23,22 @@ pub fn encode(obj: &Value) -> Bytes {
 /// JSON written into a buffer the thread keeps, then copied out at its exact size:
 /// growing a fresh vector by doubling cost five reallocations for a VM.
 fn serialize(obj: &Value) -> Bytes {
+    /// What a thread keeps after encoding a larger object (bodies reach 3 MiB).
+    const KEPT: usize = 64 * 1024;
     thread_local! {
         static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
     SCRATCH.with_borrow_mut(|buf| {
         buf.clear();
-        match serde_json::to_writer(&mut *buf, obj) {
+        let encoded = match serde_json::to_writer(&mut *buf, obj) {
             Ok(()) => Bytes::copy_from_slice(buf),
             Err(_) => Bytes::new(),
+        };
+        if buf.capacity() > KEPT {
+            buf.clear();
+            buf.shrink_to(KEPT);
         }
+        encoded
     })
 }
 
