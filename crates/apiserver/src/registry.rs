@@ -519,7 +519,7 @@ impl Registry {
             }
             let name = object::name(&obj).to_string();
             let key = Self::key(reg.info, namespace, &name);
-            match self.store.create(&key, stored::encode(&obj)).await {
+            match self.store.create(&key, stored::encode(&obj)?).await {
                 Ok(kv) => {
                     meta_mut(&mut obj).insert(
                         "resourceVersion".into(),
@@ -662,7 +662,7 @@ impl Registry {
                 self.store.delete(&key, Some(kv.mod_revision)).await
             } else {
                 self.store
-                    .update(&key, stored::encode(&new), kv.mod_revision)
+                    .update(&key, stored::encode(&new)?, kv.mod_revision)
                     .await
             };
             match result {
@@ -890,7 +890,7 @@ impl Registry {
             meta_mut(&mut new).remove("resourceVersion");
             match self
                 .store
-                .update(&key, stored::encode(&new), kv.mod_revision)
+                .update(&key, stored::encode(&new)?, kv.mod_revision)
                 .await
             {
                 Ok(written) => {

@@ -10,7 +10,7 @@ use store::KeyValue;
 use crate::object::{meta, meta_mut};
 
 /// The stored form of an object: its JSON without `metadata.resourceVersion`.
-pub fn encode(obj: &Value) -> Bytes {
+pub fn encode(obj: &Value) -> Result<Bytes, Status> {
     if meta(obj).is_some_and(|m| !m.contains_key("resourceVersion")) {
         // Nothing to drop: serialize without copying the object.
         return serialize(obj);
@@ -22,7 +22,7 @@ pub fn encode(obj: &Value) -> Bytes {
 
 /// JSON written into a buffer the thread keeps, then copied out at its exact size:
 /// growing a fresh vector by doubling cost five reallocations for a VM.
-fn serialize(obj: &Value) -> Bytes {
+fn serialize(obj: &Value) -> Result<Bytes, Status> {
     /// What a thread keeps after encoding a larger object (bodies reach 3 MiB).
     const KEPT: usize = 64 * 1024;
     thread_local! {
@@ -30,10 +30,9 @@ fn serialize(obj: &Value) -> Bytes {
     }
     SCRATCH.with_borrow_mut(|buf| {
         buf.clear();
-        let encoded = match serde_json::to_writer(&mut *buf, obj) {
-            Ok(()) => Bytes::copy_from_slice(buf),
-            Err(_) => Bytes::new(),
-        };
+        let encoded = serde_json::to_writer(&mut *buf, obj)
+            .map(|()| Bytes::copy_from_slice(buf))
+            .map_err(|e| Status::internal(format!("encoding the object for storage: {e}")));
         if buf.capacity() > KEPT {
             buf.clear();
             buf.shrink_to(KEPT);
@@ -213,7 +212,7 @@ mod tests {
     #[test]
     fn encoding_drops_the_resource_version_that_decoding_restores() {
         let object = json!({"kind": "K", "metadata": {"name": "a", "resourceVersion": "5"}});
-        let stored = encode(&object);
+        let stored = encode(&object).unwrap();
         assert_eq!(
             serde_json::from_slice::<Value>(&stored).unwrap(),
             json!({"kind": "K", "metadata": {"name": "a"}})
