@@ -1,7 +1,8 @@
 //! What the database holds and how: the tables, their versions and upgrades, reading them
 //! all at open, and writing one batch.
 //!
-//! Only current rows are kept (`kv`) with the store revision (`meta`). A row is keyed by its
+//! Only current rows are kept (`kv`). The store revision is the newest row's, or the one in
+//! `meta` when a delete took it off the rows (see [`write`]). A row is keyed by its
 //! create revision, which no two live keys share and which a key keeps for its life: new
 //! objects then append to the table's last leaf, and no index is needed, since the
 //! in-memory index answers every lookup by key. Values are LZ4-compressed (a KubeVirt
@@ -137,7 +138,7 @@ pub fn load(conn: &Connection) -> rusqlite::Result<(Vec<KeyValue>, Revision)> {
     Ok((items, revision.max(newest_row)))
 }
 
-/// Writes a staged batch and its revision into `tx`.
+/// Writes a staged batch into `tx`, and its revision where no row of it carries it.
 pub fn write(tx: &Transaction, staged: &StagedBatch) -> rusqlite::Result<()> {
     let mut upsert = tx.prepare_cached(UPSERT)?;
     let mut delete = tx.prepare_cached(DELETE)?;

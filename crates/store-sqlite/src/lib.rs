@@ -1,6 +1,6 @@
 //! SQLite store backend.
 //!
-//! SQLite holds only the current rows (`kv`) and the current revision (`meta`); the in-memory
+//! SQLite holds only the current rows and the current revision (see `layout`); the in-memory
 //! [`MemoryStore`] loaded at open serves every read and watch, so no read touches the disk.
 //! One writer thread owns the connection and commits whatever is queued as one transaction
 //! (group commit): one fsync acknowledges many writes. While callers have announced writes
