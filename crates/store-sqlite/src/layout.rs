@@ -2,7 +2,7 @@
 //! all at open, and writing one batch.
 //!
 //! Only current rows are kept (`kv`). The store revision is the newest row's, or the one in
-//! `meta` when a delete took it off the rows (see [`write`]). A row is keyed by its
+//! `meta` when a delete took it off the rows (see [`write()`]). A row is keyed by its
 //! create revision, which no two live keys share and which a key keeps for its life: new
 //! objects then append to the table's last leaf, and no index is needed, since the
 //! in-memory index answers every lookup by key. Values are LZ4-compressed (a KubeVirt

@@ -4,7 +4,7 @@
 //! [`MemoryStore`] loaded at open serves every read and watch, so no read touches the disk.
 //! One writer thread owns the connection and commits whatever is queued as one transaction
 //! (group commit): one fsync acknowledges many writes. While callers have announced writes
-//! that have not arrived yet (see [`WriteGauge`]) it waits up to [`MAX_LINGER`] for them, so
+//! that have not arrived yet (see [`WriteGauge`]) it waits up to `MAX_LINGER` for them, so
 //! they share the sync. A batch becomes visible to readers and watchers only after its
 //! commit, and callers are answered only after that.
 
