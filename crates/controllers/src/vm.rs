@@ -268,12 +268,13 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
         let failure = json!({"type": "Failure", "status": "True", "reason": "FailedCreate",
             "message": "Error fetching RunStrategy: running and runstrategy are mutually exclusive or missing",
             "lastTransitionTime": resources::now_rfc3339()});
-        return update_status(&vms, &vm, |status| {
+        let retry = update_status(&vms, &vm, |status| {
             let mut conditions = existing_conditions(&vm);
             resources::set_condition(&mut conditions, failure.clone());
             status.insert("conditions".into(), json!(conditions));
         })
-        .await;
+        .await?;
+        return Ok(next_sync(retry));
     };
     let observed = vmi.as_ref().map(vmi_state);
     let mut state = VmState {
@@ -369,7 +370,7 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
             .get("kubevirt.io/vm-generation")
             .and_then(|g| g.parse::<i64>().ok())
     });
-    update_status(&vms, &vm, |status| {
+    let retry = update_status(&vms, &vm, |status| {
         status.insert("printableStatus".into(), json!(printable));
         status.insert("created".into(), json!(vmi.is_some() || creating));
         let ready = vmi.as_ref().is_some_and(|v| condition_is(v, "Ready", "True"));
@@ -406,10 +407,24 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
         );
     })
     .await?;
-    Ok(match requeue {
+    // A status write lost to a conflict is retried even when the pass wanted no requeue.
+    Ok(next_sync(sooner(requeue, retry)))
+}
+
+/// Requeue after `after`, or wait for the next change.
+fn next_sync(after: Option<Duration>) -> Action {
+    match after {
         Some(after) => Action::requeue(after),
         None => Action::await_change(),
-    })
+    }
+}
+
+/// The earlier of two optional requeues.
+fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 fn existing_conditions(vm: &DynamicObject) -> Vec<Value> {
@@ -445,12 +460,13 @@ fn vm_conditions(vmi: Option<&DynamicObject>) -> Vec<Value> {
 }
 
 /// Writes the status fields `fill` sets (a `null` removes a field) when anything
-/// changed, ignoring condition timestamps for the comparison.
+/// changed, ignoring condition timestamps for the comparison. Returns when to sync
+/// again: soon after the write lost to a conflict (or found the VM gone), else `None`.
 async fn update_status(
     vms: &Api<DynamicObject>,
     vm: &DynamicObject,
     fill: impl FnOnce(&mut Map<String, Value>),
-) -> Result<Action, Error> {
+) -> Result<Option<Duration>, Error> {
     let current = vm
         .data
         .get("status")
@@ -480,7 +496,7 @@ async fn update_status(
         copy
     };
     if strip(&desired) == strip(&current) {
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     // Keep transition times of conditions whose status did not change.
     if let (Some(Value::Array(new)), Some(Value::Array(old))) =
@@ -500,9 +516,9 @@ async fn update_status(
         .patch_status(&vm.name_any(), &params_merge(), &Patch::Merge(&patch))
         .await
     {
-        Ok(_) => Ok(Action::await_change()),
+        Ok(_) => Ok(None),
         Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
-            Ok(Action::requeue(Duration::from_millis(50)))
+            Ok(Some(Duration::from_millis(50)))
         }
         Err(e) => Err(e.into()),
     }
@@ -512,5 +528,23 @@ fn params_merge() -> PatchParams {
     PatchParams {
         field_manager: Some(MANAGER.into()),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_status_write_keeps_its_retry() {
+        let ms = Duration::from_millis;
+        // The conflict retry of the status write wins over a later requeue, and is kept
+        // when the pass wanted none.
+        assert_eq!(sooner(Some(ms(1000)), Some(ms(50))), Some(ms(50)));
+        assert_eq!(sooner(None, Some(ms(50))), Some(ms(50)));
+        assert_eq!(sooner(Some(ms(100)), None), Some(ms(100)));
+        assert_eq!(sooner(None, None), None);
+        assert_eq!(next_sync(Some(ms(50))), Action::requeue(ms(50)));
+        assert_eq!(next_sync(None), Action::await_change());
     }
 }
