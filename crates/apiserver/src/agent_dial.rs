@@ -27,7 +27,8 @@ use crate::tls::TlsError;
 
 /// The Node annotation holding the hex SHA-256 of the agent's serving certificate
 /// (written by the node agent's endpoint).
-pub const FINGERPRINT_ANNOTATION: &str = "virtplane.io/agent-serving-cert-sha256";
+pub const FINGERPRINT_ANNOTATION: &str =
+    kubevirt_api::names::annotations::AGENT_SERVING_CERT_SHA256;
 
 /// Connect, TLS and websocket handshake together: a console request never hangs on a
 /// silent agent.

@@ -15,10 +15,9 @@ use crate::request::ResourcePath;
 
 pub const GROUP: &str = "subresources.kubevirt.io";
 
-/// Desired pause state of a VMI, read by its node agent.
-pub const PAUSE_ANNOTATION: &str = "virtplane.io/paused";
-/// Time of the latest soft-reboot request, read by the node agent.
-pub const SOFT_REBOOT_ANNOTATION: &str = "virtplane.io/soft-reboot-requested";
+use kubevirt_api::names::annotations::{
+    PAUSED as PAUSE_ANNOTATION, SOFT_REBOOT_REQUESTED as SOFT_REBOOT_ANNOTATION, UNPAUSE_REQUESTED,
+};
 
 /// Resources advertised in discovery for `subresources.kubevirt.io/v1`, as virt-api does.
 pub fn discovery_entries() -> Vec<crate::discovery::ExtraResource> {
@@ -567,7 +566,8 @@ async fn vmi_action(
 ) -> Result<Response, Status> {
     let running = phase(vmi) == "Running";
     let paused = is_paused(vmi);
-    let (key, value) = match verb {
+    let now = || chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let changes: Vec<(&str, Option<String>)> = match verb {
         "pause" => {
             if !running {
                 return Err(vmi_conflict(name, "VM is not running"));
@@ -586,7 +586,7 @@ async fn vmi_action(
                     &format!("Cannot pause VM '{name}' because it is currently being migrated"),
                 ));
             }
-            (PAUSE_ANNOTATION, Some("true".to_string()))
+            vec![(PAUSE_ANNOTATION, Some("true".to_string()))]
         }
         "unpause" => {
             if !running {
@@ -595,7 +595,7 @@ async fn vmi_action(
             if !paused {
                 return Err(vmi_conflict(name, "VMI is not paused"));
             }
-            (PAUSE_ANNOTATION, None)
+            vec![(PAUSE_ANNOTATION, None), (UNPAUSE_REQUESTED, Some(now()))]
         }
         _ => {
             if !running {
@@ -614,10 +614,7 @@ async fn vmi_action(
                     "VMI neither have the agent connected nor the ACPI feature enabled",
                 ));
             }
-            (
-                SOFT_REBOOT_ANNOTATION,
-                Some(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
-            )
+            vec![(SOFT_REBOOT_ANNOTATION, Some(now()))]
         }
     };
     let reg = registry
@@ -634,10 +631,12 @@ async fn vmi_action(
             meta.remove("resourceVersion");
             let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
             if let Some(map) = annotations.as_object_mut() {
-                match &value {
-                    Some(v) => map.insert(key.to_string(), json!(v)),
-                    None => map.remove(key),
-                };
+                for (key, value) in &changes {
+                    match value {
+                        Some(v) => map.insert(key.to_string(), json!(v)),
+                        None => map.remove(*key),
+                    };
+                }
             }
             Ok(Change::replace(new))
         })

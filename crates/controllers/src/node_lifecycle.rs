@@ -10,6 +10,8 @@ use kube::core::DynamicObject;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Value};
 
+use kubevirt_api::backoff::{object_key, Backoff};
+
 use crate::resources::{self, condition, str_at};
 
 const MANAGER: &str = "virt-node-lifecycle";
@@ -54,32 +56,56 @@ fn params() -> PatchParams {
     }
 }
 
+/// What the controller keeps between passes.
+#[derive(Default)]
+struct State {
+    seen: Seen,
+    /// Retry delays of node status writes that failed, by node name.
+    node_writes: Backoff<String>,
+    /// Retry delays of VMI writes that failed, by `namespace/name`.
+    vmi_writes: Backoff<String>,
+}
+
 pub async fn run(client: Client, grace: Duration) {
     let period = (grace / 4).clamp(Duration::from_millis(200), Duration::from_secs(5));
-    let mut seen = Seen::default();
+    let mut state = State::default();
     loop {
         tokio::time::sleep(period).await;
-        if let Err(e) = pass(&client, grace, &mut seen).await {
-            tracing::debug!("node lifecycle: {e}");
+        // The pass itself is not backed off: each one is a new look at the heartbeats,
+        // and a lost node is to be noticed as soon as the API answers again.
+        if let Err(e) = pass(&client, grace, &mut state).await {
+            tracing::warn!("node lifecycle: pass failed: {e}");
         }
     }
 }
 
-async fn pass(client: &Client, grace: Duration, seen: &mut Seen) -> Result<(), crate::Error> {
+/// One look at every node: a node silent for `grace` is marked NotReady and its VMIs
+/// failed. A failed write of one object is logged and retried with that object's
+/// backoff on a later pass, without holding up the others.
+async fn pass(client: &Client, grace: Duration, state: &mut State) -> Result<(), crate::Error> {
     let nodes = Api::<DynamicObject>::all_with(client.clone(), &resources::node());
     let now = Instant::now();
     let mut lost = Vec::new();
     let listed = nodes.list(&ListParams::default()).await?.items;
-    seen.0
+    state
+        .seen
+        .0
         .retain(|name, _| listed.iter().any(|n| &n.name_any() == name));
+    state
+        .node_writes
+        .retain(|name| listed.iter().any(|n| &n.name_any() == name));
     for node in listed {
         let ready = condition(&node, "Ready").map(|c| c["status"].clone());
-        let stale = seen.stale(&node.name_any(), last_heartbeat(&node), now, grace);
+        let stale = state
+            .seen
+            .stale(&node.name_any(), last_heartbeat(&node), now, grace);
         if !stale {
             continue;
         }
         lost.push(node.name_any());
-        if ready.as_ref() != Some(&json!("Unknown")) {
+        if ready.as_ref() != Some(&json!("Unknown"))
+            && !state.node_writes.waiting(&node.name_any(), now)
+        {
             let mut conditions: Vec<Value> = node
                 .data
                 .pointer("/status/conditions")
@@ -94,12 +120,23 @@ async fn pass(client: &Client, grace: Duration, seen: &mut Seen) -> Result<(), c
                 "lastTransitionTime": resources::now_rfc3339()}),
             );
             let patch = json!({"status": {"conditions": conditions}});
-            nodes
+            match nodes
                 .patch_status(&node.name_any(), &params(), &Patch::Merge(&patch))
-                .await?;
+                .await
+            {
+                Ok(_) => state.node_writes.succeeded(&node.name_any()),
+                Err(e) => {
+                    let retry = state.node_writes.failed(node.name_any());
+                    tracing::warn!(
+                        "node lifecycle: marking node {} NotReady failed, retrying in {retry:?}: {e}",
+                        node.name_any()
+                    );
+                }
+            }
         }
     }
     if lost.is_empty() {
+        state.vmi_writes.retain(|_| false);
         return Ok(());
     }
     let vmis =
@@ -111,12 +148,24 @@ async fn pass(client: &Client, grace: Duration, seen: &mut Seen) -> Result<(), c
         .into_iter()
         .filter(|v| str_at(v, "/status/nodeName").is_some_and(|n| lost.iter().any(|l| l == n)))
         .collect();
+    let key = |vmi: &DynamicObject| object_key(vmi.namespace().as_deref(), &vmi.name_any());
+    let keys: Vec<String> = orphaned.iter().map(key).collect();
+    state.vmi_writes.retain(|k| keys.contains(k));
+    let writes = &state.vmi_writes;
     futures::stream::iter(orphaned)
+        .filter(|vmi| futures::future::ready(!writes.waiting(&key(vmi), now)))
         .for_each_concurrent(8, |vmi| {
             let client = client.clone();
             async move {
-                if let Err(e) = fail_vmi(client, &vmi).await {
-                    tracing::debug!("node lifecycle: {}: {e}", vmi.name_any());
+                match fail_vmi(client, &vmi).await {
+                    Ok(()) => writes.succeeded(&key(&vmi)),
+                    Err(e) => {
+                        let retry = writes.failed(key(&vmi));
+                        tracing::warn!(
+                            "node lifecycle: failing VMI {} failed, retrying in {retry:?}: {e}",
+                            key(&vmi)
+                        );
+                    }
                 }
             }
         })

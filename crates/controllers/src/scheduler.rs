@@ -14,6 +14,7 @@ use kube::core::DynamicObject;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
+use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::quantity::Quantity;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify, Semaphore};
@@ -21,7 +22,7 @@ use tokio::sync::{mpsc, Notify, Semaphore};
 use crate::resources::{self, str_at};
 
 const MANAGER: &str = "virt-scheduler";
-const NODE_NAME_LABEL: &str = "kubevirt.io/nodeName";
+const NODE_NAME_LABEL: &str = kubevirt_api::names::labels::NODE_NAME;
 /// The CPU a vCPU requests by default: KubeVirt's cpuAllocationRatio of 10.
 const MILLICPU_PER_VCPU: i64 = 100;
 /// Scheduling writes (bindings, unschedulable reports) in flight at once.
@@ -255,6 +256,8 @@ struct Scheduler {
     in_flight: Arc<Semaphore>,
     /// Uids of VMIs whose binding failed, to be placed again.
     report: mpsc::UnboundedSender<String>,
+    /// Retry delays of VMIs whose step failed, by uid.
+    backoff: Arc<Backoff<String>>,
     failed: mpsc::UnboundedReceiver<String>,
     changed: Arc<Notify>,
 }
@@ -299,6 +302,7 @@ pub async fn run(client: Client) {
         report,
         failed,
         changed: changed.clone(),
+        backoff: Arc::new(Backoff::default()),
     };
     loop {
         let _ = tokio::time::timeout(Duration::from_secs(2), changed.notified()).await;
@@ -317,6 +321,24 @@ enum Step {
     },
     /// Deleted before it was ever placed: nothing runs it, so nothing else will let it go.
     ReleaseUnplaced { vmi: Arc<DynamicObject> },
+}
+
+impl Step {
+    fn vmi(&self) -> &DynamicObject {
+        match self {
+            Step::Bind { vmi, .. }
+            | Step::Unschedulable { vmi, .. }
+            | Step::ReleaseUnplaced { vmi } => vmi,
+        }
+    }
+
+    fn what(&self) -> &'static str {
+        match self {
+            Step::Bind { .. } => "binding",
+            Step::Unschedulable { .. } => "reporting unschedulable",
+            Step::ReleaseUnplaced { .. } => "releasing",
+        }
+    }
 }
 
 impl Scheduler {
@@ -339,6 +361,8 @@ impl Scheduler {
             .filter_map(|v| v.metadata.uid.as_deref())
             .collect();
         self.requested.retain(|uid, _| known.contains(uid.as_str()));
+        self.backoff.retain(|uid| known.contains(uid.as_str()));
+        let now = std::time::Instant::now();
         for vmi in vmis.iter().filter(|v| !is_final(v)) {
             if let Some(node) = node_of(vmi) {
                 let uid = vmi.metadata.uid.clone().unwrap_or_default();
@@ -376,11 +400,9 @@ impl Scheduler {
             .iter()
             .filter(|v| {
                 node_of(v).is_none()
-                    && !v
-                        .metadata
-                        .uid
-                        .as_ref()
-                        .is_some_and(|u| self.assumed.contains_key(u))
+                    && !v.metadata.uid.as_ref().is_some_and(|u| {
+                        self.assumed.contains_key(u) || self.backoff.waiting(u, now)
+                    })
             })
             .filter(|v| {
                 v.metadata.deletion_timestamp.is_some()
@@ -416,23 +438,39 @@ impl Scheduler {
         let planned = started.elapsed();
         let count = steps.len();
         // Steps run on their own (at most IN_FLIGHT at a time) so that the next pass can
-        // place what arrives meanwhile; `assumed` keeps it from placing a VMI twice, and a
-        // binding that fails comes back through `failed` and triggers a pass.
+        // place what arrives meanwhile; `assumed` keeps it from placing a VMI twice. A
+        // step that fails is retried after its VMI's backoff: a failed binding comes back
+        // through `failed`, and a pass is triggered when the delay is over.
         for step in steps {
             let Ok(permit) = self.in_flight.clone().acquire_owned().await else {
                 break;
             };
-            let (client, report, changed) = (
+            let (client, report, changed, backoff) = (
                 self.client.clone(),
                 self.report.clone(),
                 self.changed.clone(),
+                self.backoff.clone(),
             );
             tokio::spawn(async move {
-                if let Some(uid) = execute(client, step).await {
-                    let _ = report.send(uid);
-                    changed.notify_one();
-                }
+                let uid = step.vmi().uid().unwrap_or_default();
+                let key = object_key(step.vmi().namespace().as_deref(), &step.vmi().name_any());
+                let (what, bind) = (step.what(), matches!(step, Step::Bind { .. }));
+                let result = execute(client, step).await;
                 drop(permit);
+                match result {
+                    Ok(()) => backoff.succeeded(&uid),
+                    Err(e) => {
+                        let retry = backoff.failed(uid.clone());
+                        tracing::warn!(
+                            "scheduler: {what} {key} failed, retrying in {retry:?}: {e}"
+                        );
+                        if bind {
+                            let _ = report.send(uid);
+                        }
+                        tokio::time::sleep(retry).await;
+                        changed.notify_one();
+                    }
+                }
             });
         }
         tracing::debug!(
@@ -443,8 +481,8 @@ impl Scheduler {
     }
 }
 
-/// Carries out one step; returns the VMI uid when a binding did not happen.
-async fn execute(client: Client, step: Step) -> Option<String> {
+/// Carries out one step.
+async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
     let (vmi, patch) = match &step {
         Step::Bind { vmi, node } => {
             let mut transitions = vmi
@@ -475,7 +513,7 @@ async fn execute(client: Client, step: Step) -> Option<String> {
             let already = crate::resources::condition(vmi, "PodScheduled")
                 .is_some_and(|c| c["message"] == json!(message));
             if already && str_at(vmi, "/status/phase") == Some("Scheduling") {
-                return None;
+                return Ok(());
             }
             let mut conditions: Vec<Value> = vmi
                 .data
@@ -514,7 +552,7 @@ async fn execute(client: Client, step: Step) -> Option<String> {
                 .filter(|f| f.as_str() != kubevirt_api::defaults::VMI_FOREGROUND_FINALIZER)
                 .collect();
             if finalizers.len() == vmi.finalizers().len() && is_final(vmi) {
-                return None;
+                return Ok(());
             }
             (
                 vmi,
@@ -532,20 +570,9 @@ async fn execute(client: Client, step: Step) -> Option<String> {
         field_manager: Some(MANAGER.into()),
         ..Default::default()
     };
-    match api
-        .patch(&vmi.name_any(), &params, &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => None,
-        Err(e) => {
-            tracing::debug!(
-                "scheduler: {}/{}: {e}",
-                vmi.namespace().unwrap_or_default(),
-                vmi.name_any()
-            );
-            matches!(step, Step::Bind { .. }).then(|| vmi.uid().unwrap_or_default())
-        }
-    }
+    api.patch(&vmi.name_any(), &params, &Patch::Merge(&patch))
+        .await?;
+    Ok(())
 }
 
 /// A node as one JSON value for the pure functions above: its spec and status with the

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
@@ -20,6 +20,7 @@ use crate::run_strategy::{
     self, ChangeRequest, Phase, RunStrategy, StartFailure, VmState, VmiAction, VmiState,
 };
 use crate::Error;
+use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::resources::VM_CONTROLLER_FINALIZER as VM_FINALIZER;
 use kubevirt_api::vm_status;
 
@@ -31,6 +32,8 @@ struct Context {
     vmi: ApiResource,
     /// Every VMI, as the VMI watch last saw it.
     vmis: Store<Cached>,
+    /// Retry delays of VMs whose sync failed, by `namespace/name`.
+    backoff: Backoff<String>,
 }
 
 pub async fn run(client: Client) {
@@ -43,21 +46,34 @@ pub async fn run(client: Client) {
         vm: vm.clone(),
         vmi: vmi.clone(),
         vmis: vmi_reader,
+        backoff: Backoff::default(),
     });
     Controller::for_stream_with(vm_events.applied_objects(), vm_reader, vm)
         .owns_stream_with(vmi_events.touched_objects(), vmi)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!("vm controller: {e}");
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|result| {
+            match result {
+                Ok((vm, _)) => ctx
+                    .backoff
+                    .succeeded(&object_key(vm.namespace.as_deref(), &vm.name)),
+                // Deleted while queued: nothing left to retry.
+                Err(controller::Error::ObjectNotFound(vm)) => ctx
+                    .backoff
+                    .succeeded(&object_key(vm.namespace.as_deref(), &vm.name)),
+                // Logged by error_policy.
+                Err(controller::Error::ReconcilerFailed(..)) => {}
+                Err(e) => tracing::warn!("vm controller: {e}"),
             }
+            futures::future::ready(())
         })
         .await;
 }
 
-fn error_policy(_vm: Arc<Cached>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::debug!("vm reconcile failed: {error}");
-    Action::requeue(Duration::from_millis(500))
+fn error_policy(vm: Arc<Cached>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = object_key(vm.metadata.namespace.as_deref(), &vm.name_any());
+    let retry = ctx.backoff.failed(key.clone());
+    tracing::warn!("vm controller: sync of {key} failed, retrying in {retry:?}: {error}");
+    Action::requeue(retry)
 }
 
 fn strategy_of(vm: &DynamicObject) -> Option<RunStrategy> {

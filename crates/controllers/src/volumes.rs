@@ -9,9 +9,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
+use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::quantity::Quantity;
 use serde_json::{json, Value};
 
@@ -30,6 +31,8 @@ pub fn claim_resource() -> ApiResource {
 struct Context {
     client: Client,
     pool: PathBuf,
+    /// Retry delays of claims whose sync failed, by `namespace/name`.
+    backoff: Backoff<String>,
 }
 
 /// The file behind a claim.
@@ -39,18 +42,36 @@ pub fn claim_path(pool: &Path, namespace: &str, claim: &str) -> PathBuf {
 
 pub async fn run(client: Client, pool: PathBuf) {
     let api = Api::<DynamicObject>::all_with(client.clone(), &claim_resource());
-    let ctx = Arc::new(Context { client, pool });
+    let ctx = Arc::new(Context {
+        client,
+        pool,
+        backoff: Backoff::default(),
+    });
     Controller::new_with(api, watcher::Config::default(), claim_resource())
-        .run(
-            reconcile,
-            |_, error, _| {
-                tracing::debug!("volume controller: {error}");
-                Action::requeue(Duration::from_secs(1))
-            },
-            ctx,
-        )
-        .for_each(|_| futures::future::ready(()))
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|result| {
+            match result {
+                Ok((claim, _)) => ctx
+                    .backoff
+                    .succeeded(&object_key(claim.namespace.as_deref(), &claim.name)),
+                // Deleted while queued: nothing left to retry.
+                Err(controller::Error::ObjectNotFound(claim)) => ctx
+                    .backoff
+                    .succeeded(&object_key(claim.namespace.as_deref(), &claim.name)),
+                // Logged by error_policy.
+                Err(controller::Error::ReconcilerFailed(..)) => {}
+                Err(e) => tracing::warn!("volume controller: {e}"),
+            }
+            futures::future::ready(())
+        })
         .await;
+}
+
+fn error_policy(claim: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = object_key(claim.namespace().as_deref(), &claim.name_any());
+    let retry = ctx.backoff.failed(key.clone());
+    tracing::warn!("volume controller: sync of {key} failed, retrying in {retry:?}: {error}");
+    Action::requeue(retry)
 }
 
 fn params() -> PatchParams {

@@ -23,15 +23,15 @@ pub(crate) const DEFAULT_ARCHITECTURE: &str = "amd64";
 const PCI_TOPOLOGY_ANNOTATION: &str = "kubevirt.io/pci-topology-version";
 
 /// The label that ties a migration to its VMI; `virtctl migrate-cancel` selects by it.
-pub const MIGRATION_SELECTOR_LABEL: &str = "kubevirt.io/vmi-name";
+pub const MIGRATION_SELECTOR_LABEL: &str = crate::names::labels::VMI_NAME;
 
 /// The finalizer KubeVirt's VMI mutator adds. Whoever adds it (the API server on VMI create)
 /// needs the VMI controller to remove it once the VMI is final and its pods are gone.
-pub const VMI_FOREGROUND_FINALIZER: &str = "kubevirt.io/foregroundDeleteVirtualMachine";
+pub const VMI_FOREGROUND_FINALIZER: &str = crate::names::finalizers::VMI_FOREGROUND;
 
 /// The finalizer KubeVirt's migration mutator adds; the migration controller removes it when
 /// the migration is final.
-pub const MIGRATION_FINALIZER: &str = "kubevirt.io/migrationJobFinalize";
+pub const MIGRATION_FINALIZER: &str = crate::names::finalizers::MIGRATION;
 
 /// How the default interface (added when a VMI lists no networks) connects to the pod network.
 ///

@@ -2,9 +2,14 @@
 //!
 //! Everything here works on `serde_json::Value` objects as clients sent them, so a wrong JSON
 //! type anywhere becomes a field error instead of a deserialization failure or a panic.
+//!
+//! It is also where the controllers and the node agent share what both need
+//! ([`backoff`]).
 
 pub mod admission;
+pub mod backoff;
 pub mod defaults;
+pub mod names;
 pub mod resources;
 pub mod schema;
 pub mod vm_status;

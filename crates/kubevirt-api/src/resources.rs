@@ -25,7 +25,7 @@ const READY: PrinterColumn = PrinterColumn {
 };
 
 /// The VM controller's finalizer: it holds a VM until its VMI is gone.
-pub const VM_CONTROLLER_FINALIZER: &str = "kubevirt.io/virtualMachineControllerFinalize";
+pub const VM_CONTROLLER_FINALIZER: &str = crate::names::finalizers::VM_CONTROLLER;
 
 pub static VIRTUAL_MACHINE: ResourceInfo = ResourceInfo {
     group: GROUP,

@@ -29,7 +29,8 @@ use tokio_tungstenite::tungstenite::Message;
 /// The client the endpoint serves (the API server's `AGENT_CLIENT_USER`).
 pub const APISERVER_USER: &str = "system:virtplane-apiserver";
 /// The Node annotation with the hex SHA-256 of the serving certificate.
-pub const FINGERPRINT_ANNOTATION: &str = "virtplane.io/agent-serving-cert-sha256";
+pub const FINGERPRINT_ANNOTATION: &str =
+    kubevirt_api::names::annotations::AGENT_SERVING_CERT_SHA256;
 const PROTOCOL: &str = "plain.kubevirt.io";
 /// TLS and websocket handshakes each; a silent client holds no task for longer.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

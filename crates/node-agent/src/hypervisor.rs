@@ -30,6 +30,8 @@ pub struct GuestInfo {
     /// Where the ports of masquerade interfaces are forwarded from on the node
     /// (`status.portForwards` entries).
     pub port_forwards: Vec<serde_json::Value>,
+    /// How the vCPUs run (`kvm`, `tcg`), for `status.accelerator`.
+    pub accelerator: Option<&'static str>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,10 +45,30 @@ pub enum Started {
     },
 }
 
+/// Why a guest's vCPUs are stopped while it can still go on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PauseCause {
+    /// A pause command (ours: the user's pause, or a start with `startStrategy: Paused`).
+    Requested,
+    /// A disk request failed and the guest waits for storage to come back.
+    IoError,
+    /// Anything else that stopped the vCPUs.
+    Other,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Observed {
-    /// Still running; look again after this long (or when the backend signals).
+    /// The vCPUs run; look again after this long (or when the backend signals).
     Running { recheck: Duration },
+    /// The vCPUs are stopped, but resuming them can let the guest go on.
+    Paused {
+        cause: PauseCause,
+        message: String,
+        recheck: Duration,
+    },
+    /// The guest cannot go on (its accelerator failed, it panicked): the VMI fails, with
+    /// the hypervisor's own words in `message`.
+    Halted { reason: String, message: String },
     /// The guest is gone: powered off (`succeeded`) or crashed.
     Exited { succeeded: bool, reason: String },
 }
@@ -64,6 +86,11 @@ pub enum Stopping {
 pub trait Hypervisor: Send + Sync + 'static {
     /// `sim` or `qemu`, shown as a node label.
     fn kind(&self) -> &'static str;
+    /// How guests' vCPUs run (`kvm`, `tcg`), shown as a node label and in VMI status;
+    /// `None` for backends that run no vCPUs.
+    fn accel(&self) -> Option<&'static str> {
+        None
+    }
     /// CPU (millicores) and memory (bytes) this node offers.
     fn capacity(&self) -> (i64, i64);
     /// Readies disks and images; `sources` holds the ConfigMaps and Secrets the VMI's

@@ -42,6 +42,7 @@ pub async fn run(
         let spec = node::NodeSpec {
             name,
             hypervisor: hypervisor.kind(),
+            accel: hypervisor.accel(),
             millicpu,
             memory,
             address: &config.address,

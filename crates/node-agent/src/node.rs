@@ -5,6 +5,7 @@ use std::time::Duration;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::Api;
+use kubevirt_api::names::labels;
 use serde_json::json;
 
 pub fn node_resource() -> ApiResource {
@@ -26,6 +27,8 @@ fn params() -> PatchParams {
 pub struct NodeSpec<'a> {
     pub name: &'a str,
     pub hypervisor: &'a str,
+    /// How guests' vCPUs run here, for backends that run any.
+    pub accel: Option<&'a str>,
     pub millicpu: i64,
     pub memory: i64,
     pub address: &'a str,
@@ -46,7 +49,7 @@ pub async fn register(client: &kube::Client, spec: &NodeSpec<'_>) -> Result<(), 
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": spec.name, "labels": {
             "kubernetes.io/hostname": spec.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-            "kubevirt.io/schedulable": "true", "virtplane.io/hypervisor": spec.hypervisor}},
+            labels::SCHEDULABLE: "true"}},
         "spec": {},
     }))
     .map_err(kube::Error::SerdeError)?;
@@ -55,6 +58,12 @@ pub async fn register(client: &kube::Client, spec: &NodeSpec<'_>) -> Result<(), 
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => return Err(e),
     }
+    // Also on a Node that existed: the agent may have restarted with another backend or
+    // accelerator.
+    let labels = json!({"metadata": {"labels": {
+        labels::HYPERVISOR: spec.hypervisor, labels::ACCEL: spec.accel}}});
+    api.patch(spec.name, &params(), &Patch::Merge(&labels))
+        .await?;
     if let Some(endpoint) = spec.endpoint {
         let fingerprint = json!({"metadata": {"annotations": {
             crate::endpoint::FINGERPRINT_ANNOTATION: endpoint.fingerprint}}});

@@ -5,17 +5,20 @@
 use std::collections::HashMap;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use kube::core::DynamicObject;
 use kube::ResourceExt;
-use qemu::{Bus, Disk, DiskMedia, Firmware, Instance, KernelBoot, MachineSpec, Nic, PortForward};
+use qemu::{
+    Accel, Bus, CacheMode, Disk, DiskFormat, DiskMedia, Firmware, Instance, KernelBoot,
+    MachineSpec, Nic, NicModel, PortForward, Protocol, RunState, RunStatus, WatchdogAction,
+};
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
-use crate::hypervisor::{GuestInfo, Hypervisor, Observed, Prepared, Started, Stopping};
+use crate::hypervisor::{GuestInfo, Hypervisor, Observed, PauseCause, Prepared, Started, Stopping};
 use crate::images::Puller;
 use crate::volume_sources::VolumeSources;
 
@@ -32,97 +35,11 @@ pub struct QemuConfig {
     pub node_address: String,
     pub millicpu: i64,
     pub memory: i64,
+    /// How guests' vCPUs run on this node (chosen with `qemu::accel::choose`).
+    pub accel: Accel,
 }
 
 const OVMF_DIR: &str = "/usr/share/OVMF";
-
-/// Whether KVM can run guests here. An open `/dev/kvm` is not enough (nested setups
-/// may run real-mode code but no kernel), so a host kernel is booted with KVM and must
-/// reach its decompressor within three seconds. The answer is kept per host boot.
-pub fn kvm_usable(binary: &Path) -> bool {
-    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    let cache = std::env::temp_dir().join(format!("virtplane-kvm-probe-{}", boot_id.trim()));
-    if let Ok(answer) = std::fs::read_to_string(&cache) {
-        return answer.trim() == "kvm";
-    }
-    let usable = probe_kvm(binary);
-    let _ = std::fs::write(&cache, if usable { "kvm" } else { "tcg" });
-    usable
-}
-
-fn probe_kvm(binary: &Path) -> bool {
-    if std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .is_err()
-    {
-        return false;
-    }
-    let kernels = std::fs::read_dir("/boot")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path());
-    let Some(kernel) = kernels.into_iter().find(|p| {
-        p.file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz"))
-    }) else {
-        return false;
-    };
-    let log = std::env::temp_dir().join(format!("virtplane-kvm-probe-{}.log", std::process::id()));
-    let _ = std::fs::remove_file(&log);
-    let probe = std::process::Command::new(binary)
-        .args([
-            "-accel",
-            "kvm",
-            "-cpu",
-            "host",
-            "-machine",
-            "pc",
-            "-m",
-            "128",
-            "-nodefaults",
-            "-display",
-            "none",
-            "-no-reboot",
-        ])
-        .arg("-serial")
-        .arg(format!("file:{}", log.display()))
-        .arg("-kernel")
-        .arg(&kernel)
-        .args(["-append", "console=ttyS0 earlyprintk=ttyS0 panic=-1"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn();
-    let Ok(mut child) = probe else { return false };
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let mut usable = false;
-    while Instant::now() < deadline {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if [
-            "Decompressing",
-            "KASLR",
-            "Linux version",
-            "Booting the kernel",
-        ]
-        .iter()
-        .any(|m| text.contains(m))
-        {
-            usable = true;
-            break;
-        }
-        if matches!(child.try_wait(), Ok(Some(_))) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_file(&log);
-    usable
-}
 
 /// A port forward handed out: (interface, ports entry name, node port, guest port).
 type Forward = (String, String, u16, u16);
@@ -135,11 +52,15 @@ struct Running {
     stop_started: Option<Instant>,
 }
 
+/// One VMI's QEMU behind a lock of its own: a slow QMP call (a frozen QEMU, a long block
+/// job) on one VMI never holds up another.
+type Slot = Arc<tokio::sync::Mutex<Option<Running>>>;
+
 pub struct Qemu {
     config: QemuConfig,
-    kvm: bool,
     puller: Puller,
-    running: tokio::sync::Mutex<HashMap<String, Running>>,
+    /// By VMI uid. The map's lock is held only to find a slot, never across an await.
+    slots: Mutex<HashMap<String, Slot>>,
     /// Port forwards handed out, by VMI uid.
     forwards: Mutex<HashMap<String, Vec<Forward>>>,
     /// Files pulled for a VMI, by (uid, image, wanted paths): start asks for what prepare
@@ -197,7 +118,7 @@ async fn qemu_img(args: &[&str]) -> Result<(), String> {
 }
 
 /// Detects qcow2 by its magic; anything else is raw.
-fn image_format(path: &Path) -> &'static str {
+fn image_format(path: &Path) -> DiskFormat {
     use std::io::Read;
     let mut magic = [0u8; 4];
     let qcow = std::fs::File::open(path)
@@ -205,9 +126,9 @@ fn image_format(path: &Path) -> &'static str {
         .is_ok()
         && &magic == b"QFI\xfb";
     if qcow {
-        "qcow2"
+        DiskFormat::Qcow2
     } else {
-        "raw"
+        DiskFormat::Raw
     }
 }
 
@@ -232,11 +153,6 @@ fn mac_for(uid: &str, index: usize) -> String {
 
 impl Qemu {
     pub fn new(config: QemuConfig) -> Qemu {
-        let kvm = kvm_usable(&config.binary);
-        tracing::info!(
-            "QEMU node agent: {} acceleration",
-            if kvm { "KVM" } else { "software (TCG)" }
-        );
         let puller = Puller::new(
             config.image_cache.clone(),
             config.insecure_registries.clone(),
@@ -244,9 +160,8 @@ impl Qemu {
         let (changes, _) = broadcast::channel(256);
         Qemu {
             config,
-            kvm,
             puller,
-            running: tokio::sync::Mutex::new(HashMap::new()),
+            slots: Mutex::new(HashMap::new()),
             forwards: Mutex::new(HashMap::new()),
             pulled: Mutex::new(HashMap::new()),
             changes,
@@ -302,7 +217,7 @@ impl Qemu {
         vmi: &DynamicObject,
         volume: &Value,
         sources: &VolumeSources,
-    ) -> Result<(PathBuf, String), Prepared> {
+    ) -> Result<(PathBuf, DiskFormat), Prepared> {
         let dir = self.dir(vmi);
         let name = volume["name"].as_str().unwrap_or("volume");
         if let Some(cd) = volume.get("containerDisk") {
@@ -325,7 +240,7 @@ impl Qemu {
             let overlay = dir.join(format!("{name}.qcow2"));
             if !overlay.exists() {
                 let base_text = base.display().to_string();
-                let format = image_format(&base);
+                let format = image_format(&base).as_str();
                 let overlay_text = overlay.display().to_string();
                 qemu_img(&[
                     "create",
@@ -341,7 +256,7 @@ impl Qemu {
                 .await
                 .map_err(|e| failed("FailedCreate", e))?;
             }
-            return Ok((overlay, "qcow2".into()));
+            return Ok((overlay, DiskFormat::Qcow2));
         }
         if let Some(empty) = volume.get("emptyDisk") {
             let capacity = empty["capacity"]
@@ -362,7 +277,7 @@ impl Qemu {
                 .await
                 .map_err(|e| failed("FailedCreate", e))?;
             }
-            return Ok((path, "qcow2".into()));
+            return Ok((path, DiskFormat::Qcow2));
         }
         if let Some(source) = volume
             .get("cloudInitNoCloud")
@@ -374,7 +289,7 @@ impl Qemu {
             let path = dir.join(format!("{name}-seed.img"));
             crate::seed::write_fat_image(&path, seed.label, &seed.files)
                 .map_err(|e| failed("FailedCreate", format!("seed disk: {e}")))?;
-            return Ok((path, "raw".into()));
+            return Ok((path, DiskFormat::Raw));
         }
         if let Some(sysprep) = volume.get("sysprep") {
             let (_, _, files) = sources.sysprep(sysprep).ok_or_else(|| {
@@ -387,7 +302,7 @@ impl Qemu {
             crate::sysprep::write_iso(&dir.join(format!("{name}-sysprep")), &iso, files)
                 .await
                 .map_err(|e| failed("FailedCreate", format!("volume {name}: {e}")))?;
-            return Ok((iso, "raw".into()));
+            return Ok((iso, DiskFormat::Raw));
         }
         if let Some(host) = volume.get("hostDisk") {
             let path = PathBuf::from(host["path"].as_str().unwrap_or(""));
@@ -429,7 +344,7 @@ impl Qemu {
                     )
                 })?;
             }
-            let format = image_format(&path).to_string();
+            let format = image_format(&path);
             return Ok((path, format));
         }
         let claim = volume
@@ -455,7 +370,7 @@ impl Qemu {
                     ),
                 ));
             }
-            let format = image_format(&path).to_string();
+            let format = image_format(&path);
             return Ok((path, format));
         }
         Err(failed(
@@ -541,7 +456,9 @@ impl Qemu {
             .and_then(Value::as_str)
             .unwrap_or("host-model")
         {
-            "host-model" | "host-passthrough" if self.kvm => "host".to_string(),
+            "host-model" | "host-passthrough" if self.config.accel == Accel::Kvm => {
+                "host".to_string()
+            }
             // Software emulation has no host CPU to copy; `max` offers every feature TCG has.
             "host-model" | "host-passthrough" => "max".to_string(),
             named => named.to_string(),
@@ -683,7 +600,7 @@ impl Qemu {
                 cache: disk
                     .get("cache")
                     .and_then(Value::as_str)
-                    .map(str::to_string),
+                    .and_then(CacheMode::parse),
             });
         }
         let uid = vmi.uid().unwrap_or_default();
@@ -712,17 +629,12 @@ impl Qemu {
                     format!("interface {name}: only the masquerade binding on the pod network is available on virtplane nodes (bridge needs host taps, which this node does not create)"),
                 ));
             }
-            let model = match iface["model"].as_str().unwrap_or("virtio") {
-                "virtio" => "virtio-net-pci",
-                "e1000" => "e1000",
-                "e1000e" => "e1000e",
-                "rtl8139" => "rtl8139",
-                other => {
-                    return Err(start_failed(
-                        "FailedCreate",
-                        format!("interface {name}: model {other} is not available"),
-                    ))
-                }
+            let requested = iface["model"].as_str().unwrap_or("virtio");
+            let Some(model) = NicModel::parse(requested) else {
+                return Err(start_failed(
+                    "FailedCreate",
+                    format!("interface {name}: model {requested} is not available"),
+                ));
             };
             let mut nic_forwards = Vec::new();
             for port in iface
@@ -732,10 +644,10 @@ impl Qemu {
                 .unwrap_or_default()
             {
                 let guest_port = port["port"].as_u64().unwrap_or(0) as u16;
-                let protocol = port["protocol"]
-                    .as_str()
-                    .unwrap_or("TCP")
-                    .to_ascii_lowercase();
+                let protocol = match port["protocol"].as_str().unwrap_or("TCP") {
+                    p if p.eq_ignore_ascii_case("udp") => Protocol::Udp,
+                    _ => Protocol::Tcp,
+                };
                 let host_port = free_port(&self.config.node_address).ok_or_else(|| {
                     start_failed(
                         "FailedCreate",
@@ -743,7 +655,7 @@ impl Qemu {
                     )
                 })?;
                 nic_forwards.push(PortForward {
-                    protocol: protocol.clone(),
+                    protocol,
                     host_address: self.config.node_address.clone(),
                     host_port,
                     guest_port,
@@ -757,7 +669,7 @@ impl Qemu {
             }
             nics.push(Nic {
                 id: name,
-                model: model.into(),
+                model,
                 mac: iface["macAddress"]
                     .as_str()
                     .map(str::to_string)
@@ -775,9 +687,18 @@ impl Qemu {
             .insert(uid.clone(), forwards);
         let kernel_boot = self.kernel_boot(vmi).await?;
         let devices = domain.get("devices").cloned().unwrap_or(Value::Null);
-        let watchdog = devices
-            .pointer("/watchdog/i6300esb")
-            .map(|w| w["action"].as_str().unwrap_or("reset").to_string());
+        let watchdog = match devices.pointer("/watchdog/i6300esb") {
+            None => None,
+            Some(w) => {
+                let action = w["action"].as_str().unwrap_or("reset");
+                Some(WatchdogAction::parse(action).ok_or_else(|| {
+                    start_failed(
+                        "FailedCreate",
+                        format!("watchdog action {action} is not available"),
+                    )
+                })?)
+            }
+        };
         let graphics = devices
             .get("autoattachGraphicsDevice")
             .and_then(Value::as_bool)
@@ -794,7 +715,7 @@ impl Qemu {
                 .and_then(Value::as_str)
                 .map(str::to_string),
             machine_type,
-            kvm: self.kvm,
+            accel: self.config.accel,
             cpu_model,
             sockets: get_u32("/cpu/sockets"),
             cores: get_u32("/cpu/cores"),
@@ -817,43 +738,122 @@ impl Qemu {
         })
     }
 
+    /// The slot of a VMI, created empty on first use.
+    fn slot(&self, vmi: &DynamicObject) -> Slot {
+        self.slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(vmi.uid().unwrap_or_default())
+            .or_default()
+            .clone()
+    }
+
     /// The running instance of a VMI, adopting one a previous agent started.
     async fn instance<'a>(
         &self,
-        running: &'a mut HashMap<String, Running>,
+        slot: &'a mut Option<Running>,
         vmi: &DynamicObject,
     ) -> Option<&'a mut Running> {
-        let uid = vmi.uid().unwrap_or_default();
-        if !running.contains_key(&uid) {
+        if slot.is_none() {
             let dir = self.dir(vmi);
             let instance = Instance::adopt(&dir.join("qemu.pid"), &dir.join("qmp.sock")).await?;
             tracing::info!(
-                "adopted QEMU {} of {}/{}",
+                "adopted QEMU {} of {}/{} ({})",
                 instance.pid,
                 vmi.namespace().unwrap_or_default(),
-                vmi.name_any()
+                vmi.name_any(),
+                instance.run_status().state.as_str()
             );
-            self.watch_exit(vmi, &instance);
-            running.insert(
-                uid.clone(),
-                Running {
-                    instance,
-                    stop_started: None,
-                },
-            );
+            self.watch_run_state(vmi, &instance);
+            *slot = Some(Running {
+                instance,
+                stop_started: None,
+            });
         }
-        running.get_mut(&uid)
+        slot.as_mut()
     }
 
-    /// Tells the agent as soon as QEMU exits.
-    fn watch_exit(&self, vmi: &DynamicObject, instance: &Instance) {
-        let mut events = instance.qmp.events();
+    /// Tells the agent as soon as the guest's run state changes or QEMU exits.
+    fn watch_run_state(&self, vmi: &DynamicObject, instance: &Instance) {
+        let mut status = instance.run_status_changes();
         let key = (vmi.namespace().unwrap_or_default(), vmi.name_any());
         let changes = self.changes.clone();
         tokio::spawn(async move {
-            while events.recv().await.is_ok() {}
-            let _ = changes.send(key);
+            loop {
+                let ended = status.changed().await.is_err() || status.borrow().closed;
+                // No receiver means no agent loop listens yet: nothing to tell.
+                let _ = changes.send(key.clone());
+                if ended {
+                    break;
+                }
+            }
         });
+    }
+
+    /// What QEMU's own log says about a failure (the lines that name it).
+    fn qemu_words(&self, vmi: &DynamicObject, needles: &[&str]) -> Option<String> {
+        let log = std::fs::read_to_string(self.dir(vmi).join("qemu.log")).ok()?;
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| needles.iter().any(|n| l.contains(n)))
+            .map(str::trim)
+            .collect();
+        let mut unique: Vec<&str> = Vec::new();
+        for line in lines {
+            if !unique.contains(&line) {
+                unique.push(line);
+            }
+        }
+        (!unique.is_empty()).then(|| unique.join(" / "))
+    }
+
+    /// Turns QEMU's run state into what the agent reports.
+    fn observed(&self, vmi: &DynamicObject, status: &RunStatus) -> Observed {
+        let recheck = Duration::from_secs(10);
+        match &status.state {
+            RunState::Running | RunState::Suspended => Observed::Running { recheck },
+            RunState::Paused | RunState::Prelaunch => Observed::Paused {
+                cause: PauseCause::Requested,
+                message: "the guest's vCPUs are stopped".into(),
+                recheck,
+            },
+            RunState::IoError => Observed::Paused {
+                cause: PauseCause::IoError,
+                message: status
+                    .io_error
+                    .clone()
+                    .unwrap_or_else(|| "a disk reported an I/O error".into()),
+                recheck,
+            },
+            RunState::InternalError => Observed::Halted {
+                reason: "InternalError".into(),
+                message: format!(
+                    "the guest's vCPUs stopped: QEMU run state internal-error ({} could not run the guest): {}",
+                    self.config.accel,
+                    self.qemu_words(vmi, &["internal error", "emulation failure", "Suberror"])
+                        .unwrap_or_else(|| "no message in QEMU's log".into())
+                ),
+            },
+            RunState::GuestPanicked => Observed::Halted {
+                reason: "GuestPanicked".into(),
+                message: "the guest kernel panicked (QEMU run state guest-panicked)".into(),
+            },
+            RunState::Shutdown => Observed::Halted {
+                reason: "GuestShutdown".into(),
+                message: format!(
+                    "the guest shut down ({}) and QEMU kept it stopped",
+                    status.shutdown_reason.as_deref().unwrap_or("unknown reason")
+                ),
+            },
+            other => Observed::Paused {
+                cause: PauseCause::Other,
+                message: format!(
+                    "the guest's vCPUs are stopped (QEMU run state {})",
+                    other.as_str()
+                ),
+                recheck,
+            },
+        }
     }
 }
 
@@ -861,6 +861,10 @@ impl Qemu {
 impl Hypervisor for Qemu {
     fn kind(&self) -> &'static str {
         "qemu"
+    }
+
+    fn accel(&self) -> Option<&'static str> {
+        Some(self.config.accel.as_str())
     }
 
     fn capacity(&self) -> (i64, i64) {
@@ -895,7 +899,8 @@ impl Hypervisor for Qemu {
     }
 
     async fn start(&self, vmi: &DynamicObject, sources: &VolumeSources) -> Started {
-        let mut running = self.running.lock().await;
+        let slot = self.slot(vmi);
+        let mut running = slot.lock().await;
         // Never a second QEMU for one VMI: adopt what runs already.
         if self.instance(&mut running, vmi).await.is_none() {
             let began = Instant::now();
@@ -924,15 +929,13 @@ impl Hypervisor for Qemu {
                 vmi.name_any(),
                 began.elapsed()
             );
-            self.watch_exit(vmi, &instance);
-            running.insert(
-                vmi.uid().unwrap_or_default(),
-                Running {
-                    instance,
-                    stop_started: None,
-                },
-            );
+            self.watch_run_state(vmi, &instance);
+            *running = Some(Running {
+                instance,
+                stop_started: None,
+            });
         }
+        drop(running);
         let uid = vmi.uid().unwrap_or_default();
         let forwards = self
             .forwards
@@ -975,11 +978,13 @@ impl Hypervisor for Qemu {
             machine,
             live_migratable: false,
             port_forwards,
+            accelerator: Some(self.config.accel.as_str()),
         })
     }
 
     async fn observe(&self, vmi: &DynamicObject) -> Observed {
-        let mut running = self.running.lock().await;
+        let slot = self.slot(vmi);
+        let mut running = slot.lock().await;
         let Some(entry) = self.instance(&mut running, vmi).await else {
             return Observed::Exited {
                 succeeded: false,
@@ -989,7 +994,7 @@ impl Hypervisor for Qemu {
         if entry.instance.exited() {
             let reason = entry.instance.shutdown_reason();
             let succeeded = reason.as_deref() == Some("guest-shutdown");
-            running.remove(&vmi.uid().unwrap_or_default());
+            *running = None;
             return Observed::Exited {
                 succeeded,
                 reason: if succeeded {
@@ -1002,39 +1007,43 @@ impl Hypervisor for Qemu {
                 },
             };
         }
-        Observed::Running {
-            recheck: Duration::from_secs(10),
-        }
+        let status = entry.instance.run_status();
+        self.observed(vmi, &status)
     }
 
     async fn stop(&self, vmi: &DynamicObject, grace: Duration) -> Stopping {
-        let mut running = self.running.lock().await;
-        let uid = vmi.uid().unwrap_or_default();
+        let slot = self.slot(vmi);
+        let mut running = slot.lock().await;
         let Some(entry) = self.instance(&mut running, vmi).await else {
             return Stopping::Done { succeeded: true };
         };
         if entry.instance.exited() {
             let succeeded = entry.instance.shutdown_reason().as_deref() == Some("guest-shutdown");
-            running.remove(&uid);
+            *running = None;
             return Stopping::Done { succeeded };
         }
         let first = entry.stop_started.is_none();
         let started = *entry.stop_started.get_or_insert_with(Instant::now);
         if first && !grace.is_zero() {
             if let Err(e) = entry.instance.power_down().await {
-                tracing::debug!("ACPI power-down of {}: {e}", vmi.name_any());
+                tracing::warn!(
+                    "ACPI power-down of {}/{}: {e}; it is killed when its grace period ends",
+                    vmi.namespace().unwrap_or_default(),
+                    vmi.name_any()
+                );
             }
         }
         if started.elapsed() >= grace {
             entry.instance.kill();
-            running.remove(&uid);
+            *running = None;
             return Stopping::Done { succeeded: false };
         }
         Stopping::Pending(Duration::from_millis(200))
     }
 
     async fn set_paused(&self, vmi: &DynamicObject, paused: bool) -> Result<(), String> {
-        let mut running = self.running.lock().await;
+        let slot = self.slot(vmi);
+        let mut running = slot.lock().await;
         let entry = self
             .instance(&mut running, vmi)
             .await
@@ -1048,7 +1057,8 @@ impl Hypervisor for Qemu {
     }
 
     async fn soft_reboot(&self, vmi: &DynamicObject) -> Result<(), String> {
-        let mut running = self.running.lock().await;
+        let slot = self.slot(vmi);
+        let mut running = slot.lock().await;
         let entry = self
             .instance(&mut running, vmi)
             .await
@@ -1064,12 +1074,19 @@ impl Hypervisor for Qemu {
     }
 
     async fn cleanup(&self, vmi: &DynamicObject) {
-        let mut running = self.running.lock().await;
         let uid = vmi.uid().unwrap_or_default();
-        if let Some(entry) = self.instance(&mut running, vmi).await {
-            entry.instance.kill();
+        let slot = self.slot(vmi);
+        {
+            let mut running = slot.lock().await;
+            if let Some(entry) = self.instance(&mut running, vmi).await {
+                entry.instance.kill();
+            }
+            *running = None;
         }
-        running.remove(&uid);
+        self.slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&uid);
         self.forwards
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -1078,7 +1095,16 @@ impl Hypervisor for Qemu {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|(owner, _, _), _| *owner != uid);
-        let _ = std::fs::remove_dir_all(self.dir(vmi));
+        if let Err(e) = std::fs::remove_dir_all(self.dir(vmi)) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(
+                    "removing {} of {}/{}: {e}",
+                    self.dir(vmi).display(),
+                    vmi.namespace().unwrap_or_default(),
+                    vmi.name_any()
+                );
+            }
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use kube::core::DynamicObject;
 use kube::ResourceExt;
 
-use crate::hypervisor::{GuestInfo, Hypervisor, Observed, Prepared, Started, Stopping};
+use crate::hypervisor::{GuestInfo, Hypervisor, Observed, PauseCause, Prepared, Started, Stopping};
 use crate::volume_sources::VolumeSources;
 
 #[derive(Clone, Debug)]
@@ -142,6 +142,7 @@ impl Hypervisor for Sim {
                 machine: "pc-q35-sim".into(),
                 live_migratable: true,
                 port_forwards: Vec::new(),
+                accelerator: None,
             })
         })
     }
@@ -169,6 +170,13 @@ impl Hypervisor for Sim {
                         Some(left) => recheck = recheck.min(left),
                     }
                 }
+            }
+            if g.paused {
+                return Observed::Paused {
+                    cause: PauseCause::Requested,
+                    message: "the guest's vCPUs are stopped".into(),
+                    recheck,
+                };
             }
             Observed::Running { recheck }
         })

@@ -15,21 +15,26 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Map, Value};
 
-use crate::hypervisor::{GuestInfo, Hypervisor, Observed, Prepared, Started, Stopping};
+use crate::hypervisor::{GuestInfo, Hypervisor, Observed, PauseCause, Prepared, Started, Stopping};
 use crate::volume_sources::{SourceError, VolumeSources};
 
-/// Set on a VMI by the pause/unpause subresources: the desired pause state.
-const PAUSE_ANNOTATION: &str = "virtplane.io/paused";
-/// Set by the softreboot subresource; we record the last one carried out.
-const SOFT_REBOOT_ANNOTATION: &str = "virtplane.io/soft-reboot-requested";
-const SOFT_REBOOT_DONE_ANNOTATION: &str = "virtplane.io/soft-reboot-done";
-const FOREGROUND_FINALIZER: &str = "kubevirt.io/foregroundDeleteVirtualMachine";
+use kubevirt_api::names::annotations::{
+    PAUSED as PAUSE_ANNOTATION, SOFT_REBOOT_DONE as SOFT_REBOOT_DONE_ANNOTATION,
+    SOFT_REBOOT_REQUESTED as SOFT_REBOOT_ANNOTATION, UNPAUSE_DONE, UNPAUSE_REQUESTED,
+};
+use kubevirt_api::names::conditions::{
+    MESSAGE_PAUSED_BY_USER, MESSAGE_PAUSED_IO_ERROR, PAUSED, READY, REASON_GUEST_NOT_RUNNING,
+    REASON_PAUSED_BY_USER, REASON_PAUSED_IO_ERROR,
+};
+use kubevirt_api::names::finalizers::VMI_FOREGROUND as FOREGROUND_FINALIZER;
 const DEFAULT_GRACE_SECONDS: u64 = 30;
 
 struct Context {
     client: Client,
     nodes: HashSet<String>,
     hypervisor: Arc<dyn Hypervisor>,
+    /// Retry delays of VMIs whose sync failed, by `namespace/name`.
+    backoff: kubevirt_api::backoff::Backoff<String>,
 }
 
 fn vmi_resource() -> ApiResource {
@@ -51,6 +56,7 @@ pub async fn run(client: Client, nodes: Vec<String>, hypervisor: Arc<dyn Hypervi
         client,
         nodes: nodes.into_iter().collect(),
         hypervisor,
+        backoff: Default::default(),
     });
     let mut controller = Controller::new_with(api, config, vmi_resource());
     if let Some(changes) = changes {
@@ -62,18 +68,30 @@ pub async fn run(client: Client, nodes: Vec<String>, hypervisor: Arc<dyn Hypervi
         controller = controller.reconcile_on(triggers);
     }
     controller
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::debug!("node agent: {e}");
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|result| {
+            use kube::runtime::controller::Error;
+            let key = |vmi: &ObjectRef<DynamicObject>| {
+                kubevirt_api::backoff::object_key(vmi.namespace.as_deref(), &vmi.name)
+            };
+            match result {
+                Ok((vmi, _)) => ctx.backoff.succeeded(&key(&vmi)),
+                // Deleted while queued: nothing left to retry.
+                Err(Error::ObjectNotFound(vmi)) => ctx.backoff.succeeded(&key(&vmi)),
+                // Logged by error_policy.
+                Err(Error::ReconcilerFailed(..)) => {}
+                Err(e) => tracing::warn!("node agent: {e}"),
             }
+            futures::future::ready(())
         })
         .await;
 }
 
-fn error_policy(_vmi: Arc<DynamicObject>, error: &kube::Error, _ctx: Arc<Context>) -> Action {
-    tracing::debug!("node agent reconcile failed: {error}");
-    Action::requeue(Duration::from_millis(500))
+fn error_policy(vmi: Arc<DynamicObject>, error: &kube::Error, ctx: Arc<Context>) -> Action {
+    let key = kubevirt_api::backoff::object_key(vmi.namespace().as_deref(), &vmi.name_any());
+    let retry = ctx.backoff.failed(key.clone());
+    tracing::warn!("node agent: sync of {key} failed, retrying in {retry:?}: {error}");
+    Action::requeue(retry)
 }
 
 fn now() -> String {
@@ -202,6 +220,9 @@ fn running_status(vmi: &DynamicObject, info: &GuestInfo, paused: bool) -> Map<St
         .collect();
     status.insert("interfaces".into(), json!(interfaces));
     status.insert("machine".into(), json!({"type": info.machine}));
+    if let Some(accel) = info.accelerator {
+        status.insert("accelerator".into(), json!(accel));
+    }
     if !info.port_forwards.is_empty() {
         status.insert("portForwards".into(), json!(info.port_forwards));
     }
@@ -433,69 +454,182 @@ async fn start(
     }
 }
 
-/// A running VMI: carry out pause and soft-reboot requests, and notice the guest ending.
+/// What a running VMI's Ready and Paused conditions say about its vCPUs.
+#[derive(Debug, PartialEq)]
+enum VcpuReport<'a> {
+    Running,
+    Paused { reason: &'a str, message: &'a str },
+}
+
+/// Sets Ready and Paused to match what the hypervisor observed; `None` when they already do.
+fn report_vcpus(vmi: &DynamicObject, report: &VcpuReport<'_>) -> Option<Vec<Value>> {
+    let before = conditions(vmi);
+    let mut list = before.clone();
+    match report {
+        VcpuReport::Running => {
+            list.retain(|c| c["type"] != PAUSED);
+            set_condition(&mut list, READY, "True", "", "");
+        }
+        VcpuReport::Paused { reason, message } => {
+            set_condition(&mut list, PAUSED, "True", reason, message);
+            let ready_message = if *reason == REASON_PAUSED_BY_USER {
+                "the guest is paused"
+            } else {
+                message
+            };
+            set_condition(
+                &mut list,
+                READY,
+                "False",
+                REASON_GUEST_NOT_RUNNING,
+                ready_message,
+            );
+        }
+    }
+    (list != before).then_some(list)
+}
+
+/// A running VMI: carry out pause, unpause and soft-reboot requests, report what the
+/// guest's vCPUs do, and notice the guest ending.
 async fn running(
     vmi: &DynamicObject,
     writer: &Writer<'_>,
     hv: &dyn Hypervisor,
 ) -> Result<Action, kube::Error> {
-    let want_paused = vmi.annotations().get(PAUSE_ANNOTATION).map(String::as_str) == Some("true");
-    let is_paused = conditions(vmi)
-        .iter()
-        .any(|c| c["type"] == "Paused" && c["status"] == "True");
-    if want_paused != is_paused {
-        if let Err(e) = hv.set_paused(vmi, want_paused).await {
-            tracing::warn!("pausing {} failed: {e}", vmi.name_any());
-            return Ok(Action::requeue(Duration::from_secs(5)));
-        }
-        let mut list = conditions(vmi);
-        if want_paused {
-            set_condition(
-                &mut list,
-                "Paused",
-                "True",
-                "PausedByUser",
-                "VMI was paused by user",
-            );
-            set_condition(
-                &mut list,
-                "Ready",
-                "False",
-                "GuestNotRunning",
-                "the guest is paused",
-            );
-        } else {
-            list.retain(|c| c["type"] != "Paused");
-            set_condition(&mut list, "Ready", "True", "", "");
-        }
-        return writer.patch(json!({"status": {"conditions": list}})).await;
-    }
-    let requested = vmi.annotations().get(SOFT_REBOOT_ANNOTATION);
-    if requested.is_some() && requested != vmi.annotations().get(SOFT_REBOOT_DONE_ANNOTATION) {
+    let annotations = vmi.annotations();
+    let want_paused = annotations.get(PAUSE_ANNOTATION).map(String::as_str) == Some("true");
+    let unpause = annotations
+        .get(UNPAUSE_REQUESTED)
+        .filter(|r| annotations.get(UNPAUSE_DONE) != Some(*r));
+    let requested = annotations.get(SOFT_REBOOT_ANNOTATION);
+    if requested.is_some() && requested != annotations.get(SOFT_REBOOT_DONE_ANNOTATION) {
         if let Err(e) = hv.soft_reboot(vmi).await {
-            tracing::warn!("soft reboot of {} failed: {e}", vmi.name_any());
+            // Not recorded as done: tried again until the guest takes it.
+            tracing::warn!(
+                "soft reboot of {}/{} failed: {e}; trying again",
+                vmi.namespace().unwrap_or_default(),
+                vmi.name_any()
+            );
+            return Ok(Action::requeue(Duration::from_secs(5)));
         }
         return writer
             .patch(json!({"metadata": {"annotations": {SOFT_REBOOT_DONE_ANNOTATION: requested}}}))
             .await;
     }
-    match hv.observe(vmi).await {
-        Observed::Running { recheck } => Ok(Action::requeue(recheck)),
+    let (report, recheck) = match hv.observe(vmi).await {
         Observed::Exited { succeeded, reason } => {
             let mut status = enter_phase(vmi, if succeeded { "Succeeded" } else { "Failed" });
             status.insert("reason".into(), json!(reason));
             let mut list = conditions(vmi);
             set_condition(
                 &mut list,
-                "Ready",
+                READY,
                 "False",
-                "GuestNotRunning",
+                REASON_GUEST_NOT_RUNNING,
                 "Guest VM is not reported as running",
             );
-            list.retain(|c| c["type"] != "Paused");
+            list.retain(|c| c["type"] != PAUSED);
             status.insert("conditions".into(), json!(list));
             hv.cleanup(vmi).await;
-            writer.patch(json!({"status": status})).await
+            return writer.patch(json!({"status": status})).await;
         }
+        Observed::Halted { reason, message } => {
+            tracing::warn!(
+                "guest of {}/{} cannot go on: {message}",
+                vmi.namespace().unwrap_or_default(),
+                vmi.name_any()
+            );
+            let mut status = failed_status(vmi, &reason, &message);
+            if let Some(list) = status.get_mut("conditions").and_then(Value::as_array_mut) {
+                list.retain(|c| c["type"] != PAUSED);
+            }
+            hv.cleanup(vmi).await;
+            return writer.patch(json!({"status": status})).await;
+        }
+        Observed::Running { recheck } => {
+            if want_paused {
+                return set_paused(vmi, hv, true).await;
+            }
+            (VcpuReport::Running, recheck)
+        }
+        Observed::Paused {
+            cause: PauseCause::Requested,
+            recheck,
+            ..
+        } => {
+            if !want_paused {
+                return set_paused(vmi, hv, false).await;
+            }
+            let report = VcpuReport::Paused {
+                reason: REASON_PAUSED_BY_USER,
+                message: MESSAGE_PAUSED_BY_USER,
+            };
+            (report, recheck)
+        }
+        Observed::Paused {
+            cause,
+            message,
+            recheck,
+        } => {
+            // Stopped on its own: resumed only when a user asks (`unpause`), as KubeVirt
+            // leaves a guest paused on an I/O error until storage is fixed.
+            if let Some(request) = unpause {
+                if let Err(e) = hv.set_paused(vmi, false).await {
+                    tracing::warn!("unpausing {}: {e}", vmi.name_any());
+                    return Ok(Action::requeue(Duration::from_secs(5)));
+                }
+                return writer
+                    .patch(json!({"metadata": {"annotations": {UNPAUSE_DONE: request}}}))
+                    .await;
+            }
+            let (reason, message) = match cause {
+                PauseCause::IoError => (
+                    REASON_PAUSED_IO_ERROR,
+                    format!("{MESSAGE_PAUSED_IO_ERROR}: {message}"),
+                ),
+                _ => ("PausedByHypervisor", message),
+            };
+            let Some(list) = report_vcpus(
+                vmi,
+                &VcpuReport::Paused {
+                    reason,
+                    message: &message,
+                },
+            ) else {
+                return Ok(Action::requeue(recheck));
+            };
+            writer
+                .patch(json!({"status": {"conditions": list}}))
+                .await?;
+            return Ok(Action::requeue(recheck));
+        }
+    };
+    match report_vcpus(vmi, &report) {
+        Some(list) => {
+            writer
+                .patch(json!({"status": {"conditions": list}}))
+                .await?;
+            Ok(Action::requeue(recheck))
+        }
+        None => Ok(Action::requeue(recheck)),
     }
+}
+
+/// Pauses or resumes the vCPUs; the run-state change that follows brings the VMI back
+/// here, where its conditions are reported.
+async fn set_paused(
+    vmi: &DynamicObject,
+    hv: &dyn Hypervisor,
+    paused: bool,
+) -> Result<Action, kube::Error> {
+    if let Err(e) = hv.set_paused(vmi, paused).await {
+        tracing::warn!(
+            "{} {}/{} failed: {e}; trying again",
+            if paused { "pausing" } else { "resuming" },
+            vmi.namespace().unwrap_or_default(),
+            vmi.name_any()
+        );
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    Ok(Action::requeue(Duration::from_millis(50)))
 }

@@ -2,10 +2,17 @@
 //! turned into a command line, a QMP client that tolerates schema differences between
 //! QEMU versions, and a supervisor that starts, adopts and stops QEMU processes.
 
+pub mod accel;
 pub mod machine;
 pub mod process;
 pub mod qmp;
+pub mod run_state;
 
-pub use machine::{Bus, Disk, DiskMedia, Firmware, KernelBoot, MachineSpec, Nic, PortForward};
+pub use accel::{Accel, AccelChoice};
+pub use machine::{
+    Bus, CacheMode, Disk, DiskFormat, DiskMedia, Firmware, KernelBoot, MachineSpec, Nic, NicModel,
+    PortForward, Protocol, WatchdogAction,
+};
 pub use process::{Instance, ProcessError};
 pub use qmp::{Qmp, QmpError};
+pub use run_state::{RunState, RunStatus};

@@ -1,6 +1,12 @@
 //! A QEMU-level description of one virtual machine and the command line that runs it.
+//!
+//! Disks are named `-blockdev` nodes (`file-<id>` for the host file, `drive-<id>` for
+//! its format layer), as libvirt lays them out: block jobs (`blockdev-mirror`) and NBD
+//! exports address disks by node name.
 
 use std::path::PathBuf;
+
+use crate::accel::Accel;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bus {
@@ -16,26 +22,168 @@ pub enum DiskMedia {
     Cdrom,
 }
 
+/// The format layer of a disk file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskFormat {
+    Raw,
+    Qcow2,
+}
+
+impl DiskFormat {
+    /// QEMU's driver name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiskFormat::Raw => "raw",
+            DiskFormat::Qcow2 => "qcow2",
+        }
+    }
+}
+
+/// Host page-cache use for a disk, as KubeVirt's `disks[].cache` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheMode {
+    /// O_DIRECT: the host page cache is bypassed.
+    None,
+    /// The host page cache is used and every write is flushed.
+    Writethrough,
+    /// The host page cache is used; the guest's flushes reach the disk.
+    Writeback,
+}
+
+impl CacheMode {
+    pub fn parse(text: &str) -> Option<CacheMode> {
+        match text {
+            "none" => Some(CacheMode::None),
+            "writethrough" => Some(CacheMode::Writethrough),
+            "writeback" => Some(CacheMode::Writeback),
+            _ => None,
+        }
+    }
+
+    /// `cache.direct` of the file node.
+    fn direct(self) -> bool {
+        self == CacheMode::None
+    }
+
+    /// The device's `write-cache` property: off makes every write synchronous.
+    fn write_cache(self) -> bool {
+        self != CacheMode::Writethrough
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Disk {
     /// Device id, unique within the machine (the KubeVirt disk name works).
     pub id: String,
     pub path: PathBuf,
-    /// `qcow2` or `raw`.
-    pub format: String,
+    pub format: DiskFormat,
     pub bus: Bus,
     pub media: DiskMedia,
     pub readonly: bool,
     pub boot_index: Option<u32>,
     pub serial: Option<String>,
-    /// `none`, `writethrough` or `writeback`.
-    pub cache: Option<String>,
+    /// `None`: O_DIRECT for disks, the page cache for CD-ROMs.
+    pub cache: Option<CacheMode>,
+}
+
+impl Disk {
+    /// The node name of the disk's format layer, which block jobs and NBD exports use.
+    pub fn node_name(&self) -> String {
+        format!("drive-{}", self.id)
+    }
+
+    fn cache_mode(&self) -> CacheMode {
+        self.cache.unwrap_or(if self.media == DiskMedia::Cdrom {
+            CacheMode::Writeback
+        } else {
+            CacheMode::None
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+}
+
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NicModel {
+    VirtioNet,
+    E1000,
+    E1000e,
+    Rtl8139,
+}
+
+impl NicModel {
+    /// KubeVirt's `interfaces[].model` names.
+    pub fn parse(text: &str) -> Option<NicModel> {
+        match text {
+            "virtio" => Some(NicModel::VirtioNet),
+            "e1000" => Some(NicModel::E1000),
+            "e1000e" => Some(NicModel::E1000e),
+            "rtl8139" => Some(NicModel::Rtl8139),
+            _ => None,
+        }
+    }
+
+    /// QEMU's device name.
+    fn device(self) -> &'static str {
+        match self {
+            NicModel::VirtioNet => "virtio-net-pci",
+            NicModel::E1000 => "e1000",
+            NicModel::E1000e => "e1000e",
+            NicModel::Rtl8139 => "rtl8139",
+        }
+    }
+}
+
+/// What QEMU does when the i6300esb watchdog fires (`-action watchdog=…`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchdogAction {
+    Reset,
+    Shutdown,
+    Poweroff,
+    Pause,
+    None,
+}
+
+impl WatchdogAction {
+    /// KubeVirt's `watchdog.i6300esb.action` names (QEMU's for the last two).
+    pub fn parse(text: &str) -> Option<WatchdogAction> {
+        match text {
+            "reset" => Some(WatchdogAction::Reset),
+            "shutdown" => Some(WatchdogAction::Shutdown),
+            "poweroff" => Some(WatchdogAction::Poweroff),
+            "pause" => Some(WatchdogAction::Pause),
+            "none" => Some(WatchdogAction::None),
+            _ => None,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            WatchdogAction::Reset => "reset",
+            WatchdogAction::Shutdown => "shutdown",
+            WatchdogAction::Poweroff => "poweroff",
+            WatchdogAction::Pause => "pause",
+            WatchdogAction::None => "none",
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PortForward {
-    /// `tcp` or `udp`.
-    pub protocol: String,
+    pub protocol: Protocol,
     pub host_address: String,
     pub host_port: u16,
     pub guest_port: u16,
@@ -46,8 +194,7 @@ pub struct PortForward {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Nic {
     pub id: String,
-    /// `virtio-net-pci`, `e1000`, `e1000e`, `rtl8139`.
-    pub model: String,
+    pub model: NicModel,
     pub mac: String,
     pub forwards: Vec<PortForward>,
     pub boot_index: Option<u32>,
@@ -79,7 +226,7 @@ pub struct MachineSpec {
     pub serial: Option<String>,
     /// `q35`, `pc`, or a versioned name.
     pub machine_type: String,
-    pub kvm: bool,
+    pub accel: Accel,
     /// `host`, `max`, or a named model.
     pub cpu_model: String,
     pub sockets: u32,
@@ -95,8 +242,8 @@ pub struct MachineSpec {
     pub disks: Vec<Disk>,
     pub nics: Vec<Nic>,
     pub rng: bool,
-    /// i6300esb watchdog with this action (`reset`, `poweroff`, `shutdown`, `pause`, `none`).
-    pub watchdog: Option<String>,
+    /// An i6300esb watchdog with this action.
+    pub watchdog: Option<WatchdogAction>,
     /// The serial console: a unix socket clients attach to, and a log of all output.
     pub console_socket: PathBuf,
     pub console_log: PathBuf,
@@ -118,11 +265,7 @@ impl MachineSpec {
         let mut push = |xs: &[&str]| a.extend(xs.iter().map(|s| s.to_string()));
         push(&["-name", &format!("guest={},debug-threads=on", self.name)]);
         push(&["-S", "-nodefaults", "-no-user-config", "-display", "none"]);
-        let mut machine = format!(
-            "{},accel={}",
-            self.machine_type,
-            if self.kvm { "kvm" } else { "tcg" }
-        );
+        let mut machine = format!("{},accel={}", self.machine_type, self.accel);
         if self.smm {
             machine.push_str(",smm=on");
         } else if self.machine_type.starts_with("q35") || self.machine_type.starts_with("pc") {
@@ -166,17 +309,19 @@ impl MachineSpec {
             secure_boot,
         } = &self.firmware
         {
-            push(&[
-                "-drive",
-                &format!(
-                    "if=pflash,format=raw,unit=0,readonly=on,file={}",
-                    path(code)
-                ),
-            ]);
-            push(&[
-                "-drive",
-                &format!("if=pflash,format=raw,unit=1,file={}", path(vars)),
-            ]);
+            for (node, file, readonly) in [("pflash0", code, true), ("pflash1", vars, false)] {
+                let ro = if readonly { ",read-only=on" } else { "" };
+                push(&[
+                    "-blockdev",
+                    &format!(
+                        "driver=file,node-name={node}-file,filename={}{ro}",
+                        path(file)
+                    ),
+                    "-blockdev",
+                    &format!("driver=raw,node-name={node},file={node}-file{ro}"),
+                ]);
+            }
+            push(&["-machine", "pflash0=pflash0,pflash1=pflash1"]);
             if *secure_boot {
                 push(&["-global", "driver=cfi.pflash01,property=secure,value=on"]);
             }
@@ -201,23 +346,25 @@ impl MachineSpec {
         let mut ahci_port = 0;
         let mut ide_slot = 0;
         for disk in &self.disks {
-            let mut drive = format!(
-                "if=none,id=drive-{},file={},format={},cache={}",
-                disk.id,
-                path(&disk.path),
-                disk.format,
-                disk.cache
-                    .as_deref()
-                    .unwrap_or(if disk.media == DiskMedia::Cdrom {
-                        "writeback"
-                    } else {
-                        "none"
-                    }),
-            );
-            if disk.readonly || disk.media == DiskMedia::Cdrom {
-                drive.push_str(",readonly=on");
-            }
-            push(&["-drive", &drive]);
+            let cache = disk.cache_mode();
+            let readonly = disk.readonly || disk.media == DiskMedia::Cdrom;
+            let ro = if readonly { ",read-only=on" } else { "" };
+            push(&[
+                "-blockdev",
+                &format!(
+                    "driver=file,node-name=file-{},filename={},cache.direct={}{ro}",
+                    disk.id,
+                    path(&disk.path),
+                    if cache.direct() { "on" } else { "off" },
+                ),
+                "-blockdev",
+                &format!(
+                    "driver={},node-name={},file=file-{}{ro}",
+                    disk.format.as_str(),
+                    disk.node_name(),
+                    disk.id
+                ),
+            ]);
             let cd = disk.media == DiskMedia::Cdrom;
             let mut device = match disk.bus {
                 Bus::Virtio => format!("virtio-blk-pci,drive=drive-{0},id={0}", disk.id),
@@ -249,6 +396,9 @@ impl MachineSpec {
             if let Some(serial) = &disk.serial {
                 device.push_str(&format!(",serial={serial}"));
             }
+            if !cache.write_cache() {
+                device.push_str(",write-cache=off");
+            }
             push(&["-device", &device]);
         }
         for nic in &self.nics {
@@ -259,13 +409,19 @@ impl MachineSpec {
             for f in &nic.forwards {
                 netdev.push_str(&format!(
                     ",hostfwd={}:{}:{}-:{}",
-                    f.protocol, f.host_address, f.host_port, f.guest_port
+                    f.protocol.as_str(),
+                    f.host_address,
+                    f.host_port,
+                    f.guest_port
                 ));
             }
             push(&["-netdev", &netdev]);
             let mut device = format!(
                 "{},netdev=net-{},mac={},id={}",
-                nic.model, nic.id, nic.mac, nic.id
+                nic.model.device(),
+                nic.id,
+                nic.mac,
+                nic.id
             );
             if let Some(index) = nic.boot_index {
                 device.push_str(&format!(",bootindex={index}"));
@@ -280,12 +436,12 @@ impl MachineSpec {
                 "virtio-rng-pci,rng=rng0",
             ]);
         }
-        if let Some(action) = &self.watchdog {
+        if let Some(action) = self.watchdog {
             push(&[
                 "-device",
                 "i6300esb",
                 "-action",
-                &format!("watchdog={action}"),
+                &format!("watchdog={}", action.as_str()),
             ]);
         }
         push(&[
@@ -320,7 +476,7 @@ mod tests {
             uuid: "5e1c2c3a-0000-4000-8000-000000000001".into(),
             serial: Some("abc".into()),
             machine_type: "q35".into(),
-            kvm: false,
+            accel: Accel::Tcg,
             cpu_model: "max".into(),
             sockets: 1,
             cores: 2,
@@ -334,7 +490,7 @@ mod tests {
             disks: vec![Disk {
                 id: "root".into(),
                 path: "/d/root.qcow2".into(),
-                format: "qcow2".into(),
+                format: DiskFormat::Qcow2,
                 bus: Bus::Virtio,
                 media: DiskMedia::Disk,
                 readonly: false,
@@ -344,10 +500,10 @@ mod tests {
             }],
             nics: vec![Nic {
                 id: "default".into(),
-                model: "virtio-net-pci".into(),
+                model: NicModel::VirtioNet,
                 mac: "02:00:00:00:00:01".into(),
                 forwards: vec![PortForward {
-                    protocol: "tcp".into(),
+                    protocol: Protocol::Tcp,
                     host_address: "127.0.0.1".into(),
                     host_port: 40000,
                     guest_port: 80,
@@ -375,5 +531,76 @@ mod tests {
             argv.contains("-smbios type=1,uuid=5e1c2c3a-0000-4000-8000-000000000001,serial=abc")
         );
         assert!(argv.starts_with("-name guest=default_vm1"));
+    }
+
+    #[test]
+    fn disks_are_named_blockdev_nodes() {
+        let argv = spec().argv().join(" ");
+        assert!(
+            argv.contains("-blockdev driver=file,node-name=file-root,filename=/d/root.qcow2,cache.direct=on -blockdev driver=qcow2,node-name=drive-root,file=file-root"),
+            "{argv}"
+        );
+        assert!(!argv.contains("-drive"), "{argv}");
+    }
+
+    #[test]
+    fn cache_modes_and_read_only_media() {
+        let mut s = spec();
+        s.disks[0].cache = Some(CacheMode::Writethrough);
+        s.disks.push(Disk {
+            id: "cd".into(),
+            path: "/d/seed.iso".into(),
+            format: DiskFormat::Raw,
+            bus: Bus::Sata,
+            media: DiskMedia::Cdrom,
+            readonly: false,
+            boot_index: None,
+            serial: None,
+            cache: None,
+        });
+        let argv = s.argv().join(" ");
+        assert!(
+            argv.contains("filename=/d/root.qcow2,cache.direct=off"),
+            "{argv}"
+        );
+        assert!(
+            argv.contains("id=root,bootindex=1,write-cache=off"),
+            "{argv}"
+        );
+        assert!(
+            argv.contains("filename=/d/seed.iso,cache.direct=off,read-only=on"),
+            "{argv}"
+        );
+        assert!(
+            argv.contains("driver=raw,node-name=drive-cd,file=file-cd,read-only=on"),
+            "{argv}"
+        );
+        assert!(
+            argv.contains("ide-cd,bus=ide.0,unit=0,drive=drive-cd,id=cd"),
+            "{argv}"
+        );
+    }
+
+    #[test]
+    fn efi_firmware_is_two_pflash_nodes() {
+        let mut s = spec();
+        s.firmware = Firmware::Efi {
+            code: "/fw/code.fd".into(),
+            vars: "/r/vars.fd".into(),
+            secure_boot: false,
+        };
+        let argv = s.argv().join(" ");
+        assert!(
+            argv.contains("driver=file,node-name=pflash0-file,filename=/fw/code.fd,read-only=on"),
+            "{argv}"
+        );
+        assert!(
+            argv.contains("driver=raw,node-name=pflash1,file=pflash1-file "),
+            "{argv}"
+        );
+        assert!(
+            argv.contains("-machine pflash0=pflash0,pflash1=pflash1"),
+            "{argv}"
+        );
     }
 }

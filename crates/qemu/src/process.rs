@@ -4,13 +4,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
+use tokio::sync::watch;
 
 use crate::machine::MachineSpec;
 use crate::qmp::{Qmp, QmpError};
+use crate::run_state::{self, RunState, RunStatus};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessError {
@@ -36,8 +37,8 @@ pub enum ProcessError {
 /// A running QEMU and its monitor.
 pub struct Instance {
     pub pid: u32,
-    pub qmp: Qmp,
-    shutdown_reason: Arc<Mutex<Option<String>>>,
+    pub qmp: Arc<Qmp>,
+    status: watch::Receiver<RunStatus>,
 }
 
 fn tail(path: &Path) -> String {
@@ -52,25 +53,6 @@ fn alive(pid: u32) -> bool {
 }
 
 impl Instance {
-    fn watch_shutdown(qmp: &Qmp) -> Arc<Mutex<Option<String>>> {
-        let reason = Arc::new(Mutex::new(None));
-        let mut events = qmp.events();
-        let record = reason.clone();
-        tokio::spawn(async move {
-            while let Ok(event) = events.recv().await {
-                if event["event"] == "SHUTDOWN" {
-                    let why = event
-                        .pointer("/data/reason")
-                        .and_then(Value::as_str)
-                        .unwrap_or("unknown")
-                        .to_string();
-                    *record.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
-                }
-            }
-        });
-        reason
-    }
-
     /// Starts QEMU paused (`-S`) with its output in `log`, and connects to its monitor.
     pub async fn spawn(
         binary: &Path,
@@ -125,12 +107,9 @@ impl Instance {
         tokio::spawn(async move {
             let _ = child.wait().await;
         });
-        let shutdown_reason = Self::watch_shutdown(&qmp);
-        Ok(Instance {
-            pid,
-            qmp,
-            shutdown_reason,
-        })
+        let qmp = Arc::new(qmp);
+        let status = run_state::follow(Arc::downgrade(&qmp), RunState::Prelaunch);
+        Ok(Instance { pid, qmp, status })
     }
 
     /// Finds a QEMU started earlier (by this agent before a restart) from its pidfile and
@@ -143,16 +122,21 @@ impl Instance {
         let qmp = Qmp::connect(qmp_socket, Duration::from_secs(2))
             .await
             .ok()?;
-        let shutdown_reason = Self::watch_shutdown(&qmp);
-        Some(Instance {
-            pid,
-            qmp,
-            shutdown_reason,
-        })
+        let qmp = Arc::new(qmp);
+        // Events before this connection are gone: the state is read once, then followed.
+        let state = match qmp.status().await {
+            Ok(state) => RunState::parse(&state),
+            Err(e) => {
+                tracing::warn!("query-status of adopted QEMU {pid}: {e}");
+                RunState::Other("unknown".into())
+            }
+        };
+        let status = run_state::follow(Arc::downgrade(&qmp), state);
+        Some(Instance { pid, qmp, status })
     }
 
     /// Lets go of the process without stopping it (what an agent restart does).
-    pub async fn release(self) {
+    pub async fn release(&self) {
         self.qmp.close().await;
     }
 
@@ -189,9 +173,16 @@ impl Instance {
     /// Why the guest stopped, from QEMU's SHUTDOWN event (`guest-shutdown` when the
     /// guest powered itself off); `None` when QEMU ended without one (a crash or a kill).
     pub fn shutdown_reason(&self) -> Option<String> {
-        self.shutdown_reason
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.status.borrow().shutdown_reason.clone()
+    }
+
+    /// The guest's run state as QEMU last reported it.
+    pub fn run_status(&self) -> RunStatus {
+        self.status.borrow().clone()
+    }
+
+    /// A receiver that wakes on every change of the run status (and when QEMU ends).
+    pub fn run_status_changes(&self) -> watch::Receiver<RunStatus> {
+        self.status.clone()
     }
 }

@@ -46,14 +46,19 @@ pub struct Qmp {
     closed: tokio::sync::watch::Receiver<bool>,
     /// Reads replies and events; aborted on drop so the connection really closes (QEMU
     /// serves one monitor client at a time).
-    reader: tokio::task::JoinHandle<()>,
+    reader: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Drop for Qmp {
     fn drop(&mut self) {
-        self.reader.abort();
+        if let Some(reader) = self.reader.get_mut().ok().and_then(Option::take) {
+            reader.abort();
+        }
     }
 }
+
+/// Events kept for a slow subscriber before it lags (and must read the state back).
+const EVENT_BACKLOG: usize = 1024;
 
 impl Qmp {
     /// Connects, retrying while QEMU creates the socket, and leaves capability
@@ -87,7 +92,7 @@ impl Qmp {
             )));
         }
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
-        let (events, _) = broadcast::channel(64);
+        let (events, _) = broadcast::channel(EVENT_BACKLOG);
         let (closed_tx, closed) = tokio::sync::watch::channel(false);
         let reader_pending = pending.clone();
         let reader_events = events.clone();
@@ -140,7 +145,7 @@ impl Qmp {
             next_id: AtomicU64::new(1),
             events,
             closed,
-            reader,
+            reader: Mutex::new(Some(reader)),
         };
         qmp.execute("qmp_capabilities", None).await?;
         Ok(qmp)
@@ -189,10 +194,13 @@ impl Qmp {
 
     /// Closes the monitor connection, so that another client (an agent after a restart)
     /// can take the monitor.
-    pub async fn close(mut self) {
-        let _ = self.writer.get_mut().shutdown().await;
-        self.reader.abort();
-        let _ = (&mut self.reader).await;
+    pub async fn close(&self) {
+        let _ = self.writer.lock().await.shutdown().await;
+        let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(reader) = reader {
+            reader.abort();
+            let _ = reader.await;
+        }
     }
 
     pub fn events(&self) -> broadcast::Receiver<Value> {

@@ -21,7 +21,7 @@ fn spec(dir: &std::path::Path) -> MachineSpec {
         uuid: "00000000-0000-4000-8000-000000000001".into(),
         serial: None,
         machine_type: "q35".into(),
-        kvm: false,
+        accel: qemu::Accel::Tcg,
         cpu_model: "max".into(),
         sockets: 1,
         cores: 1,

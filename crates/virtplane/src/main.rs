@@ -71,6 +71,10 @@ struct ServerArgs {
     /// A directory hostDisk volumes may live in.
     #[arg(long = "host-disk-dir")]
     host_disk_dirs: Vec<PathBuf>,
+    /// How the local node runs guests' vCPUs: `kvm`, `tcg` (software emulation), or
+    /// `auto` (KVM only when a probe guest really runs under it).
+    #[arg(long, default_value = "auto")]
+    accel: qemu::AccelChoice,
     #[command(flatten)]
     sim: SimArgs,
     #[command(flatten)]
@@ -127,6 +131,9 @@ struct NodeArgs {
     insecure_registries: Vec<String>,
     #[arg(long = "host-disk-dir")]
     host_disk_dirs: Vec<PathBuf>,
+    /// As for `server`: `auto`, `kvm` or `tcg`.
+    #[arg(long, default_value = "auto")]
+    accel: qemu::AccelChoice,
     #[command(flatten)]
     sim: SimArgs,
     /// How often this agent reports that it is alive.
@@ -196,6 +203,7 @@ struct HostSettings<'a> {
     data_dir: &'a std::path::Path,
     insecure_registries: &'a [String],
     host_disk_dirs: &'a [PathBuf],
+    accel: qemu::AccelChoice,
 }
 
 /// Total memory of this host in bytes, from /proc/meminfo.
@@ -216,6 +224,13 @@ fn qemu_hypervisor(host: &HostSettings<'_>) -> anyhow::Result<Arc<dyn node_agent
         .find(|p| p.exists())
         .context("qemu-system-x86_64 is not installed: install Debian's qemu-system-x86 (scripts/install-deps does), or run with --hypervisor sim or --no-node")?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as i64);
+    let chosen = qemu::accel::choose(host.accel, &binary)?;
+    tracing::info!(
+        "node {}: guests run with {} ({})",
+        host.node_name,
+        chosen.accel,
+        chosen.why
+    );
     Ok(Arc::new(node_agent::qemu_hv::Qemu::new(
         node_agent::qemu_hv::QemuConfig {
             node_dir: host.data_dir.join("node").join(host.node_name),
@@ -226,6 +241,7 @@ fn qemu_hypervisor(host: &HostSettings<'_>) -> anyhow::Result<Arc<dyn node_agent
             node_address: "127.0.0.1".into(),
             millicpu: cpus * 1000,
             memory: host_memory(),
+            accel: chosen.accel,
         },
     )))
 }
@@ -253,6 +269,7 @@ fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         data_dir: &data_dir,
         insecure_registries: &args.insecure_registries,
         host_disk_dirs: &args.host_disk_dirs,
+        accel: args.accel,
     };
     let hypervisor = hypervisor(args.hypervisor.as_deref(), &args.sim, &host)?;
     runtime()?.block_on(async move {
@@ -400,6 +417,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
         data_dir: &args.data_dir,
         insecure_registries: &args.insecure_registries,
         host_disk_dirs: &args.host_disk_dirs,
+        accel: args.accel,
     };
     let local = if args.no_node {
         None

@@ -1,0 +1,59 @@
+//! Labels, annotations, finalizers and condition types that more than one component reads
+//! or writes: one definition each, so the server, the controllers and the node agents
+//! never disagree on a spelling.
+
+/// Labels KubeVirt sets.
+pub mod labels {
+    /// The node a VMI runs on.
+    pub const NODE_NAME: &str = "kubevirt.io/nodeName";
+    /// The VMI a migration moves (set on VMIMs).
+    pub const VMI_NAME: &str = "kubevirt.io/vmi-name";
+    pub const SCHEDULABLE: &str = "kubevirt.io/schedulable";
+    /// Which hypervisor backend a node runs (`qemu`, `sim`).
+    pub const HYPERVISOR: &str = "virtplane.io/hypervisor";
+    /// How a node runs guests' vCPUs (`kvm`, `tcg`).
+    pub const ACCEL: &str = "virtplane.io/accel";
+}
+
+/// Annotations, KubeVirt's and our own requests from the subresources to the node agent.
+pub mod annotations {
+    /// The desired pause state, written by `pause` (`"true"`) and removed by `unpause`.
+    pub const PAUSED: &str = "virtplane.io/paused";
+    /// Time of the latest `unpause`: also resumes a guest that stopped on its own (a disk
+    /// I/O error), which the pause state alone cannot say.
+    pub const UNPAUSE_REQUESTED: &str = "virtplane.io/unpause-requested";
+    /// The `UNPAUSE_REQUESTED` value the agent last carried out.
+    pub const UNPAUSE_DONE: &str = "virtplane.io/unpause-done";
+    /// Time of the latest soft-reboot request.
+    pub const SOFT_REBOOT_REQUESTED: &str = "virtplane.io/soft-reboot-requested";
+    /// The `SOFT_REBOOT_REQUESTED` value the agent last carried out.
+    pub const SOFT_REBOOT_DONE: &str = "virtplane.io/soft-reboot-done";
+    /// SHA-256 of a node agent's serving certificate, published on its Node.
+    pub const AGENT_SERVING_CERT_SHA256: &str = "virtplane.io/agent-serving-cert-sha256";
+    /// The node agent's heartbeat, as virt-handler writes it.
+    pub const HEARTBEAT: &str = "kubevirt.io/heartbeat";
+}
+
+/// Finalizers.
+pub mod finalizers {
+    /// On VMIs, removed by the node agent once the guest is gone.
+    pub const VMI_FOREGROUND: &str = "kubevirt.io/foregroundDeleteVirtualMachine";
+    /// On VMs' VMIs and VMs, removed by the VM controller.
+    pub const VM_CONTROLLER: &str = "kubevirt.io/virtualMachineControllerFinalize";
+    /// On migrations.
+    pub const MIGRATION: &str = "kubevirt.io/migrationJobFinalize";
+}
+
+/// VMI condition types and the reasons KubeVirt gives them.
+pub mod conditions {
+    pub const READY: &str = "Ready";
+    pub const PAUSED: &str = "Paused";
+    pub const SYNCHRONIZED: &str = "Synchronized";
+    pub const LIVE_MIGRATABLE: &str = "LiveMigratable";
+
+    pub const REASON_PAUSED_BY_USER: &str = "PausedByUser";
+    pub const MESSAGE_PAUSED_BY_USER: &str = "VMI was paused by user";
+    pub const REASON_PAUSED_IO_ERROR: &str = "PausedIOError";
+    pub const MESSAGE_PAUSED_IO_ERROR: &str = "VMI was paused, low-level IO error detected";
+    pub const REASON_GUEST_NOT_RUNNING: &str = "GuestNotRunning";
+}
