@@ -225,9 +225,9 @@ impl Schema {
             named: HashMap::new(),
             shared: HashMap::new(),
         };
-        let id = b.component(root)?;
+        let id = b.component(root, "")?;
         let mut node = b.nodes[id].clone();
-        b.add_resource_fields(&mut node)?;
+        b.add_resource_fields(&mut node, "")?;
         let root = b.push(node, true);
         Ok(Schema {
             nodes: b.nodes,
@@ -276,7 +276,8 @@ impl Builder<'_> {
         self.nodes.len() - 1
     }
 
-    fn component(&mut self, reference: &str) -> Result<NodeId, String> {
+    /// A named component, built the first time it is reached (from the field `field`).
+    fn component(&mut self, reference: &str, field: &str) -> Result<NodeId, String> {
         let name = ref_name(reference);
         if let Some(&id) = self.named.get(&name) {
             return Ok(id);
@@ -286,25 +287,29 @@ impl Builder<'_> {
             .get(&name)
             .ok_or_else(|| format!("unresolved schema reference {reference:?}"))?;
         let id = self.push(Node::default(), false);
-        self.named.insert(name, id);
-        let node = self.node(schema)?;
+        self.named.insert(name.clone(), id);
+        let at = At {
+            field: field.to_string(),
+            schema: name,
+        };
+        let node = self.node(schema, &at)?;
         self.nodes[id] = node;
         self.finished[id] = true;
         Ok(id)
     }
 
-    fn schema(&mut self, schema: &Value) -> Result<NodeId, String> {
+    fn schema(&mut self, schema: &Value, at: &At) -> Result<NodeId, String> {
         if let Some(reference) = pure_ref(schema) {
-            return self.component(reference);
+            return self.component(reference, &at.field);
         }
-        let node = self.node(schema)?;
+        let node = self.node(schema, at)?;
         Ok(self.push(node, true))
     }
 
     /// Copies a referenced node into `node` where `node` says nothing itself. A node still
     /// being built (a reference cycle) contributes nothing rather than looping.
-    fn inherit(&mut self, node: &mut Node, reference: &str) -> Result<(), String> {
-        let id = self.component(reference)?;
+    fn inherit(&mut self, node: &mut Node, reference: &str, field: &str) -> Result<(), String> {
+        let id = self.component(reference, field)?;
         if self.finished[id] {
             let other = self.nodes[id].clone();
             merge_into(node, &other);
@@ -312,70 +317,116 @@ impl Builder<'_> {
         Ok(())
     }
 
-    fn node(&mut self, schema: &Value) -> Result<Node, String> {
+    fn node(&mut self, schema: &Value, at: &At) -> Result<Node, String> {
         let Some(s) = schema.as_object() else {
             // `true` or junk: nothing is known, so anything is kept and accepted.
             return Ok(Node::default());
         };
-        let mut node = keywords(s);
+        let mut node = keywords(s, at)?;
         if let Some(props) = s.get("properties").and_then(Value::as_object) {
             for (name, prop) in props {
-                let id = self.schema(prop)?;
+                let id = self.schema(prop, &at.child(&format!(".{name}"), "properties", name))?;
                 node.properties.insert(name.clone(), id);
             }
         }
         node.additional = match s.get("additionalProperties") {
             Some(Value::Bool(true)) => Additional::Any,
-            Some(v @ Value::Object(_)) => Additional::Schema(self.schema(v)?),
+            Some(v @ Value::Object(_)) => {
+                Additional::Schema(self.schema(v, &at.child("[*]", "additionalProperties", ""))?)
+            }
             _ => Additional::Closed,
         };
         node.items = match s.get("items") {
-            Some(v @ Value::Object(_)) => Some(self.schema(v)?),
+            Some(v @ Value::Object(_)) => Some(self.schema(v, &at.child("[*]", "items", ""))?),
             Some(Value::Array(tuple)) => match tuple.first() {
-                Some(first) => Some(self.schema(first)?),
+                Some(first) => Some(self.schema(first, &at.child("[*]", "items", "0"))?),
                 None => None,
             },
             _ => None,
         };
         if let Some(reference) = s.get("$ref").and_then(Value::as_str) {
-            self.inherit(&mut node, reference)?;
+            self.inherit(&mut node, reference, &at.field)?;
         }
-        for part in s
+        for (i, part) in s
             .get("allOf")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
+            .enumerate()
         {
             if let Some(reference) = pure_ref(part) {
-                self.inherit(&mut node, reference)?;
+                self.inherit(&mut node, reference, &at.field)?;
             } else {
-                let other = self.node(part)?;
+                let other = self.node(part, &at.child("", "allOf", &i.to_string()))?;
                 merge_into(&mut node, &other);
             }
         }
         if node.embedded_resource {
-            self.add_resource_fields(&mut node)?;
+            self.add_resource_fields(&mut node, &at.field)?;
         }
         Ok(node)
     }
 
     /// Gives a resource (the root or an embedded one) its TypeMeta and the real ObjectMeta.
-    fn add_resource_fields(&mut self, node: &mut Node) -> Result<(), String> {
-        let string = self.builtin("string", &serde_json::json!({"type": "string"}))?;
+    fn add_resource_fields(&mut self, node: &mut Node, field: &str) -> Result<(), String> {
+        let string = self.builtin("string", &serde_json::json!({"type": "string"}), field)?;
         node.properties.entry("apiVersion".into()).or_insert(string);
         node.properties.entry("kind".into()).or_insert(string);
-        let meta = self.builtin("ObjectMeta", &object_meta_schema())?;
+        let meta = self.builtin("ObjectMeta", &object_meta_schema(), field)?;
         node.properties.insert("metadata".into(), meta);
         Ok(())
     }
 
-    fn builtin(&mut self, name: &'static str, schema: &Value) -> Result<NodeId, String> {
+    fn builtin(
+        &mut self,
+        name: &'static str,
+        schema: &Value,
+        field: &str,
+    ) -> Result<NodeId, String> {
         if let Some(&id) = self.shared.get(name) {
             return Ok(id);
         }
-        let id = self.schema(schema)?;
+        let at = At {
+            field: field.to_string(),
+            schema: format!("(built-in {name})"),
+        };
+        let id = self.schema(schema, &at)?;
         self.shared.insert(name, id);
         Ok(id)
+    }
+}
+
+/// Where the builder is, for errors: the field path from the root by which the schema
+/// was first reached (`spec.template.spec.hostname`, `[*]` for items and map values),
+/// and the schema's place in the document (`v1.VirtualMachineSpec.properties.hostname`).
+struct At {
+    field: String,
+    schema: String,
+}
+
+impl At {
+    fn child(&self, field: &str, keyword: &str, name: &str) -> At {
+        let field = if self.field.is_empty() {
+            field.trim_start_matches('.').to_string()
+        } else {
+            format!("{}{field}", self.field)
+        };
+        let mut schema = format!("{}.{keyword}", self.schema);
+        if !name.is_empty() {
+            schema = format!("{schema}.{name}");
+        }
+        At { field, schema }
+    }
+}
+
+impl std::fmt::Display for At {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let field = if self.field.is_empty() {
+            "(root)"
+        } else {
+            &self.field
+        };
+        write!(f, "field {field} (schema {})", self.schema)
     }
 }
 
@@ -405,7 +456,7 @@ fn pure_ref(schema: &Value) -> Option<&str> {
     }
 }
 
-fn keywords(s: &Map<String, Value>) -> Node {
+fn keywords(s: &Map<String, Value>, at: &At) -> Result<Node, String> {
     let flag = |k: &str| s.get(k).and_then(Value::as_bool).unwrap_or(false);
     let uint = |k: &str| s.get(k).and_then(Value::as_u64);
     let mut node = Node {
@@ -463,7 +514,11 @@ fn keywords(s: &Map<String, Value>) -> Node {
         _ => {}
     }
     if let Some(pattern) = s.get("pattern").and_then(Value::as_str) {
-        node.regex = Regex::new(pattern).ok();
+        // An invalid pattern is a broken schema, not one without the check (a CRD with
+        // one is refused by kube-apiserver too).
+        let regex =
+            Regex::new(pattern).map_err(|e| format!("{at}: invalid pattern {pattern:?}: {e}"))?;
+        node.regex = Some(regex);
         node.pattern = Some(pattern.to_string());
     }
     node.list_type = match s.get("x-kubernetes-list-type").and_then(Value::as_str) {
@@ -486,7 +541,7 @@ fn keywords(s: &Map<String, Value>) -> Node {
     if matches!(&node.list_type, Some(ListType::Map(keys)) if keys.is_empty()) {
         node.list_type = Some(ListType::Atomic);
     }
-    node
+    Ok(node)
 }
 
 /// OpenAPI 3.0 spells exclusivity as a boolean beside the bound, 3.1 as the bound itself.
@@ -786,6 +841,34 @@ pub(crate) mod tests {
             "b": {"allOf": [{"$ref": "#/components/schemas/A"}], "description": "again"}}}});
         let s = Schema::from_components(&cyclic, "A").unwrap();
         assert!(s.lookup("a.a.a.a").is_some());
+    }
+
+    #[test]
+    fn an_invalid_pattern_fails_the_build_naming_it_and_its_field() {
+        let mut components = vm_components();
+        components["Disk"]["properties"]["name"]["pattern"] = json!("^[a-z");
+        let err = Schema::from_components(&components, "VirtualMachine").unwrap_err();
+        assert!(err.contains(r#""^[a-z""#), "{err}");
+        assert!(
+            err.contains("field spec.template.spec.domain.devices.disks[*].name"),
+            "{err}"
+        );
+        assert!(err.contains("schema Disk.properties.name"), "{err}");
+        // In an inline schema, and at the root.
+        let inline = json!({"A": {"type": "object", "properties": {"m": {"type": "object",
+            "additionalProperties": {"type": "string", "pattern": "("}}}}});
+        let err = Schema::from_components(&inline, "A").unwrap_err();
+        assert!(
+            err.contains("field m[*] (schema A.properties.m.additionalProperties)"),
+            "{err}"
+        );
+        let root = json!({"A": {"type": "string", "pattern": "a{2,1}"}});
+        let err = Schema::from_components(&root, "A").unwrap_err();
+        assert!(err.contains("field (root) (schema A)"), "{err}");
+        // A valid pattern is still enforced.
+        let s = vm_schema();
+        let hostname = s.lookup("spec.template.spec.hostname").unwrap();
+        assert!(hostname.regex.as_ref().is_some_and(|r| !r.is_match("A_B")));
     }
 
     #[test]
