@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use apimachinery::status::Status;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
@@ -30,6 +31,8 @@ pub type NodeDirs = HashMap<String, PathBuf>;
 pub struct Consoles {
     pub node_dirs: NodeDirs,
     pub agents: AgentDialer,
+    /// Who holds each local node's console and VNC sockets: the newest client wins.
+    pub takeovers: Arc<qemu::console::Takeovers>,
 }
 
 fn bad_request(message: &str) -> Status {
@@ -92,8 +95,9 @@ pub async fn serve(
         let stream = UnixStream::connect(&socket).await.map_err(|e| {
             bad_request(&format!("cannot connect to the {which} of VMI {name}: {e}"))
         })?;
+        let claim = consoles.takeovers.claim(&socket);
         let (incoming, outgoing) = unix_halves(stream);
-        return Ok(upgrade.on_upgrade(move |socket| relay(socket, incoming, outgoing)));
+        return Ok(upgrade.on_upgrade(move |socket| relay(socket, incoming, outgoing, Some(claim))));
     }
     if node.is_empty() {
         return Err(bad_request(&format!("VMI {name} is not on any node")));
@@ -103,7 +107,8 @@ pub async fn serve(
         .dial(registry, node, namespace, name, which)
         .await?;
     let (incoming, outgoing) = agent_dial::byte_halves(agent);
-    Ok(upgrade.on_upgrade(move |socket| relay(socket, incoming, outgoing)))
+    // The agent gives its socket to the newest client and closes this relay's stream.
+    Ok(upgrade.on_upgrade(move |socket| relay(socket, incoming, outgoing, None)))
 }
 
 /// A unix socket as a stream and a sink of bytes.
@@ -127,11 +132,13 @@ fn unix_halves(
     (incoming, outgoing)
 }
 
-/// Copies bytes between the client's websocket and the guest until either side closes.
+/// Copies bytes between the client's websocket and the guest until either side closes,
+/// or a newer client takes the socket (`claim`).
 async fn relay(
     socket: WebSocket,
     from_guest: impl Stream<Item = Bytes>,
     to_guest: impl Sink<Bytes>,
+    claim: Option<qemu::console::Claim>,
 ) {
     let (mut ws_out, mut ws_in) = socket.split();
     let upstream = async {
@@ -158,8 +165,15 @@ async fn relay(
         }
         let _ = ws_out.send(Message::Close(None)).await;
     };
+    let superseded = async {
+        match claim {
+            Some(mut claim) => claim.superseded().await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         _ = upstream => {}
         _ = downstream => {}
+        _ = superseded => {}
     }
 }

@@ -255,6 +255,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         consoles: console::Consoles {
             node_dirs: config.node_dirs.clone(),
             agents,
+            takeovers: Default::default(),
         },
         write_gauge: config.store.write_gauge(),
     });

@@ -26,6 +26,8 @@ use tokio_tungstenite::tungstenite::handshake::server::{
 use tokio_tungstenite::tungstenite::http;
 use tokio_tungstenite::tungstenite::Message;
 
+use qemu::console::{Claim, Takeovers};
+
 /// The client the endpoint serves (the API server's `AGENT_CLIENT_USER`).
 pub const APISERVER_USER: &str = "system:virtplane-apiserver";
 /// The Node annotation with the hex SHA-256 of the serving certificate.
@@ -116,7 +118,8 @@ pub async fn serve(config: EndpointConfig) -> Result<Published, EndpointError> {
         "console endpoint of node {} on port {port}",
         config.node_name
     );
-    tokio::spawn(accept_loop(listener, acceptor, Arc::new(config)));
+    let takeovers = Arc::new(Takeovers::default());
+    tokio::spawn(accept_loop(listener, acceptor, Arc::new(config), takeovers));
     Ok(Published { port, fingerprint })
 }
 
@@ -124,6 +127,7 @@ async fn accept_loop(
     listener: TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
     config: Arc<EndpointConfig>,
+    takeovers: Arc<Takeovers>,
 ) {
     loop {
         let (tcp, peer) = match listener.accept().await {
@@ -136,8 +140,9 @@ async fn accept_loop(
         };
         let acceptor = acceptor.clone();
         let config = config.clone();
+        let takeovers = takeovers.clone();
         tokio::spawn(async move {
-            if let Err(why) = handle(tcp, acceptor, &config).await {
+            if let Err(why) = handle(tcp, acceptor, &config, &takeovers).await {
                 tracing::debug!("console endpoint: connection from {peer}: {why}");
             }
         });
@@ -194,7 +199,7 @@ fn open(
     config: &EndpointConfig,
     client: Option<&str>,
     request: &Request,
-) -> Result<std::os::unix::net::UnixStream, Refusal> {
+) -> Result<(PathBuf, std::os::unix::net::UnixStream), Refusal> {
     if client != Some(APISERVER_USER) {
         return Err((
             http::StatusCode::FORBIDDEN,
@@ -218,7 +223,7 @@ fn open(
         .join(target.name)
         .join(target.socket);
     // A blocking connect, but to a local listening socket: it does not wait.
-    std::os::unix::net::UnixStream::connect(&socket).map_err(|e| {
+    let stream = std::os::unix::net::UnixStream::connect(&socket).map_err(|e| {
         (
             http::StatusCode::NOT_FOUND,
             format!(
@@ -226,7 +231,8 @@ fn open(
                 target.namespace, target.name, config.node_name, target.socket
             ),
         )
-    })
+    })?;
+    Ok((socket, stream))
 }
 
 /// Answers the websocket handshake: opens the QEMU socket the request names (into
@@ -234,7 +240,7 @@ fn open(
 struct Handshake<'a> {
     config: &'a EndpointConfig,
     client: Option<&'a str>,
-    guest: &'a mut Option<std::os::unix::net::UnixStream>,
+    guest: &'a mut Option<(PathBuf, std::os::unix::net::UnixStream)>,
 }
 
 impl Callback for Handshake<'_> {
@@ -271,6 +277,7 @@ async fn handle(
     tcp: TcpStream,
     acceptor: tokio_rustls::TlsAcceptor,
     config: &EndpointConfig,
+    takeovers: &Arc<Takeovers>,
 ) -> Result<(), String> {
     let _ = tcp.set_nodelay(true);
     let tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp))
@@ -296,20 +303,25 @@ async fn handle(
     .await
     .map_err(|_| "websocket handshake timed out".to_string())?
     .map_err(|e| format!("websocket handshake: {e}"))?;
-    let Some(guest) = guest else {
+    let Some((path, guest)) = guest else {
         return Err("handshake completed without a target".into());
     };
+    let claim = takeovers.claim(&path);
     guest
         .set_nonblocking(true)
         .map_err(|e| format!("QEMU socket: {e}"))?;
     let guest = UnixStream::from_std(guest).map_err(|e| format!("QEMU socket: {e}"))?;
-    relay(socket, guest).await;
+    relay(socket, guest, claim).await;
     Ok(())
 }
 
 /// Copies bytes between the API server's websocket and QEMU until either side closes.
-async fn relay<S>(socket: tokio_tungstenite::WebSocketStream<S>, guest: UnixStream)
-where
+/// A newer client for the same socket ends it (`claim`).
+async fn relay<S>(
+    socket: tokio_tungstenite::WebSocketStream<S>,
+    guest: UnixStream,
+    mut claim: Claim,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let (mut ws_out, mut ws_in) = socket.split();
@@ -345,6 +357,7 @@ where
     tokio::select! {
         _ = upstream => {}
         _ = downstream => {}
+        _ = claim.superseded() => {}
     }
 }
 

@@ -3,6 +3,7 @@
 //! QEMU versions, and a supervisor that starts, adopts and stops QEMU processes.
 
 pub mod accel;
+pub mod console;
 pub mod machine;
 pub mod process;
 pub mod qmp;

@@ -258,6 +258,20 @@ fn path(p: &std::path::Path) -> String {
 }
 
 impl MachineSpec {
+    /// QEMU names disks by their node names in its errors; this adds which file each
+    /// named disk is, so that a message says what to fix.
+    pub fn explain(&self, qemu_says: &str) -> String {
+        let mut text = qemu_says.to_string();
+        for disk in &self.disks {
+            let named = qemu_says.contains(&format!("node-name={},", disk.node_name()))
+                || qemu_says.contains(&format!("node-name=file-{},", disk.id));
+            if named {
+                text.push_str(&format!(" (disk {}: {})", disk.id, disk.path.display()));
+            }
+        }
+        text
+    }
+
     /// The full argument list (without the binary). The machine starts paused (`-S`):
     /// the caller continues it over QMP once it is watching.
     pub fn argv(&self) -> Vec<String> {
@@ -541,6 +555,16 @@ mod tests {
             "{argv}"
         );
         assert!(!argv.contains("-drive"), "{argv}");
+    }
+
+    #[test]
+    fn errors_about_a_disk_node_name_its_file() {
+        let said = "qemu-system-x86_64: -blockdev driver=qcow2,node-name=drive-root,file=file-root: Unsupported qcow2 version 3";
+        assert_eq!(
+            spec().explain(said),
+            format!("{said} (disk root: /d/root.qcow2)")
+        );
+        assert_eq!(spec().explain("no disk here"), "no disk here");
     }
 
     #[test]

@@ -88,7 +88,7 @@ impl Instance {
         let pid = child.id().unwrap_or_default();
         let qmp = tokio::select! {
             qmp = Qmp::connect(&spec.qmp_socket, Duration::from_secs(20)) => qmp,
-            _ = child.wait() => return Err(ProcessError::EarlyExit(tail(log))),
+            _ = child.wait() => return Err(ProcessError::EarlyExit(spec.explain(&tail(log)))),
         };
         let qmp = match qmp {
             Ok(qmp) => qmp,
@@ -97,7 +97,7 @@ impl Instance {
                 // missing file): its log says why, the broken monitor does not.
                 if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(2), child.wait()).await
                 {
-                    return Err(ProcessError::EarlyExit(tail(log)));
+                    return Err(ProcessError::EarlyExit(spec.explain(&tail(log))));
                 }
                 let _ = child.start_kill();
                 return Err(e.into());

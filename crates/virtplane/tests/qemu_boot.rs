@@ -460,7 +460,7 @@ async fn efi_boot_with_ovmf() {
     let vmi = env.wait_running(name).await;
     let argv = env.qemu_argv(name).join(" ");
     assert!(
-        argv.contains("if=pflash") && argv.contains("OVMF_CODE"),
+        argv.contains("pflash0=pflash0,pflash1=pflash1") && argv.contains("OVMF_CODE"),
         "{argv}"
     );
     // OVMF itself takes 15-30 s under software emulation.

@@ -853,6 +853,22 @@ impl Console {
     pub async fn close(mut self) {
         let _ = self.socket.close(None).await;
     }
+
+    /// Whether the server closed this connection within `within` (what arrives before
+    /// is kept in `seen`).
+    pub async fn closed_within(&mut self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            match tokio::time::timeout_at(deadline, self.socket.next()).await {
+                Err(_) => return false,
+                Ok(None) | Ok(Some(Err(_))) | Ok(Some(Ok(Message::Close(_)))) => return true,
+                Ok(Some(Ok(Message::Binary(b)))) => {
+                    self.seen.push_str(&String::from_utf8_lossy(&b))
+                }
+                Ok(Some(Ok(_))) => {}
+            }
+        }
+    }
 }
 
 // ---- VMs ------------------------------------------------------------------------
