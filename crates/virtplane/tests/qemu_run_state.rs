@@ -265,3 +265,41 @@ async fn the_newest_console_and_vnc_client_takes_over() {
     );
     env.delete_vm(name).await;
 }
+
+fn signal(pid: u32, signal: rustix::process::Signal) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(pid, signal);
+    }
+}
+
+/// One frozen QEMU (SIGSTOP: its monitor never answers) must not hold up work on another
+/// VMI of the same node: each VMI has its own lock in the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_qemu_does_not_stall_another_vm() {
+    let Some(g) = guests() else { return };
+    let env = shared(g).await;
+    let (frozen, other) = ("frozen", "unfrozen");
+    env.create_vm(&kernel_vm(g, frozen, "Always", None)).await;
+    env.create_vm(&kernel_vm(g, other, "Always", None)).await;
+    env.wait_running(frozen).await;
+    env.wait_running(other).await;
+    let pid = env.qemu_pid(frozen).expect("qemu pid");
+    signal(pid, rustix::process::Signal::STOP);
+    // The agent now waits on the frozen QEMU's monitor (up to its 30 s QMP timeout).
+    env.vmi_verb(frozen, "pause").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.vmi_verb(other, "pause").await;
+    let paused = env
+        .wait_vmi(other, Duration::from_secs(15), "condition Paused=True", |v| {
+            v.and_then(|v| condition(v, "Paused"))
+                .is_some_and(|c| c["status"] == "True")
+        })
+        .await;
+    signal(pid, rustix::process::Signal::CONT);
+    assert!(
+        paused.is_some(),
+        "pausing a VM waited for another VM's frozen QEMU"
+    );
+    env.delete_vm(frozen).await;
+    env.delete_vm(other).await;
+}
