@@ -75,6 +75,10 @@ struct ServerArgs {
     /// `auto` (KVM only when a probe guest really runs under it).
     #[arg(long, default_value = "auto")]
     accel: qemu::AccelChoice,
+    /// The address the local node is reached at: published on its Node, and where the
+    /// port forwards of its VMIs listen.
+    #[arg(long, default_value = "127.0.0.1")]
+    node_address: std::net::IpAddr,
     #[command(flatten)]
     sim: SimArgs,
     #[command(flatten)]
@@ -134,6 +138,10 @@ struct NodeArgs {
     /// As for `server`: `auto`, `kvm` or `tcg`.
     #[arg(long, default_value = "auto")]
     accel: qemu::AccelChoice,
+    /// The address this node is reached at (published on its Node; port forwards listen
+    /// there). Default: the `--listen` address, or loopback when that is unspecified.
+    #[arg(long)]
+    node_address: Option<std::net::IpAddr>,
     #[command(flatten)]
     sim: SimArgs,
     /// How often this agent reports that it is alive.
@@ -204,6 +212,7 @@ struct HostSettings<'a> {
     insecure_registries: &'a [String],
     host_disk_dirs: &'a [PathBuf],
     accel: qemu::AccelChoice,
+    address: String,
 }
 
 /// Total memory of this host in bytes, from /proc/meminfo.
@@ -238,7 +247,7 @@ fn qemu_hypervisor(host: &HostSettings<'_>) -> anyhow::Result<Arc<dyn node_agent
             binary,
             insecure_registries: host.insecure_registries.to_vec(),
             host_disk_dirs: host.host_disk_dirs.to_vec(),
-            node_address: "127.0.0.1".into(),
+            node_address: host.address.clone(),
             millicpu: cpus * 1000,
             memory: host_memory(),
             accel: chosen.accel,
@@ -260,6 +269,13 @@ fn hypervisor(
 }
 
 fn run_node(args: NodeArgs) -> anyhow::Result<()> {
+    // The address the server dials: as given, else the one listened on, or loopback for
+    // "any".
+    let node_address = match args.node_address {
+        Some(address) => address.to_string(),
+        None if args.listen.ip().is_unspecified() => "127.0.0.1".to_string(),
+        None => args.listen.ip().to_string(),
+    };
     let data_dir = args
         .data_dir
         .clone()
@@ -270,6 +286,7 @@ fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         insecure_registries: &args.insecure_registries,
         host_disk_dirs: &args.host_disk_dirs,
         accel: args.accel,
+        address: node_address.clone(),
     };
     let hypervisor = hypervisor(args.hypervisor.as_deref(), &args.sim, &host)?;
     runtime()?.block_on(async move {
@@ -294,12 +311,7 @@ fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         })
         .await
         .context("cannot serve the node's console endpoint")?;
-        // The address the server dials: the one listened on, or loopback for "any".
-        let address = if args.listen.ip().is_unspecified() {
-            "127.0.0.1".to_string()
-        } else {
-            args.listen.ip().to_string()
-        };
+        let address = node_address;
         let agent = node_agent::AgentConfig {
             nodes: vec![args.name.clone()],
             address,
@@ -379,10 +391,11 @@ fn spawn_agent(
     nodes: Vec<String>,
     hypervisor: Arc<dyn node_agent::Hypervisor>,
     heartbeat: Duration,
+    address: String,
 ) {
     let config = node_agent::AgentConfig {
         nodes,
-        address: "127.0.0.1".into(),
+        address,
         heartbeat_interval: heartbeat,
         endpoint: None,
     };
@@ -418,6 +431,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
         insecure_registries: &args.insecure_registries,
         host_disk_dirs: &args.host_disk_dirs,
         accel: args.accel,
+        address: args.node_address.to_string(),
     };
     let local = if args.no_node {
         None
@@ -457,6 +471,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
                 vec![name],
                 hypervisor,
                 args.timing.heartbeat_interval,
+                args.node_address.to_string(),
             );
         }
         if let Some(count) = args.sim_nodes.filter(|n| *n > 0) {
@@ -466,6 +481,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
                 names,
                 sim_hypervisor(&args.sim),
                 args.timing.heartbeat_interval,
+                args.node_address.to_string(),
             );
         }
         tracing::info!(
