@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use crate::jsonpath::push_go_json_string;
+use crate::gojson::{self, Escaping};
 
 const VERSION: &str = "meta.k8s.io/v1";
 const INVALID: &str = "continue key is not valid";
@@ -17,7 +17,11 @@ const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwx
 /// Encodes a token for a page that ended at `start_key_after` (relative key, no NUL).
 pub fn encode(rv: i64, start_key_after: &str) -> String {
     let mut json = format!("{{\"v\":\"{VERSION}\",\"rv\":{rv},\"start\":");
-    push_go_json_string(&mut json, &format!("{start_key_after}\0"));
+    gojson::push_string(
+        &mut json,
+        &format!("{start_key_after}\0"),
+        Escaping::EncodingJson,
+    );
     json.push('}');
     raw_url_encode(json.as_bytes())
 }

@@ -8,12 +8,15 @@
 //! `$`/`@`, with or without one pair of surrounding braces. Not supported: recursive descent
 //! (`..`), unions (`[a,b]`), `range`/`end`, several `{}` actions or text around them.
 //!
-//! Also holds the Go-compatible printing that jsonpath output and Tables need (Go `%v` of
-//! numbers, `encoding/json` output), because clients see those bytes.
+//! Also holds the Go-compatible number printing that jsonpath output and Tables need (Go
+//! `%v`, `encoding/json`'s float form), because clients see those bytes; the rest of
+//! `encoding/json`'s output is [`crate::gojson`].
 
 use std::fmt::Write as _;
 
 use serde_json::{Map, Value};
+
+use crate::gojson::{self, Escaping};
 
 /// A parsed path, reusable across objects (printer columns are parsed once per CRD).
 #[derive(Clone, Debug, PartialEq)]
@@ -695,7 +698,7 @@ pub fn print_value(value: &Value) -> String {
         Value::Bool(b) => b.to_string(),
         Value::Number(_) => go_fmt_v(value),
         Value::String(s) => s.clone(),
-        Value::Array(_) | Value::Object(_) => go_json(value),
+        Value::Array(_) | Value::Object(_) => gojson::marshal(value, Escaping::EncodingJson),
     }
 }
 
@@ -794,7 +797,7 @@ pub(crate) fn go_float_v(f: f64) -> String {
 }
 
 /// Go `encoding/json`'s float64 form: plain decimals except below 1e-6 or from 1e21.
-fn go_float_json(f: f64) -> String {
+pub(crate) fn go_float_json(f: f64) -> String {
     if f == 0.0 {
         return if f.is_sign_negative() { "-0" } else { "0" }.to_string();
     }
@@ -809,73 +812,6 @@ fn go_float_json(f: f64) -> String {
         }
     } else {
         format_f(&digits, dp, f < 0.0)
-    }
-}
-
-/// Appends `s` as a Go `encoding/json` string (HTML-safe escaping, `\b`/`\f` short forms).
-pub(crate) fn push_go_json_string(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-/// Go's `json.Marshal` of unstructured JSON: sorted keys, Go number and string forms.
-pub(crate) fn go_json(value: &Value) -> String {
-    let mut out = String::new();
-    write_go_json(&mut out, value);
-    out
-}
-
-fn write_go_json(out: &mut String, value: &Value) {
-    match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => match n.as_i64() {
-            Some(i) => out.push_str(&i.to_string()),
-            None => out.push_str(&go_float_json(n.as_f64().unwrap_or(0.0))),
-        },
-        Value::String(s) => push_go_json_string(out, s),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_go_json(out, item);
-            }
-            out.push(']');
-        }
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                push_go_json_string(out, key);
-                out.push(':');
-                write_go_json(out, &map[key.as_str()]);
-            }
-            out.push('}');
-        }
     }
 }
 
@@ -1205,7 +1141,7 @@ mod tests {
     fn go_json_output() {
         let v = json!({"b": [1, 2.5, null, true], "a": "<&>\u{2028}\u{8}\u{c}\u{1}\"\\\n\u{7f}é", "c": {}});
         assert_eq!(
-            go_json(&v),
+            gojson::marshal(&v, Escaping::EncodingJson),
             r#"{"a":"\u003c\u0026\u003e\u2028\b\f\u0001\"\\\n"#.to_string()
                 + "\u{7f}é\",\"b\":[1,2.5,null,true],\"c\":{}}"
         );

@@ -7,7 +7,8 @@ use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::jsonpath::{go_float_v, go_json, JsonPath};
+use crate::gojson::{self, Escaping};
+use crate::jsonpath::{go_float_v, JsonPath};
 use crate::meta_validation::{go_quote, parse_go_rfc3339};
 
 /// `ObjectMeta.name`'s API documentation, which upstream uses as the Name column description.
@@ -151,7 +152,9 @@ fn cell_for(column_type: &str, value: Option<&Value>, now: DateTime<Utc>) -> Val
         ("string", Value::String(s)) => Value::String(s.clone()),
         ("string", Value::Number(_)) => Value::String(go_fmt_number(value)),
         ("string", Value::Bool(b)) => Value::String(b.to_string()),
-        ("string", Value::Array(_) | Value::Object(_)) => Value::String(go_json(value)),
+        ("string", Value::Array(_) | Value::Object(_)) => {
+            Value::String(gojson::marshal(value, Escaping::EncodingJson))
+        }
         ("integer", Value::Number(n)) => match n.as_i64() {
             Some(i) => Value::from(i),
             None => Value::from(n.as_f64().unwrap_or(0.0) as i64),

@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 use serde_json::{Map, Value};
 
 use super::walk;
+use crate::gojson::{self, Escaping};
 use crate::schema::{too_deep, Schema, MAX_DEPTH};
 
 /// One step of a field path.
@@ -25,7 +26,21 @@ pub enum PathElement {
 impl PathElement {
     /// The map-list item whose key fields are `key`.
     pub fn key(key: &Map<String, Value>) -> PathElement {
-        PathElement::Key(canonical_json(&Value::Object(key.clone())))
+        // As structured-merge-diff writes it: field names sorted and escaped as
+        // json-iterator writes object field names, values as it writes values.
+        let mut names: Vec<&String> = key.keys().collect();
+        names.sort();
+        let mut json = String::from("{");
+        for (i, name) in names.into_iter().enumerate() {
+            if i > 0 {
+                json.push(',');
+            }
+            gojson::push_string(&mut json, name, Escaping::JsonIteratorFieldName);
+            json.push(':');
+            gojson::write_value(&mut json, &key[name.as_str()], Escaping::JsonIterator);
+        }
+        json.push('}');
+        PathElement::Key(json)
     }
 
     /// The set item `value`.
@@ -370,64 +385,11 @@ fn build_server_fields() -> FieldSet {
     set
 }
 
-/// JSON with sorted keys and Go's escaping (`<`, `>`, `&`, U+2028/9 as `\u…`), the form
-/// Kubernetes writes in `k:`/`v:` elements and the last-applied annotation.
+/// JSON with sorted keys, Go's number forms and json-iterator's string escaping (`<`,
+/// `>`, `&`, U+2028/9 and control characters as `\u…`): the form of a value in a `v:`
+/// element, as structured-merge-diff writes it.
 pub fn canonical_json(v: &Value) -> String {
-    let mut out = String::new();
-    write_canonical(v, &mut out);
-    out
-}
-
-fn write_canonical(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_go_string(k, out);
-                out.push(':');
-                write_canonical(&m[k.as_str()], out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        Value::String(s) => write_go_string(s, out),
-        other => out.push_str(&other.to_string()),
-    }
-}
-
-fn write_go_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+    gojson::marshal(v, Escaping::JsonIterator)
 }
 
 #[cfg(test)]
@@ -487,6 +449,22 @@ mod tests {
             canonical_json(&json!({"b": "<&>", "a": [1, null]})),
             r#"{"a":[1,null],"b":"\u003c\u0026\u003e"}"#
         );
+    }
+
+    /// structured-merge-diff writes k: and v: elements with json-iterator: `\b` and `\f`
+    /// as `\u0008` and `\u000c`, k: field names without HTML escaping, and Go's numbers.
+    #[test]
+    fn elements_are_written_as_structured_merge_diff_writes_them() {
+        assert_eq!(
+            PathElement::value(&json!("a\u{8}\u{c}<\u{2028}")).fields_v1_key(),
+            r#"v:"a\u0008\u000c\u003c\u2028""#
+        );
+        let key = json!({"port": 1.0, "<\u{8}": "\u{8}&"});
+        assert_eq!(
+            PathElement::key(key.as_object().unwrap()).fields_v1_key(),
+            r#"k:{"<\u0008":"\u0008\u0026","port":1}"#
+        );
+        assert_eq!(PathElement::value(&json!(1e21)).fields_v1_key(), "v:1e+21");
     }
 
     #[test]

@@ -516,8 +516,9 @@ fn allowed_by_last_applied(live: &Value, schema: &Schema) -> FieldSet {
         .difference(&cmp.removed)
 }
 
-/// The applied configuration as kubectl would have written the annotation: itself minus
-/// the annotation, as sorted compact JSON with a trailing newline.
+/// The applied configuration as kube-apiserver writes the annotation: itself minus the
+/// annotation, as Go `encoding/json` writes it (sorted keys, compact) with a trailing
+/// newline.
 fn last_applied(applied: &Value) -> String {
     let mut copy = applied.clone();
     if let Some(annotations) = copy
@@ -526,7 +527,7 @@ fn last_applied(applied: &Value) -> String {
     {
         annotations.remove(LAST_APPLIED_ANNOTATION);
     }
-    canonical_json(&copy) + "\n"
+    crate::gojson::marshal(&copy, crate::gojson::Escaping::EncodingJson) + "\n"
 }
 
 #[cfg(test)]
@@ -714,9 +715,19 @@ mod tests {
         assert_eq!(obj["spec"]["runStrategy"], json!("Halted"));
         assert_eq!(
             obj["metadata"]["annotations"][LAST_APPLIED_ANNOTATION],
-            json!(canonical_json(&applied) + "\n"),
+            json!(crate::gojson::marshal(&applied, crate::gojson::Escaping::EncodingJson) + "\n"),
             "kubectl keeps the client-side annotation in sync"
         );
+        // Written as Go's encoding/json writes it: `\b`, not json-iterator's `\u0008`.
+        let odd = with_labels(
+            vm(json!({"runStrategy": "Halted"})),
+            json!({"app": "a\u{8}<"}),
+        );
+        let obj = apply(Some(&live), &odd, "kubectl", false, &s, T1).unwrap();
+        let annotation = obj["metadata"]["annotations"][LAST_APPLIED_ANNOTATION]
+            .as_str()
+            .unwrap();
+        assert!(annotation.contains(r#""app":"a\b\u003c""#), "{annotation}");
         // Another manager gets no such grace.
         assert!(matches!(
             apply(Some(&live), &applied, "helm", false, &s, T1),
