@@ -290,10 +290,15 @@ async fn a_frozen_qemu_does_not_stall_another_vm() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     env.vmi_verb(other, "pause").await;
     let paused = env
-        .wait_vmi(other, Duration::from_secs(15), "condition Paused=True", |v| {
-            v.and_then(|v| condition(v, "Paused"))
-                .is_some_and(|c| c["status"] == "True")
-        })
+        .wait_vmi(
+            other,
+            Duration::from_secs(15),
+            "condition Paused=True",
+            |v| {
+                v.and_then(|v| condition(v, "Paused"))
+                    .is_some_and(|c| c["status"] == "True")
+            },
+        )
         .await;
     signal(pid, rustix::process::Signal::CONT);
     assert!(

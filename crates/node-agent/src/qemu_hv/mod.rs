@@ -1,0 +1,502 @@
+//! The QEMU hypervisor: each VMI is one QEMU process (KVM when usable, software
+//! emulation otherwise), with its disks, seeds and console under
+//! `DIR/vmi/<namespace>/<name>/` of the node's data dir.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use kube::core::DynamicObject;
+use kube::ResourceExt;
+use qemu::{Accel, Instance, RunState, RunStatus};
+use serde_json::{json, Value};
+use tokio::sync::broadcast;
+
+use crate::hypervisor::{GuestInfo, Hypervisor, Observed, PauseCause, Prepared, Started, Stopping};
+use crate::images::Puller;
+use crate::volume_sources::VolumeSources;
+
+mod machine;
+mod volumes;
+
+use machine::mac_for;
+
+#[derive(Clone, Debug)]
+pub struct QemuConfig {
+    /// The node's data dir: `DIR/node/<node>`.
+    pub node_dir: PathBuf,
+    /// Where pulled images are cached (shared by the nodes of one host).
+    pub image_cache: PathBuf,
+    pub binary: PathBuf,
+    pub insecure_registries: Vec<String>,
+    pub host_disk_dirs: Vec<PathBuf>,
+    /// The address port forwards listen on.
+    pub node_address: String,
+    pub millicpu: i64,
+    pub memory: i64,
+    /// How guests' vCPUs run on this node (chosen with `qemu::accel::choose`).
+    pub accel: Accel,
+}
+
+const OVMF_DIR: &str = "/usr/share/OVMF";
+
+/// A port forward handed out: (interface, ports entry name, node port, guest port).
+type Forward = (String, String, u16, u16);
+
+/// Files taken out of an image (path inside it, path here), by (VMI uid, image, wanted paths).
+type Pulled = HashMap<(String, String, String), Vec<(String, PathBuf)>>;
+
+struct Running {
+    instance: Instance,
+    stop_started: Option<Instant>,
+}
+
+/// One VMI's QEMU behind a lock of its own: a slow QMP call (a frozen QEMU, a long block
+/// job) on one VMI never holds up another.
+type Slot = Arc<tokio::sync::Mutex<Option<Running>>>;
+
+pub struct Qemu {
+    config: QemuConfig,
+    puller: Puller,
+    /// By VMI uid. The map's lock is held only to find a slot, never across an await.
+    slots: Mutex<HashMap<String, Slot>>,
+    /// Port forwards handed out, by VMI uid.
+    forwards: Mutex<HashMap<String, Vec<Forward>>>,
+    /// Files pulled for a VMI, by (uid, image, wanted paths): start asks for what prepare
+    /// just pulled, and asking the registry again costs a round trip per image.
+    pulled: Mutex<Pulled>,
+    changes: broadcast::Sender<(String, String)>,
+}
+
+fn failed(reason: &str, message: impl Into<String>) -> Prepared {
+    Prepared::Failed {
+        reason: reason.into(),
+        message: message.into(),
+    }
+}
+
+fn start_failed(reason: &str, message: impl Into<String>) -> Started {
+    Started::Failed {
+        reason: reason.into(),
+        message: message.into(),
+    }
+}
+
+fn spec(vmi: &DynamicObject) -> &Value {
+    vmi.data.get("spec").unwrap_or(&Value::Null)
+}
+
+fn volumes(vmi: &DynamicObject) -> Vec<Value> {
+    spec(vmi)
+        .get("volumes")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+impl Qemu {
+    pub fn new(config: QemuConfig) -> Qemu {
+        let puller = Puller::new(
+            config.image_cache.clone(),
+            config.insecure_registries.clone(),
+        );
+        let (changes, _) = broadcast::channel(256);
+        Qemu {
+            config,
+            puller,
+            slots: Mutex::new(HashMap::new()),
+            forwards: Mutex::new(HashMap::new()),
+            pulled: Mutex::new(HashMap::new()),
+            changes,
+        }
+    }
+
+    /// `DIR/vmi/<namespace>/<name>/`: the runtime files of one VMI.
+    pub fn vmi_dir(&self, namespace: &str, name: &str) -> PathBuf {
+        self.config.node_dir.join("vmi").join(namespace).join(name)
+    }
+
+    fn dir(&self, vmi: &DynamicObject) -> PathBuf {
+        self.vmi_dir(&vmi.namespace().unwrap_or_default(), &vmi.name_any())
+    }
+
+    /// The serial console socket of a VMI, for the console proxy.
+    pub fn console_socket(&self, namespace: &str, name: &str) -> PathBuf {
+        self.vmi_dir(namespace, name).join("console.sock")
+    }
+
+    /// The slot of a VMI, created empty on first use.
+    fn slot(&self, vmi: &DynamicObject) -> Slot {
+        self.slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(vmi.uid().unwrap_or_default())
+            .or_default()
+            .clone()
+    }
+
+    /// The running instance of a VMI, adopting one a previous agent started.
+    async fn instance<'a>(
+        &self,
+        slot: &'a mut Option<Running>,
+        vmi: &DynamicObject,
+    ) -> Option<&'a mut Running> {
+        if slot.is_none() {
+            let dir = self.dir(vmi);
+            let instance = Instance::adopt(&dir.join("qemu.pid"), &dir.join("qmp.sock")).await?;
+            tracing::info!(
+                "adopted QEMU {} of {}/{} ({})",
+                instance.pid,
+                vmi.namespace().unwrap_or_default(),
+                vmi.name_any(),
+                instance.run_status().state.as_str()
+            );
+            self.watch_run_state(vmi, &instance);
+            *slot = Some(Running {
+                instance,
+                stop_started: None,
+            });
+        }
+        slot.as_mut()
+    }
+
+    /// Tells the agent as soon as the guest's run state changes or QEMU exits.
+    fn watch_run_state(&self, vmi: &DynamicObject, instance: &Instance) {
+        let mut status = instance.run_status_changes();
+        let key = (vmi.namespace().unwrap_or_default(), vmi.name_any());
+        let changes = self.changes.clone();
+        tokio::spawn(async move {
+            loop {
+                let ended = status.changed().await.is_err() || status.borrow().closed;
+                // No receiver means no agent loop listens yet: nothing to tell.
+                let _ = changes.send(key.clone());
+                if ended {
+                    break;
+                }
+            }
+        });
+    }
+
+    /// What QEMU's own log says about a failure (the lines that name it).
+    fn qemu_words(&self, vmi: &DynamicObject, needles: &[&str]) -> Option<String> {
+        let log = std::fs::read_to_string(self.dir(vmi).join("qemu.log")).ok()?;
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| needles.iter().any(|n| l.contains(n)))
+            .map(str::trim)
+            .collect();
+        let mut unique: Vec<&str> = Vec::new();
+        for line in lines {
+            if !unique.contains(&line) {
+                unique.push(line);
+            }
+        }
+        (!unique.is_empty()).then(|| unique.join(" / "))
+    }
+
+    /// Turns QEMU's run state into what the agent reports.
+    fn observed(&self, vmi: &DynamicObject, status: &RunStatus) -> Observed {
+        let recheck = Duration::from_secs(10);
+        match &status.state {
+            RunState::Running | RunState::Suspended => Observed::Running { recheck },
+            RunState::Paused | RunState::Prelaunch => Observed::Paused {
+                cause: PauseCause::Requested,
+                message: "the guest's vCPUs are stopped".into(),
+                recheck,
+            },
+            RunState::IoError => Observed::Paused {
+                cause: PauseCause::IoError,
+                message: status
+                    .io_error
+                    .clone()
+                    .unwrap_or_else(|| "a disk reported an I/O error".into()),
+                recheck,
+            },
+            RunState::InternalError => Observed::Halted {
+                reason: "InternalError".into(),
+                message: format!(
+                    "the guest's vCPUs stopped: QEMU run state internal-error ({} could not run the guest): {}",
+                    self.config.accel,
+                    self.qemu_words(vmi, &["internal error", "emulation failure", "Suberror"])
+                        .unwrap_or_else(|| "no message in QEMU's log".into())
+                ),
+            },
+            RunState::GuestPanicked => Observed::Halted {
+                reason: "GuestPanicked".into(),
+                message: "the guest kernel panicked (QEMU run state guest-panicked)".into(),
+            },
+            RunState::Shutdown => Observed::Halted {
+                reason: "GuestShutdown".into(),
+                message: format!(
+                    "the guest shut down ({}) and QEMU kept it stopped",
+                    status.shutdown_reason.as_deref().unwrap_or("unknown reason")
+                ),
+            },
+            other => Observed::Paused {
+                cause: PauseCause::Other,
+                message: format!(
+                    "the guest's vCPUs are stopped (QEMU run state {})",
+                    other.as_str()
+                ),
+                recheck,
+            },
+        }
+    }
+}
+
+#[async_trait]
+impl Hypervisor for Qemu {
+    fn kind(&self) -> &'static str {
+        "qemu"
+    }
+
+    fn accel(&self) -> Option<&'static str> {
+        Some(self.config.accel.as_str())
+    }
+
+    fn capacity(&self) -> (i64, i64) {
+        (self.config.millicpu, self.config.memory)
+    }
+
+    fn changes(&self) -> Option<broadcast::Receiver<(String, String)>> {
+        Some(self.changes.subscribe())
+    }
+
+    async fn prepare(&self, vmi: &DynamicObject, sources: &VolumeSources) -> Prepared {
+        let began = Instant::now();
+        let dir = self.dir(vmi);
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            return failed("FailedCreate", format!("creating {}: {e}", dir.display()));
+        }
+        for volume in volumes(vmi) {
+            if let Err(failure) = self.prepare_volume(vmi, &volume, sources).await {
+                return failure;
+            }
+        }
+        if let Err(Started::Failed { reason, message }) = self.kernel_boot(vmi).await {
+            return Prepared::Failed { reason, message };
+        }
+        tracing::debug!(
+            "prepared {}/{} in {:?}",
+            vmi.namespace().unwrap_or_default(),
+            vmi.name_any(),
+            began.elapsed()
+        );
+        Prepared::Ready
+    }
+
+    async fn start(&self, vmi: &DynamicObject, sources: &VolumeSources) -> Started {
+        let slot = self.slot(vmi);
+        let mut running = slot.lock().await;
+        // Never a second QEMU for one VMI: adopt what runs already.
+        if self.instance(&mut running, vmi).await.is_none() {
+            let began = Instant::now();
+            let spec = match self.machine(vmi, sources).await {
+                Ok(spec) => spec,
+                Err(failure) => return failure,
+            };
+            let specified = began.elapsed();
+            let log = self.dir(vmi).join("qemu.log");
+            let instance = match Instance::spawn(&self.config.binary, &spec, &log).await {
+                Ok(instance) => instance,
+                Err(e) => return start_failed("FailedCreate", e.to_string()),
+            };
+            let spawned = began.elapsed();
+            let paused = spec_paused(vmi);
+            if !paused {
+                if let Err(e) = instance.resume().await {
+                    instance.kill();
+                    return start_failed("FailedCreate", format!("starting the guest: {e}"));
+                }
+            }
+            tracing::debug!(
+                "started QEMU {} of {}/{}: command line ready after {specified:?}, QMP after {spawned:?}, running after {:?}",
+                instance.pid,
+                vmi.namespace().unwrap_or_default(),
+                vmi.name_any(),
+                began.elapsed()
+            );
+            self.watch_run_state(vmi, &instance);
+            *running = Some(Running {
+                instance,
+                stop_started: None,
+            });
+        }
+        drop(running);
+        let uid = vmi.uid().unwrap_or_default();
+        let forwards = self
+            .forwards
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&uid)
+            .cloned()
+            .unwrap_or_default();
+        let interfaces = spec(vmi)
+            .pointer("/domain/devices/interfaces")
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .enumerate()
+                    .map(|(i, iface)| {
+                        let name = iface["name"].as_str().unwrap_or("").to_string();
+                        let mac = iface["macAddress"]
+                            .as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| mac_for(&uid, i));
+                        (name, mac, self.config.node_address.clone())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let port_forwards = forwards
+            .iter()
+            .map(|(iface, name, host_port, port)| {
+                json!({"interface": iface, "name": name, "protocol": "TCP", "port": port,
+                       "hostIP": self.config.node_address, "hostPort": host_port})
+            })
+            .collect();
+        let machine = spec(vmi)
+            .pointer("/domain/machine/type")
+            .and_then(Value::as_str)
+            .unwrap_or("q35")
+            .to_string();
+        Started::Running(GuestInfo {
+            interfaces,
+            machine,
+            live_migratable: false,
+            port_forwards,
+            accelerator: Some(self.config.accel.as_str()),
+        })
+    }
+
+    async fn observe(&self, vmi: &DynamicObject) -> Observed {
+        let slot = self.slot(vmi);
+        let mut running = slot.lock().await;
+        let Some(entry) = self.instance(&mut running, vmi).await else {
+            return Observed::Exited {
+                succeeded: false,
+                reason: "the QEMU process of this VMI is gone".into(),
+            };
+        };
+        if entry.instance.exited() {
+            let reason = entry.instance.shutdown_reason();
+            let succeeded = reason.as_deref() == Some("guest-shutdown");
+            *running = None;
+            return Observed::Exited {
+                succeeded,
+                reason: if succeeded {
+                    "GuestShutdown".into()
+                } else {
+                    format!(
+                        "QEMU exited ({})",
+                        reason.unwrap_or_else(|| "crashed".into())
+                    )
+                },
+            };
+        }
+        let status = entry.instance.run_status();
+        self.observed(vmi, &status)
+    }
+
+    async fn stop(&self, vmi: &DynamicObject, grace: Duration) -> Stopping {
+        let slot = self.slot(vmi);
+        let mut running = slot.lock().await;
+        let Some(entry) = self.instance(&mut running, vmi).await else {
+            return Stopping::Done { succeeded: true };
+        };
+        if entry.instance.exited() {
+            let succeeded = entry.instance.shutdown_reason().as_deref() == Some("guest-shutdown");
+            *running = None;
+            return Stopping::Done { succeeded };
+        }
+        let first = entry.stop_started.is_none();
+        let started = *entry.stop_started.get_or_insert_with(Instant::now);
+        if first && !grace.is_zero() {
+            if let Err(e) = entry.instance.power_down().await {
+                tracing::warn!(
+                    "ACPI power-down of {}/{}: {e}; it is killed when its grace period ends",
+                    vmi.namespace().unwrap_or_default(),
+                    vmi.name_any()
+                );
+            }
+        }
+        if started.elapsed() >= grace {
+            entry.instance.kill();
+            *running = None;
+            return Stopping::Done { succeeded: false };
+        }
+        Stopping::Pending(Duration::from_millis(200))
+    }
+
+    async fn set_paused(&self, vmi: &DynamicObject, paused: bool) -> Result<(), String> {
+        let slot = self.slot(vmi);
+        let mut running = slot.lock().await;
+        let entry = self
+            .instance(&mut running, vmi)
+            .await
+            .ok_or("the VMI is not running")?;
+        let result = if paused {
+            entry.instance.pause().await
+        } else {
+            entry.instance.resume().await
+        };
+        result.map_err(|e| e.to_string())
+    }
+
+    async fn soft_reboot(&self, vmi: &DynamicObject) -> Result<(), String> {
+        let slot = self.slot(vmi);
+        let mut running = slot.lock().await;
+        let entry = self
+            .instance(&mut running, vmi)
+            .await
+            .ok_or("the VMI is not running")?;
+        // An ACPI-style reboot request the guest's kernel handles like Ctrl+Alt+Del.
+        entry
+            .instance
+            .qmp
+            .execute("send-key", Some(json!({"keys": [{"type": "qcode", "data": "ctrl"}, {"type": "qcode", "data": "alt"}, {"type": "qcode", "data": "delete"}]})))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn cleanup(&self, vmi: &DynamicObject) {
+        let uid = vmi.uid().unwrap_or_default();
+        let slot = self.slot(vmi);
+        {
+            let mut running = slot.lock().await;
+            if let Some(entry) = self.instance(&mut running, vmi).await {
+                entry.instance.kill();
+            }
+            *running = None;
+        }
+        self.slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&uid);
+        self.forwards
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&uid);
+        self.pulled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(owner, _, _), _| *owner != uid);
+        if let Err(e) = std::fs::remove_dir_all(self.dir(vmi)) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(
+                    "removing {} of {}/{}: {e}",
+                    self.dir(vmi).display(),
+                    vmi.namespace().unwrap_or_default(),
+                    vmi.name_any()
+                );
+            }
+        }
+    }
+}
+
+fn spec_paused(vmi: &DynamicObject) -> bool {
+    spec(vmi).get("startStrategy").and_then(Value::as_str) == Some("Paused")
+}
