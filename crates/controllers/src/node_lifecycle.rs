@@ -11,6 +11,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Value};
 
 use kubevirt_api::backoff::{object_key, Backoff};
+use kubevirt_api::meta;
 
 use crate::resources::{self, condition, str_at};
 
@@ -112,12 +113,12 @@ async fn pass(client: &Client, grace: Duration, state: &mut State) -> Result<(),
                 .and_then(Value::as_array)
                 .cloned()
                 .unwrap_or_default();
-            resources::set_condition(
+            meta::set_condition(
                 &mut conditions,
                 json!({"type": "Ready", "status": "Unknown",
                 "reason": "NodeStatusUnknown", "message": "Node agent stopped posting node status.",
                 "lastHeartbeatTime": condition(&node, "Ready").map(|c| c["lastHeartbeatTime"].clone()).unwrap_or(Value::Null),
-                "lastTransitionTime": resources::now_rfc3339()}),
+                "lastTransitionTime": meta::now()}),
             );
             let patch = json!({"status": {"conditions": conditions}});
             match nodes
@@ -189,9 +190,7 @@ async fn fail_vmi(client: Client, vmi: &DynamicObject) -> Result<(), crate::Erro
             .cloned()
             .unwrap_or_else(|| json!([]));
         if let Some(list) = transitions.as_array_mut() {
-            list.push(
-                json!({"phase": "Failed", "phaseTransitionTimestamp": resources::now_rfc3339()}),
-            );
+            list.push(json!({"phase": "Failed", "phaseTransitionTimestamp": meta::now()}));
         }
         let mut conditions: Vec<Value> = vmi
             .data
@@ -199,11 +198,11 @@ async fn fail_vmi(client: Client, vmi: &DynamicObject) -> Result<(), crate::Erro
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
-        resources::set_condition(
+        meta::set_condition(
             &mut conditions,
             json!({"type": "Ready", "status": "False", "reason": "NodeUnresponsive",
             "message": "the node running this VMI stopped responding", "lastProbeTime": null,
-            "lastTransitionTime": resources::now_rfc3339()}),
+            "lastTransitionTime": meta::now()}),
         );
         patch["status"] = json!({"phase": "Failed", "reason": "NodeUnresponsive", "phaseTransitionTimestamps": transitions,
                                  "conditions": conditions});

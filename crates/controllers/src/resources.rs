@@ -39,22 +39,3 @@ pub fn condition<'a>(obj: &'a DynamicObject, kind: &str) -> Option<&'a Value> {
 pub fn condition_is(obj: &DynamicObject, kind: &str, status: &str) -> bool {
     condition(obj, kind).is_some_and(|c| c["status"] == status)
 }
-
-pub fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
-/// Replaces (or adds) a condition, keeping lastTransitionTime when the status is unchanged.
-pub fn set_condition(conditions: &mut Vec<Value>, mut condition: Value) {
-    let kind = condition["type"].clone();
-    if let Some(existing) = conditions.iter_mut().find(|c| c["type"] == kind) {
-        if existing["status"] == condition["status"] {
-            if let Some(t) = existing.get("lastTransitionTime") {
-                condition["lastTransitionTime"] = t.clone();
-            }
-        }
-        *existing = condition;
-    } else {
-        conditions.push(condition);
-    }
-}

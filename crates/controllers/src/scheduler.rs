@@ -15,6 +15,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
 use kubevirt_api::backoff::{object_key, Backoff};
+use kubevirt_api::meta;
 use kubevirt_api::quantity::Quantity;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify, Semaphore};
@@ -491,7 +492,7 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
                 .cloned()
                 .unwrap_or_else(|| json!([]));
             if let Some(list) = transitions.as_array_mut() {
-                list.push(json!({"phase": "Scheduling", "phaseTransitionTimestamp": resources::now_rfc3339()}));
+                list.push(json!({"phase": "Scheduling", "phaseTransitionTimestamp": meta::now()}));
             }
             let mut conditions: Vec<Value> = vmi
                 .data
@@ -521,11 +522,11 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
                 .and_then(Value::as_array)
                 .cloned()
                 .unwrap_or_default();
-            resources::set_condition(
+            meta::set_condition(
                 &mut conditions,
                 json!({"type": "PodScheduled", "status": "False",
                 "reason": "Unschedulable", "message": message, "lastProbeTime": null,
-                "lastTransitionTime": resources::now_rfc3339()}),
+                "lastTransitionTime": meta::now()}),
             );
             let mut status = json!({"conditions": conditions});
             if str_at(vmi, "/status/phase") != Some("Scheduling") {
@@ -535,7 +536,9 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
                     .cloned()
                     .unwrap_or_else(|| json!([]));
                 if let Some(list) = transitions.as_array_mut() {
-                    list.push(json!({"phase": "Scheduling", "phaseTransitionTimestamp": resources::now_rfc3339()}));
+                    list.push(
+                        json!({"phase": "Scheduling", "phaseTransitionTimestamp": meta::now()}),
+                    );
                 }
                 status["phase"] = json!("Scheduling");
                 status["phaseTransitionTimestamps"] = transitions;

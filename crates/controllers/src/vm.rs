@@ -21,6 +21,7 @@ use crate::run_strategy::{
 };
 use crate::Error;
 use kubevirt_api::backoff::{object_key, Backoff};
+use kubevirt_api::meta;
 use kubevirt_api::resources::VM_CONTROLLER_FINALIZER as VM_FINALIZER;
 use kubevirt_api::vm_status;
 
@@ -134,7 +135,7 @@ fn start_failure_of(vm: &DynamicObject) -> Option<StartFailure> {
 
 fn start_failure_json(f: &StartFailure) -> Value {
     json!({"consecutiveFailCount": f.consecutive_fail_count, "lastFailedVMIUID": f.last_failed_vmi_uid,
-           "retryAfterTimestamp": f.retry_after.format("%Y-%m-%dT%H:%M:%SZ").to_string()})
+           "retryAfterTimestamp": meta::format_time(f.retry_after)})
 }
 
 fn vmi_state(vmi: &DynamicObject) -> VmiState {
@@ -283,10 +284,10 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
     let Some(strategy) = strategy_of(&vm) else {
         let failure = json!({"type": "Failure", "status": "True", "reason": "FailedCreate",
             "message": "Error fetching RunStrategy: running and runstrategy are mutually exclusive or missing",
-            "lastTransitionTime": resources::now_rfc3339()});
+            "lastTransitionTime": meta::now()});
         let retry = update_status(&vms, &vm, |status| {
             let mut conditions = existing_conditions(&vm);
-            resources::set_condition(&mut conditions, failure.clone());
+            meta::set_condition(&mut conditions, failure.clone());
             status.insert("conditions".into(), json!(conditions));
         })
         .await?;
@@ -389,15 +390,19 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
     let retry = update_status(&vms, &vm, |status| {
         status.insert("printableStatus".into(), json!(printable));
         status.insert("created".into(), json!(vmi.is_some() || creating));
-        let ready = vmi.as_ref().is_some_and(|v| condition_is(v, "Ready", "True"));
+        let ready = vmi
+            .as_ref()
+            .is_some_and(|v| condition_is(v, "Ready", "True"));
         status.insert("ready".into(), json!(ready));
         if vmi.is_some() || creating || state.last_strategy.is_some() {
             status.insert("runStrategy".into(), json!(strategy.as_str()));
         }
         let mut conditions = vm_conditions(vmi.as_ref());
         if let Some((reason, message)) = &failure {
-            conditions.push(json!({"type": "Failure", "status": "True", "reason": reason, "message": message,
-                                   "lastProbeTime": null, "lastTransitionTime": resources::now_rfc3339()}));
+            conditions.push(
+                json!({"type": "Failure", "status": "True", "reason": reason, "message": message,
+                                   "lastProbeTime": null, "lastTransitionTime": meta::now()}),
+            );
         }
         status.insert("conditions".into(), json!(conditions));
         status.insert(
@@ -454,9 +459,7 @@ fn existing_conditions(vm: &DynamicObject) -> Vec<Value> {
 /// Ready from the VMI (or VMINotExists), and every other VMI condition mirrored (§2.3).
 fn vm_conditions(vmi: Option<&DynamicObject>) -> Vec<Value> {
     let Some(vmi) = vmi else {
-        return vec![vm_status::vmi_not_exists_condition(
-            &resources::now_rfc3339(),
-        )];
+        return vec![vm_status::vmi_not_exists_condition(&meta::now())];
     };
     let mut out: Vec<Value> = vmi
         .data
@@ -469,7 +472,7 @@ fn vm_conditions(vmi: Option<&DynamicObject>) -> Vec<Value> {
             0,
             json!({"type": "Ready", "status": "False", "reason": "VMIConditionMissing",
                              "message": "VMI is missing the Ready condition", "lastProbeTime": null,
-                             "lastTransitionTime": resources::now_rfc3339()}),
+                             "lastTransitionTime": meta::now()}),
         );
     }
     out

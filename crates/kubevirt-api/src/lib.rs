@@ -4,11 +4,12 @@
 //! type anywhere becomes a field error instead of a deserialization failure or a panic.
 //!
 //! It is also where the controllers and the node agent share what both need
-//! ([`backoff`]).
+//! ([`backoff`], [`meta`]).
 
 pub mod admission;
 pub mod backoff;
 pub mod defaults;
+pub mod meta;
 pub mod names;
 pub mod resources;
 pub mod schema;
