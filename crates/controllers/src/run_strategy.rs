@@ -284,6 +284,79 @@ pub fn next_start_failure(
     }
 }
 
+/// One sync's decision: the VM's state as the sync goes on with it (stale Stop requests
+/// trimmed, the start-failure record updated) and the action to take on the VMI.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub state: VmState,
+    pub action: VmiAction,
+}
+
+/// Decides a sync (`vm.go`'s `sync` up to the VMI action): trims stale Stop requests,
+/// records a start failure (`jitter` picks the random part of the crash-loop delay, up
+/// to the given maximum), and decides the action.
+pub fn plan(
+    mut vm: VmState,
+    vmi: Option<&VmiState>,
+    now: DateTime<Utc>,
+    jitter: impl Fn(Duration) -> Duration,
+) -> Plan {
+    trim_stale_stops(&mut vm.requests, vmi);
+    vm.start_failure = next_start_failure(&vm, vmi, now, jitter);
+    let action = decide(&vm, vmi, now);
+    Plan { state: vm, action }
+}
+
+/// What carrying out a [`Plan`]'s action came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Nothing was done, or the request failed.
+    None,
+    /// The VMI was created.
+    Created,
+    /// The create found a VMI the controller had not seen yet.
+    FoundExisting,
+    /// The VMI's deletion was issued.
+    Deleted,
+}
+
+/// What a sync writes into the VM's status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The VM's state after the sync: its requests are `status.stateChangeRequests`,
+    /// its start failure `status.startFailure` and its last strategy
+    /// `status.runStrategy` (left alone when `None`).
+    pub state: VmState,
+    pub printable_status: &'static str,
+}
+
+/// Finishes a sync after its action (`effect`): queues RerunOnFailure's restart, consumes
+/// the head request if it is done, records the strategy in force and says the printable
+/// status. `vmi` is the VMI as the plan saw it.
+pub fn conclude(plan: Plan, vmi: Option<&VmiState>, effect: Effect) -> Outcome {
+    let Plan {
+        state: mut vm,
+        action,
+    } = plan;
+    if let (VmiAction::Delete, Some(observed)) = (&action, vmi) {
+        if start_after_delete(&vm, observed) {
+            vm.requests.push(ChangeRequest::Start { paused: false });
+        }
+    }
+    if should_pop_head(&vm.requests, vmi) {
+        vm.requests.remove(0);
+    }
+    let creating = effect == Effect::Created;
+    let printable_status = printable_status(&vm, vmi, creating, effect == Effect::Deleted);
+    if vmi.is_some() || creating || effect == Effect::FoundExisting || vm.last_strategy.is_some() {
+        vm.last_strategy = Some(vm.strategy);
+    }
+    Outcome {
+        state: vm,
+        printable_status,
+    }
+}
+
 /// `status.printableStatus`, first matching rule wins (KubeVirt §2.2). `creating` and
 /// `deleting` are the controller's own pending actions.
 pub fn printable_status(

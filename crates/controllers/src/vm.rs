@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 use crate::cached::{self, Cached, DECISION_SPEC_FIELDS};
 use crate::resources::{self, condition, condition_is, str_at};
 use crate::run_strategy::{
-    self, ChangeRequest, Phase, RunStrategy, StartFailure, VmState, VmiAction, VmiState,
+    self, ChangeRequest, Effect, Phase, RunStrategy, StartFailure, VmState, VmiAction, VmiState,
 };
 use crate::Error;
 use kubevirt_api::backoff::{object_key, Backoff};
@@ -294,25 +294,22 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
         return Ok(next_sync(retry));
     };
     let observed = vmi.as_ref().map(vmi_state);
-    let mut state = VmState {
+    let state = VmState {
         strategy,
         deleting,
         last_strategy: str_at(&vm, "/status/runStrategy").and_then(RunStrategy::parse),
         requests: requests_of(&vm),
         start_failure: start_failure_of(&vm),
     };
-    run_strategy::trim_stale_stops(&mut state.requests, observed.as_ref());
     let now = Utc::now();
-    state.start_failure = run_strategy::next_start_failure(&state, observed.as_ref(), now, |max| {
+    let plan = run_strategy::plan(state, observed.as_ref(), now, |max| {
         chrono::Duration::milliseconds(rand::random_range(0..=max.num_milliseconds().max(0)))
     });
-    let action = run_strategy::decide(&state, observed.as_ref(), now);
     let mut requeue = None;
-    let mut creating = false;
-    let mut deleting_vmi = false;
+    let mut effect = Effect::None;
     // A failed create or delete: the VM's Failure condition (reason, message).
     let mut failure: Option<(&str, String)> = None;
-    match &action {
+    match &plan.action {
         VmiAction::None => {}
         VmiAction::Create { paused } => {
             let body: DynamicObject = serde_json::from_value(vmi_from_template(
@@ -321,10 +318,13 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
                 *paused,
             ))?;
             match vmis.create(&post_params(), &body).await {
-                Ok(_) => creating = true,
+                Ok(_) => effect = Effect::Created,
                 // The cache had not seen a VMI that exists: report on that one.
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     vmi = vmis.get_opt(&name).await?.filter(|vmi| owned_by(vmi, &vm));
+                    if vmi.is_some() {
+                        effect = Effect::FoundExisting;
+                    }
                     requeue = Some(Duration::from_millis(100));
                 }
                 Err(kube::Error::Api(s)) => {
@@ -338,7 +338,7 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
             }
         }
         VmiAction::Delete => {
-            if let (Some(vmi), Some(observed)) = (&vmi, &observed) {
+            if let Some(vmi) = &vmi {
                 let dp = DeleteParams {
                     preconditions: vmi.uid().map(|uid| kube::api::Preconditions {
                         uid: Some(uid),
@@ -347,7 +347,7 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
                     ..Default::default()
                 };
                 match vmis.delete(&name, &dp).await {
-                    Ok(_) => deleting_vmi = true,
+                    Ok(_) => effect = Effect::Deleted,
                     Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
                     Err(kube::Error::Api(s)) => {
                         failure = Some((
@@ -357,9 +357,6 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
                         requeue = Some(Duration::from_secs(1));
                     }
                     Err(e) => return Err(e.into()),
-                }
-                if run_strategy::start_after_delete(&state, observed) {
-                    state.requests.push(ChangeRequest::Start { paused: false });
                 }
             }
         }
@@ -376,11 +373,10 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
                 .await?;
         }
     }
-    if run_strategy::should_pop_head(&state.requests, observed.as_ref()) {
-        state.requests.remove(0);
-    }
-    let printable =
-        run_strategy::printable_status(&state, observed.as_ref(), creating, deleting_vmi);
+    let creating = effect == Effect::Created;
+    let outcome = run_strategy::conclude(plan, observed.as_ref(), effect);
+    let state = &outcome.state;
+    let printable = outcome.printable_status;
     let generation = vm.metadata.generation;
     let vmi_generation = vmi.as_ref().and_then(|v| {
         v.annotations()
@@ -394,7 +390,7 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
             .as_ref()
             .is_some_and(|v| condition_is(v, "Ready", "True"));
         status.insert("ready".into(), json!(ready));
-        if vmi.is_some() || creating || state.last_strategy.is_some() {
+        if let Some(strategy) = state.last_strategy {
             status.insert("runStrategy".into(), json!(strategy.as_str()));
         }
         let mut conditions = vm_conditions(vmi.as_ref());

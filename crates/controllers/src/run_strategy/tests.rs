@@ -525,9 +525,13 @@ fn arb_event() -> impl Strategy<Value = Event> {
     ]
 }
 
-/// The VM controller's pass (`vm.rs`) over the model: trim, record start failures,
-/// decide, act, pop the head, remember the strategy.
+/// A VM and its VMI as the API server holds them, synced by the controller's own
+/// decision code ([`plan`] and [`conclude`], what `vm.rs` calls): the model only plays
+/// the world (creating and deleting the VMI the way the server would, failing requests
+/// when told to) and checks what the controller decided.
 struct Model {
+    /// The VM as stored: spec (`strategy`), deletion, and the status fields the
+    /// controller wrote back (requests, start failure, last strategy).
     vm: VmState,
     vmi: Option<VmiState>,
     now: DateTime<Utc>,
@@ -537,29 +541,33 @@ struct Model {
 }
 
 impl Model {
-    fn reconcile(&mut self) -> Result<(VmiAction, &'static str), TestCaseError> {
+    /// One sync. With `fail`, the create or delete the controller asks for is refused.
+    fn reconcile(&mut self, fail: bool) -> Result<(VmiAction, &'static str), TestCaseError> {
         let observed = self.vmi.clone();
-        trim_stale_stops(&mut self.vm.requests, observed.as_ref());
-        let requests_before = self.vm.requests.clone();
         let strategy = self.vm.strategy;
-        self.vm.start_failure =
-            next_start_failure(&self.vm, observed.as_ref(), self.now, |_| Duration::zero());
-        let action = decide(&self.vm, observed.as_ref(), self.now);
-        let mut creating = false;
-        let mut deleting = false;
+        let plan = plan(self.vm.clone(), observed.as_ref(), self.now, |_| {
+            Duration::zero()
+        });
+        let action = plan.action.clone();
+        let trimmed = plan.state.requests.clone();
+        prop_assert_eq!(plan.state.strategy, strategy, "the plan changed the spec");
+        prop_assert!(
+            trimmed.len() <= self.vm.requests.len() && self.vm.requests.ends_with(&trimmed),
+            "trimming did more than drop requests at the head"
+        );
         match &action {
             A::Create { paused } => {
                 prop_assert!(observed.is_none(), "created a second VMI");
-                prop_assert!(self.vm.strategy != Halted, "started a Halted VM");
+                prop_assert!(strategy != Halted, "started a Halted VM");
                 prop_assert!(!self.vm.deleting, "started a VM being deleted");
-                if let Some(f) = &self.vm.start_failure {
+                if let Some(f) = &plan.state.start_failure {
                     prop_assert!(
                         f.retry_after <= self.now,
                         "started during crash-loop backoff"
                     );
                 }
-                let head = requests_before.first().cloned();
-                match self.vm.strategy {
+                let head = trimmed.first().cloned();
+                match strategy {
                     Manual => prop_assert!(
                         matches!(head, Some(ChangeRequest::Start { .. })),
                         "Manual started without a Start request"
@@ -575,47 +583,32 @@ impl Model {
                     *paused,
                     matches!(head, Some(ChangeRequest::Start { paused: true }))
                 );
-                self.next_uid += 1;
-                self.vmi = Some(VmiState {
-                    uid: format!("u{}", self.next_uid),
-                    ever_running: false,
-                    ..vmi(Phase::Pending)
-                });
-                self.created.push(self.vm.strategy);
-                creating = true;
             }
-            A::Delete => {
-                let current = observed.as_ref();
-                prop_assert!(
-                    current.is_some_and(|v| !v.deleting),
-                    "deleted what is not there"
-                );
-                if let Some(v) = current {
-                    if start_after_delete(&self.vm, v) {
-                        self.vm
-                            .requests
-                            .push(ChangeRequest::Start { paused: false });
-                    }
-                }
-                if let Some(v) = self.vmi.as_mut() {
-                    v.deleting = true;
-                }
-                deleting = true;
-            }
+            A::Delete => prop_assert!(
+                observed.as_ref().is_some_and(|v| !v.deleting),
+                "deleted what is not there"
+            ),
             A::SwitchToAlways => {
-                prop_assert_eq!(self.vm.strategy, Halted);
+                prop_assert_eq!(strategy, Halted);
                 prop_assert!(observed.is_none());
-                self.vm.strategy = Always;
+                prop_assert!(
+                    matches!(trimmed.first(), Some(ChangeRequest::Start { .. })),
+                    "switched to Always without a Start request"
+                );
             }
             A::WaitUntil(t) => {
                 prop_assert!(*t > self.now, "waits for the past");
                 prop_assert!(observed.is_none());
+                prop_assert_eq!(
+                    plan.state.start_failure.as_ref().map(|f| f.retry_after),
+                    Some(*t)
+                );
             }
             A::None => {}
         }
         // Liveness: an Always VM with no VMI and no backoff is always started.
-        let backoff = self
-            .vm
+        let backoff = plan
+            .state
             .start_failure
             .as_ref()
             .is_some_and(|f| f.retry_after > self.now);
@@ -632,18 +625,63 @@ impl Model {
         }
         // Halted with nothing queued never keeps a VMI.
         if strategy == Halted
-            && requests_before.is_empty()
+            && trimmed.is_empty()
             && observed.as_ref().is_some_and(|v| !v.deleting)
         {
             prop_assert_eq!(&action, &A::Delete);
         }
-        if should_pop_head(&self.vm.requests, observed.as_ref()) {
-            self.vm.requests.remove(0);
+
+        // The world carries out the action, as the API server would.
+        let effect = match &action {
+            A::Create { .. } if fail => Effect::None,
+            A::Create { .. } => {
+                self.next_uid += 1;
+                self.vmi = Some(VmiState {
+                    uid: format!("u{}", self.next_uid),
+                    ever_running: false,
+                    ..vmi(Phase::Pending)
+                });
+                self.created.push(strategy);
+                Effect::Created
+            }
+            A::Delete if fail => Effect::None,
+            A::Delete => {
+                if let Some(v) = self.vmi.as_mut() {
+                    v.deleting = true;
+                }
+                Effect::Deleted
+            }
+            A::SwitchToAlways => {
+                self.vm.strategy = Always;
+                Effect::None
+            }
+            A::WaitUntil(_) | A::None => Effect::None,
+        };
+        let outcome = conclude(plan, observed.as_ref(), effect);
+        let written = &outcome.state;
+        // A RerunOnFailure VM whose failed VMI goes is started again.
+        if action == A::Delete
+            && strategy == RerunOnFailure
+            && observed.as_ref().is_some_and(|v| v.phase == Phase::Failed)
+            && !matches!(trimmed.first(), Some(ChangeRequest::Stop { .. }))
+        {
+            prop_assert_eq!(
+                written.requests.last(),
+                Some(&ChangeRequest::Start { paused: false }),
+                "RerunOnFailure not restarted"
+            );
         }
-        if observed.is_some() || creating || self.vm.last_strategy.is_some() {
-            self.vm.last_strategy = Some(self.vm.strategy);
+        // The strategy in force is recorded once a VMI existed.
+        if observed.is_some() || effect == Effect::Created {
+            prop_assert_eq!(written.last_strategy, Some(strategy));
         }
-        let printable = printable_status(&self.vm, observed.as_ref(), creating, deleting);
+        // The VM's status as the controller wrote it; its spec and deletion stay the
+        // world's.
+        self.vm.requests = written.requests.clone();
+        self.vm.start_failure = written.start_failure.clone();
+        self.vm.last_strategy = written.last_strategy;
+
+        let printable = outcome.printable_status;
         prop_assert!(
             printable != "Unknown",
             "no printable status for {:?} / {:?}",
@@ -653,14 +691,23 @@ impl Model {
         if self.vm.deleting {
             prop_assert_eq!(printable, "Terminating");
         }
-        if let Some(v) = observed
-            .as_ref()
-            .filter(|v| v.phase == Phase::Running && !v.deleting && !deleting)
-        {
+        if let Some(v) = observed.as_ref().filter(|v| {
+            v.phase == Phase::Running
+                && !v.deleting
+                && !self.vm.deleting
+                && effect != Effect::Deleted
+        }) {
             prop_assert_eq!(printable, if v.paused { "Paused" } else { "Running" });
         }
-        if observed.is_none() && creating {
+        if observed.is_none() && effect == Effect::Created {
             prop_assert_eq!(printable, "Starting");
+        }
+        if observed.is_none() && effect == Effect::None && !self.vm.deleting {
+            prop_assert!(
+                matches!(printable, "Stopped" | "CrashLoopBackOff"),
+                "no VMI and none created, yet {}",
+                printable
+            );
         }
         prop_assert!(self.vm.requests.len() <= 64, "queue grows without bound");
         Ok((action, printable))
@@ -670,15 +717,19 @@ impl Model {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
     /// Over random event sequences (strategy switches, queued requests, VMI phase
-    /// changes, deletions, time passing) the controller never acts on a VMI that is not
-    /// there, never creates a second one, never starts a Halted, deleted or backing-off
-    /// VM, never starts Manual/RerunOnFailure unasked, always (re)starts an Always VM,
-    /// always reports a known printable status, and brings a deleted VM down for good.
+    /// changes, deletions, time passing, refused creates and deletes) the controller
+    /// never acts on a VMI that is not there, never creates a second one, never starts a
+    /// Halted, deleted or backing-off VM, never starts Manual/RerunOnFailure unasked,
+    /// always (re)starts an Always VM, always reports a known printable status, and
+    /// brings a deleted VM down for good.
     #[test]
-    fn decisions_are_safe(events in proptest::collection::vec(arb_event(), 1..80)) {
+    fn decisions_are_safe(
+        events in proptest::collection::vec(arb_event(), 1..80),
+        refused in proptest::collection::vec(proptest::bool::weighted(0.2), 80),
+    ) {
         let mut model = Model { vm: vm(Halted), vmi: None, now: now(), next_uid: 0, created: vec![] };
         model.vm.last_strategy = None;
-        for event in events {
+        for (i, event) in events.into_iter().enumerate() {
             match event {
                 Event::SetStrategy(s) => model.vm.strategy = s,
                 Event::QueueStart(paused) => model.vm.requests.push(ChangeRequest::Start { paused }),
@@ -698,20 +749,20 @@ proptest! {
                 },
                 Event::Tick(s) => model.now += Duration::seconds(s),
                 Event::Delete => model.vm.deleting = true,
-                Event::Reconcile => { model.reconcile()?; }
+                Event::Reconcile => { model.reconcile(refused[i])?; }
             }
         }
         // Once deleted, a few rounds of reconcile + VMI teardown leave nothing running.
         if model.vm.deleting {
             for _ in 0..3 {
-                model.reconcile()?;
+                model.reconcile(false)?;
                 if model.vmi.as_ref().is_some_and(|v| v.deleting) {
                     model.vmi = None;
                 }
             }
             prop_assert!(model.vmi.is_none(), "deleted VM kept its VMI");
             let created = model.created.len();
-            model.reconcile()?;
+            model.reconcile(false)?;
             prop_assert_eq!(model.created.len(), created, "deleted VM started again");
         }
     }
@@ -724,12 +775,12 @@ proptest! {
             let mut model = Model { vm: vm(strategy), vmi: None, now: now(), next_uid: 0, created: vec![] };
             model.vm.last_strategy = None;
             for succeeded in &outcomes {
-                model.reconcile()?;
+                model.reconcile(false)?;
                 if let Some(v) = model.vmi.as_mut() {
                     if !v.phase.is_final() {
                         v.phase = Phase::Running;
                         v.ever_running = true;
-                        model.reconcile()?;
+                        model.reconcile(false)?;
                     }
                 }
                 if let Some(v) = model.vmi.as_mut() {
@@ -738,7 +789,7 @@ proptest! {
                     }
                 }
                 for _ in 0..3 {
-                    model.reconcile()?;
+                    model.reconcile(false)?;
                     if model.vmi.as_ref().is_some_and(|v| v.deleting) {
                         model.vmi = None;
                     }
