@@ -1,4 +1,7 @@
 //! Tier B: these start a real qemu-system-x86_64 (software emulation is enough).
+//!
+//! Without QEMU a test prints `SKIPPED: ...` and passes; with `VIRTPLANE_REQUIRE_QEMU=1`
+//! (set by `scripts/test` and CI, which install it) it fails instead.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,11 +11,17 @@ use qemu::{Firmware, Instance, MachineSpec};
 fn qemu_binary() -> Option<PathBuf> {
     let path = PathBuf::from("/usr/bin/qemu-system-x86_64");
     if path.exists() {
-        Some(path)
-    } else {
-        eprintln!("SKIPPED: qemu-system-x86_64 is not installed (CI installs qemu-system-x86)");
-        None
+        return Some(path);
     }
+    let why = "qemu-system-x86_64 is not installed (Debian package qemu-system-x86)";
+    if std::env::var_os("VIRTPLANE_REQUIRE_QEMU").is_some_and(|v| v != "0") {
+        panic!("tier-B QEMU tests cannot run (VIRTPLANE_REQUIRE_QEMU is set): {why}");
+    }
+    // Straight to the process's stderr: the test harness would swallow eprintln! of a
+    // passing test.
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: tier-B QEMU test: {why}");
+    None
 }
 
 fn spec(dir: &std::path::Path) -> MachineSpec {
