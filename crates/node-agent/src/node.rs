@@ -12,9 +12,7 @@ pub fn node_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Node"), "nodes")
 }
 
-fn now() -> String {
-    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
+use kubevirt_api::meta::now;
 
 fn params() -> PatchParams {
     PatchParams {

@@ -94,9 +94,7 @@ fn error_policy(vmi: Arc<DynamicObject>, error: &kube::Error, ctx: Arc<Context>)
     Action::requeue(retry)
 }
 
-fn now() -> String {
-    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
+use kubevirt_api::meta::now;
 
 fn phase(vmi: &DynamicObject) -> &str {
     vmi.data
@@ -113,17 +111,12 @@ fn conditions(vmi: &DynamicObject) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// `kubevirt_api::meta::set_condition` with the condition spelled out.
 fn set_condition(list: &mut Vec<Value>, kind: &str, status: &str, reason: &str, message: &str) {
-    let existing = list.iter().position(|c| c["type"] == kind);
-    let since = existing
-        .and_then(|i| (list[i]["status"] == status).then(|| list[i]["lastTransitionTime"].clone()))
-        .unwrap_or_else(|| json!(now()));
-    let condition = json!({"type": kind, "status": status, "reason": reason, "message": message,
-                           "lastProbeTime": null, "lastTransitionTime": since});
-    match existing {
-        Some(i) => list[i] = condition,
-        None => list.push(condition),
-    }
+    kubevirt_api::meta::set_condition(
+        list,
+        kubevirt_api::meta::condition(kind, status, reason, message),
+    );
 }
 
 /// Status fields for entering `phase`, with its transition timestamp.
