@@ -471,6 +471,10 @@ fn write_managed_fields(obj: &mut Value, managed: Managed) {
         return;
     };
     let meta = root.entry("metadata").or_insert_with(|| json!({}));
+    // `metadata: null` is an absent metadata, as Go decodes it: it still gets the fields.
+    if meta.is_null() && !entries.is_empty() {
+        *meta = json!({});
+    }
     if let Some(meta) = meta.as_object_mut() {
         if entries.is_empty() {
             meta.remove("managedFields");
@@ -1118,6 +1122,23 @@ mod tests {
                 m.insert("kind".into(), json!("VirtualMachine"));
             }
             v
+        }
+
+        /// A proptest case that once failed: a live object whose metadata is `null`
+        /// got no managedFields at all.
+        #[test]
+        fn forced_apply_over_null_metadata_records_the_owner() {
+            let s = vm_schema();
+            let live = as_vm(json!({"metadata": null}));
+            let applied = as_vm(json!({"spec": null}));
+            let once = apply(Some(&live), &applied, "m", true, &s, T1).unwrap();
+            let twice = apply(Some(&once), &applied, "m", true, &s, T2).unwrap();
+            assert_eq!(twice, once);
+            let want = FieldSet::from_object(&applied, &s);
+            assert!(!want.is_empty(), "the applier sets spec, so it owns it");
+            let entry = once["metadata"]["managedFields"][0].clone();
+            assert_eq!(entry["manager"], "m", "{once}");
+            assert_eq!(FieldSet::from_fields_v1(&entry["fieldsV1"]).unwrap(), want);
         }
 
         proptest! {
