@@ -78,7 +78,7 @@ pub fn write_value(out: &mut String, value: &Value, escaping: Escaping) {
             Some(i) => {
                 let _ = write!(out, "{i}");
             }
-            None => out.push_str(&crate::jsonpath::go_float_json(n.as_f64().unwrap_or(0.0))),
+            None => out.push_str(&crate::gonum::go_float_json(n.as_f64().unwrap_or(0.0))),
         },
         Value::String(s) => push_string(out, s, escaping),
         Value::Array(items) => {

@@ -4,6 +4,7 @@ pub mod continue_token;
 pub mod field;
 pub mod go_base64;
 pub mod gojson;
+pub mod gonum;
 pub mod jsonpath;
 pub mod meta_validation;
 pub mod names;

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::gojson::{self, Escaping};
-use crate::jsonpath::{go_float_v, JsonPath};
+use crate::gonum::go_float_v;
+use crate::jsonpath::JsonPath;
 use crate::meta_validation::{go_quote, parse_go_rfc3339};
 
 /// `ObjectMeta.name`'s API documentation, which upstream uses as the Name column description.
