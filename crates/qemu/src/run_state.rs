@@ -123,7 +123,7 @@ async fn run(qmp: Weak<Qmp>, mut events: broadcast::Receiver<Value>, tx: watch::
             Err(broadcast::error::RecvError::Lagged(lost)) => {
                 // Events were lost: the state they carried is read back from QEMU.
                 tx.send_modify(|s| s.events_lost += lost);
-                refresh(&qmp, &tx).await;
+                refresh(&qmp, &tx, None).await;
             }
             Err(broadcast::error::RecvError::Closed) => break,
         }
@@ -136,7 +136,7 @@ async fn apply(qmp: &Weak<Qmp>, event: &Value, tx: &watch::Sender<RunStatus>) {
     match event["event"].as_str().unwrap_or("") {
         "RESUME" => tx.send_modify(|s| s.state = RunState::Running),
         // STOP says only that the vCPUs stopped; query-status says why.
-        "STOP" => refresh(qmp, tx).await,
+        "STOP" => refresh(qmp, tx, Some(RunState::Other("stopped".into()))).await,
         "GUEST_PANICKED" => tx.send_modify(|s| s.state = RunState::GuestPanicked),
         "SHUTDOWN" => {
             let reason = data["reason"].as_str().unwrap_or("unknown").to_string();
@@ -157,11 +157,20 @@ async fn apply(qmp: &Weak<Qmp>, event: &Value, tx: &watch::Sender<RunStatus>) {
     }
 }
 
-async fn refresh(qmp: &Weak<Qmp>, tx: &watch::Sender<RunStatus>) {
+/// Reads the state back from QEMU. When QEMU does not answer, `known` (what the event
+/// proved, e.g. that the vCPUs stopped) is recorded instead, never a stale `running`.
+async fn refresh(qmp: &Weak<Qmp>, tx: &watch::Sender<RunStatus>, known: Option<RunState>) {
     let Some(qmp) = qmp.upgrade() else { return };
     match qmp.status().await {
         Ok(state) => tx.send_modify(|s| s.state = RunState::parse(&state)),
-        Err(e) => tracing::debug!("query-status after a STOP: {e}"),
+        Err(e) => {
+            if !qmp.is_closed() {
+                tracing::warn!("query-status of QEMU failed: {e}");
+            }
+            if let Some(state) = known {
+                tx.send_modify(|s| s.state = state);
+            }
+        }
     }
 }
 
