@@ -55,5 +55,8 @@ pub mod conditions {
     pub const MESSAGE_PAUSED_BY_USER: &str = "VMI was paused by user";
     pub const REASON_PAUSED_IO_ERROR: &str = "PausedIOError";
     pub const MESSAGE_PAUSED_IO_ERROR: &str = "VMI was paused, low-level IO error detected";
+    /// The vCPUs stopped for another reason than a pause request or a disk error (a
+    /// virtplane reason; KubeVirt has none for it).
+    pub const REASON_PAUSED_BY_HYPERVISOR: &str = "PausedByHypervisor";
     pub const REASON_GUEST_NOT_RUNNING: &str = "GuestNotRunning";
 }

@@ -30,8 +30,6 @@ pub struct GuestInfo {
     /// Where the ports of masquerade interfaces are forwarded from on the node
     /// (`status.portForwards` entries).
     pub port_forwards: Vec<serde_json::Value>,
-    /// How the vCPUs run (`kvm`, `tcg`), for `status.accelerator`.
-    pub accelerator: Option<&'static str>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -142,7 +142,6 @@ impl Hypervisor for Sim {
                 machine: "pc-q35-sim".into(),
                 live_migratable: true,
                 port_forwards: Vec::new(),
-                accelerator: None,
             })
         })
     }

@@ -18,13 +18,14 @@ use serde_json::{json, Map, Value};
 use crate::hypervisor::{GuestInfo, Hypervisor, Observed, PauseCause, Prepared, Started, Stopping};
 use crate::volume_sources::{SourceError, VolumeSources};
 
+use kubevirt_api::meta::now;
 use kubevirt_api::names::annotations::{
     PAUSED as PAUSE_ANNOTATION, SOFT_REBOOT_DONE as SOFT_REBOOT_DONE_ANNOTATION,
     SOFT_REBOOT_REQUESTED as SOFT_REBOOT_ANNOTATION, UNPAUSE_DONE, UNPAUSE_REQUESTED,
 };
 use kubevirt_api::names::conditions::{
     MESSAGE_PAUSED_BY_USER, MESSAGE_PAUSED_IO_ERROR, PAUSED, READY, REASON_GUEST_NOT_RUNNING,
-    REASON_PAUSED_BY_USER, REASON_PAUSED_IO_ERROR,
+    REASON_PAUSED_BY_HYPERVISOR, REASON_PAUSED_BY_USER, REASON_PAUSED_IO_ERROR,
 };
 use kubevirt_api::names::finalizers::VMI_FOREGROUND as FOREGROUND_FINALIZER;
 const DEFAULT_GRACE_SECONDS: u64 = 30;
@@ -93,8 +94,6 @@ fn error_policy(vmi: Arc<DynamicObject>, error: &kube::Error, ctx: Arc<Context>)
     tracing::warn!("node agent: sync of {key} failed, retrying in {retry:?}: {error}");
     Action::requeue(retry)
 }
-
-use kubevirt_api::meta::now;
 
 fn phase(vmi: &DynamicObject) -> &str {
     vmi.data
@@ -172,7 +171,13 @@ fn grace(vmi: &DynamicObject) -> Duration {
     Duration::from_secs(seconds)
 }
 
-fn running_status(vmi: &DynamicObject, info: &GuestInfo, paused: bool) -> Map<String, Value> {
+/// `accel`: how the node runs the vCPUs ([`Hypervisor::accel`]).
+fn running_status(
+    vmi: &DynamicObject,
+    info: &GuestInfo,
+    paused: bool,
+    accel: Option<&str>,
+) -> Map<String, Value> {
     let mut status = enter_phase(vmi, "Running");
     let mut list = conditions(vmi);
     if paused {
@@ -213,7 +218,7 @@ fn running_status(vmi: &DynamicObject, info: &GuestInfo, paused: bool) -> Map<St
         .collect();
     status.insert("interfaces".into(), json!(interfaces));
     status.insert("machine".into(), json!({"type": info.machine}));
-    if let Some(accel) = info.accelerator {
+    if let Some(accel) = accel {
         status.insert("accelerator".into(), json!(accel));
     }
     if !info.port_forwards.is_empty() {
@@ -433,7 +438,7 @@ async fn start(
                 .pointer("/spec/startStrategy")
                 .and_then(Value::as_str)
                 == Some("Paused");
-            let mut body = json!({"status": running_status(vmi, &info, paused)});
+            let mut body = json!({"status": running_status(vmi, &info, paused, hv.accel())});
             if paused {
                 body["metadata"] = json!({"annotations": {PAUSE_ANNOTATION: "true"}});
             }
@@ -449,13 +454,16 @@ async fn start(
 
 /// What a running VMI's Ready and Paused conditions say about its vCPUs.
 #[derive(Debug, PartialEq)]
-enum VcpuReport<'a> {
+enum VcpuReport {
     Running,
-    Paused { reason: &'a str, message: &'a str },
+    Paused {
+        reason: &'static str,
+        message: String,
+    },
 }
 
 /// Sets Ready and Paused to match what the hypervisor observed; `None` when they already do.
-fn report_vcpus(vmi: &DynamicObject, report: &VcpuReport<'_>) -> Option<Vec<Value>> {
+fn report_vcpus(vmi: &DynamicObject, report: &VcpuReport) -> Option<Vec<Value>> {
     let before = conditions(vmi);
     let mut list = before.clone();
     match report {
@@ -468,7 +476,7 @@ fn report_vcpus(vmi: &DynamicObject, report: &VcpuReport<'_>) -> Option<Vec<Valu
             let ready_message = if *reason == REASON_PAUSED_BY_USER {
                 "the guest is paused"
             } else {
-                message
+                message.as_str()
             };
             set_condition(
                 &mut list,
@@ -555,7 +563,7 @@ async fn running(
             }
             let report = VcpuReport::Paused {
                 reason: REASON_PAUSED_BY_USER,
-                message: MESSAGE_PAUSED_BY_USER,
+                message: MESSAGE_PAUSED_BY_USER.into(),
             };
             (report, recheck)
         }
@@ -575,37 +583,25 @@ async fn running(
                     .patch(json!({"metadata": {"annotations": {UNPAUSE_DONE: request}}}))
                     .await;
             }
-            let (reason, message) = match cause {
-                PauseCause::IoError => (
-                    REASON_PAUSED_IO_ERROR,
-                    format!("{MESSAGE_PAUSED_IO_ERROR}: {message}"),
-                ),
-                _ => ("PausedByHypervisor", message),
-            };
-            let Some(list) = report_vcpus(
-                vmi,
-                &VcpuReport::Paused {
-                    reason,
-                    message: &message,
+            let report = match cause {
+                PauseCause::IoError => VcpuReport::Paused {
+                    reason: REASON_PAUSED_IO_ERROR,
+                    message: format!("{MESSAGE_PAUSED_IO_ERROR}: {message}"),
                 },
-            ) else {
-                return Ok(Action::requeue(recheck));
+                _ => VcpuReport::Paused {
+                    reason: REASON_PAUSED_BY_HYPERVISOR,
+                    message,
+                },
             };
-            writer
-                .patch(json!({"status": {"conditions": list}}))
-                .await?;
-            return Ok(Action::requeue(recheck));
+            (report, recheck)
         }
     };
-    match report_vcpus(vmi, &report) {
-        Some(list) => {
-            writer
-                .patch(json!({"status": {"conditions": list}}))
-                .await?;
-            Ok(Action::requeue(recheck))
-        }
-        None => Ok(Action::requeue(recheck)),
+    if let Some(list) = report_vcpus(vmi, &report) {
+        writer
+            .patch(json!({"status": {"conditions": list}}))
+            .await?;
     }
+    Ok(Action::requeue(recheck))
 }
 
 /// Pauses or resumes the vCPUs; the run-state change that follows brings the VMI back

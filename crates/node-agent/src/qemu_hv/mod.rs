@@ -367,7 +367,6 @@ impl Hypervisor for Qemu {
             machine,
             live_migratable: false,
             port_forwards,
-            accelerator: Some(self.config.accel.as_str()),
         })
     }
 
