@@ -55,7 +55,7 @@ impl ResourceHooks for VirtualMachineHooks {
     }
     fn controller_fields_on_create(&self, obj: &mut Value) {
         add_controller_finalizer(obj);
-        let status = vm_status::initial_stopped_status(obj, &crate::object::now_rfc3339());
+        let status = vm_status::initial_stopped_status(obj, &kubevirt_api::meta::now());
         if let (Some(status), Some(root)) = (status, obj.as_object_mut()) {
             root.insert("status".into(), status);
         }
@@ -110,7 +110,7 @@ impl ResourceHooks for VirtualMachineInstanceHooks {
             if let Some(status) = status.as_object_mut() {
                 status.entry("phase").or_insert_with(|| json!("Pending"));
                 status.entry("phaseTransitionTimestamps").or_insert_with(
-                    || json!([{"phase": "Pending", "phaseTransitionTimestamp": crate::object::now_rfc3339()}]),
+                    || json!([{"phase": "Pending", "phaseTransitionTimestamp": kubevirt_api::meta::now()}]),
                 );
             }
         }

@@ -96,11 +96,6 @@ pub fn owner_uids(obj: &Value) -> Vec<(String, bool)> {
         .unwrap_or_default()
 }
 
-/// The current time as `metav1.Time` prints it: whole seconds, UTC.
-pub fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
 /// The object without the fields a write does not change by itself, for "did anything
 /// change" comparisons.
 pub fn comparable(obj: &Value) -> Value {

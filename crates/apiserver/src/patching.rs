@@ -171,7 +171,7 @@ async fn apply(
     }
     let force = query.force.unwrap_or(false);
     let schema = &reg.schema;
-    let now = object::now_rfc3339();
+    let now = kubevirt_api::meta::now();
     let options = WriteOptions {
         field_manager: manager.clone(),
         ..options.clone()

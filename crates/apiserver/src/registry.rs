@@ -463,7 +463,7 @@ impl Registry {
             );
             meta.insert(
                 "creationTimestamp".into(),
-                Value::String(object::now_rfc3339()),
+                Value::String(kubevirt_api::meta::now()),
             );
         }
         if reg.info.status_subresource {
@@ -487,7 +487,7 @@ impl Registry {
                 &options.field_manager,
                 None,
                 &reg.info.api_version(),
-                &object::now_rfc3339(),
+                &kubevirt_api::meta::now(),
                 &reg.schema,
             );
         }
@@ -637,7 +637,7 @@ impl Registry {
                     &options.field_manager,
                     subresource,
                     &reg.info.api_version(),
-                    &object::now_rfc3339(),
+                    &kubevirt_api::meta::now(),
                     &reg.schema,
                 );
             }
@@ -865,7 +865,7 @@ impl Registry {
                     let meta = meta_mut(&mut new);
                     meta.insert(
                         "deletionTimestamp".into(),
-                        Value::String(object::now_rfc3339()),
+                        Value::String(kubevirt_api::meta::now()),
                     );
                     meta.insert("deletionGracePeriodSeconds".into(), json!(0));
                     let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
