@@ -51,7 +51,8 @@ pub struct Qmp {
 
 impl Drop for Qmp {
     fn drop(&mut self) {
-        if let Some(reader) = self.reader.get_mut().ok().and_then(Option::take) {
+        let reader = self.reader.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(reader) = reader.take() {
             reader.abort();
         }
     }
