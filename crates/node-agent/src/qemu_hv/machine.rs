@@ -1,5 +1,7 @@
 //! The QEMU machine a VMI's spec asks for: CPU, memory, firmware, disks, NICs with their
-//! port forwards, devices.
+//! port forwards, devices. [`Qemu::ready`] does the node-side work (volume files,
+//! kernelBoot files, EFI variables, hugepages); [`machine_spec`] is the pure translation of
+//! the spec and what was readied into a [`MachineSpec`].
 
 use std::collections::HashMap;
 use std::net::TcpListener;
@@ -8,13 +10,13 @@ use std::path::{Path, PathBuf};
 use kube::core::DynamicObject;
 use kube::ResourceExt;
 use qemu::{
-    Accel, Bus, CacheMode, Disk, DiskMedia, Firmware, MachineSpec, Nic, NicModel, PortForward,
-    Protocol, WatchdogAction,
+    Accel, Bus, CacheMode, Disk, DiskFormat, DiskMedia, Firmware, KernelBoot, MachineSpec, Nic,
+    NicModel, PortForward, Protocol, WatchdogAction,
 };
 use serde_json::Value;
 
 use super::volumes::quantity_bytes;
-use super::{spec, start_failed, volumes, Qemu, OVMF_DIR};
+use super::{spec, start_failed, volumes, Forward, Qemu, OVMF_DIR};
 use crate::hypervisor::{Prepared, Started};
 use crate::volume_sources::VolumeSources;
 
@@ -37,127 +39,63 @@ pub(super) fn mac_for(uid: &str, index: usize) -> String {
     )
 }
 
+/// What the node readied for a VMI before its machine is described.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Readied {
+    /// The file and format behind each volume, by volume name.
+    pub volumes: HashMap<String, (PathBuf, DiskFormat)>,
+    pub kernel_boot: Option<KernelBoot>,
+    pub firmware: Option<Firmware>,
+    /// The hugetlbfs mount guest RAM comes from, when the spec asks for hugepages.
+    pub hugepages: Option<PathBuf>,
+}
+
+/// The node facts the translation needs.
+pub(super) struct Host<'a> {
+    pub accel: Accel,
+    /// Where port forwards listen.
+    pub address: &'a str,
+    /// The VMI's runtime dir (sockets, logs, pidfile).
+    pub dir: &'a Path,
+}
+
 impl Qemu {
+    /// The machine of a VMI, with its port forwards recorded for `status.portForwards`.
     pub(super) async fn machine(
         &self,
         vmi: &DynamicObject,
         sources: &VolumeSources,
     ) -> Result<MachineSpec, Started> {
-        let s = spec(vmi);
-        let domain = s.get("domain").cloned().unwrap_or(Value::Null);
+        let readied = self.ready(vmi, sources).await?;
         let dir = self.dir(vmi);
-        let get_u32 = |p: &str| {
-            domain
-                .pointer(p)
-                .and_then(Value::as_u64)
-                .map(|v| v.max(1) as u32)
-                .unwrap_or(1)
+        let host = Host {
+            accel: self.config.accel,
+            address: &self.config.node_address,
+            dir: &dir,
         };
-        let memory = domain
-            .pointer("/memory/guest")
-            .or_else(|| domain.pointer("/resources/requests/memory"))
-            .and_then(Value::as_str)
-            .and_then(quantity_bytes)
-            .unwrap_or(128 << 20);
-        let machine_type = match domain
-            .pointer("/machine/type")
-            .and_then(Value::as_str)
-            .unwrap_or("q35")
-        {
-            t if t.starts_with("pc-q35") || t == "q35" => "q35".to_string(),
-            t if t.starts_with("pc-i440fx") || t == "pc" => "pc".to_string(),
-            other => other.to_string(),
-        };
-        let cpu_model = match domain
-            .pointer("/cpu/model")
-            .and_then(Value::as_str)
-            .unwrap_or("host-model")
-        {
-            "host-model" | "host-passthrough" if self.config.accel == Accel::Kvm => {
-                "host".to_string()
-            }
-            // Software emulation has no host CPU to copy; `max` offers every feature TCG has.
-            "host-model" | "host-passthrough" => "max".to_string(),
-            named => named.to_string(),
-        };
-        let hugepages = match domain
-            .pointer("/memory/hugepages/pageSize")
-            .and_then(Value::as_str)
-        {
-            None => None,
-            Some(size) => {
-                let free = std::fs::read_to_string("/proc/meminfo")
-                    .ok()
-                    .and_then(|m| {
-                        m.lines()
-                            .find(|l| l.starts_with("HugePages_Free:"))
-                            .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                    })
-                    .unwrap_or(0);
-                if free == 0 {
-                    return Err(start_failed("FailedCreate", format!("hugepages of size {size} were requested, but this node has no free hugepages")));
-                }
-                Some(PathBuf::from("/dev/hugepages"))
-            }
-        };
-        let firmware = match domain.pointer("/firmware/bootloader/efi") {
-            None => Firmware::Bios,
-            Some(efi) => {
-                let secure = efi
-                    .get("secureBoot")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(true);
-                let (code, vars) = if secure {
-                    ("OVMF_CODE_4M.secboot.fd", "OVMF_VARS_4M.ms.fd")
-                } else {
-                    ("OVMF_CODE_4M.fd", "OVMF_VARS_4M.fd")
-                };
-                let code = Path::new(OVMF_DIR).join(code);
-                let template = Path::new(OVMF_DIR).join(vars);
-                if !code.exists() || !template.exists() {
-                    return Err(start_failed(
-                        "FailedCreate",
-                        format!(
-                            "EFI firmware {} is missing on this node (install Debian's ovmf)",
-                            code.display()
-                        ),
-                    ));
-                }
-                let vars = dir.join("efivars.fd");
-                if !vars.exists() {
-                    std::fs::copy(&template, &vars).map_err(|e| {
-                        start_failed("FailedCreate", format!("copying EFI variables: {e}"))
-                    })?;
-                }
-                Firmware::Efi {
-                    code,
-                    vars,
-                    secure_boot: secure,
-                }
-            }
-        };
-        let feature_on =
-            |name: &str, default: bool| match domain.pointer(&format!("/features/{name}")) {
-                None => default,
-                Some(f) => f.get("enabled").and_then(Value::as_bool).unwrap_or(true),
-            };
-        let acpi = feature_on("acpi", true);
-        let smm = feature_on(
-            "smm",
-            matches!(
-                firmware,
-                Firmware::Efi {
-                    secure_boot: true,
-                    ..
-                }
-            ),
-        );
+        let address = self.config.node_address.clone();
+        let (machine, forwards) = machine_spec(vmi, &host, &readied, &mut || free_port(&address))?;
+        self.forwards
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(vmi.uid().unwrap_or_default(), forwards);
+        Ok(machine)
+    }
 
-        let mut prepared = HashMap::new();
+    /// Readies the files the machine uses. Volumes were readied by `prepare` already;
+    /// doing it again finds them in place (and covers a start after an agent restart).
+    async fn ready(
+        &self,
+        vmi: &DynamicObject,
+        sources: &VolumeSources,
+    ) -> Result<Readied, Started> {
+        let domain = spec(vmi).get("domain").unwrap_or(&Value::Null);
+        let mut readied = Readied::default();
         for volume in volumes(vmi) {
             match self.prepare_volume(vmi, &volume, sources).await {
                 Ok(found) => {
-                    prepared.insert(volume["name"].as_str().unwrap_or("").to_string(), found);
+                    let name = volume["name"].as_str().unwrap_or("").to_string();
+                    readied.volumes.insert(name, found);
                 }
                 Err(Prepared::Failed { reason, message }) => {
                     return Err(Started::Failed { reason, message })
@@ -165,193 +103,314 @@ impl Qemu {
                 Err(Prepared::Ready) => {}
             }
         }
-        let mut disks = Vec::new();
-        for disk in domain
-            .pointer("/devices/disks")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
-        {
-            let name = disk["name"].as_str().unwrap_or("").to_string();
-            let Some((path, format)) = prepared.get(&name).cloned() else {
-                return Err(start_failed(
-                    "FailedCreate",
-                    format!("disk {name} has no volume"),
-                ));
-            };
-            let (target, media) = if let Some(cd) = disk.get("cdrom") {
-                (cd, DiskMedia::Cdrom)
-            } else if let Some(lun) = disk.get("lun") {
-                (lun, DiskMedia::Disk)
-            } else {
-                (disk.get("disk").unwrap_or(&Value::Null), DiskMedia::Disk)
-            };
-            let bus = match target
-                .get("bus")
-                .and_then(Value::as_str)
-                .unwrap_or("virtio")
-            {
-                "sata" => Bus::Sata,
-                "scsi" => Bus::Scsi,
-                "ide" => Bus::Ide,
-                _ => Bus::Virtio,
-            };
-            disks.push(Disk {
-                id: name,
-                path,
-                format,
-                bus,
-                media,
-                readonly: target
-                    .get("readonly")
-                    .and_then(Value::as_bool)
-                    .unwrap_or(false),
-                boot_index: disk
-                    .get("bootOrder")
-                    .and_then(Value::as_u64)
-                    .map(|b| b as u32),
-                serial: disk
-                    .get("serial")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-                cache: disk
-                    .get("cache")
-                    .and_then(Value::as_str)
-                    .and_then(CacheMode::parse),
-            });
-        }
-        let uid = vmi.uid().unwrap_or_default();
-        let networks = s
-            .get("networks")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let mut nics = Vec::new();
-        let mut forwards = Vec::new();
-        for (index, iface) in domain
-            .pointer("/devices/interfaces")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
-            .iter()
-            .enumerate()
-        {
-            let name = iface["name"].as_str().unwrap_or("").to_string();
-            let on_pod = networks
-                .iter()
-                .any(|n| n["name"].as_str() == Some(name.as_str()) && n.get("pod").is_some());
-            if iface.get("bridge").is_some() || !on_pod {
-                return Err(start_failed(
-                    "FailedCreate",
-                    format!("interface {name}: only the masquerade binding on the pod network is available on virtplane nodes (bridge needs host taps, which this node does not create)"),
-                ));
-            }
-            let requested = iface["model"].as_str().unwrap_or("virtio");
-            let Some(model) = NicModel::parse(requested) else {
-                return Err(start_failed(
-                    "FailedCreate",
-                    format!("interface {name}: model {requested} is not available"),
-                ));
-            };
-            let mut nic_forwards = Vec::new();
-            for port in iface
-                .get("ports")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-            {
-                let guest_port = port["port"].as_u64().unwrap_or(0) as u16;
-                let protocol = match port["protocol"].as_str().unwrap_or("TCP") {
-                    p if p.eq_ignore_ascii_case("udp") => Protocol::Udp,
-                    _ => Protocol::Tcp,
-                };
-                let host_port = free_port(&self.config.node_address).ok_or_else(|| {
-                    start_failed(
-                        "FailedCreate",
-                        "no free port on the node for a port forward",
-                    )
-                })?;
-                nic_forwards.push(PortForward {
-                    protocol,
-                    host_address: self.config.node_address.clone(),
-                    host_port,
-                    guest_port,
-                });
-                forwards.push((
-                    name.clone(),
-                    port["name"].as_str().unwrap_or("").to_string(),
-                    host_port,
-                    guest_port,
-                ));
-            }
-            nics.push(Nic {
-                id: name,
-                model,
-                mac: iface["macAddress"]
-                    .as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| mac_for(&uid, index)),
-                forwards: nic_forwards,
-                boot_index: iface
-                    .get("bootOrder")
-                    .and_then(Value::as_u64)
-                    .map(|b| b as u32),
-            });
-        }
-        self.forwards
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(uid.clone(), forwards);
-        let kernel_boot = self.kernel_boot(vmi).await?;
-        let devices = domain.get("devices").cloned().unwrap_or(Value::Null);
-        let watchdog = match devices.pointer("/watchdog/i6300esb") {
+        readied.kernel_boot = self.kernel_boot(vmi).await?;
+        readied.firmware = match domain.pointer("/firmware/bootloader/efi") {
             None => None,
-            Some(w) => {
-                let action = w["action"].as_str().unwrap_or("reset");
-                Some(WatchdogAction::parse(action).ok_or_else(|| {
-                    start_failed(
-                        "FailedCreate",
-                        format!("watchdog action {action} is not available"),
-                    )
-                })?)
-            }
+            Some(efi) => Some(self.efi_firmware(vmi, efi)?),
         };
-        let graphics = devices
-            .get("autoattachGraphicsDevice")
+        if let Some(size) = domain
+            .pointer("/memory/hugepages/pageSize")
+            .and_then(Value::as_str)
+        {
+            let free = std::fs::read_to_string("/proc/meminfo")
+                .ok()
+                .and_then(|m| {
+                    m.lines()
+                        .find(|l| l.starts_with("HugePages_Free:"))
+                        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                })
+                .unwrap_or(0);
+            if free == 0 {
+                return Err(start_failed("FailedCreate", format!("hugepages of size {size} were requested, but this node has no free hugepages")));
+            }
+            readied.hugepages = Some(PathBuf::from("/dev/hugepages"));
+        }
+        Ok(readied)
+    }
+
+    /// OVMF's code and this VMI's own copy of its variable store.
+    fn efi_firmware(&self, vmi: &DynamicObject, efi: &Value) -> Result<Firmware, Started> {
+        let secure = efi
+            .get("secureBoot")
             .and_then(Value::as_bool)
             .unwrap_or(true);
-        Ok(MachineSpec {
-            name: format!("{}_{}", vmi.namespace().unwrap_or_default(), vmi.name_any()),
-            uuid: domain
-                .pointer("/firmware/uuid")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .unwrap_or(uid),
-            serial: domain
-                .pointer("/firmware/serial")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            machine_type,
-            accel: self.config.accel,
-            cpu_model,
-            sockets: get_u32("/cpu/sockets"),
-            cores: get_u32("/cpu/cores"),
-            threads: get_u32("/cpu/threads"),
-            memory_mib: memory.div_ceil(1 << 20),
-            hugepages,
-            firmware,
-            kernel_boot,
-            acpi,
-            smm,
-            disks,
-            nics,
-            rng: devices.get("rng").is_some(),
-            watchdog,
-            console_socket: dir.join("console.sock"),
-            console_log: dir.join("serial.log"),
-            qmp_socket: dir.join("qmp.sock"),
-            vnc_socket: graphics.then(|| dir.join("vnc.sock")),
-            pidfile: dir.join("qemu.pid"),
+        let (code, vars) = if secure {
+            ("OVMF_CODE_4M.secboot.fd", "OVMF_VARS_4M.ms.fd")
+        } else {
+            ("OVMF_CODE_4M.fd", "OVMF_VARS_4M.fd")
+        };
+        let code = Path::new(OVMF_DIR).join(code);
+        let template = Path::new(OVMF_DIR).join(vars);
+        if !code.exists() || !template.exists() {
+            return Err(start_failed(
+                "FailedCreate",
+                format!(
+                    "EFI firmware {} is missing on this node (install Debian's ovmf)",
+                    code.display()
+                ),
+            ));
+        }
+        let vars = self.dir(vmi).join("efivars.fd");
+        if !vars.exists() {
+            std::fs::copy(&template, &vars)
+                .map_err(|e| start_failed("FailedCreate", format!("copying EFI variables: {e}")))?;
+        }
+        Ok(Firmware::Efi {
+            code,
+            vars,
+            secure_boot: secure,
         })
     }
 }
+
+/// The machine `vmi`'s spec describes, on `host`, from what was `readied`; `ports` hands
+/// out a node port for each port forward. Also returns the forwards, for the VMI status.
+pub(super) fn machine_spec(
+    vmi: &DynamicObject,
+    host: &Host<'_>,
+    readied: &Readied,
+    ports: &mut dyn FnMut() -> Option<u16>,
+) -> Result<(MachineSpec, Vec<Forward>), Started> {
+    let s = spec(vmi);
+    let domain = s.get("domain").cloned().unwrap_or(Value::Null);
+    let dir = host.dir;
+    let get_u32 = |p: &str| {
+        domain
+            .pointer(p)
+            .and_then(Value::as_u64)
+            .map(|v| v.max(1) as u32)
+            .unwrap_or(1)
+    };
+    let memory = domain
+        .pointer("/memory/guest")
+        .or_else(|| domain.pointer("/resources/requests/memory"))
+        .and_then(Value::as_str)
+        .and_then(quantity_bytes)
+        .unwrap_or(128 << 20);
+    let machine_type = match domain
+        .pointer("/machine/type")
+        .and_then(Value::as_str)
+        .unwrap_or("q35")
+    {
+        t if t.starts_with("pc-q35") || t == "q35" => "q35".to_string(),
+        t if t.starts_with("pc-i440fx") || t == "pc" => "pc".to_string(),
+        other => other.to_string(),
+    };
+    let cpu_model = match domain
+        .pointer("/cpu/model")
+        .and_then(Value::as_str)
+        .unwrap_or("host-model")
+    {
+        "host-model" | "host-passthrough" if host.accel == Accel::Kvm => "host".to_string(),
+        // Software emulation has no host CPU to copy; `max` offers every feature TCG has.
+        "host-model" | "host-passthrough" => "max".to_string(),
+        named => named.to_string(),
+    };
+    let hugepages = readied.hugepages.clone();
+    let firmware = readied.firmware.clone().unwrap_or(Firmware::Bios);
+    let feature_on = |name: &str, default: bool| match domain.pointer(&format!("/features/{name}"))
+    {
+        None => default,
+        Some(f) => f.get("enabled").and_then(Value::as_bool).unwrap_or(true),
+    };
+    let acpi = feature_on("acpi", true);
+    let smm = feature_on(
+        "smm",
+        matches!(
+            firmware,
+            Firmware::Efi {
+                secure_boot: true,
+                ..
+            }
+        ),
+    );
+
+    let mut disks = Vec::new();
+    for disk in domain
+        .pointer("/devices/disks")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+    {
+        let name = disk["name"].as_str().unwrap_or("").to_string();
+        let Some((path, format)) = readied.volumes.get(&name).cloned() else {
+            return Err(start_failed(
+                "FailedCreate",
+                format!("disk {name} has no volume"),
+            ));
+        };
+        let (target, media) = if let Some(cd) = disk.get("cdrom") {
+            (cd, DiskMedia::Cdrom)
+        } else if let Some(lun) = disk.get("lun") {
+            (lun, DiskMedia::Disk)
+        } else {
+            (disk.get("disk").unwrap_or(&Value::Null), DiskMedia::Disk)
+        };
+        let bus = match target
+            .get("bus")
+            .and_then(Value::as_str)
+            .unwrap_or("virtio")
+        {
+            "sata" => Bus::Sata,
+            "scsi" => Bus::Scsi,
+            "ide" => Bus::Ide,
+            _ => Bus::Virtio,
+        };
+        disks.push(Disk {
+            id: name,
+            path,
+            format,
+            bus,
+            media,
+            readonly: target
+                .get("readonly")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            boot_index: disk
+                .get("bootOrder")
+                .and_then(Value::as_u64)
+                .map(|b| b as u32),
+            serial: disk
+                .get("serial")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            cache: disk
+                .get("cache")
+                .and_then(Value::as_str)
+                .and_then(CacheMode::parse),
+        });
+    }
+    let uid = vmi.uid().unwrap_or_default();
+    let networks = s
+        .get("networks")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut nics = Vec::new();
+    let mut forwards = Vec::new();
+    for (index, iface) in domain
+        .pointer("/devices/interfaces")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let name = iface["name"].as_str().unwrap_or("").to_string();
+        let on_pod = networks
+            .iter()
+            .any(|n| n["name"].as_str() == Some(name.as_str()) && n.get("pod").is_some());
+        if iface.get("bridge").is_some() || !on_pod {
+            return Err(start_failed(
+                    "FailedCreate",
+                    format!("interface {name}: only the masquerade binding on the pod network is available on virtplane nodes (bridge needs host taps, which this node does not create)"),
+                ));
+        }
+        let requested = iface["model"].as_str().unwrap_or("virtio");
+        let Some(model) = NicModel::parse(requested) else {
+            return Err(start_failed(
+                "FailedCreate",
+                format!("interface {name}: model {requested} is not available"),
+            ));
+        };
+        let mut nic_forwards = Vec::new();
+        for port in iface
+            .get("ports")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+        {
+            let guest_port = port["port"].as_u64().unwrap_or(0) as u16;
+            let protocol = match port["protocol"].as_str().unwrap_or("TCP") {
+                p if p.eq_ignore_ascii_case("udp") => Protocol::Udp,
+                _ => Protocol::Tcp,
+            };
+            let host_port = ports().ok_or_else(|| {
+                start_failed(
+                    "FailedCreate",
+                    "no free port on the node for a port forward",
+                )
+            })?;
+            nic_forwards.push(PortForward {
+                protocol,
+                host_address: host.address.to_string(),
+                host_port,
+                guest_port,
+            });
+            forwards.push((
+                name.clone(),
+                port["name"].as_str().unwrap_or("").to_string(),
+                host_port,
+                guest_port,
+            ));
+        }
+        nics.push(Nic {
+            id: name,
+            model,
+            mac: iface["macAddress"]
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| mac_for(&uid, index)),
+            forwards: nic_forwards,
+            boot_index: iface
+                .get("bootOrder")
+                .and_then(Value::as_u64)
+                .map(|b| b as u32),
+        });
+    }
+    let kernel_boot = readied.kernel_boot.clone();
+    let devices = domain.get("devices").cloned().unwrap_or(Value::Null);
+    let watchdog = match devices.pointer("/watchdog/i6300esb") {
+        None => None,
+        Some(w) => {
+            let action = w["action"].as_str().unwrap_or("reset");
+            Some(WatchdogAction::parse(action).ok_or_else(|| {
+                start_failed(
+                    "FailedCreate",
+                    format!("watchdog action {action} is not available"),
+                )
+            })?)
+        }
+    };
+    let graphics = devices
+        .get("autoattachGraphicsDevice")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    let machine = MachineSpec {
+        name: format!("{}_{}", vmi.namespace().unwrap_or_default(), vmi.name_any()),
+        uuid: domain
+            .pointer("/firmware/uuid")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or(uid),
+        serial: domain
+            .pointer("/firmware/serial")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        machine_type,
+        accel: host.accel,
+        cpu_model,
+        sockets: get_u32("/cpu/sockets"),
+        cores: get_u32("/cpu/cores"),
+        threads: get_u32("/cpu/threads"),
+        memory_mib: memory.div_ceil(1 << 20),
+        hugepages,
+        firmware,
+        kernel_boot,
+        acpi,
+        smm,
+        disks,
+        nics,
+        rng: devices.get("rng").is_some(),
+        watchdog,
+        console_socket: dir.join("console.sock"),
+        console_log: dir.join("serial.log"),
+        qmp_socket: dir.join("qmp.sock"),
+        vnc_socket: graphics.then(|| dir.join("vnc.sock")),
+        pidfile: dir.join("qemu.pid"),
+    };
+    Ok((machine, forwards))
+}
+
+#[cfg(test)]
+mod tests;

@@ -43,7 +43,7 @@ pub struct QemuConfig {
 const OVMF_DIR: &str = "/usr/share/OVMF";
 
 /// A port forward handed out: (interface, ports entry name, node port, guest port).
-type Forward = (String, String, u16, u16);
+pub(super) type Forward = (String, String, u16, u16);
 
 /// Files taken out of an image (path inside it, path here), by (VMI uid, image, wanted paths).
 type Pulled = HashMap<(String, String, String), Vec<(String, PathBuf)>>;
