@@ -23,13 +23,16 @@ use crate::request::ResourcePath;
 
 pub const PROTOCOL: &str = "plain.kubevirt.io";
 
-/// Where the runtime files of each node served by this process live
-/// (`DIR/node/<node>`), so consoles can be reached without a network hop.
-pub type NodeDirs = HashMap<String, PathBuf>;
+/// Finds the unix socket of a VMI's `console` or `vnc` (namespace, name, device) on a node
+/// this process runs; the node agent knows its own layout. `None`: no such device there.
+pub type SocketFinder = Arc<dyn Fn(&str, &str, &str) -> Option<PathBuf> + Send + Sync>;
+
+/// The nodes served by this process, whose consoles are reached without a network hop.
+pub type LocalNodes = HashMap<String, SocketFinder>;
 
 /// How the server reaches consoles: in-process nodes by their files, others by their agents.
 pub struct Consoles {
-    pub node_dirs: NodeDirs,
+    pub local_nodes: LocalNodes,
     pub agents: AgentDialer,
     /// Who holds each local node's console and VNC sockets: the newest client wins.
     pub takeovers: Arc<qemu::console::Takeovers>,
@@ -82,16 +85,9 @@ pub async fn serve(
         .await
         .map_err(|e| bad_request(&format!("a websocket upgrade is required: {e}")))?
         .protocols([PROTOCOL]);
-    if let Some(node_dir) = consoles.node_dirs.get(node) {
-        let socket = node_dir
-            .join("vmi")
-            .join(namespace)
-            .join(name)
-            .join(if which == "vnc" {
-                "vnc.sock"
-            } else {
-                "console.sock"
-            });
+    if let Some(find) = consoles.local_nodes.get(node) {
+        let socket = find(namespace, name, which)
+            .ok_or_else(|| bad_request(&format!("VMI {name} has no {which} on node {node}")))?;
         let stream = UnixStream::connect(&socket).await.map_err(|e| {
             bad_request(&format!("cannot connect to the {which} of VMI {name}: {e}"))
         })?;

@@ -67,9 +67,9 @@ pub struct ServerConfig {
     /// How often store history is compacted (kube-apiserver's
     /// `--etcd-compaction-interval`, 5 minutes by default).
     pub compaction_interval: Duration,
-    /// Runtime dirs of the nodes this process runs, whose consoles are reached directly
-    /// (other nodes' through their agents).
-    pub node_dirs: console::NodeDirs,
+    /// The nodes this process runs, whose consoles are reached directly (other nodes'
+    /// through their agents).
+    pub local_nodes: console::LocalNodes,
     /// Directories hostDisk volumes may live in (`--host-disk-dir`).
     pub host_disk_dirs: Vec<PathBuf>,
 }
@@ -253,7 +253,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         openapi: openapi::OpenApi::new(&infos, &components),
         server_address,
         consoles: console::Consoles {
-            node_dirs: config.node_dirs.clone(),
+            local_nodes: config.local_nodes.clone(),
             agents,
             takeovers: Default::default(),
         },

@@ -1,6 +1,7 @@
 //! What the agent asks of a hypervisor backend: the steps of a VMI's life, each answered
 //! with where things stand, so the agent only writes status and schedules re-checks.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -102,6 +103,12 @@ pub trait Hypervisor: Send + Sync + 'static {
     async fn soft_reboot(&self, vmi: &DynamicObject) -> Result<(), String>;
     /// Releases everything the VMI held on this node; safe to call more than once.
     async fn cleanup(&self, vmi: &DynamicObject);
+    /// The unix socket of a VMI's `console` or `vnc`, for a server that runs this node
+    /// in-process and reaches it without the agent's endpoint; `None` when the backend
+    /// has no such device.
+    fn device_socket(&self, _namespace: &str, _name: &str, _device: &str) -> Option<PathBuf> {
+        None
+    }
     /// (namespace, name) of VMIs whose guest changed on its own (exited), so the agent
     /// looks at them at once instead of at the next re-check.
     fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<(String, String)>> {

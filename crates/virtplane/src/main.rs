@@ -438,12 +438,13 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
     } else {
         Some(hypervisor(args.hypervisor.as_deref(), &args.sim, &host)?)
     };
-    let mut local_node_dirs = std::collections::HashMap::new();
-    if local.is_some() {
-        local_node_dirs.insert(
-            node_name.clone(),
-            args.data_dir.join("node").join(&node_name),
-        );
+    let mut local_nodes = apiserver::console::LocalNodes::new();
+    if let Some(hypervisor) = &local {
+        let hypervisor = hypervisor.clone();
+        let find: apiserver::console::SocketFinder = Arc::new(move |namespace, name, device| {
+            hypervisor.device_socket(namespace, name, device)
+        });
+        local_nodes.insert(node_name.clone(), find);
     }
     runtime()?.block_on(async move {
         let db = args.data_dir.join("state.db");
@@ -454,7 +455,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
             listen: args.listen,
             store: Arc::new(store),
             compaction_interval: args.compaction_interval,
-            node_dirs: local_node_dirs,
+            local_nodes,
             host_disk_dirs: args.host_disk_dirs.clone(),
         })
         .await?;

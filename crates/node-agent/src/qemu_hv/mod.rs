@@ -122,11 +122,6 @@ impl Qemu {
         self.vmi_dir(&vmi.namespace().unwrap_or_default(), &vmi.name_any())
     }
 
-    /// The serial console socket of a VMI, for the console proxy.
-    pub fn console_socket(&self, namespace: &str, name: &str) -> PathBuf {
-        self.vmi_dir(namespace, name).join("console.sock")
-    }
-
     /// The slot of a VMI, created empty on first use.
     fn slot(&self, vmi: &DynamicObject) -> Slot {
         self.slots
@@ -254,6 +249,15 @@ impl Hypervisor for Qemu {
 
     fn accel(&self) -> Option<&'static str> {
         Some(self.config.accel.as_str())
+    }
+
+    fn device_socket(&self, namespace: &str, name: &str, device: &str) -> Option<PathBuf> {
+        let file = match device {
+            "console" => "console.sock",
+            "vnc" => "vnc.sock",
+            _ => return None,
+        };
+        Some(self.vmi_dir(namespace, name).join(file))
     }
 
     fn capacity(&self) -> (i64, i64) {
