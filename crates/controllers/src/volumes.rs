@@ -13,6 +13,7 @@ use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use kubevirt_api::backoff::{object_key, Backoff};
+use kubevirt_api::names::annotations::VOLUME_PATH;
 use kubevirt_api::quantity::Quantity;
 use serde_json::{json, Value};
 
@@ -140,7 +141,9 @@ async fn reconcile(claim: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Actio
         api.patch(&name, &params(), &Patch::Merge(&patch)).await?;
         return Ok(Action::await_change());
     }
-    if str_at(&claim, "/status/phase") == Some("Bound") && path.exists() {
+    let published = claim.annotations().get(VOLUME_PATH).map(String::as_str)
+        == Some(path.to_string_lossy().as_ref());
+    if str_at(&claim, "/status/phase") == Some("Bound") && path.exists() && published {
         return Ok(Action::await_change());
     }
     let requested = claim
@@ -171,13 +174,12 @@ async fn reconcile(claim: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Actio
         return Ok(Action::requeue(Duration::from_secs(10)));
     }
     let volume = format!("pvc-{}", claim.uid().unwrap_or_default());
+    let mut bind = json!({"metadata": {"annotations": {VOLUME_PATH: path}}});
     if claim.data.pointer("/spec/volumeName").is_none() {
-        api.patch(
-            &name,
-            &params(),
-            &Patch::Merge(&json!({"spec": {"volumeName": volume}})),
-        )
-        .await?;
+        bind["spec"] = json!({"volumeName": volume});
+    }
+    if !published || bind.get("spec").is_some() {
+        api.patch(&name, &params(), &Patch::Merge(&bind)).await?;
     }
     let modes = claim
         .data

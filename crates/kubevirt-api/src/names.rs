@@ -30,6 +30,10 @@ pub mod annotations {
     pub const SOFT_REBOOT_DONE: &str = "virtplane.io/soft-reboot-done";
     /// SHA-256 of a node agent's serving certificate, published on its Node.
     pub const AGENT_SERVING_CERT_SHA256: &str = "virtplane.io/agent-serving-cert-sha256";
+    /// On a bound PersistentVolumeClaim: the disk file behind it, published by the volume
+    /// controller so that node agents learn it from the API (a PersistentVolume's
+    /// `hostPath`, in a Kubernetes cluster).
+    pub const VOLUME_PATH: &str = "virtplane.io/volume-path";
     /// The node agent's heartbeat, as virt-handler writes it.
     pub const HEARTBEAT: &str = "kubevirt.io/heartbeat";
 }

@@ -378,7 +378,9 @@ async fn read_sources(
         Err(e @ SourceError::Missing { .. }) => {
             return Ok(Err(SourcesUnusable::Missing(e.to_string())))
         }
-        Err(SourceError::Api { source, .. }) => return Err(source),
+        Err(SourceError::Api { source, .. } | SourceError::ClaimApi { source, .. }) => {
+            return Err(source)
+        }
     };
     Ok(crate::sysprep::check(vmi, &sources)
         .map(|()| sources)

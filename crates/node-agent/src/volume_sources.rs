@@ -3,10 +3,12 @@
 //! starts, as the kubelet mounts them into KubeVirt's launcher pod.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 
 use base64::Engine;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client, ResourceExt};
+use kubevirt_api::names::annotations::VOLUME_PATH;
 use serde_json::Value;
 
 /// The files a ConfigMap or Secret holds: its keys and their (decoded) values.
@@ -63,6 +65,51 @@ pub enum SourceError {
         #[source]
         source: kube::Error,
     },
+    #[error("reading persistentvolumeclaim {name:?}: {source}")]
+    ClaimApi {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// The claims the VMI's volumes use (`persistentVolumeClaim`, `dataVolume`).
+fn claim_names(vmi: &DynamicObject) -> Vec<String> {
+    let volumes = vmi.data.pointer("/spec/volumes").and_then(Value::as_array);
+    let mut names: Vec<String> = volumes
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            v.pointer("/persistentVolumeClaim/claimName")
+                .or_else(|| v.pointer("/dataVolume/name"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|n| seen.insert(n.clone()));
+    names
+}
+
+/// What the API says about a claim a volume uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Claim {
+    Missing,
+    /// It exists but has no disk file yet.
+    Unbound,
+    Bound(PathBuf),
+}
+
+/// Where a bound claim's disk file is, as its volume controller published it.
+fn claim_state(claim: Option<&DynamicObject>) -> Claim {
+    let Some(claim) = claim else {
+        return Claim::Missing;
+    };
+    let bound = claim.data.pointer("/status/phase").and_then(Value::as_str) == Some("Bound");
+    match claim.annotations().get(VOLUME_PATH) {
+        Some(path) if bound => Claim::Bound(PathBuf::from(path)),
+        _ => Claim::Unbound,
+    }
 }
 
 /// The objects `volume` refers to: a sysprep source, a cloud-init secretRef and
@@ -141,6 +188,8 @@ fn files_of(kind: SourceKind, object: &DynamicObject) -> Files {
 #[derive(Clone, Debug, Default)]
 pub struct VolumeSources {
     objects: HashMap<(SourceKind, String), Files>,
+    /// Each claim the volumes use, by name.
+    claims: HashMap<String, Claim>,
 }
 
 impl VolumeSources {
@@ -175,7 +224,31 @@ impl VolumeSources {
                 })?;
             objects.insert(key, files_of(reference.kind, &object));
         }
-        Ok(VolumeSources { objects })
+        let api = Api::<DynamicObject>::namespaced_with(
+            client.clone(),
+            &namespace,
+            &ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("", "v1", "PersistentVolumeClaim"),
+                "persistentvolumeclaims",
+            ),
+        );
+        let mut claims = HashMap::new();
+        for name in claim_names(vmi) {
+            let claim = api
+                .get_opt(&name)
+                .await
+                .map_err(|source| SourceError::ClaimApi {
+                    name: name.clone(),
+                    source,
+                })?;
+            claims.insert(name, claim_state(claim.as_ref()));
+        }
+        Ok(VolumeSources { objects, claims })
+    }
+
+    /// What the API said about a claim (`Missing` for one that was not asked about).
+    pub fn claim(&self, name: &str) -> &Claim {
+        self.claims.get(name).unwrap_or(&Claim::Missing)
     }
 
     /// Sources given directly, for tests.
@@ -186,6 +259,7 @@ impl VolumeSources {
                 .into_iter()
                 .map(|(kind, name, files)| ((kind, name), files))
                 .collect(),
+            claims: HashMap::new(),
         }
     }
 

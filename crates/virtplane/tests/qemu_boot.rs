@@ -712,6 +712,13 @@ async fn persistent_volume_claim_disk_keeps_what_the_guest_wrote() {
     loop {
         let r = env.api.get(&format!("{claims}/{claim}")).await;
         if r.body["status"]["phase"] == "Bound" {
+            // Node agents learn where the disk is from the API, not from the server's layout.
+            assert_eq!(
+                r.body["metadata"]["annotations"]["virtplane.io/volume-path"],
+                json!(file.display().to_string()),
+                "{}",
+                r.text
+            );
             break;
         }
         assert!(Instant::now() < deadline, "claim never Bound: {}", r.text);

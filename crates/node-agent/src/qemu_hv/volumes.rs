@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::{failed, spec, start_failed, Qemu};
 use crate::hypervisor::{Prepared, Started};
-use crate::volume_sources::VolumeSources;
+use crate::volume_sources::{Claim, VolumeSources};
 
 /// Bytes of a Kubernetes quantity (`128Mi`, `1G`), with KubeVirt's parser.
 pub(super) fn quantity_bytes(text: &str) -> Option<u64> {
@@ -220,24 +220,31 @@ impl Qemu {
             .or_else(|| volume.pointer("/dataVolume/name"))
             .and_then(Value::as_str);
         if let Some(claim) = claim {
-            let path = self
-                .config
-                .node_dir
-                .parent()
-                .and_then(Path::parent)
-                .unwrap_or(&self.config.node_dir)
-                .join("volumes")
-                .join(vmi.namespace().unwrap_or_default())
-                .join(claim);
-            if !path.exists() {
-                return Err(failed(
-                    "FailedPvcNotFound",
-                    format!(
-                        "PVC {}/{claim} does not exist",
-                        vmi.namespace().unwrap_or_default()
-                    ),
-                ));
-            }
+            let namespace = vmi.namespace().unwrap_or_default();
+            let path = match sources.claim(claim) {
+                Claim::Bound(path) if path.exists() => path.clone(),
+                Claim::Bound(path) => {
+                    return Err(failed(
+                        "FailedPvcNotFound",
+                        format!(
+                            "PVC {namespace}/{claim}: its disk {} is not on this node",
+                            path.display()
+                        ),
+                    ))
+                }
+                Claim::Unbound => {
+                    return Err(failed(
+                        "FailedPvcNotFound",
+                        format!("PVC {namespace}/{claim} is not bound yet"),
+                    ))
+                }
+                Claim::Missing => {
+                    return Err(failed(
+                        "FailedPvcNotFound",
+                        format!("PVC {namespace}/{claim} does not exist"),
+                    ))
+                }
+            };
             let format = image_format(&path);
             return Ok((path, format));
         }
