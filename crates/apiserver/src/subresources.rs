@@ -18,6 +18,7 @@ pub const GROUP: &str = "subresources.kubevirt.io";
 use kubevirt_api::names::annotations::{
     PAUSED as PAUSE_ANNOTATION, SOFT_REBOOT_REQUESTED as SOFT_REBOOT_ANNOTATION, UNPAUSE_REQUESTED,
 };
+use kubevirt_api::types::{MigrationState, RunStrategy as Strategy, SpecStrategy, VmiPhase};
 
 /// Resources advertised in discovery for `subresources.kubevirt.io/v1`, as virt-api does.
 pub fn discovery_entries() -> Vec<crate::discovery::ExtraResource> {
@@ -90,52 +91,26 @@ fn accepted() -> Response {
     StatusCode::ACCEPTED.into_response()
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Strategy {
-    Always,
-    RerunOnFailure,
-    Manual,
-    Halted,
-    Once,
-}
-
 /// The effective run strategy and whether the VM uses the deprecated `running` field.
 fn strategy(vm: &Value) -> Result<(Strategy, bool), Status> {
-    let name = object::name(vm);
-    let spec = vm.get("spec").cloned().unwrap_or(Value::Null);
-    if let Some(running) = spec.get("running").and_then(Value::as_bool) {
-        return Ok((
-            if running {
-                Strategy::Always
-            } else {
-                Strategy::Halted
-            },
-            true,
-        ));
+    let spec = vm.get("spec").unwrap_or(&Value::Null);
+    match SpecStrategy::of(spec) {
+        SpecStrategy::Running(s) => Ok((s, true)),
+        SpecStrategy::Strategy(s) => Ok((s, false)),
+        SpecStrategy::Unset => Ok((Strategy::Halted, false)),
+        SpecStrategy::Invalid(text) => Err(conflict(
+            object::name(vm),
+            &format!("Invalid RunStrategy ({text})"),
+        )),
     }
-    let s = match spec
-        .get("runStrategy")
-        .and_then(Value::as_str)
-        .unwrap_or("Halted")
-    {
-        "Always" => Strategy::Always,
-        "RerunOnFailure" => Strategy::RerunOnFailure,
-        "Manual" => Strategy::Manual,
-        "Halted" => Strategy::Halted,
-        "Once" => Strategy::Once,
-        other => return Err(conflict(name, &format!("Invalid RunStrategy ({other})"))),
-    };
-    Ok((s, false))
 }
 
-fn phase(vmi: &Value) -> &str {
-    vmi.pointer("/status/phase")
-        .and_then(Value::as_str)
-        .unwrap_or("")
+fn phase(vmi: &Value) -> VmiPhase {
+    VmiPhase::of(vmi)
 }
 
 fn is_final(vmi: &Value) -> bool {
-    matches!(phase(vmi), "Succeeded" | "Failed")
+    phase(vmi).is_final()
 }
 
 fn is_paused(vmi: &Value) -> bool {
@@ -267,7 +242,7 @@ impl Lifecycle<'_> {
     async fn start(&self, body: &Value) -> Result<Response, Status> {
         let paused = body.get("paused").and_then(Value::as_bool).unwrap_or(false);
         if let Some(vmi) = self.vmi {
-            if !is_final(vmi) && !matches!(phase(vmi), "" | "Unknown") {
+            if !is_final(vmi) && !matches!(phase(vmi), VmiPhase::Unset | VmiPhase::Unknown) {
                 return Err(conflict(self.name, "VM is already running"));
             }
         }
@@ -285,8 +260,8 @@ impl Lifecycle<'_> {
                 None => self.queue(vec![start]).await,
             },
             Strategy::RerunOnFailure => match self.vmi.map(phase) {
-                Some("Succeeded") => self.queue(vec![self.stop_request(), start]).await,
-                Some("Failed") => Err(conflict(
+                Some(VmiPhase::Succeeded) => self.queue(vec![self.stop_request(), start]).await,
+                Some(VmiPhase::Failed) => Err(conflict(
                     self.name,
                     "RerunOnFailure does not support starting VM from failed state",
                 )),
@@ -395,7 +370,7 @@ impl Lifecycle<'_> {
                 self.name,
             ));
         };
-        if phase(vmi) != "Running" {
+        if phase(vmi) != VmiPhase::Running {
             return Err(conflict(self.name, "VM is not running"));
         }
         let reg = self
@@ -564,7 +539,7 @@ async fn vmi_action(
     verb: &str,
     dry_run: bool,
 ) -> Result<Response, Status> {
-    let running = phase(vmi) == "Running";
+    let running = phase(vmi) == VmiPhase::Running;
     let paused = is_paused(vmi);
     let now = || chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
     let changes: Vec<(&str, Option<String>)> = match verb {
@@ -575,11 +550,7 @@ async fn vmi_action(
             if paused {
                 return Err(vmi_conflict(name, "VMI is already paused"));
             }
-            let migrating = vmi.pointer("/status/migrationState").is_some_and(|m| {
-                m.is_object()
-                    && m.get("completed") != Some(&json!(true))
-                    && m.get("failed") != Some(&json!(true))
-            });
+            let migrating = MigrationState::of(vmi).is_some_and(|m| m.in_flight());
             if migrating {
                 return Err(vmi_conflict(
                     name,

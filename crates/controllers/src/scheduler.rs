@@ -17,6 +17,7 @@ use kube::{Api, Client, ResourceExt};
 use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::meta;
 use kubevirt_api::quantity::Quantity;
+use kubevirt_api::types::VmiPhase;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify, Semaphore};
 
@@ -238,7 +239,7 @@ pub fn choose(vmi: &Value, nodes: &[(String, Value, Resources)]) -> Result<Strin
 }
 
 fn is_final(vmi: &DynamicObject) -> bool {
-    matches!(str_at(vmi, "/status/phase"), Some("Succeeded" | "Failed"))
+    VmiPhase::of(&vmi.data).is_final()
 }
 
 fn node_of(vmi: &DynamicObject) -> Option<&str> {
@@ -408,8 +409,8 @@ impl Scheduler {
             .filter(|v| {
                 v.metadata.deletion_timestamp.is_some()
                     || matches!(
-                        str_at(v, "/status/phase"),
-                        None | Some("" | "Pending" | "Scheduling")
+                        VmiPhase::of(&v.data),
+                        VmiPhase::Unset | VmiPhase::Pending | VmiPhase::Scheduling
                     )
             })
             .cloned()
@@ -492,7 +493,7 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
                 .cloned()
                 .unwrap_or_else(|| json!([]));
             if let Some(list) = transitions.as_array_mut() {
-                list.push(json!({"phase": "Scheduling", "phaseTransitionTimestamp": meta::now()}));
+                list.push(json!({"phase": VmiPhase::Scheduling.as_str(), "phaseTransitionTimestamp": meta::now()}));
             }
             let mut conditions: Vec<Value> = vmi
                 .data
@@ -505,7 +506,7 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
                 vmi,
                 json!({
                     "metadata": {"resourceVersion": vmi.resource_version(), "labels": {NODE_NAME_LABEL: node}},
-                    "status": {"phase": "Scheduling", "nodeName": node, "phaseTransitionTimestamps": transitions,
+                    "status": {"phase": VmiPhase::Scheduling.as_str(), "nodeName": node, "phaseTransitionTimestamps": transitions,
                                "conditions": conditions},
                 }),
             )
@@ -513,7 +514,7 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
         Step::Unschedulable { vmi, message } => {
             let already = crate::resources::condition(vmi, "PodScheduled")
                 .is_some_and(|c| c["message"] == json!(message));
-            if already && str_at(vmi, "/status/phase") == Some("Scheduling") {
+            if already && VmiPhase::of(&vmi.data) == VmiPhase::Scheduling {
                 return Ok(());
             }
             let mut conditions: Vec<Value> = vmi
@@ -529,7 +530,7 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
                 "lastTransitionTime": meta::now()}),
             );
             let mut status = json!({"conditions": conditions});
-            if str_at(vmi, "/status/phase") != Some("Scheduling") {
+            if VmiPhase::of(&vmi.data) != VmiPhase::Scheduling {
                 let mut transitions = vmi
                     .data
                     .pointer("/status/phaseTransitionTimestamps")
@@ -537,10 +538,10 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
                     .unwrap_or_else(|| json!([]));
                 if let Some(list) = transitions.as_array_mut() {
                     list.push(
-                        json!({"phase": "Scheduling", "phaseTransitionTimestamp": meta::now()}),
+                        json!({"phase": VmiPhase::Scheduling.as_str(), "phaseTransitionTimestamp": meta::now()}),
                     );
                 }
-                status["phase"] = json!("Scheduling");
+                status["phase"] = json!(VmiPhase::Scheduling.as_str());
                 status["phaseTransitionTimestamps"] = transitions;
             }
             (

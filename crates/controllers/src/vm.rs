@@ -23,6 +23,7 @@ use crate::Error;
 use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::meta;
 use kubevirt_api::resources::VM_CONTROLLER_FINALIZER as VM_FINALIZER;
+use kubevirt_api::types::{MigrationState, SpecStrategy};
 use kubevirt_api::vm_status;
 
 const MANAGER: &str = "virt-controller";
@@ -78,15 +79,7 @@ fn error_policy(vm: Arc<Cached>, error: &Error, ctx: Arc<Context>) -> Action {
 }
 
 fn strategy_of(vm: &DynamicObject) -> Option<RunStrategy> {
-    let spec = vm.data.get("spec")?;
-    if let Some(running) = spec.get("running").and_then(Value::as_bool) {
-        return Some(if running {
-            RunStrategy::Always
-        } else {
-            RunStrategy::Halted
-        });
-    }
-    RunStrategy::parse(spec.get("runStrategy")?.as_str()?)
+    SpecStrategy::of(vm.data.get("spec")?).strategy()
 }
 
 fn requests_of(vm: &DynamicObject) -> Vec<ChangeRequest> {
@@ -139,10 +132,7 @@ fn start_failure_json(f: &StartFailure) -> Value {
 }
 
 fn vmi_state(vmi: &DynamicObject) -> VmiState {
-    let migrating = vmi.data.pointer("/status/migrationState").is_some_and(|m| {
-        m.get("startTimestamp").is_some_and(|t| !t.is_null())
-            && m.get("endTimestamp").is_none_or(Value::is_null)
-    });
+    let migrating = MigrationState::of(&vmi.data).is_some_and(|m| m.moving());
     let sync_failure = condition(vmi, "Synchronized")
         .filter(|c| c["status"] == "False")
         .and_then(|c| c["reason"].as_str())

@@ -95,7 +95,7 @@ async fn in_use(client: &Client, namespace: &str, claim: &str) -> Result<bool, E
         .items
         .iter()
         .any(|vmi| {
-            let finished = matches!(str_at(vmi, "/status/phase"), Some("Succeeded" | "Failed"));
+            let finished = kubevirt_api::types::VmiPhase::of(&vmi.data).is_final();
             let uses = vmi
                 .data
                 .pointer("/spec/volumes")

@@ -49,8 +49,6 @@ const RESTRICTED_VMI_LABELS: [&str; 6] = [
     "kubevirt.io/install-strategy",
 ];
 
-const VALID_RUN_STRATEGIES: [&str; 5] = ["Always", "Halted", "Manual", "RerunOnFailure", "Once"];
-
 /// What admission decided: rejected when `errors` is not empty; `warnings` go to the client
 /// as `Warning` headers when the request is allowed.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -179,7 +177,7 @@ fn run_strategy(vm_spec: &Value, causes: &mut Causes) {
             "spec.runStrategy",
             "Invalid RunStrategy (WaitAsReceiver), DecentralizedLiveMigration feature gate is not enabled in kubevirt resource",
         ),
-        Some(s) if !VALID_RUN_STRATEGIES.contains(&s) => {
+        Some(s) if crate::types::RunStrategy::parse(s).is_none() => {
             causes.add(ErrorType::Invalid, "spec.runStrategy", format!("Invalid RunStrategy ({s})"))
         }
         _ => {}

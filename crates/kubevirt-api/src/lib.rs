@@ -13,6 +13,7 @@ pub mod meta;
 pub mod names;
 pub mod resources;
 pub mod schema;
+pub mod types;
 pub mod vm_status;
 
 mod access;

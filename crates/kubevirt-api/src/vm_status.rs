@@ -4,6 +4,8 @@
 
 use serde_json::{json, Value};
 
+use crate::types::{RunStrategy, SpecStrategy};
+
 /// The VM's Ready condition while it has no VMI (KubeVirt's reason and message).
 pub fn vmi_not_exists_condition(now: &str) -> Value {
     json!({"type": "Ready", "status": "False", "reason": "VMINotExists",
@@ -16,11 +18,13 @@ pub fn vmi_not_exists_condition(now: &str) -> Value {
 /// controller starts at once, or whose run strategy admission will refuse.
 pub fn initial_stopped_status(vm: &Value, now: &str) -> Option<Value> {
     let spec = vm.get("spec")?;
-    let stopped = match (spec.get("running"), spec.get("runStrategy")) {
-        (Some(Value::Bool(running)), None) => !running,
-        (None, Some(Value::String(strategy))) => matches!(strategy.as_str(), "Halted" | "Manual"),
-        _ => false,
-    };
+    // Both set is refused by admission: no status for it.
+    let both = spec.get("running").is_some() && spec.get("runStrategy").is_some();
+    let stopped = !both
+        && matches!(
+            SpecStrategy::of(spec).strategy(),
+            Some(RunStrategy::Halted | RunStrategy::Manual)
+        );
     if !stopped {
         return None;
     }

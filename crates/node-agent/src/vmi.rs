@@ -28,6 +28,7 @@ use kubevirt_api::names::conditions::{
     REASON_PAUSED_BY_HYPERVISOR, REASON_PAUSED_BY_USER, REASON_PAUSED_IO_ERROR,
 };
 use kubevirt_api::names::finalizers::VMI_FOREGROUND as FOREGROUND_FINALIZER;
+use kubevirt_api::types::VmiPhase;
 const DEFAULT_GRACE_SECONDS: u64 = 30;
 
 struct Context {
@@ -95,13 +96,6 @@ fn error_policy(vmi: Arc<DynamicObject>, error: &kube::Error, ctx: Arc<Context>)
     Action::requeue(retry)
 }
 
-fn phase(vmi: &DynamicObject) -> &str {
-    vmi.data
-        .pointer("/status/phase")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-}
-
 fn conditions(vmi: &DynamicObject) -> Vec<Value> {
     vmi.data
         .pointer("/status/conditions")
@@ -119,7 +113,8 @@ fn set_condition(list: &mut Vec<Value>, kind: &str, status: &str, reason: &str, 
 }
 
 /// Status fields for entering `phase`, with its transition timestamp.
-fn enter_phase(vmi: &DynamicObject, phase: &str) -> Map<String, Value> {
+fn enter_phase(vmi: &DynamicObject, phase: VmiPhase) -> Map<String, Value> {
+    let phase = phase.as_str();
     let mut transitions = vmi
         .data
         .pointer("/status/phaseTransitionTimestamps")
@@ -178,7 +173,7 @@ fn running_status(
     paused: bool,
     accel: Option<&str>,
 ) -> Map<String, Value> {
-    let mut status = enter_phase(vmi, "Running");
+    let mut status = enter_phase(vmi, VmiPhase::Running);
     let mut list = conditions(vmi);
     if paused {
         set_condition(
@@ -277,12 +272,12 @@ async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
     );
     let writer = Writer { api, vmi: &vmi };
     let hv = &ctx.hypervisor;
-    let phase = phase(&vmi);
-    let is_final = matches!(phase, "Succeeded" | "Failed");
+    let phase = VmiPhase::of(&vmi.data);
+    let is_final = phase.is_final();
 
     if vmi.metadata.deletion_timestamp.is_some() {
         if !is_final {
-            let succeeded = if phase == "Running" {
+            let succeeded = if phase == VmiPhase::Running {
                 match hv.stop(&vmi, grace(&vmi)).await {
                     Stopping::Pending(after) => return Ok(Action::requeue(after)),
                     Stopping::Done { succeeded } => succeeded,
@@ -293,7 +288,14 @@ async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
             };
             // Report how the guest ended first (as virt-handler does); the finalizer
             // goes on the next pass, so the final phase is visible before the VMI is.
-            let mut status = enter_phase(&vmi, if succeeded { "Succeeded" } else { "Failed" });
+            let mut status = enter_phase(
+                &vmi,
+                if succeeded {
+                    VmiPhase::Succeeded
+                } else {
+                    VmiPhase::Failed
+                },
+            );
             let mut list = conditions(&vmi);
             set_condition(
                 &mut list,
@@ -318,7 +320,7 @@ async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
             .await;
     }
     match phase {
-        "Scheduling" => {
+        VmiPhase::Scheduling => {
             let sources = match read_sources(&ctx.client, &vmi).await? {
                 Ok(sources) => sources,
                 Err(SourcesUnusable::Missing(message)) => {
@@ -338,7 +340,7 @@ async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
             };
             prepare(&vmi, &writer, hv.as_ref(), &sources).await
         }
-        "Scheduled" => {
+        VmiPhase::Scheduled => {
             let sources = match read_sources(&ctx.client, &vmi).await? {
                 Ok(sources) => sources,
                 Err(SourcesUnusable::Missing(message) | SourcesUnusable::Invalid(message)) => {
@@ -349,7 +351,7 @@ async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
             };
             start(&vmi, &writer, hv.as_ref(), &sources).await
         }
-        "Running" => running(&vmi, &writer, hv.as_ref()).await,
+        VmiPhase::Running => running(&vmi, &writer, hv.as_ref()).await,
         _ => {
             if is_final {
                 hv.cleanup(&vmi).await;
@@ -390,7 +392,7 @@ async fn read_sources(
 /// Status fields of a VMI that failed to start: phase Failed, why, and conditions that
 /// say it (mirrored onto the VM).
 fn failed_status(vmi: &DynamicObject, reason: &str, message: &str) -> Map<String, Value> {
-    let mut status = enter_phase(vmi, "Failed");
+    let mut status = enter_phase(vmi, VmiPhase::Failed);
     status.insert("reason".into(), json!(reason));
     let mut list = conditions(vmi);
     set_condition(&mut list, "Ready", "False", reason, message);
@@ -408,7 +410,7 @@ async fn prepare(
 ) -> Result<Action, kube::Error> {
     match hv.prepare(vmi, sources).await {
         Prepared::Ready => {
-            let mut status = enter_phase(vmi, "Scheduled");
+            let mut status = enter_phase(vmi, VmiPhase::Scheduled);
             let mut list = conditions(vmi);
             list.retain(|c| c["type"] != "Synchronized");
             status.insert("conditions".into(), json!(list));
@@ -521,7 +523,14 @@ async fn running(
     }
     let (report, recheck) = match hv.observe(vmi).await {
         Observed::Exited { succeeded, reason } => {
-            let mut status = enter_phase(vmi, if succeeded { "Succeeded" } else { "Failed" });
+            let mut status = enter_phase(
+                vmi,
+                if succeeded {
+                    VmiPhase::Succeeded
+                } else {
+                    VmiPhase::Failed
+                },
+            );
             status.insert("reason".into(), json!(reason));
             let mut list = conditions(vmi);
             set_condition(
