@@ -2,6 +2,7 @@
 //! against our own API: inside `virtplane server` they reach it in-process.
 
 mod cached;
+pub mod migration;
 pub mod node_lifecycle;
 pub mod resources;
 pub mod run_strategy;
@@ -34,6 +35,7 @@ pub async fn run(client: kube::Client, config: Config) {
         vm::run(client.clone()),
         scheduler::run(client.clone()),
         node_lifecycle::run(client.clone(), config.node_monitor_grace_period),
-        volumes::run(client, config.volume_pool),
+        volumes::run(client.clone(), config.volume_pool),
+        migration::run(client),
     );
 }

@@ -375,6 +375,15 @@ impl Scheduler {
                 let u = used.entry(node.to_string()).or_default();
                 u.millicpu += r.millicpu;
                 u.memory += r.memory;
+                // A migrating VMI holds its place on the target too.
+                let target = kubevirt_api::types::MigrationState::of(&vmi.data)
+                    .filter(|m| m.in_flight())
+                    .and_then(|m| m.target_node);
+                if let Some(target) = target {
+                    let u = used.entry(target).or_default();
+                    u.millicpu += r.millicpu;
+                    u.memory += r.memory;
+                }
             }
         }
         for (node, r) in self.assumed.values() {

@@ -148,8 +148,9 @@ pub fn default_vmi(vmi: &mut Value, binding: DefaultNetworkBinding) {
 }
 
 /// KubeVirt's migration mutator on CREATE: labels the migration with its VMI's name
-/// ([`MIGRATION_SELECTOR_LABEL`]). KubeVirt also adds [`MIGRATION_FINALIZER`]; add it where
-/// the migration controller is known to remove it.
+/// ([`MIGRATION_SELECTOR_LABEL`]) and adds [`MIGRATION_FINALIZER`], which the migration
+/// controller removes once the migration is final (so a deleted running migration is
+/// aborted before it goes).
 pub fn default_vmim_on_create(vmim: &mut Value) {
     let vmi_name = str_at(vmim, &["spec", "vmiName"]).to_string();
     if vmi_name.is_empty() {
@@ -157,6 +158,16 @@ pub fn default_vmim_on_create(vmim: &mut Value) {
     }
     if let Some(labels) = ensure_path(vmim, &["metadata", "labels"]) {
         labels[MIGRATION_SELECTOR_LABEL] = Value::String(vmi_name);
+    }
+    if let Some(metadata) = vmim.get_mut("metadata").and_then(Value::as_object_mut) {
+        let finalizers = metadata
+            .entry("finalizers")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Some(list) = finalizers.as_array_mut() {
+            if !list.iter().any(|f| f == MIGRATION_FINALIZER) {
+                list.push(Value::String(MIGRATION_FINALIZER.to_string()));
+            }
+        }
     }
 }
 
@@ -723,6 +734,10 @@ mod tests {
         assert_eq!(
             vmim["metadata"]["labels"],
             json!({"kubevirt.io/vmi-name": "vm1"})
+        );
+        assert_eq!(
+            vmim["metadata"]["finalizers"],
+            json!(["kubevirt.io/migrationJobFinalize"])
         );
         let mut unnamed = json!({"metadata": {"labels": "odd"}, "spec": {"vmiName": "vm1"}});
         default_vmim_on_create(&mut unnamed);

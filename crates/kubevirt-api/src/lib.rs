@@ -10,6 +10,7 @@ pub mod admission;
 pub mod backoff;
 pub mod defaults;
 pub mod meta;
+pub mod migratable;
 pub mod names;
 pub mod resources;
 pub mod schema;

@@ -9,6 +9,10 @@ pub mod labels {
     /// The VMI a migration moves (set on VMIMs).
     pub const VMI_NAME: &str = "kubevirt.io/vmi-name";
     pub const SCHEDULABLE: &str = "kubevirt.io/schedulable";
+    /// On a VMI being migrated: the node it moves to, so that node's agent sees it.
+    pub const MIGRATION_TARGET_NODE: &str = "kubevirt.io/migrationTargetNodeName";
+    /// On an evacuation VMIM: the node being drained.
+    pub const EVACUATION_MIGRATION: &str = "kubevirt.io/evacuationMigration";
     /// Which hypervisor backend a node runs (`qemu`, `sim`).
     pub const HYPERVISOR: &str = "virtplane.io/hypervisor";
     /// How a node runs guests' vCPUs (`kvm`, `tcg`).
@@ -34,6 +38,9 @@ pub mod annotations {
     /// controller so that node agents learn it from the API (a PersistentVolume's
     /// `hostPath`, in a Kubernetes cluster).
     pub const VOLUME_PATH: &str = "virtplane.io/volume-path";
+    /// On a VMIM: how long its target may stay unschedulable before it fails (seconds).
+    pub const MIGRATION_UNSCHEDULABLE_TIMEOUT: &str =
+        "kubevirt.io/migrationUnschedulablePodTimeoutSeconds";
     /// The node agent's heartbeat, as virt-handler writes it.
     pub const HEARTBEAT: &str = "kubevirt.io/heartbeat";
 }

@@ -160,10 +160,103 @@ pub struct MigrationState {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abort_status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// The target's listening ports (keys) and their roles: [`MIGRATION_PORT_ROLE`] for the
+    /// migration stream, [`DISK_PORT_ROLE`] for the disk copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_direct_migration_node_ports: Option<std::collections::BTreeMap<String, i64>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_node_domain_detected: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_node_domain_ready_timestamp: Option<String>,
+    /// The settings in force, frozen at hand-off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration_configuration: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<Transfer>,
     /// Everything else the object holds, kept as it was.
     #[serde(flatten)]
     pub other: Map<String, Value>,
+}
+
+/// KubeVirt's port numbers, used as the roles of `targetDirectMigrationNodePorts`.
+pub const MIGRATION_PORT_ROLE: i64 = 49152;
+pub const DISK_PORT_ROLE: i64 = 49153;
+
+/// `migrationState.transfer` (a virtplane extension): what a finished migration moved.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Transfer {
+    pub total_time_milliseconds: u64,
+    pub downtime_milliseconds: u64,
+    pub setup_time_milliseconds: u64,
+    pub memory_bytes: u64,
+    pub disk_bytes: u64,
+}
+
+/// `status.phase` of a VirtualMachineInstanceMigration, in KubeVirt's order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MigrationPhase {
+    Unset,
+    Pending,
+    Scheduling,
+    Scheduled,
+    PreparingTarget,
+    TargetReady,
+    Running,
+    Succeeded,
+    Failed,
+}
+
+impl MigrationPhase {
+    pub fn parse(text: &str) -> MigrationPhase {
+        match text {
+            "Pending" => MigrationPhase::Pending,
+            "Scheduling" => MigrationPhase::Scheduling,
+            "Scheduled" => MigrationPhase::Scheduled,
+            "PreparingTarget" => MigrationPhase::PreparingTarget,
+            "TargetReady" => MigrationPhase::TargetReady,
+            "Running" => MigrationPhase::Running,
+            "Succeeded" => MigrationPhase::Succeeded,
+            "Failed" => MigrationPhase::Failed,
+            _ => MigrationPhase::Unset,
+        }
+    }
+
+    /// The phase of a VMIM object.
+    pub fn of(vmim: &Value) -> MigrationPhase {
+        vmim.pointer("/status/phase")
+            .and_then(Value::as_str)
+            .map_or(MigrationPhase::Unset, MigrationPhase::parse)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MigrationPhase::Unset => "",
+            MigrationPhase::Pending => "Pending",
+            MigrationPhase::Scheduling => "Scheduling",
+            MigrationPhase::Scheduled => "Scheduled",
+            MigrationPhase::PreparingTarget => "PreparingTarget",
+            MigrationPhase::TargetReady => "TargetReady",
+            MigrationPhase::Running => "Running",
+            MigrationPhase::Succeeded => "Succeeded",
+            MigrationPhase::Failed => "Failed",
+        }
+    }
+
+    pub fn is_final(self) -> bool {
+        matches!(self, MigrationPhase::Succeeded | MigrationPhase::Failed)
+    }
+
+    /// The VMI has been handed to the nodes (its `migrationState` names this migration).
+    pub fn handed_off(self) -> bool {
+        matches!(
+            self,
+            MigrationPhase::PreparingTarget | MigrationPhase::TargetReady | MigrationPhase::Running
+        )
+    }
 }
 
 impl MigrationState {

@@ -27,7 +27,6 @@ pub struct GuestInfo {
     pub interfaces: Vec<(String, String, String)>,
     /// The machine type the hypervisor actually runs.
     pub machine: String,
-    pub live_migratable: bool,
     /// Where the ports of masquerade interfaces are forwarded from on the node
     /// (`status.portForwards` entries).
     pub port_forwards: Vec<serde_json::Value>,
@@ -81,6 +80,37 @@ pub enum Stopping {
     Pending(Duration),
 }
 
+/// Where the target of a migration listens for the source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Incoming {
+    pub address: String,
+    /// The migration stream (RAM and device state).
+    pub migration_port: u16,
+    /// The NBD server the source copies node-local disks to; `None` when there are none.
+    pub disk_port: Option<u16>,
+}
+
+/// How the guest's arrival on the target goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Arrival {
+    /// Still coming.
+    Waiting,
+    /// All of it is here; the target holds it paused until `take_over`.
+    Arrived,
+    /// The target cannot receive it any more (its hypervisor exited, say why).
+    Failed(String),
+}
+
+/// How an outgoing migration goes, as the source's driver last saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Sending {
+    Moving(qemu::migration::Progress),
+    /// The guest is on the target; the source's vCPUs are stopped for good.
+    Done(qemu::migration::Progress),
+    /// It did not move; the source runs on. The text is the failure reason.
+    Failed(String),
+}
+
 #[async_trait]
 pub trait Hypervisor: Send + Sync + 'static {
     /// `sim` or `qemu`, shown as a node label.
@@ -109,6 +139,54 @@ pub trait Hypervisor: Send + Sync + 'static {
     fn device_socket(&self, _namespace: &str, _name: &str, _device: &str) -> Option<PathBuf> {
         None
     }
+    /// Target of a live migration: readies the VMI's disks and a hypervisor waiting for
+    /// its guest, and says where the source sends it. Asked again, it answers the same.
+    async fn receive(
+        &self,
+        _vmi: &DynamicObject,
+        _sources: &VolumeSources,
+        _tuning: &qemu::migration::Tuning,
+    ) -> Result<Incoming, String> {
+        Err(format!(
+            "{} nodes cannot receive live migrations",
+            self.kind()
+        ))
+    }
+    async fn arrival(&self, _vmi: &DynamicObject) -> Arrival {
+        Arrival::Failed("this node receives no migrations".into())
+    }
+    /// Target: the guest is here and the source has let go; run it (unless `paused`) and
+    /// report it as `start` does.
+    async fn take_over(&self, _vmi: &DynamicObject, _paused: bool) -> Result<GuestInfo, String> {
+        Err("this node receives no migrations".into())
+    }
+    /// Source: starts moving the guest to `to` for the VMIM with uid `migration` (nothing
+    /// when that one is moving already); how it goes is read with `sending`.
+    async fn send(
+        &self,
+        _vmi: &DynamicObject,
+        _migration: &str,
+        _to: &Incoming,
+        _tuning: &qemu::migration::Tuning,
+    ) -> Result<(), String> {
+        Err(format!("{} nodes cannot send live migrations", self.kind()))
+    }
+    /// Source: the outgoing migration `migration` (a VMIM uid) of a VMI; `None` when it
+    /// was not started here.
+    fn sending(&self, _vmi: &DynamicObject, _migration: &str) -> Option<Sending> {
+        None
+    }
+    /// Source: asks the outgoing migration to stop; it then ends as `Sending::Failed`.
+    fn abort_sending(&self, _vmi: &DynamicObject, _migration: &str) {}
+    /// Source: forgets the VMI's last outgoing migration once its end is reported.
+    fn cleanup_sending(&self, _vmi: &DynamicObject) {}
+    /// The node's own VMI dirs, as (namespace, name): what a sweep for leftovers checks.
+    fn local_vmis(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+    /// Releases a VMI's leftovers (a QEMU and files) known only by name, once the API says
+    /// this node has nothing to do with it any more.
+    async fn release_leftover(&self, _namespace: &str, _name: &str) {}
     /// (namespace, name) of VMIs whose guest changed on its own (exited), so the agent
     /// looks at them at once instead of at the next re-check.
     fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<(String, String)>> {

@@ -140,7 +140,6 @@ impl Hypervisor for Sim {
             Started::Running(GuestInfo {
                 interfaces: vec![("default".into(), "02:00:00:00:00:01".into(), ip)],
                 machine: "pc-q35-sim".into(),
-                live_migratable: true,
                 port_forwards: Vec::new(),
             })
         })

@@ -24,22 +24,24 @@ use kubevirt_api::names::annotations::{
     SOFT_REBOOT_REQUESTED as SOFT_REBOOT_ANNOTATION, UNPAUSE_DONE, UNPAUSE_REQUESTED,
 };
 use kubevirt_api::names::conditions::{
-    MESSAGE_PAUSED_BY_USER, MESSAGE_PAUSED_IO_ERROR, PAUSED, READY, REASON_GUEST_NOT_RUNNING,
-    REASON_PAUSED_BY_HYPERVISOR, REASON_PAUSED_BY_USER, REASON_PAUSED_IO_ERROR,
+    LIVE_MIGRATABLE, MESSAGE_PAUSED_BY_USER, MESSAGE_PAUSED_IO_ERROR, PAUSED, READY,
+    REASON_GUEST_NOT_RUNNING, REASON_PAUSED_BY_HYPERVISOR, REASON_PAUSED_BY_USER,
+    REASON_PAUSED_IO_ERROR,
 };
 use kubevirt_api::names::finalizers::VMI_FOREGROUND as FOREGROUND_FINALIZER;
-use kubevirt_api::types::VmiPhase;
+use kubevirt_api::names::labels::MIGRATION_TARGET_NODE;
+use kubevirt_api::types::{MigrationState, VmiPhase};
 const DEFAULT_GRACE_SECONDS: u64 = 30;
 
-struct Context {
-    client: Client,
-    nodes: HashSet<String>,
-    hypervisor: Arc<dyn Hypervisor>,
+pub(crate) struct Context {
+    pub(crate) client: Client,
+    pub(crate) nodes: HashSet<String>,
+    pub(crate) hypervisor: Arc<dyn Hypervisor>,
     /// Retry delays of VMIs whose sync failed, by `namespace/name`.
     backoff: kubevirt_api::backoff::Backoff<String>,
 }
 
-fn vmi_resource() -> ApiResource {
+pub(crate) fn vmi_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachineInstance"),
         "virtualmachineinstances",
@@ -49,19 +51,39 @@ fn vmi_resource() -> ApiResource {
 pub async fn run(client: Client, nodes: Vec<String>, hypervisor: Arc<dyn Hypervisor>) {
     let api = Api::<DynamicObject>::all_with(client.clone(), &vmi_resource());
     // One node: let the server filter. Several: one watch, filtered here.
-    let config = match nodes.as_slice() {
-        [only] => watcher::Config::default().fields(&format!("status.nodeName={only}")),
-        _ => watcher::Config::default(),
+    let (on_node, moving_here) = match nodes.as_slice() {
+        [only] => (
+            watcher::Config::default().fields(&format!("status.nodeName={only}")),
+            watcher::Config::default().labels(&format!("{MIGRATION_TARGET_NODE}={only}")),
+        ),
+        _ => (
+            watcher::Config::default(),
+            watcher::Config::default().labels(MIGRATION_TARGET_NODE),
+        ),
     };
-    let changes = hypervisor.changes();
     let ctx = Arc::new(Context {
         client,
         nodes: nodes.into_iter().collect(),
         hypervisor,
         backoff: Default::default(),
     });
+    tokio::spawn(sweep(ctx.clone()));
+    // VMIs on our nodes, and VMIs migrating to them: the target side of a migration
+    // runs apart, so that neither side waits for the other.
+    let on_node = controller(api.clone(), on_node, &ctx).run(reconcile, error_policy, ctx.clone());
+    let moving_here =
+        controller(api, moving_here, &ctx).run(crate::migration::target, error_policy, ctx.clone());
+    futures::join!(report(on_node, &ctx), report(moving_here, &ctx));
+}
+
+/// A controller over the VMIs `config` selects, woken also when a guest changes on its own.
+fn controller(
+    api: Api<DynamicObject>,
+    config: watcher::Config,
+    ctx: &Context,
+) -> Controller<DynamicObject> {
     let mut controller = Controller::new_with(api, config, vmi_resource());
-    if let Some(changes) = changes {
+    if let Some(changes) = ctx.hypervisor.changes() {
         let triggers =
             tokio_stream::wrappers::BroadcastStream::new(changes).filter_map(|change| async move {
                 let (namespace, name) = change.ok()?;
@@ -70,7 +92,18 @@ pub async fn run(client: Client, nodes: Vec<String>, hypervisor: Arc<dyn Hypervi
         controller = controller.reconcile_on(triggers);
     }
     controller
-        .run(reconcile, error_policy, ctx.clone())
+}
+
+async fn report<S>(results: S, ctx: &Context)
+where
+    S: futures::Stream<
+        Item = Result<
+            (ObjectRef<DynamicObject>, Action),
+            kube::runtime::controller::Error<kube::Error, watcher::Error>,
+        >,
+    >,
+{
+    results
         .for_each(|result| {
             use kube::runtime::controller::Error;
             let key = |vmi: &ObjectRef<DynamicObject>| {
@@ -89,7 +122,47 @@ pub async fn run(client: Client, nodes: Vec<String>, hypervisor: Arc<dyn Hypervi
         .await;
 }
 
-fn error_policy(vmi: Arc<DynamicObject>, error: &kube::Error, ctx: Arc<Context>) -> Action {
+/// How often the node looks for leftovers of VMIs it no longer runs.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Releases what the node holds for VMIs that are neither on it nor migrating to it (a
+/// source copy or a failed target left when an agent restarted at the wrong moment).
+async fn sweep(ctx: Arc<Context>) {
+    loop {
+        tokio::time::sleep(SWEEP_INTERVAL).await;
+        for (namespace, name) in ctx.hypervisor.local_vmis() {
+            let api = Api::<DynamicObject>::namespaced_with(
+                ctx.client.clone(),
+                &namespace,
+                &vmi_resource(),
+            );
+            let vmi = match api.get_opt(&name).await {
+                Ok(vmi) => vmi,
+                Err(e) => {
+                    tracing::warn!("sweep: reading VMI {namespace}/{name}: {e}");
+                    continue;
+                }
+            };
+            let wanted = vmi.is_some_and(|vmi| {
+                let node = vmi.data.pointer("/status/nodeName").and_then(Value::as_str);
+                let target = MigrationState::of(&vmi.data)
+                    .filter(|m| m.failed != Some(true))
+                    .and_then(|m| m.target_node);
+                node.is_some_and(|n| ctx.nodes.contains(n))
+                    || target.is_some_and(|n| ctx.nodes.contains(&n))
+            });
+            if !wanted {
+                ctx.hypervisor.release_leftover(&namespace, &name).await;
+            }
+        }
+    }
+}
+
+pub(crate) fn error_policy(
+    vmi: Arc<DynamicObject>,
+    error: &kube::Error,
+    ctx: Arc<Context>,
+) -> Action {
     let key = kubevirt_api::backoff::object_key(vmi.namespace().as_deref(), &vmi.name_any());
     let retry = ctx.backoff.failed(key.clone());
     tracing::warn!("node agent: sync of {key} failed, retrying in {retry:?}: {error}");
@@ -172,6 +245,7 @@ fn running_status(
     info: &GuestInfo,
     paused: bool,
     accel: Option<&str>,
+    sources: &VolumeSources,
 ) -> Map<String, Value> {
     let mut status = enter_phase(vmi, VmiPhase::Running);
     let mut list = conditions(vmi);
@@ -193,19 +267,30 @@ fn running_status(
     } else {
         set_condition(&mut list, "Ready", "True", "", "");
     }
-    if info.live_migratable {
-        set_condition(&mut list, "LiveMigratable", "True", "", "");
-    } else {
-        set_condition(
+    match kubevirt_api::migratable::check(&vmi.data, |claim| sources.claim_shared(claim)) {
+        Ok(method) => {
+            set_condition(&mut list, LIVE_MIGRATABLE, "True", "", "");
+            status.insert("migrationMethod".into(), json!(method.as_str()));
+        }
+        Err(why) => set_condition(
             &mut list,
-            "LiveMigratable",
+            LIVE_MIGRATABLE,
             "False",
-            "InterfaceNotLiveMigratable",
-            "cannot migrate VMI",
-        );
+            why.reason,
+            &why.message,
+        ),
     }
     list.retain(|c| c["type"] != "Synchronized");
     status.insert("conditions".into(), json!(list));
+    status.extend(guest_status(info, accel));
+    status.insert("volumeStatus".into(), json!(volume_status(vmi)));
+    status
+}
+
+/// The status fields that say where and how the guest runs on this node (after a start,
+/// and on the target after a migration).
+pub(crate) fn guest_status(info: &GuestInfo, accel: Option<&str>) -> Map<String, Value> {
+    let mut status = Map::new();
     let interfaces: Vec<Value> = info
         .interfaces
         .iter()
@@ -219,8 +304,6 @@ fn running_status(
     if !info.port_forwards.is_empty() {
         status.insert("portForwards".into(), json!(info.port_forwards));
     }
-    status.insert("migrationMethod".into(), json!("BlockMigration"));
-    status.insert("volumeStatus".into(), json!(volume_status(vmi)));
     status
 }
 
@@ -276,6 +359,10 @@ async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
     let is_final = phase.is_final();
 
     if vmi.metadata.deletion_timestamp.is_some() {
+        // A guest being deleted does not move any more.
+        if let Some(uid) = MigrationState::of(&vmi.data).and_then(|m| m.migration_uid) {
+            hv.abort_sending(&vmi, &uid);
+        }
         if !is_final {
             let succeeded = if phase == VmiPhase::Running {
                 match hv.stop(&vmi, grace(&vmi)).await {
@@ -351,7 +438,12 @@ async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
             };
             start(&vmi, &writer, hv.as_ref(), &sources).await
         }
-        VmiPhase::Running => running(&vmi, &writer, hv.as_ref()).await,
+        VmiPhase::Running => {
+            if let Some(result) = crate::migration::source(&vmi, &ctx, node).await {
+                return result;
+            }
+            running(&vmi, &writer, hv.as_ref()).await
+        }
         _ => {
             if is_final {
                 hv.cleanup(&vmi).await;
@@ -387,6 +479,17 @@ async fn read_sources(
     Ok(crate::sysprep::check(vmi, &sources)
         .map(|()| sources)
         .map_err(SourcesUnusable::Invalid))
+}
+
+/// The ConfigMaps, Secrets and claims of a VMI migrating here, or why they cannot be
+/// used (which fails the migration).
+pub(crate) async fn read_sources_for_target(
+    client: &Client,
+    vmi: &DynamicObject,
+) -> Result<Result<VolumeSources, String>, kube::Error> {
+    Ok(read_sources(client, vmi).await?.map_err(|e| match e {
+        SourcesUnusable::Missing(m) | SourcesUnusable::Invalid(m) => m,
+    }))
 }
 
 /// Status fields of a VMI that failed to start: phase Failed, why, and conditions that
@@ -442,7 +545,8 @@ async fn start(
                 .pointer("/spec/startStrategy")
                 .and_then(Value::as_str)
                 == Some("Paused");
-            let mut body = json!({"status": running_status(vmi, &info, paused, hv.accel())});
+            let mut body =
+                json!({"status": running_status(vmi, &info, paused, hv.accel(), sources)});
             if paused {
                 body["metadata"] = json!({"annotations": {PAUSE_ANNOTATION: "true"}});
             }

@@ -190,6 +190,8 @@ pub struct VolumeSources {
     objects: HashMap<(SourceKind, String), Files>,
     /// Each claim the volumes use, by name.
     claims: HashMap<String, Claim>,
+    /// Whether each existing claim is ReadWriteMany (a disk several nodes may open).
+    shared: HashMap<String, bool>,
 }
 
 impl VolumeSources {
@@ -233,6 +235,7 @@ impl VolumeSources {
             ),
         );
         let mut claims = HashMap::new();
+        let mut shared = HashMap::new();
         for name in claim_names(vmi) {
             let claim = api
                 .get_opt(&name)
@@ -241,14 +244,31 @@ impl VolumeSources {
                     name: name.clone(),
                     source,
                 })?;
+            if let Some(claim) = &claim {
+                let modes = claim
+                    .data
+                    .pointer("/spec/accessModes")
+                    .and_then(Value::as_array);
+                let many = modes.is_some_and(|m| m.iter().any(|m| m == "ReadWriteMany"));
+                shared.insert(name.clone(), many);
+            }
             claims.insert(name, claim_state(claim.as_ref()));
         }
-        Ok(VolumeSources { objects, claims })
+        Ok(VolumeSources {
+            objects,
+            claims,
+            shared,
+        })
     }
 
     /// What the API said about a claim (`Missing` for one that was not asked about).
     pub fn claim(&self, name: &str) -> &Claim {
         self.claims.get(name).unwrap_or(&Claim::Missing)
+    }
+
+    /// Whether a claim is ReadWriteMany; `None` when it was not found.
+    pub fn claim_shared(&self, name: &str) -> Option<bool> {
+        self.shared.get(name).copied()
     }
 
     /// Sources given directly, for tests.
@@ -260,6 +280,7 @@ impl VolumeSources {
                 .map(|(kind, name, files)| ((kind, name), files))
                 .collect(),
             claims: HashMap::new(),
+            shared: HashMap::new(),
         }
     }
 

@@ -5,6 +5,7 @@
 pub mod accel;
 pub mod console;
 pub mod machine;
+pub mod migration;
 pub mod process;
 pub mod qmp;
 pub mod run_state;

@@ -59,6 +59,25 @@ impl Instance {
         spec: &MachineSpec,
         log: &Path,
     ) -> Result<Instance, ProcessError> {
+        Self::launch(binary, spec, log, false).await
+    }
+
+    /// Starts QEMU as the target of a live migration (`-incoming defer`): it waits for
+    /// `migrate-incoming` and, having received the guest, stays paused until continued.
+    pub async fn spawn_incoming(
+        binary: &Path,
+        spec: &MachineSpec,
+        log: &Path,
+    ) -> Result<Instance, ProcessError> {
+        Self::launch(binary, spec, log, true).await
+    }
+
+    async fn launch(
+        binary: &Path,
+        spec: &MachineSpec,
+        log: &Path,
+        incoming: bool,
+    ) -> Result<Instance, ProcessError> {
         let log_file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -72,8 +91,12 @@ impl Instance {
             source,
         })?;
         let _ = std::fs::remove_file(&spec.qmp_socket);
+        let mut argv = spec.argv();
+        if incoming {
+            argv.extend(["-incoming".to_string(), "defer".to_string()]);
+        }
         let mut child = tokio::process::Command::new(binary)
-            .args(spec.argv())
+            .args(argv)
             .stdin(Stdio::null())
             .stdout(Stdio::from(log_file))
             .stderr(Stdio::from(log_err))
@@ -108,7 +131,12 @@ impl Instance {
             let _ = child.wait().await;
         });
         let qmp = Arc::new(qmp);
-        let status = run_state::follow(Arc::downgrade(&qmp), RunState::Prelaunch);
+        let initial = if incoming {
+            RunState::InMigrate
+        } else {
+            RunState::Prelaunch
+        };
+        let status = run_state::follow(Arc::downgrade(&qmp), initial);
         Ok(Instance { pid, qmp, status })
     }
 

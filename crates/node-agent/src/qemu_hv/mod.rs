@@ -14,11 +14,15 @@ use qemu::{Accel, Instance, RunState, RunStatus};
 use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
-use crate::hypervisor::{GuestInfo, Hypervisor, Observed, PauseCause, Prepared, Started, Stopping};
+use crate::hypervisor::{
+    Arrival, GuestInfo, Hypervisor, Incoming, Observed, PauseCause, Prepared, Sending, Started,
+    Stopping,
+};
 use crate::images::Puller;
 use crate::volume_sources::VolumeSources;
 
 mod machine;
+mod migration;
 mod volumes;
 
 use machine::mac_for;
@@ -68,6 +72,8 @@ pub struct Qemu {
     /// just pulled, and asking the registry again costs a round trip per image.
     pulled: Mutex<Pulled>,
     changes: broadcast::Sender<(String, String)>,
+    /// Outgoing migrations, by VMI uid.
+    outbound: Mutex<HashMap<String, migration::Outbound>>,
 }
 
 fn failed(reason: &str, message: impl Into<String>) -> Prepared {
@@ -110,6 +116,7 @@ impl Qemu {
             forwards: Mutex::new(HashMap::new()),
             pulled: Mutex::new(HashMap::new()),
             changes,
+            outbound: Mutex::new(HashMap::new()),
         }
     }
 
@@ -172,6 +179,53 @@ impl Qemu {
                 }
             }
         });
+    }
+
+    /// What `status` reports of a running guest on this node: its interfaces, its port
+    /// forwards here, its machine type.
+    fn guest_info(&self, vmi: &DynamicObject) -> GuestInfo {
+        let uid = vmi.uid().unwrap_or_default();
+        let forwards = self
+            .forwards
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&uid)
+            .cloned()
+            .unwrap_or_default();
+        let interfaces = spec(vmi)
+            .pointer("/domain/devices/interfaces")
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .enumerate()
+                    .map(|(i, iface)| {
+                        let name = iface["name"].as_str().unwrap_or("").to_string();
+                        let mac = iface["macAddress"]
+                            .as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| mac_for(&uid, i));
+                        (name, mac, self.config.node_address.clone())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let port_forwards = forwards
+            .iter()
+            .map(|(iface, name, host_port, port)| {
+                json!({"interface": iface, "name": name, "protocol": "TCP", "port": port,
+                       "hostIP": self.config.node_address, "hostPort": host_port})
+            })
+            .collect();
+        let machine = spec(vmi)
+            .pointer("/domain/machine/type")
+            .and_then(Value::as_str)
+            .unwrap_or("q35")
+            .to_string();
+        GuestInfo {
+            interfaces,
+            machine,
+            port_forwards,
+        }
     }
 
     /// What QEMU's own log says about a failure (the lines that name it).
@@ -329,49 +383,7 @@ impl Hypervisor for Qemu {
             });
         }
         drop(running);
-        let uid = vmi.uid().unwrap_or_default();
-        let forwards = self
-            .forwards
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&uid)
-            .cloned()
-            .unwrap_or_default();
-        let interfaces = spec(vmi)
-            .pointer("/domain/devices/interfaces")
-            .and_then(Value::as_array)
-            .map(|list| {
-                list.iter()
-                    .enumerate()
-                    .map(|(i, iface)| {
-                        let name = iface["name"].as_str().unwrap_or("").to_string();
-                        let mac = iface["macAddress"]
-                            .as_str()
-                            .map(str::to_string)
-                            .unwrap_or_else(|| mac_for(&uid, i));
-                        (name, mac, self.config.node_address.clone())
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let port_forwards = forwards
-            .iter()
-            .map(|(iface, name, host_port, port)| {
-                json!({"interface": iface, "name": name, "protocol": "TCP", "port": port,
-                       "hostIP": self.config.node_address, "hostPort": host_port})
-            })
-            .collect();
-        let machine = spec(vmi)
-            .pointer("/domain/machine/type")
-            .and_then(Value::as_str)
-            .unwrap_or("q35")
-            .to_string();
-        Started::Running(GuestInfo {
-            interfaces,
-            machine,
-            live_migratable: false,
-            port_forwards,
-        })
+        Started::Running(self.guest_info(vmi))
     }
 
     async fn observe(&self, vmi: &DynamicObject) -> Observed {
@@ -465,8 +477,83 @@ impl Hypervisor for Qemu {
             .map_err(|e| e.to_string())
     }
 
+    async fn receive(
+        &self,
+        vmi: &DynamicObject,
+        sources: &VolumeSources,
+        tuning: &qemu::migration::Tuning,
+    ) -> Result<Incoming, String> {
+        self.receive_guest(vmi, sources, tuning).await
+    }
+
+    async fn arrival(&self, vmi: &DynamicObject) -> Arrival {
+        self.guest_arrival(vmi).await
+    }
+
+    async fn take_over(&self, vmi: &DynamicObject, paused: bool) -> Result<GuestInfo, String> {
+        self.take_over_guest(vmi, paused).await
+    }
+
+    async fn send(
+        &self,
+        vmi: &DynamicObject,
+        migration: &str,
+        to: &Incoming,
+        tuning: &qemu::migration::Tuning,
+    ) -> Result<(), String> {
+        self.send_guest(vmi, migration, to, tuning).await
+    }
+
+    fn sending(&self, vmi: &DynamicObject, migration: &str) -> Option<Sending> {
+        self.outgoing(vmi, migration)
+    }
+
+    fn abort_sending(&self, vmi: &DynamicObject, migration: &str) {
+        self.abort_outgoing(vmi, migration)
+    }
+
+    fn cleanup_sending(&self, vmi: &DynamicObject) {
+        self.forget_outgoing(&vmi.uid().unwrap_or_default());
+    }
+
+    fn local_vmis(&self) -> Vec<(String, String)> {
+        let root = self.config.node_dir.join("vmi");
+        let mut found = Vec::new();
+        for namespace in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+            for vmi in std::fs::read_dir(namespace.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                found.push((
+                    namespace.file_name().to_string_lossy().into_owned(),
+                    vmi.file_name().to_string_lossy().into_owned(),
+                ));
+            }
+        }
+        found
+    }
+
+    async fn release_leftover(&self, namespace: &str, name: &str) {
+        let dir = self.vmi_dir(namespace, name);
+        if let Some(instance) = Instance::adopt(&dir.join("qemu.pid"), &dir.join("qmp.sock")).await
+        {
+            tracing::info!(
+                "stopping leftover QEMU {} of {namespace}/{name}",
+                instance.pid
+            );
+            instance.kill();
+        }
+        if let Err(e) = std::fs::remove_dir_all(&dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!("removing {}: {e}", dir.display());
+            }
+        }
+    }
+
     async fn cleanup(&self, vmi: &DynamicObject) {
         let uid = vmi.uid().unwrap_or_default();
+        self.forget_outgoing(&uid);
         let slot = self.slot(vmi);
         {
             let mut running = slot.lock().await;

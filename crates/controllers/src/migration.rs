@@ -1,0 +1,767 @@
+//! The migration controller (virt-controller's part of a live migration): it takes each
+//! VirtualMachineInstanceMigration through KubeVirt's phases — Pending, Scheduling
+//! (a target node chosen), Scheduled, PreparingTarget (the VMI handed to the nodes through
+//! its `status.migrationState`), TargetReady, Running, then Succeeded or Failed — while
+//! the node agents move the guest. It enforces KubeVirt's limits, aborts a migration
+//! whose object is deleted, copies the VMI's migration state onto the finished VMIM, and
+//! keeps only the newest finished migrations of each VMI.
+//!
+//! Each pass looks at every object afresh and [`decide`]s one step per migration, a pure
+//! function of what the caches hold; the steps are then written.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client, ResourceExt};
+use kubevirt_api::backoff::{object_key, Backoff};
+use kubevirt_api::meta;
+use kubevirt_api::names::annotations::MIGRATION_UNSCHEDULABLE_TIMEOUT;
+use kubevirt_api::names::finalizers::MIGRATION as FINALIZER;
+use kubevirt_api::names::labels::{MIGRATION_TARGET_NODE, VMI_NAME};
+use kubevirt_api::types::{MigrationPhase, MigrationState, VmiPhase};
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+use crate::resources;
+use crate::scheduler::{allocatable, choose, requests, Resources};
+
+const MANAGER: &str = "virt-controller";
+
+/// KubeVirt's defaults (`KubeVirt.spec.configuration.migrations`).
+pub const PARALLEL_MIGRATIONS_PER_CLUSTER: usize = 5;
+pub const PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE: usize = 2;
+/// Finished migrations kept per VMI.
+pub const FINISHED_KEPT: usize = 5;
+/// How long a migration may find no target before it fails (KubeVirt's unschedulable
+/// target pod timeout).
+pub const UNSCHEDULABLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+pub const UNSCHEDULABLE: &str = "TargetUnschedulable";
+pub const ABORT_REQUESTED: &str = "migrationAbortRequested";
+
+pub fn migration_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachineInstanceMigration"),
+        "virtualmachineinstancemigrations",
+    )
+}
+
+/// What the controller knows besides the migration itself.
+pub struct View<'a> {
+    pub vmi: Option<&'a Value>,
+    /// The nodes, each with what it has left (VMIs and incoming migrations counted).
+    pub nodes: &'a [(String, Value, Resources)],
+    /// Migrations past Pending and not final, other than this one: (uid, source node).
+    pub active: &'a [(String, String)],
+    /// Seconds since the migration first found no target (`None`: it has one).
+    pub unschedulable_for: Option<Duration>,
+}
+
+/// One step for a migration.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    Wait,
+    /// Enter `phase`, with these fields merged into the VMIM's status.
+    Enter {
+        phase: MigrationPhase,
+        status: Value,
+    },
+    /// Stay in the phase, with these status fields (a target found or lost).
+    Update {
+        status: Value,
+    },
+    /// Hand the VMI to the nodes, then enter PreparingTarget.
+    HandOff {
+        source: String,
+        target: String,
+    },
+    /// Ask the source to cancel (the migration object was deleted while it runs).
+    RequestAbort,
+    /// The target node is gone before the guest moved: fail the VMI's migration state.
+    TargetDown {
+        node: String,
+    },
+    /// Final: copy the VMI's migration state (when it is ours) and remove the finalizer.
+    Finalize {
+        state: Option<Value>,
+    },
+}
+
+fn fail(reason: &str) -> Step {
+    Step::Enter {
+        phase: MigrationPhase::Failed,
+        status: json!({"migrationState": {"failed": true, "completed": true, "failureReason": reason}}),
+    }
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
+    v.pointer(pointer).and_then(Value::as_str)
+}
+
+fn node_ready(nodes: &[(String, Value, Resources)], name: &str) -> bool {
+    nodes.iter().any(|(n, node, _)| {
+        n == name
+            && node
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
+    })
+}
+
+/// The VMI as the scheduler should see it for the target: its own node selector plus the
+/// migration's `addedNodeSelector` (the VMI's keys win).
+fn for_target(vmi: &Value, vmim: &Value) -> Value {
+    let mut vmi = vmi.clone();
+    if let Some(added) = vmim
+        .pointer("/spec/addedNodeSelector")
+        .and_then(Value::as_object)
+    {
+        let selector = &mut vmi["spec"]["nodeSelector"];
+        if !selector.is_object() {
+            *selector = json!({});
+        }
+        if let Some(selector) = selector.as_object_mut() {
+            for (k, v) in added {
+                selector.entry(k.clone()).or_insert(v.clone());
+            }
+        }
+    }
+    vmi
+}
+
+/// The next step of `vmim`.
+pub fn decide(vmim: &Value, view: &View) -> Step {
+    let phase = MigrationPhase::of(vmim);
+    let uid = str_at(vmim, "/metadata/uid").unwrap_or("");
+    let vmi_state = view.vmi.and_then(MigrationState::of);
+    let ours = vmi_state
+        .as_ref()
+        .filter(|s| s.migration_uid.as_deref() == Some(uid));
+    if phase.is_final() {
+        let finalizers = vmim
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array);
+        if finalizers.is_some_and(|f| f.iter().any(|f| f == FINALIZER)) {
+            // The VMI's state, copied once (with the reason this controller gave, when the
+            // nodes gave none); then the finalizer goes.
+            let own = vmim.pointer("/status/migrationState");
+            let state = ours
+                .and_then(|s| serde_json::to_value(s).ok())
+                .map(|mut state| {
+                    let reason = own.and_then(|o| o.get("failureReason"));
+                    if let (Some(reason), None) = (reason, state.get("failureReason")) {
+                        state["failureReason"] = reason.clone();
+                    }
+                    state
+                });
+            let state = state.filter(|s| Some(s) != own);
+            return Step::Finalize { state };
+        }
+        return Step::Wait;
+    }
+    let deleted = vmim
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null());
+    if deleted && !phase.handed_off() {
+        return Step::Enter {
+            phase: MigrationPhase::Failed,
+            status: json!({
+                "conditions": [{"type": ABORT_REQUESTED, "status": "True", "reason": "",
+                                "message": "", "lastTransitionTime": meta::now()}],
+                "migrationState": {"failed": true, "completed": true,
+                                   "failureReason": "Migration failed due to being canceled"}}),
+        };
+    }
+    let Some(vmi) = view.vmi else {
+        return fail("Migration failed because vmi does not exist.");
+    };
+    if VmiPhase::of(vmi).is_final()
+        || vmi
+            .pointer("/metadata/deletionTimestamp")
+            .is_some_and(|t| !t.is_null())
+    {
+        return fail("Migration failed vmi shutdown during migration.");
+    }
+    let source = str_at(vmi, "/status/nodeName").unwrap_or("").to_string();
+    match phase {
+        MigrationPhase::Unset => {
+            let other = vmi_state.as_ref().is_some_and(|s| {
+                s.in_flight() && s.migration_uid.as_deref().is_some_and(|u| u != uid)
+            });
+            if other {
+                return fail("VMI is not eligible for migration because another migration job is in progress.");
+            }
+            Step::Enter {
+                phase: MigrationPhase::Pending,
+                status: json!({}),
+            }
+        }
+        MigrationPhase::Pending => {
+            if VmiPhase::of(vmi) != VmiPhase::Running || source.is_empty() {
+                return Step::Wait;
+            }
+            let outbound = view.active.iter().filter(|(_, s)| *s == source).count();
+            if view.active.len() >= PARALLEL_MIGRATIONS_PER_CLUSTER
+                || outbound >= PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE
+            {
+                return Step::Wait;
+            }
+            Step::Enter {
+                phase: MigrationPhase::Scheduling,
+                status: target_status(vmim, vmi, &source, view),
+            }
+        }
+        MigrationPhase::Scheduling => match str_at(vmim, "/status/migrationState/targetNode") {
+            Some(target) if node_ready(view.nodes, target) => Step::Enter {
+                phase: MigrationPhase::Scheduled,
+                status: json!({}),
+            },
+            _ => {
+                let status = target_status(vmim, vmi, &source, view);
+                if status.pointer("/migrationState/targetNode").is_none() {
+                    let timeout = vmim
+                        .pointer(&format!(
+                            "/metadata/annotations/{}",
+                            MIGRATION_UNSCHEDULABLE_TIMEOUT.replace('/', "~1")
+                        ))
+                        .and_then(Value::as_str)
+                        .and_then(|s| s.parse::<u64>().ok())
+                        .map_or(UNSCHEDULABLE_TIMEOUT, Duration::from_secs);
+                    if view.unschedulable_for.is_some_and(|d| d >= timeout) {
+                        let why = status
+                            .pointer("/conditions/0/message")
+                            .and_then(Value::as_str)
+                            .unwrap_or("");
+                        return fail(&format!(
+                            "Migration target for VMI {} was unschedulable for {} seconds: {why}",
+                            str_at(vmi, "/metadata/name").unwrap_or(""),
+                            timeout.as_secs()
+                        ));
+                    }
+                }
+                let same = vmim.pointer("/status/migrationState") == status.get("migrationState")
+                    && vmim.pointer("/status/conditions/0/message")
+                        == status.pointer("/conditions/0/message");
+                if same {
+                    Step::Wait
+                } else {
+                    Step::Update { status }
+                }
+            }
+        },
+        MigrationPhase::Scheduled => {
+            let target = str_at(vmim, "/status/migrationState/targetNode")
+                .unwrap_or("")
+                .to_string();
+            Step::HandOff { source, target }
+        }
+        MigrationPhase::PreparingTarget | MigrationPhase::TargetReady | MigrationPhase::Running => {
+            let Some(state) = ours else {
+                return fail(
+                    if vmi_state
+                        .as_ref()
+                        .and_then(|s| s.migration_uid.as_ref())
+                        .is_some()
+                    {
+                        "VMI's migration state was taken over by another migration job during active migration."
+                    } else {
+                        "VMI's migration state was cleared during the active migration."
+                    },
+                );
+            };
+            if state.failed == Some(true) {
+                let reason = state
+                    .failure_reason
+                    .clone()
+                    .unwrap_or_else(|| "source node reported migration failed".into());
+                return Step::Enter {
+                    phase: MigrationPhase::Failed,
+                    status: json!({"migrationState": {"failed": true, "completed": true, "failureReason": reason}}),
+                };
+            }
+            let target = state.target_node.clone().unwrap_or_default();
+            if state.completed == Some(true) && source == target {
+                return Step::Enter {
+                    phase: MigrationPhase::Succeeded,
+                    status: json!({}),
+                };
+            }
+            if !node_ready(view.nodes, &target) {
+                return Step::TargetDown { node: target };
+            }
+            if deleted && state.abort_requested != Some(true) && state.completed != Some(true) {
+                return Step::RequestAbort;
+            }
+            let next = match phase {
+                MigrationPhase::PreparingTarget if state.target_node_address.is_some() => {
+                    Some(MigrationPhase::TargetReady)
+                }
+                MigrationPhase::TargetReady if state.start_timestamp.is_some() => {
+                    Some(MigrationPhase::Running)
+                }
+                _ => None,
+            };
+            match next {
+                Some(phase) => Step::Enter {
+                    phase,
+                    status: json!({}),
+                },
+                None => Step::Wait,
+            }
+        }
+        MigrationPhase::Succeeded | MigrationPhase::Failed => Step::Wait,
+    }
+}
+
+/// `status.migrationState` naming the chosen target, or a condition saying why there is
+/// none.
+fn target_status(vmim: &Value, vmi: &Value, source: &str, view: &View) -> Value {
+    let candidates: Vec<(String, Value, Resources)> = view
+        .nodes
+        .iter()
+        .filter(|(n, _, _)| n != source)
+        .cloned()
+        .collect();
+    match choose(&for_target(vmi, vmim), &candidates) {
+        Ok(target) => {
+            json!({"migrationState": {"sourceNode": source, "targetNode": target}, "conditions": []})
+        }
+        Err(message) => json!({
+            "migrationState": {"sourceNode": source},
+            "conditions": [{"type": UNSCHEDULABLE, "status": "True", "reason": "Unschedulable",
+                            "message": message, "lastTransitionTime": meta::now()}]}),
+    }
+}
+
+struct Controller {
+    client: Client,
+    migrations: Store<DynamicObject>,
+    vmis: Store<DynamicObject>,
+    nodes: Store<DynamicObject>,
+    backoff: Backoff<String>,
+    /// When each migration first found no target, by uid.
+    unschedulable_since: HashMap<String, std::time::Instant>,
+    /// The (VMIM, VMI) resourceVersions each migration's last step was decided on: until
+    /// the cache holds something newer, deciding again would repeat it (and conflict).
+    acted_on: HashMap<String, (String, String)>,
+}
+
+fn reflect(client: &Client, resource: ApiResource, changed: Arc<Notify>) -> Store<DynamicObject> {
+    let writer = reflector::store::Writer::new(resource.clone());
+    let reader = writer.as_reader();
+    let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+    tokio::spawn(
+        watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .for_each(move |_| {
+                changed.notify_one();
+                futures::future::ready(())
+            }),
+    );
+    reader
+}
+
+pub async fn run(client: Client) {
+    let changed = Arc::new(Notify::new());
+    let mut controller = Controller {
+        migrations: reflect(&client, migration_resource(), changed.clone()),
+        vmis: reflect(
+            &client,
+            resources::virtual_machine_instance(),
+            changed.clone(),
+        ),
+        nodes: reflect(&client, resources::node(), changed.clone()),
+        client,
+        backoff: Backoff::default(),
+        unschedulable_since: HashMap::new(),
+        acted_on: HashMap::new(),
+    };
+    loop {
+        let _ = tokio::time::timeout(Duration::from_secs(2), changed.notified()).await;
+        controller.pass().await;
+    }
+}
+
+fn value_of(obj: &DynamicObject) -> Value {
+    let mut value = obj.data.clone();
+    value["metadata"] = serde_json::to_value(&obj.metadata).unwrap_or(Value::Null);
+    value
+}
+
+impl Controller {
+    /// What each node has left: allocatable minus the VMIs on it and those migrating to it.
+    fn free(&self, vmis: &[Arc<DynamicObject>]) -> Vec<(String, Value, Resources)> {
+        let mut used: HashMap<String, Resources> = HashMap::new();
+        for vmi in vmis.iter().filter(|v| !VmiPhase::of(&v.data).is_final()) {
+            let want = requests(&vmi.data);
+            let mut add = |node: &str| {
+                let u = used.entry(node.to_string()).or_default();
+                u.millicpu += want.millicpu;
+                u.memory += want.memory;
+            };
+            if let Some(node) = resources::str_at(vmi, "/status/nodeName") {
+                add(node);
+            }
+            if let Some(target) = MigrationState::of(&vmi.data)
+                .filter(|m| m.in_flight())
+                .and_then(|m| m.target_node)
+            {
+                add(&target);
+            }
+        }
+        let mut nodes: Vec<(String, Value, Resources)> = self
+            .nodes
+            .state()
+            .iter()
+            .map(|n| {
+                let mut value = n.data.clone();
+                value["metadata"] = json!({"name": n.metadata.name, "labels": n.metadata.labels});
+                let total = allocatable(&value);
+                let u = used.get(&n.name_any()).copied().unwrap_or_default();
+                let free = Resources {
+                    millicpu: total.millicpu - u.millicpu,
+                    memory: total.memory - u.memory,
+                };
+                (n.name_any(), value, free)
+            })
+            .collect();
+        nodes.sort_by(|a, b| a.0.cmp(&b.0));
+        nodes
+    }
+
+    async fn pass(&mut self) {
+        let migrations = self.migrations.state();
+        let vmis = self.vmis.state();
+        let mut nodes = self.free(&vmis);
+        let vmi_by_key: HashMap<(String, String), &Arc<DynamicObject>> = vmis
+            .iter()
+            .map(|v| ((v.namespace().unwrap_or_default(), v.name_any()), v))
+            .collect();
+        let mut ordered: Vec<&Arc<DynamicObject>> = migrations.iter().collect();
+        ordered.sort_by_key(|m| m.metadata.creation_timestamp.clone().map(|t| t.0));
+        // Migrations that hold a place (KubeVirt counts those past Pending).
+        let mut active: Vec<(String, String)> = ordered
+            .iter()
+            .filter(|m| {
+                let p = MigrationPhase::of(&m.data);
+                p > MigrationPhase::Pending && !p.is_final()
+            })
+            .map(|m| {
+                let source = resources::str_at(m, "/status/migrationState/sourceNode")
+                    .unwrap_or("")
+                    .to_string();
+                (m.uid().unwrap_or_default(), source)
+            })
+            .collect();
+        let known: std::collections::HashSet<String> =
+            ordered.iter().filter_map(|m| m.uid()).collect();
+        self.unschedulable_since
+            .retain(|uid, _| known.contains(uid));
+        self.acted_on.retain(|uid, _| known.contains(uid));
+        self.backoff.retain(|uid| known.contains(uid));
+        let now = std::time::Instant::now();
+        for migration in &ordered {
+            let uid = migration.uid().unwrap_or_default();
+            if self.backoff.waiting(&uid, now) {
+                continue;
+            }
+            let vmim = value_of(migration);
+            let namespace = migration.namespace().unwrap_or_default();
+            let vmi_name = resources::str_at(migration, "/spec/vmiName")
+                .unwrap_or("")
+                .to_string();
+            let vmi_object = vmi_by_key.get(&(namespace.clone(), vmi_name));
+            let versions = (
+                migration.resource_version().unwrap_or_default(),
+                vmi_object
+                    .and_then(|v| v.resource_version())
+                    .unwrap_or_default(),
+            );
+            if self.acted_on.get(&uid) == Some(&versions) {
+                continue;
+            }
+            let vmi = vmi_object.map(|v| value_of(v));
+            let others: Vec<(String, String)> =
+                active.iter().filter(|(u, _)| *u != uid).cloned().collect();
+            let view = View {
+                vmi: vmi.as_ref(),
+                nodes: &nodes,
+                active: &others,
+                unschedulable_for: self.unschedulable_since.get(&uid).map(|t| t.elapsed()),
+            };
+            let step = decide(&vmim, &view);
+            if step == Step::Wait {
+                continue;
+            }
+            // What a chosen target takes is counted before the next migration chooses.
+            if let Step::Enter {
+                phase: MigrationPhase::Scheduling,
+                status,
+            }
+            | Step::Update { status } = &step
+            {
+                match status
+                    .pointer("/migrationState/targetNode")
+                    .and_then(Value::as_str)
+                {
+                    Some(target) => {
+                        self.unschedulable_since.remove(&uid);
+                        if let Some(vmi) = &vmi {
+                            let want = requests(vmi);
+                            if let Some(entry) = nodes.iter_mut().find(|(n, _, _)| n == target) {
+                                entry.2.millicpu -= want.millicpu;
+                                entry.2.memory -= want.memory;
+                            }
+                        }
+                    }
+                    None => {
+                        self.unschedulable_since.entry(uid.clone()).or_insert(now);
+                    }
+                }
+                if !active.iter().any(|(u, _)| *u == uid) {
+                    let source = status
+                        .pointer("/migrationState/sourceNode")
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    active.push((uid.clone(), source.to_string()));
+                }
+            }
+            let key = object_key(Some(&namespace), &migration.name_any());
+            match self.execute(migration, &vmim, vmi.as_ref(), step).await {
+                Ok(()) => {
+                    self.backoff.succeeded(&uid);
+                    self.acted_on.insert(uid, versions);
+                }
+                Err(e) => {
+                    let retry = self.backoff.failed(uid);
+                    tracing::warn!(
+                        "migration controller: {key} failed, retrying in {retry:?}: {e}"
+                    );
+                }
+            }
+        }
+        if let Err(e) = self.collect_finished(&ordered).await {
+            tracing::warn!("migration controller: removing old migrations: {e}");
+        }
+    }
+
+    fn migration_api(&self, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), namespace, &migration_resource())
+    }
+
+    fn vmi_api(&self, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            namespace,
+            &resources::virtual_machine_instance(),
+        )
+    }
+
+    async fn execute(
+        &self,
+        migration: &DynamicObject,
+        vmim: &Value,
+        vmi: Option<&Value>,
+        step: Step,
+    ) -> Result<(), kube::Error> {
+        let namespace = migration.namespace().unwrap_or_default();
+        let name = migration.name_any();
+        let params = PatchParams {
+            field_manager: Some(MANAGER.into()),
+            ..Default::default()
+        };
+        let api = self.migration_api(&namespace);
+        let vmi_name = str_at(vmim, "/spec/vmiName").unwrap_or("").to_string();
+        match step {
+            Step::Wait => Ok(()),
+            Step::Enter { phase, status } => {
+                let mut transitions = vmim
+                    .pointer("/status/phaseTransitionTimestamps")
+                    .cloned()
+                    .unwrap_or_else(|| json!([]));
+                if let Some(list) = transitions.as_array_mut() {
+                    list.push(
+                        json!({"phase": phase.as_str(), "phaseTransitionTimestamp": meta::now()}),
+                    );
+                }
+                let mut body = json!({"metadata": {"resourceVersion": migration.resource_version()},
+                    "status": {"phase": phase.as_str(), "phaseTransitionTimestamps": transitions}});
+                merge_into(&mut body["status"], status);
+                api.patch_status(&name, &params, &Patch::Merge(&body))
+                    .await?;
+                tracing::info!(
+                    "migration {namespace}/{name} of {vmi_name}: {}",
+                    phase.as_str()
+                );
+                Ok(())
+            }
+            Step::Update { status } => {
+                let mut body = json!({"metadata": {"resourceVersion": migration.resource_version()}, "status": {}});
+                merge_into(&mut body["status"], status);
+                api.patch_status(&name, &params, &Patch::Merge(&body))
+                    .await?;
+                Ok(())
+            }
+            Step::HandOff { source, target } => {
+                // `decide` hands off only a VMI it saw.
+                let Some(vmi) = vmi else { return Ok(()) };
+                let body = json!({
+                    "metadata": {"resourceVersion": str_at(vmi, "/metadata/resourceVersion"),
+                                 "labels": {MIGRATION_TARGET_NODE: target}},
+                    "status": {"migrationState": {
+                        "migrationUid": migration.uid(), "sourceNode": source, "targetNode": target,
+                        "mode": "PreCopy", "migrationConfiguration": configuration()}}});
+                // Replaces what an earlier migration left (a merge would keep its fields).
+                let clear = json!({"metadata": {"resourceVersion": str_at(vmi, "/metadata/resourceVersion")},
+                                   "status": {"migrationState": null}});
+                let vmis = self.vmi_api(&namespace);
+                let cleared = vmis
+                    .patch(&vmi_name, &params, &Patch::Merge(&clear))
+                    .await?;
+                let mut body = body;
+                body["metadata"]["resourceVersion"] = json!(cleared.resource_version());
+                vmis.patch(&vmi_name, &params, &Patch::Merge(&body)).await?;
+                let mut transitions = vmim
+                    .pointer("/status/phaseTransitionTimestamps")
+                    .cloned()
+                    .unwrap_or_else(|| json!([]));
+                if let Some(list) = transitions.as_array_mut() {
+                    list.push(json!({"phase": MigrationPhase::PreparingTarget.as_str(), "phaseTransitionTimestamp": meta::now()}));
+                }
+                let status = json!({"status": {"phase": MigrationPhase::PreparingTarget.as_str(),
+                    "phaseTransitionTimestamps": transitions}});
+                api.patch_status(&name, &params, &Patch::Merge(&status))
+                    .await?;
+                tracing::info!("migration {namespace}/{name}: {vmi_name} handed over from {source} to {target}");
+                Ok(())
+            }
+            Step::RequestAbort => {
+                let body = json!({"status": {"migrationState": {"abortRequested": true}}});
+                self.vmi_api(&namespace)
+                    .patch(&vmi_name, &params, &Patch::Merge(&body))
+                    .await?;
+                tracing::info!("migration {namespace}/{name} deleted while running: aborting it");
+                Ok(())
+            }
+            Step::TargetDown { node } => {
+                let body = json!({"status": {"migrationState": {"failed": true, "completed": true,
+                    "endTimestamp": meta::now(), "failureReason": format!("Target node {node} is down")}}});
+                self.vmi_api(&namespace)
+                    .patch(&vmi_name, &params, &Patch::Merge(&body))
+                    .await?;
+                Ok(())
+            }
+            Step::Finalize { state } => {
+                if let Some(state) = state {
+                    let body = json!({"status": {"migrationState": state}});
+                    api.patch_status(&name, &params, &Patch::Merge(&body))
+                        .await?;
+                    // The finalizer goes on the next pass, once the copy is in the cache.
+                    return self
+                        .drop_target_label(&namespace, &vmi_name, vmi, &params)
+                        .await;
+                }
+                let finalizers: Vec<&String> = migration
+                    .finalizers()
+                    .iter()
+                    .filter(|f| f.as_str() != FINALIZER)
+                    .collect();
+                let body = json!({"metadata": {"resourceVersion": migration.resource_version(), "finalizers": finalizers}});
+                api.patch(&name, &params, &Patch::Merge(&body)).await?;
+                Ok(())
+            }
+        }
+    }
+
+    /// The target label goes with the migration that set it.
+    async fn drop_target_label(
+        &self,
+        namespace: &str,
+        vmi_name: &str,
+        vmi: Option<&Value>,
+        params: &PatchParams,
+    ) -> Result<(), kube::Error> {
+        let label = format!(
+            "/metadata/labels/{}",
+            MIGRATION_TARGET_NODE.replace('/', "~1")
+        );
+        if vmi.and_then(|v| v.pointer(&label)).is_some() {
+            let body = json!({"metadata": {"labels": {MIGRATION_TARGET_NODE: null}}});
+            self.vmi_api(namespace)
+                .patch(vmi_name, params, &Patch::Merge(&body))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes all but the newest [`FINISHED_KEPT`] finished migrations of each VMI.
+    async fn collect_finished(
+        &self,
+        migrations: &[&Arc<DynamicObject>],
+    ) -> Result<(), kube::Error> {
+        let mut finished: BTreeMap<(String, String), Vec<&Arc<DynamicObject>>> = BTreeMap::new();
+        for m in migrations {
+            let done = MigrationPhase::of(&m.data).is_final()
+                && !m.finalizers().iter().any(|f| f == FINALIZER)
+                && m.metadata.deletion_timestamp.is_none();
+            if done {
+                let vmi = m.labels().get(VMI_NAME).cloned().unwrap_or_default();
+                finished
+                    .entry((m.namespace().unwrap_or_default(), vmi))
+                    .or_default()
+                    .push(m);
+            }
+        }
+        for ((namespace, _), list) in finished {
+            // Oldest first (creation order), so the surplus is at the front.
+            let surplus = list.len().saturating_sub(FINISHED_KEPT);
+            for m in &list[..surplus] {
+                match self
+                    .migration_api(&namespace)
+                    .delete(&m.name_any(), &DeleteParams::default())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The migration settings frozen into a migration at hand-off (KubeVirt's defaults).
+fn configuration() -> Value {
+    json!({
+        "bandwidthPerMigration": "0Mi",
+        "completionTimeoutPerGiB": 150,
+        "progressTimeout": 150,
+        "parallelMigrationsPerCluster": PARALLEL_MIGRATIONS_PER_CLUSTER,
+        "parallelOutboundMigrationsPerNode": PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE,
+        "allowAutoConverge": false,
+        "allowPostCopy": false,
+        "disableTLS": false,
+    })
+}
+
+fn merge_into(into: &mut Value, from: Value) {
+    if let (Some(a), Value::Object(b)) = (into.as_object_mut(), from) {
+        for (k, v) in b {
+            a.insert(k, v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,222 @@
+use super::*;
+
+fn node(name: &str, ready: bool) -> (String, Value, Resources) {
+    let status = if ready { "True" } else { "Unknown" };
+    (
+        name.to_string(),
+        json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+               "status": {"conditions": [{"type": "Ready", "status": status}],
+                          "allocatable": {"cpu": "4", "memory": "8Gi"}}}),
+        Resources {
+            millicpu: 4000,
+            memory: 8 << 30,
+        },
+    )
+}
+
+fn vmim(phase: &str, state: Value) -> Value {
+    json!({"metadata": {"name": "m", "uid": "m1", "finalizers": [FINALIZER]},
+           "spec": {"vmiName": "vm"},
+           "status": {"phase": phase, "migrationState": state}})
+}
+
+fn vmi(node: &str, state: Value) -> Value {
+    json!({"metadata": {"name": "vm"}, "spec": {"domain": {}},
+           "status": {"phase": "Running", "nodeName": node, "migrationState": state}})
+}
+
+fn view<'a>(vmi: Option<&'a Value>, nodes: &'a [(String, Value, Resources)]) -> View<'a> {
+    View {
+        vmi,
+        nodes,
+        active: &[],
+        unschedulable_for: None,
+    }
+}
+
+fn phase_of(step: &Step) -> Option<MigrationPhase> {
+    match step {
+        Step::Enter { phase, .. } => Some(*phase),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_target_other_than_the_source_is_chosen() {
+    let nodes = [node("a", true), node("b", true)];
+    let v = vmi("a", Value::Null);
+    let step = decide(&vmim("Pending", Value::Null), &view(Some(&v), &nodes));
+    let Step::Enter { phase, status } = step else {
+        panic!("{step:?}")
+    };
+    assert_eq!(phase, MigrationPhase::Scheduling);
+    assert_eq!(status["migrationState"]["targetNode"], "b");
+    assert_eq!(status["migrationState"]["sourceNode"], "a");
+}
+
+#[test]
+fn no_target_says_why_and_fails_after_the_timeout() {
+    let nodes = [node("a", true), node("b", false)];
+    let v = vmi("a", Value::Null);
+    let step = decide(&vmim("Pending", Value::Null), &view(Some(&v), &nodes));
+    let Step::Enter { status, .. } = &step else {
+        panic!("{step:?}")
+    };
+    assert_eq!(status["conditions"][0]["type"], UNSCHEDULABLE);
+    assert_eq!(
+        status["conditions"][0]["message"],
+        "0/1 nodes are available: 1 node(s) were not ready."
+    );
+    let mut waited = view(Some(&v), &nodes);
+    waited.unschedulable_for = Some(UNSCHEDULABLE_TIMEOUT);
+    let step = decide(&vmim("Scheduling", json!({"sourceNode": "a"})), &waited);
+    assert_eq!(phase_of(&step), Some(MigrationPhase::Failed));
+}
+
+#[test]
+fn limits_keep_a_migration_pending() {
+    let nodes = [node("a", true), node("b", true)];
+    let v = vmi("a", Value::Null);
+    let active: Vec<(String, String)> =
+        (0..2).map(|i| (format!("u{i}"), "a".to_string())).collect();
+    let mut busy = view(Some(&v), &nodes);
+    busy.active = &active;
+    assert_eq!(decide(&vmim("Pending", Value::Null), &busy), Step::Wait);
+}
+
+#[test]
+fn the_phases_follow_what_the_nodes_report() {
+    let nodes = [node("a", true), node("b", true)];
+    let m = |phase| vmim(phase, json!({"sourceNode": "a", "targetNode": "b"}));
+    let v = vmi("a", Value::Null);
+    assert_eq!(
+        decide(&m("Scheduling"), &view(Some(&v), &nodes)).clone(),
+        Step::Enter {
+            phase: MigrationPhase::Scheduled,
+            status: json!({})
+        }
+    );
+    assert_eq!(
+        decide(&m("Scheduled"), &view(Some(&v), &nodes)),
+        Step::HandOff {
+            source: "a".into(),
+            target: "b".into()
+        }
+    );
+    let handed = json!({"migrationUid": "m1", "sourceNode": "a", "targetNode": "b"});
+    let v = vmi("a", handed.clone());
+    assert_eq!(
+        decide(&m("PreparingTarget"), &view(Some(&v), &nodes)),
+        Step::Wait
+    );
+    let mut ready = handed.clone();
+    ready["targetNodeAddress"] = json!("127.0.0.1");
+    let v = vmi("a", ready.clone());
+    assert_eq!(
+        phase_of(&decide(&m("PreparingTarget"), &view(Some(&v), &nodes))),
+        Some(MigrationPhase::TargetReady)
+    );
+    ready["startTimestamp"] = json!("t");
+    let v = vmi("a", ready.clone());
+    assert_eq!(
+        phase_of(&decide(&m("TargetReady"), &view(Some(&v), &nodes))),
+        Some(MigrationPhase::Running)
+    );
+    ready["completed"] = json!(true);
+    // Completed, but the target has not taken the VMI yet.
+    let v = vmi("a", ready.clone());
+    assert_eq!(decide(&m("Running"), &view(Some(&v), &nodes)), Step::Wait);
+    let v = vmi("b", ready.clone());
+    assert_eq!(
+        phase_of(&decide(&m("Running"), &view(Some(&v), &nodes))),
+        Some(MigrationPhase::Succeeded)
+    );
+}
+
+#[test]
+fn failures_carry_kubevirt_reasons() {
+    let nodes = [node("a", true), node("b", true)];
+    let reason = |step: Step| match step {
+        Step::Enter { status, .. } => status["migrationState"]["failureReason"].clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        reason(decide(&vmim("Pending", Value::Null), &view(None, &nodes))),
+        "Migration failed because vmi does not exist."
+    );
+    let mut gone = vmi("a", Value::Null);
+    gone["status"]["phase"] = json!("Succeeded");
+    assert_eq!(
+        reason(decide(
+            &vmim("Running", Value::Null),
+            &view(Some(&gone), &nodes)
+        )),
+        "Migration failed vmi shutdown during migration."
+    );
+    let other = vmi(
+        "a",
+        json!({"migrationUid": "other", "sourceNode": "a", "targetNode": "b"}),
+    );
+    assert_eq!(
+        reason(decide(&vmim("", Value::Null), &view(Some(&other), &nodes))),
+        "VMI is not eligible for migration because another migration job is in progress."
+    );
+    let mut deleted = vmim("Scheduling", Value::Null);
+    deleted["metadata"]["deletionTimestamp"] = json!("t");
+    let v = vmi("a", Value::Null);
+    assert_eq!(
+        reason(decide(&deleted, &view(Some(&v), &nodes))),
+        "Migration failed due to being canceled"
+    );
+    let failed = vmi(
+        "a",
+        json!({"migrationUid": "m1", "targetNode": "b", "failed": true,
+                                 "failureReason": "Live migration has been aborted"}),
+    );
+    assert_eq!(
+        reason(decide(
+            &vmim("Running", Value::Null),
+            &view(Some(&failed), &nodes)
+        )),
+        "Live migration has been aborted"
+    );
+}
+
+#[test]
+fn a_deleted_running_migration_is_aborted_and_a_lost_target_fails_it() {
+    let nodes = [node("a", true), node("b", true)];
+    let running = vmi(
+        "a",
+        json!({"migrationUid": "m1", "sourceNode": "a", "targetNode": "b",
+                                  "startTimestamp": "t"}),
+    );
+    let mut deleted = vmim("Running", Value::Null);
+    deleted["metadata"]["deletionTimestamp"] = json!("t");
+    assert_eq!(
+        decide(&deleted, &view(Some(&running), &nodes)),
+        Step::RequestAbort
+    );
+    let lost = [node("a", true), node("b", false)];
+    assert_eq!(
+        decide(&vmim("Running", Value::Null), &view(Some(&running), &lost)),
+        Step::TargetDown { node: "b".into() }
+    );
+}
+
+#[test]
+fn a_final_migration_copies_the_state_and_lets_go() {
+    let nodes = [node("a", true)];
+    let state =
+        json!({"migrationUid": "m1", "sourceNode": "a", "targetNode": "b", "completed": true});
+    let v = vmi("b", state.clone());
+    let Step::Finalize {
+        state: Some(copied),
+    } = decide(&vmim("Succeeded", Value::Null), &view(Some(&v), &nodes))
+    else {
+        panic!()
+    };
+    assert_eq!(copied["targetNode"], "b");
+    let mut released = vmim("Succeeded", Value::Null);
+    released["metadata"]["finalizers"] = json!([]);
+    assert_eq!(decide(&released, &view(Some(&v), &nodes)), Step::Wait);
+}

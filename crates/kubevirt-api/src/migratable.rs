@@ -1,0 +1,174 @@
+//! Whether a VMI can be live-migrated, and how: virt-handler's `LiveMigratable` checks
+//! (the first that fails gives the condition's reason and message) and the migration
+//! method its volumes need.
+
+use serde_json::Value;
+
+/// Why a VMI cannot move: the reason and message of `LiveMigratable=False`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotMigratable {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// `status.migrationMethod`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// Only memory moves: every disk is shared.
+    LiveMigration,
+    /// Some disk lives on the node (containerDisk, emptyDisk, seeds) and is copied.
+    BlockMigration,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::LiveMigration => "LiveMigration",
+            Method::BlockMigration => "BlockMigration",
+        }
+    }
+}
+
+/// Annotation that lets a VMI with a bridge binding on the pod network migrate.
+pub const ALLOW_POD_BRIDGE_MIGRATION: &str = "kubevirt.io/allow-pod-bridge-network-live-migration";
+
+fn array<'a>(v: &'a Value, pointer: &str) -> &'a [Value] {
+    v.pointer(pointer)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+/// Volumes whose data lives on the node the VMI runs on.
+const NODE_LOCAL_SOURCES: [&str; 7] = [
+    "containerDisk",
+    "emptyDisk",
+    "cloudInitNoCloud",
+    "cloudInitConfigDrive",
+    "sysprep",
+    "configMap",
+    "secret",
+];
+
+/// Checks a VMI object (spec and annotations) in virt-handler's order. `claim_shared`
+/// says whether a claim is ReadWriteMany (`None`: unknown).
+pub fn check(
+    vmi: &Value,
+    claim_shared: impl Fn(&str) -> Option<bool>,
+) -> Result<Method, NotMigratable> {
+    let spec = vmi.get("spec").unwrap_or(&Value::Null);
+    let networks = array(spec, "/networks");
+    let allow_bridge = vmi
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(ALLOW_POD_BRIDGE_MIGRATION))
+        .is_some();
+    for iface in array(spec, "/domain/devices/interfaces") {
+        let name = iface["name"].as_str().unwrap_or("");
+        let on_pod_network = networks
+            .iter()
+            .any(|n| n["name"] == name && n.get("pod").is_some());
+        let migratable_binding = iface.get("masquerade").is_some()
+            || iface.get("passt").is_some()
+            || iface.get("binding").is_some()
+            || (iface.get("bridge").is_some() && allow_bridge);
+        if on_pod_network && !migratable_binding {
+            return Err(NotMigratable {
+                reason: "InterfaceNotLiveMigratable",
+                message: "cannot migrate VMI which does not use masquerade or a migratable plugin to connect to the pod network".into(),
+            });
+        }
+    }
+    if !array(spec, "/domain/devices/hostDevices").is_empty()
+        || !array(spec, "/domain/devices/gpus").is_empty()
+    {
+        return Err(NotMigratable {
+            reason: "HostDeviceNotLiveMigratable",
+            message: "VMI uses a PCI host devices".into(),
+        });
+    }
+    let mut method = Method::LiveMigration;
+    for volume in array(spec, "/volumes") {
+        if let Some(host) = volume.get("hostDisk") {
+            if host["shared"] != Value::Bool(true) {
+                return Err(NotMigratable {
+                    reason: "DisksNotLiveMigratable",
+                    message: "cannot migrate VMI with non-shared HostDisk".into(),
+                });
+            }
+        }
+        let claim = volume
+            .pointer("/persistentVolumeClaim/claimName")
+            .or_else(|| volume.pointer("/dataVolume/name"))
+            .and_then(Value::as_str);
+        if let Some(claim) = claim {
+            match claim_shared(claim) {
+                Some(true) => {}
+                Some(false) => return Err(NotMigratable {
+                    reason: "DisksNotLiveMigratable",
+                    message: format!("cannot migrate VMI: PVC {claim} is not shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)"),
+                }),
+                None => return Err(NotMigratable {
+                    reason: "DisksNotLiveMigratable",
+                    message: format!("cannot migrate VMI: Unable to determine if PVC {claim} is shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)"),
+                }),
+            }
+        }
+        if NODE_LOCAL_SOURCES.iter().any(|k| volume.get(*k).is_some()) {
+            method = Method::BlockMigration;
+        }
+    }
+    Ok(method)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn vmi(spec: Value) -> Value {
+        json!({"metadata": {}, "spec": spec})
+    }
+
+    #[test]
+    fn masquerade_with_local_disks_moves_by_block_migration() {
+        let v = vmi(json!({
+            "domain": {"devices": {"interfaces": [{"name": "default", "masquerade": {}}]}},
+            "networks": [{"name": "default", "pod": {}}],
+            "volumes": [{"name": "root", "containerDisk": {"image": "x"}},
+                        {"name": "ci", "cloudInitNoCloud": {"userData": "#cloud-config"}}]
+        }));
+        assert_eq!(check(&v, |_| None), Ok(Method::BlockMigration));
+        let shared =
+            vmi(json!({"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "c"}}]}));
+        assert_eq!(check(&shared, |_| Some(true)), Ok(Method::LiveMigration));
+    }
+
+    #[test]
+    fn the_first_failing_check_gives_the_reason() {
+        let bridge = vmi(json!({
+            "domain": {"devices": {"interfaces": [{"name": "default", "bridge": {}}],
+                                   "hostDevices": [{"name": "h"}]}},
+            "networks": [{"name": "default", "pod": {}}]
+        }));
+        let err = check(&bridge, |_| None).unwrap_err();
+        assert_eq!(err.reason, "InterfaceNotLiveMigratable");
+        let mut allowed = bridge.clone();
+        allowed["metadata"]["annotations"] = json!({ALLOW_POD_BRIDGE_MIGRATION: ""});
+        assert_eq!(
+            check(&allowed, |_| None).unwrap_err().reason,
+            "HostDeviceNotLiveMigratable"
+        );
+        let rwo =
+            vmi(json!({"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "c"}}]}));
+        assert_eq!(
+            check(&rwo, |_| Some(false)).unwrap_err().message,
+            "cannot migrate VMI: PVC c is not shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)"
+        );
+        let host =
+            vmi(json!({"volumes": [{"name": "d", "hostDisk": {"path": "/x", "type": "Disk"}}]}));
+        assert_eq!(
+            check(&host, |_| None).unwrap_err().message,
+            "cannot migrate VMI with non-shared HostDisk"
+        );
+    }
+}

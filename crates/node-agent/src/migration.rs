@@ -1,0 +1,422 @@
+//! The node agent's two halves of a live migration, as virt-handler splits them. The
+//! controller hands a VMI over by writing `status.migrationState` (migrationUid, source
+//! and target node) and labelling it with the target node. Then:
+//! - the target agent readies the disks and a hypervisor waiting for the guest and
+//!   publishes where it listens (`targetNodeAddress`, `targetDirectMigrationNodePorts`);
+//! - the source agent moves the guest there (`startTimestamp`), and reports the end
+//!   (`completed`, with what moved in `transfer`, or `failed` with the reason);
+//! - the target runs the guest and takes the VMI (`nodeName`, `endTimestamp`); the source
+//!   then lets its stopped copy go.
+//!
+//! Either side failing writes `failed`, and the guest runs on where it was: the target
+//! keeps the guest paused until the source has let go, so it never runs twice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{Patch, PatchParams};
+use kube::core::DynamicObject;
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+use kubevirt_api::meta::now;
+use kubevirt_api::names::annotations::PAUSED as PAUSE_ANNOTATION;
+use kubevirt_api::names::labels::{MIGRATION_TARGET_NODE, NODE_NAME};
+use kubevirt_api::quantity::Quantity;
+use kubevirt_api::types::{MigrationState, Transfer, DISK_PORT_ROLE, MIGRATION_PORT_ROLE};
+use qemu::migration::{Progress, Tuning};
+use serde_json::{json, Value};
+
+use crate::hypervisor::{Arrival, Hypervisor, Incoming, Sending};
+use crate::vmi::{vmi_resource, Context};
+
+const MANAGER: &str = "virt-handler";
+
+/// KubeVirt's defaults (`KubeVirt.spec.configuration.migrations`).
+const DEFAULT_PROGRESS_TIMEOUT: u64 = 150;
+const DEFAULT_COMPLETION_TIMEOUT_PER_GIB: u64 = 150;
+
+/// The settings a migration runs with, from the configuration frozen into its state at
+/// hand-off, and the guest's memory for the completion timeout (per GiB, rounded up).
+pub fn tuning(vmi: &DynamicObject, state: &MigrationState) -> Tuning {
+    let config = state.migration_configuration.clone().unwrap_or(Value::Null);
+    let seconds = |key: &str, default: u64| config[key].as_u64().unwrap_or(default);
+    let bandwidth = config["bandwidthPerMigration"]
+        .as_str()
+        .and_then(Quantity::parse)
+        .map(Quantity::value)
+        .filter(|b| *b > 0)
+        .map(|b| b as u64);
+    let memory = [
+        "/spec/domain/memory/guest",
+        "/spec/domain/resources/requests/memory",
+    ]
+    .iter()
+    .find_map(|p| vmi.data.pointer(p).and_then(Quantity::from_json))
+    .map_or(0, Quantity::value) as u64;
+    let gib = memory.div_ceil(1 << 30).max(1);
+    Tuning {
+        max_bandwidth: bandwidth,
+        downtime_limit: Duration::from_millis(config["maxDowntimeMs"].as_u64().unwrap_or(30)),
+        auto_converge: config["allowAutoConverge"] == json!(true),
+        post_copy: config["allowPostCopy"] == json!(true),
+        progress_timeout: Duration::from_secs(seconds("progressTimeout", DEFAULT_PROGRESS_TIMEOUT)),
+        completion_timeout: Duration::from_secs(
+            seconds(
+                "completionTimeoutPerGiB",
+                DEFAULT_COMPLETION_TIMEOUT_PER_GIB,
+            ) * gib,
+        ),
+        tls: None,
+    }
+}
+
+/// Merges `state` into the VMI's `status.migrationState` (and `extra` into the VMI)
+/// without a resourceVersion guard: the source and the target write different fields of
+/// it at the same time, and a merge patch touches only what it names.
+async fn write_state(
+    ctx: &Context,
+    vmi: &DynamicObject,
+    state: Value,
+    extra: Value,
+) -> Result<(), kube::Error> {
+    let api = Api::<DynamicObject>::namespaced_with(
+        ctx.client.clone(),
+        &vmi.namespace().unwrap_or_default(),
+        &vmi_resource(),
+    );
+    // `extra` may remove fields (a label set to null), so it is the base of the patch.
+    let mut body = if extra.is_object() { extra } else { json!({}) };
+    if !body["status"].is_object() {
+        body["status"] = json!({});
+    }
+    body["status"]["migrationState"] = state;
+    let params = PatchParams {
+        field_manager: Some(MANAGER.into()),
+        ..Default::default()
+    };
+    match api
+        .patch(&vmi.name_any(), &params, &Patch::Merge(&body))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn failure(reason: &str) -> Value {
+    json!({"completed": true, "failed": true, "failureReason": reason, "endTimestamp": now()})
+}
+
+fn transfer(progress: &Progress) -> Transfer {
+    Transfer {
+        total_time_milliseconds: progress.total_time_ms,
+        downtime_milliseconds: progress.downtime_ms,
+        setup_time_milliseconds: progress.setup_time_ms,
+        memory_bytes: progress.transferred,
+        disk_bytes: progress.disk_copied,
+    }
+}
+
+/// Where the target listens, from what it published.
+fn incoming(state: &MigrationState) -> Option<Incoming> {
+    let address = state.target_node_address.clone()?;
+    let ports = state.target_direct_migration_node_ports.as_ref()?;
+    let port_with = |role: i64| {
+        ports
+            .iter()
+            .find(|(_, r)| **r == role)
+            .and_then(|(p, _)| p.parse::<u16>().ok())
+    };
+    Some(Incoming {
+        address,
+        migration_port: port_with(MIGRATION_PORT_ROLE)?,
+        disk_port: port_with(DISK_PORT_ROLE),
+    })
+}
+
+fn wants_paused(vmi: &DynamicObject) -> bool {
+    vmi.annotations().get(PAUSE_ANNOTATION).map(String::as_str) == Some("true")
+}
+
+/// The source's part, for a running VMI on one of our nodes: `None` when no migration
+/// concerns it here, so the agent goes on as usual.
+pub async fn source(
+    vmi: &DynamicObject,
+    ctx: &Arc<Context>,
+    node: &str,
+) -> Option<Result<Action, kube::Error>> {
+    let state = MigrationState::of(&vmi.data)?;
+    let uid = state.migration_uid.clone()?;
+    if state.source_node.as_deref() != Some(node) {
+        return None;
+    }
+    let hv = ctx.hypervisor.as_ref();
+    let sending = hv.sending(vmi, &uid);
+    if !state.in_flight() {
+        return match sending {
+            // The guest left and the target has not taken the VMI yet: the stopped copy
+            // here waits (see `let_go`), it is not a paused guest to report.
+            Some(Sending::Done(_)) if state.failed != Some(true) => {
+                Some(Ok(Action::requeue(Duration::from_secs(1))))
+            }
+            // The target could not run what it received: the guest goes on here.
+            Some(Sending::Done(_)) => {
+                if !wants_paused(vmi) {
+                    if let Err(e) = hv.set_paused(vmi, false).await {
+                        tracing::warn!("resuming {} after a failed hand-over: {e}", vmi.name_any());
+                        return Some(Ok(Action::requeue(Duration::from_secs(1))));
+                    }
+                }
+                tracing::warn!(
+                    "{}: the target failed after the guest moved; it runs on here",
+                    vmi.name_any()
+                );
+                hv.cleanup_sending(vmi);
+                None
+            }
+            _ => None,
+        };
+    }
+    Some(send(vmi, ctx, hv, &uid, &state, sending).await)
+}
+
+async fn send(
+    vmi: &DynamicObject,
+    ctx: &Arc<Context>,
+    hv: &dyn Hypervisor,
+    uid: &str,
+    state: &MigrationState,
+    sending: Option<Sending>,
+) -> Result<Action, kube::Error> {
+    let aborting = state.abort_requested == Some(true);
+    match sending {
+        None => {
+            if aborting {
+                let mut fail = failure(&qemu::migration::Failure::Aborted.to_string());
+                fail["abortStatus"] = json!("Succeeded");
+                write_state(ctx, vmi, fail, Value::Null).await?;
+                return Ok(Action::await_change());
+            }
+            let Some(to) = incoming(state) else {
+                // The target is not ready yet; the guest runs on as usual meanwhile.
+                return Ok(Action::requeue(Duration::from_secs(1)));
+            };
+            let tuning = tuning(vmi, state);
+            match hv.send(vmi, uid, &to, &tuning).await {
+                Ok(()) => {
+                    write_state(
+                        ctx,
+                        vmi,
+                        json!({"startTimestamp": now(), "mode": "PreCopy"}),
+                        Value::Null,
+                    )
+                    .await?;
+                    Ok(Action::requeue(Duration::from_millis(100)))
+                }
+                Err(e) => {
+                    write_state(ctx, vmi, failure(&e), Value::Null).await?;
+                    Ok(Action::await_change())
+                }
+            }
+        }
+        Some(Sending::Moving(progress)) => {
+            if aborting {
+                hv.abort_sending(vmi, uid);
+                if state.abort_status.is_none() {
+                    write_state(ctx, vmi, json!({"abortStatus": "Aborting"}), Value::Null).await?;
+                }
+            }
+            if progress.post_copy && state.mode.as_deref() != Some("PostCopy") {
+                write_state(ctx, vmi, json!({"mode": "PostCopy"}), Value::Null).await?;
+            }
+            Ok(Action::requeue(Duration::from_millis(500)))
+        }
+        Some(Sending::Done(progress)) => {
+            let moved = json!({"completed": true, "transfer": transfer(&progress)});
+            write_state(ctx, vmi, moved, Value::Null).await?;
+            let_go(ctx.clone(), vmi.clone());
+            Ok(Action::requeue(Duration::from_secs(1)))
+        }
+        Some(Sending::Failed(reason)) => {
+            let mut fail = failure(&reason);
+            if aborting {
+                fail["abortStatus"] = json!("Succeeded");
+            }
+            write_state(ctx, vmi, fail, Value::Null).await?;
+            hv.cleanup_sending(vmi);
+            Ok(Action::requeue(Duration::from_millis(100)))
+        }
+    }
+}
+
+/// Once the target has taken the VMI (`nodeName` names it), the source's stopped copy
+/// goes. The VMI then leaves this agent's watch, so this looks for itself.
+fn let_go(ctx: Arc<Context>, vmi: DynamicObject) {
+    tokio::spawn(async move {
+        let api = Api::<DynamicObject>::namespaced_with(
+            ctx.client.clone(),
+            &vmi.namespace().unwrap_or_default(),
+            &vmi_resource(),
+        );
+        let mut delay = Duration::from_millis(20);
+        for _ in 0..2000 {
+            match api.get_opt(&vmi.name_any()).await {
+                Ok(Some(now)) if now.uid() == vmi.uid() => {
+                    let state = MigrationState::of(&now.data).unwrap_or_default();
+                    let node = now.data.pointer("/status/nodeName").and_then(Value::as_str);
+                    if node.is_some() && node == state.target_node.as_deref() {
+                        break;
+                    }
+                    if state.failed == Some(true) {
+                        // The source agent's own pass resumes the guest here.
+                        return;
+                    }
+                }
+                Ok(_) => break,
+                Err(e) => tracing::warn!("looking at {} after its migration: {e}", vmi.name_any()),
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(500));
+        }
+        tracing::info!(
+            "{}/{} runs on its new node: letting the source copy go",
+            vmi.namespace().unwrap_or_default(),
+            vmi.name_any()
+        );
+        ctx.hypervisor.cleanup(&vmi).await;
+    });
+}
+
+/// The target's part, for a VMI labelled with one of our nodes as its migration target.
+pub async fn target(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, kube::Error> {
+    let Some(node) = vmi
+        .labels()
+        .get(MIGRATION_TARGET_NODE)
+        .filter(|n| ctx.nodes.contains(*n))
+        .cloned()
+    else {
+        return Ok(Action::await_change());
+    };
+    let state = MigrationState::of(&vmi.data).unwrap_or_default();
+    let hv = ctx.hypervisor.as_ref();
+    let on_node = vmi.data.pointer("/status/nodeName").and_then(Value::as_str);
+    if on_node == Some(node.as_str()) {
+        // Taken over already.
+        return Ok(Action::await_change());
+    }
+    let ours = state.target_node.as_deref() == Some(node.as_str()) && state.migration_uid.is_some();
+    let vmi_final = kubevirt_api::types::VmiPhase::of(&vmi.data).is_final();
+    if !ours || state.failed == Some(true) || vmi_final || vmi.metadata.deletion_timestamp.is_some()
+    {
+        hv.cleanup(&vmi).await;
+        return Ok(Action::await_change());
+    }
+    if state.completed == Some(true) {
+        return take_over(&vmi, &ctx, &node).await;
+    }
+    if state.target_node_address.is_none() {
+        let sources = match crate::vmi::read_sources_for_target(&ctx.client, &vmi).await? {
+            Ok(sources) => sources,
+            Err(message) => {
+                write_state(&ctx, &vmi, failure(&message), Value::Null).await?;
+                return Ok(Action::await_change());
+            }
+        };
+        let tuning = tuning(&vmi, &state);
+        return match hv.receive(&vmi, &sources, &tuning).await {
+            Ok(incoming) => {
+                let mut ports = serde_json::Map::new();
+                ports.insert(
+                    incoming.migration_port.to_string(),
+                    json!(MIGRATION_PORT_ROLE),
+                );
+                if let Some(port) = incoming.disk_port {
+                    ports.insert(port.to_string(), json!(DISK_PORT_ROLE));
+                }
+                let published = json!({"targetNodeAddress": incoming.address,
+                    "targetDirectMigrationNodePorts": ports, "targetNodeDomainDetected": false});
+                write_state(&ctx, &vmi, published, Value::Null).await?;
+                Ok(Action::requeue(Duration::from_secs(1)))
+            }
+            Err(e) => {
+                tracing::warn!("{}: cannot receive the guest: {e}", vmi.name_any());
+                write_state(
+                    &ctx,
+                    &vmi,
+                    failure(&format!("target node {node}: {e}")),
+                    Value::Null,
+                )
+                .await?;
+                hv.cleanup(&vmi).await;
+                Ok(Action::await_change())
+            }
+        };
+    }
+    // Waiting for the guest: a target hypervisor that dies fails the migration at once.
+    if let Arrival::Failed(e) = hv.arrival(&vmi).await {
+        write_state(
+            &ctx,
+            &vmi,
+            failure(&format!("target node {node}: {e}")),
+            Value::Null,
+        )
+        .await?;
+        hv.cleanup(&vmi).await;
+        return Ok(Action::await_change());
+    }
+    Ok(Action::requeue(Duration::from_secs(1)))
+}
+
+async fn take_over(
+    vmi: &DynamicObject,
+    ctx: &Arc<Context>,
+    node: &str,
+) -> Result<Action, kube::Error> {
+    let hv = ctx.hypervisor.as_ref();
+    match hv.arrival(vmi).await {
+        Arrival::Waiting => return Ok(Action::requeue(Duration::from_millis(10))),
+        Arrival::Failed(e) => {
+            write_state(
+                ctx,
+                vmi,
+                failure(&format!("target node {node}: {e}")),
+                Value::Null,
+            )
+            .await?;
+            hv.cleanup(vmi).await;
+            return Ok(Action::await_change());
+        }
+        Arrival::Arrived => {}
+    }
+    let info = match hv.take_over(vmi, wants_paused(vmi)).await {
+        Ok(info) => info,
+        Err(e) => {
+            write_state(
+                ctx,
+                vmi,
+                failure(&format!("target node {node}: {e}")),
+                Value::Null,
+            )
+            .await?;
+            hv.cleanup(vmi).await;
+            return Ok(Action::await_change());
+        }
+    };
+    let at = now();
+    let mut status = crate::vmi::guest_status(&info, hv.accel());
+    status.insert("nodeName".into(), json!(node));
+    let extra = json!({
+        "metadata": {"labels": {NODE_NAME: node, MIGRATION_TARGET_NODE: null}},
+        "status": status,
+    });
+    let done = json!({"endTimestamp": at, "targetNodeDomainDetected": true,
+        "targetNodeDomainReadyTimestamp": at});
+    write_state(ctx, vmi, done, extra).await?;
+    tracing::info!(
+        "{}/{} migrated to node {node}",
+        vmi.namespace().unwrap_or_default(),
+        vmi.name_any()
+    );
+    Ok(Action::await_change())
+}

@@ -1,0 +1,321 @@
+//! Live migration of a VMI's QEMU: the target side (a QEMU started with `-incoming defer`,
+//! its node-local disks exported over NBD) and the source side (a driver task per
+//! outgoing migration, which `qemu::migration::send` runs while the agent reads its
+//! progress), so that a migration never holds the VMI's slot for longer than one call.
+
+use std::net::TcpListener;
+
+use kube::core::DynamicObject;
+use kube::ResourceExt;
+use qemu::migration::{self as qm, Endpoint, Failure, Plan, Progress, Tuning};
+use qemu::{Instance, RunState};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::{Qemu, Running};
+use crate::hypervisor::{Arrival, GuestInfo, Incoming, Sending, Started};
+use crate::volume_sources::VolumeSources;
+
+/// An outgoing migration: what its driver task reports, and the switch that aborts it.
+pub(super) struct Outbound {
+    /// The VMIM's uid.
+    migration: String,
+    progress: watch::Receiver<Progress>,
+    result: watch::Receiver<Option<Result<Progress, Failure>>>,
+    abort: watch::Sender<bool>,
+}
+
+/// The target's listeners, kept in the VMI's dir so that an agent that restarts during
+/// a migration gives the same answer.
+#[derive(Serialize, Deserialize)]
+struct Listening {
+    address: String,
+    migration_port: u16,
+    disk_port: Option<u16>,
+}
+
+const LISTENING_FILE: &str = "incoming.json";
+
+fn free_port(address: &str) -> Result<u16, String> {
+    TcpListener::bind((address, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free port on {address}: {e}"))
+}
+
+impl Qemu {
+    pub(super) async fn receive_guest(
+        &self,
+        vmi: &DynamicObject,
+        sources: &VolumeSources,
+        tuning: &Tuning,
+    ) -> Result<Incoming, String> {
+        let dir = self.dir(vmi);
+        let file = dir.join(LISTENING_FILE);
+        let slot = self.slot(vmi);
+        let mut running = slot.lock().await;
+        if self.instance(&mut running, vmi).await.is_some() {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| format!("the target QEMU runs, but {}: {e}", file.display()))?;
+            let listening: Listening =
+                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+            return Ok(Incoming {
+                address: listening.address,
+                migration_port: listening.migration_port,
+                disk_port: listening.disk_port,
+            });
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let spec = match self.machine(vmi, sources).await {
+            Ok(spec) => spec,
+            Err(Started::Failed { message, .. }) => return Err(message),
+            Err(other) => return Err(format!("{other:?}")),
+        };
+        let log = dir.join("qemu.log");
+        let instance = Instance::spawn_incoming(&self.config.binary, &spec, &log)
+            .await
+            .map_err(|e| e.to_string())?;
+        let address = self.config.node_address.clone();
+        let listen = async {
+            let disks = qm::local_disks(&instance.qmp, &dir)
+                .await
+                .map_err(|e| e.to_string())?;
+            let disk_port = if disks.is_empty() {
+                None
+            } else {
+                let port = free_port(&address)?;
+                let at = Endpoint {
+                    host: address.clone(),
+                    port,
+                };
+                qm::export_disks(&instance.qmp, &at, &disks, tuning.tls.as_ref())
+                    .await
+                    .map_err(|e| format!("exporting the disks for the copy: {e}"))?;
+                Some(port)
+            };
+            let migration_port = free_port(&address)?;
+            let at = Endpoint {
+                host: address.clone(),
+                port: migration_port,
+            };
+            qm::receive(&instance.qmp, &at, tuning)
+                .await
+                .map_err(|e| format!("listening for the guest: {e}"))?;
+            Ok::<_, String>(Listening {
+                address: address.clone(),
+                migration_port,
+                disk_port,
+            })
+        };
+        let listening = match listen.await {
+            Ok(listening) => listening,
+            Err(e) => {
+                instance.kill();
+                return Err(e);
+            }
+        };
+        let text = serde_json::to_string(&listening).map_err(|e| e.to_string())?;
+        if let Err(e) = std::fs::write(&file, text) {
+            instance.kill();
+            return Err(format!("writing {}: {e}", file.display()));
+        }
+        tracing::info!(
+            "{}/{}: waiting for the guest on {address}:{} (disks on {:?})",
+            vmi.namespace().unwrap_or_default(),
+            vmi.name_any(),
+            listening.migration_port,
+            listening.disk_port
+        );
+        self.watch_run_state(vmi, &instance);
+        *running = Some(Running {
+            instance,
+            stop_started: None,
+        });
+        Ok(Incoming {
+            address: listening.address,
+            migration_port: listening.migration_port,
+            disk_port: listening.disk_port,
+        })
+    }
+
+    pub(super) async fn guest_arrival(&self, vmi: &DynamicObject) -> Arrival {
+        let slot = self.slot(vmi);
+        let mut running = slot.lock().await;
+        let Some(entry) = self.instance(&mut running, vmi).await else {
+            return Arrival::Failed("the target QEMU is gone".into());
+        };
+        if entry.instance.exited() {
+            let words = self
+                .qemu_words(vmi, &["qemu-system", "error", "Error"])
+                .unwrap_or_else(|| "no message in its log".into());
+            *running = None;
+            return Arrival::Failed(format!("the target QEMU exited: {words}"));
+        }
+        // Asked, not followed: a target started with -S goes from inmigrate to paused
+        // without an event.
+        match entry
+            .instance
+            .qmp
+            .status()
+            .await
+            .map(|s| RunState::parse(&s))
+        {
+            Ok(RunState::InMigrate) => Arrival::Waiting,
+            Ok(RunState::Paused | RunState::Running | RunState::Prelaunch) => Arrival::Arrived,
+            Ok(other) => Arrival::Failed(format!(
+                "the target QEMU is in state {} instead of receiving the guest",
+                other.as_str()
+            )),
+            Err(e) => Arrival::Failed(format!("the target QEMU does not answer: {e}")),
+        }
+    }
+
+    pub(super) async fn take_over_guest(
+        &self,
+        vmi: &DynamicObject,
+        paused: bool,
+    ) -> Result<GuestInfo, String> {
+        let slot = self.slot(vmi);
+        let mut running = slot.lock().await;
+        let entry = self
+            .instance(&mut running, vmi)
+            .await
+            .ok_or("the target QEMU is gone")?;
+        if let Err(e) = qm::stop_exports(&entry.instance.qmp).await {
+            tracing::warn!("stopping the disk exports of {}: {e}", vmi.name_any());
+        }
+        if !paused {
+            entry
+                .instance
+                .resume()
+                .await
+                .map_err(|e| format!("running the guest on the target: {e}"))?;
+        }
+        drop(running);
+        let _ = std::fs::remove_file(self.dir(vmi).join(LISTENING_FILE));
+        Ok(self.guest_info(vmi))
+    }
+
+    pub(super) async fn send_guest(
+        &self,
+        vmi: &DynamicObject,
+        migration: &str,
+        to: &Incoming,
+        tuning: &Tuning,
+    ) -> Result<(), String> {
+        let uid = vmi.uid().unwrap_or_default();
+        if self
+            .outbound_lock()
+            .get(&uid)
+            .is_some_and(|o| o.migration == migration)
+        {
+            return Ok(());
+        }
+        let slot = self.slot(vmi);
+        let mut running = slot.lock().await;
+        let entry = self
+            .instance(&mut running, vmi)
+            .await
+            .ok_or("the source QEMU is gone")?;
+        let qmp = entry.instance.qmp.clone();
+        drop(running);
+        let (progress_tx, progress) = watch::channel(Progress::default());
+        let (result_tx, result) = watch::channel(None);
+        let (abort, abort_rx) = watch::channel(false);
+        // An agent that restarted during a migration finds QEMU's migration where it was.
+        let before = qm::progress(&qmp).await.map_err(|e| e.to_string())?;
+        match before.status {
+            Some(qm::Status::Completed) => {
+                result_tx.send_replace(Some(Ok(before)));
+            }
+            Some(qm::Status::None | qm::Status::Failed | qm::Status::Cancelled) | None => {
+                let disks = qm::local_disks(&qmp, &self.dir(vmi))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let plan = Plan {
+                    migration: Endpoint {
+                        host: to.address.clone(),
+                        port: to.migration_port,
+                    },
+                    nbd: to.disk_port.map(|port| Endpoint {
+                        host: to.address.clone(),
+                        port,
+                    }),
+                    disks,
+                    tuning: tuning.clone(),
+                };
+                let changes = self.changes.clone();
+                let key = (vmi.namespace().unwrap_or_default(), vmi.name_any());
+                tokio::spawn(async move {
+                    let result = qm::send(qmp, &plan, &progress_tx, abort_rx).await;
+                    match &result {
+                        Ok(p) => tracing::info!(
+                            "{}/{} moved: {} ms, downtime {} ms, {} B of memory, {} B of disk",
+                            key.0,
+                            key.1,
+                            p.total_time_ms,
+                            p.downtime_ms,
+                            p.transferred,
+                            p.disk_copied
+                        ),
+                        Err(e) => tracing::warn!("{}/{} did not move: {e}", key.0, key.1),
+                    }
+                    result_tx.send_replace(Some(result));
+                    let _ = changes.send(key);
+                });
+            }
+            Some(_) => {
+                // Started by an agent before a restart: its driver is gone, so it is
+                // cancelled and ends in a defined state (the guest stays here).
+                let _ = qmp.execute("migrate_cancel", None).await;
+                result_tx.send_replace(Some(Err(Failure::Qemu(
+                    "the source node agent restarted during the migration".into(),
+                ))));
+            }
+        }
+        self.outbound_lock().insert(
+            uid,
+            Outbound {
+                migration: migration.to_string(),
+                progress,
+                result,
+                abort,
+            },
+        );
+        Ok(())
+    }
+
+    pub(super) fn outgoing(&self, vmi: &DynamicObject, migration: &str) -> Option<Sending> {
+        let uid = vmi.uid().unwrap_or_default();
+        let outbound = self.outbound_lock();
+        let entry = outbound.get(&uid).filter(|o| o.migration == migration)?;
+        let result = entry.result.borrow().clone();
+        Some(match result {
+            None => Sending::Moving(entry.progress.borrow().clone()),
+            Some(Ok(progress)) => Sending::Done(progress),
+            Some(Err(failure)) => Sending::Failed(failure.to_string()),
+        })
+    }
+
+    pub(super) fn abort_outgoing(&self, vmi: &DynamicObject, migration: &str) {
+        let uid = vmi.uid().unwrap_or_default();
+        if let Some(entry) = self
+            .outbound_lock()
+            .get(&uid)
+            .filter(|o| o.migration == migration)
+        {
+            entry.abort.send_replace(true);
+        }
+    }
+
+    /// Forgets a finished outgoing migration, so that a later one starts afresh.
+    pub(super) fn forget_outgoing(&self, uid: &str) {
+        self.outbound_lock().remove(uid);
+    }
+
+    fn outbound_lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Outbound>> {
+        self.outbound.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

@@ -1,0 +1,330 @@
+//! Live migration through the real binary, with real QEMU (software emulation) on two
+//! nodes: the server's local node and a `virtplane node` joined to it. A running guest
+//! moves while it keeps running: its RAM, what it wrote to its containerDisk overlay and
+//! its emptyDisk before the move, its uptime and its console all carry on; the VMIM goes
+//! through KubeVirt's phases; the masquerade port forward answers on the new node.
+
+mod qemu;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use qemu::{add_volume, guests, host_port, kernel_vm, Cluster, Console, Env, NodeAgent, NS, SHORT};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+/// The guest's checksum of `what` (a shell command printing data), as `sum-<md5>`.
+async fn checksum(console: &mut Console, what: &str) -> String {
+    console
+        .run(
+            &format!("echo sum-$({what} | md5sum | cut -c1-32)"),
+            "sum-",
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap_or_else(|| panic!("no checksum of {what}: {:?}", console.seen))
+}
+
+/// Seconds the guest has been up (`/proc/uptime`, whole seconds).
+async fn uptime(console: &mut Console) -> u64 {
+    let line = console
+        .run(
+            "echo up-$(cut -d. -f1 /proc/uptime)",
+            "up-",
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap_or_else(|| panic!("no uptime: {:?}", console.seen));
+    line.trim_start_matches("up-").parse().expect("uptime")
+}
+
+/// The migration's phases as `status.phaseTransitionTimestamps` lists them.
+fn phases(vmim: &Value) -> Vec<String> {
+    vmim["status"]["phaseTransitionTimestamps"]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .map(|t| t["phase"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn wait_final(env: &Env, name: &str, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let r = env
+            .api
+            .get(&format!(
+                "/apis/kubevirt.io/v1/namespaces/{NS}/virtualmachineinstancemigrations/{name}"
+            ))
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        let phase = r.body["status"]["phase"].as_str().unwrap_or("");
+        let released = r.body["metadata"]
+            .get("finalizers")
+            .is_none_or(|f| f == &json!([]));
+        // Final, and let go by the controller (its state copied, its finalizer removed).
+        if (phase == "Succeeded" || phase == "Failed") && released {
+            return r.body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "migration {name} still {phase}: {}",
+            r.body["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn migration(name: &str, vmi: &str) -> Value {
+    json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+           "metadata": {"name": name}, "spec": {"vmiName": vmi}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_guest_moves_to_another_node_and_carries_on() {
+    let Some(g) = guests() else { return };
+    let cluster = Cluster::start(g, &[]).await;
+    let agent = NodeAgent::start(
+        cluster.server.data_dir(),
+        "node-b",
+        &["--hypervisor", "qemu", "--insecure-registry", &g.registry],
+    );
+    let base = cluster.env();
+    let on_b = Env::new(&base.url, &base.data_dir, &base.host_disk_dir).on_node(&agent);
+    on_b.wait_node_ready().await;
+
+    let name = "mover";
+    let mut vm = kernel_vm(
+        g,
+        name,
+        "Always",
+        Some("#cloud-config\n#virtplane: serve 8080\n"),
+    );
+    add_volume(
+        &mut vm,
+        json!({"name": "data", "disk": {"bus": "virtio"}}),
+        json!({"name": "data", "containerDisk": {"image": g.disk_image()}}),
+    );
+    add_volume(
+        &mut vm,
+        json!({"name": "scratch", "disk": {"bus": "virtio"}}),
+        json!({"name": "scratch", "emptyDisk": {"capacity": "64Mi"}}),
+    );
+    base.create_vm(&vm).await;
+    let vmi = base.wait_running(name).await;
+    let source = vmi["status"]["nodeName"]
+        .as_str()
+        .expect("node")
+        .to_string();
+    let (from, to) = if source == base.node {
+        (base, on_b)
+    } else {
+        (on_b, base)
+    };
+    from.wait_ready(name).await;
+    let vmi = from.vmi(name).await.expect("vmi");
+    assert_eq!(
+        support::condition(&vmi, "LiveMigratable").map(|c| c["status"].clone()),
+        Some(json!("True")),
+        "{}",
+        vmi["status"]
+    );
+    assert_eq!(vmi["status"]["migrationMethod"], "BlockMigration");
+    let port_before = host_port(&vmi, 8080);
+    from.hello(port_before, SHORT).await;
+
+    // RAM, the containerDisk overlay (vdb) and the emptyDisk (vdc) get data; a ticker
+    // counts on the console.
+    let mut console = from.console(name).await.expect("console");
+    console.send("\r").await;
+    console
+        .run(
+            "dd if=/dev/urandom of=/tmp/ram bs=1k count=512 2>/dev/null; echo wrote",
+            "wrote",
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("ram data");
+    console
+        .run(
+            "dd if=/tmp/ram of=/dev/vdb bs=1k seek=4096 oflag=direct 2>/dev/null; dd if=/tmp/ram of=/dev/vdc bs=1k oflag=direct 2>/dev/null; sync; echo written",
+            "written",
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("disk data");
+    let ram = checksum(&mut console, "cat /tmp/ram").await;
+    let overlay = checksum(
+        &mut console,
+        "dd if=/dev/vdb bs=1k skip=4096 count=512 iflag=direct 2>/dev/null",
+    )
+    .await;
+    let scratch = checksum(
+        &mut console,
+        "dd if=/dev/vdc bs=1k count=512 iflag=direct 2>/dev/null",
+    )
+    .await;
+    assert_eq!(ram, overlay);
+    assert_eq!(ram, scratch);
+    let up_before = uptime(&mut console).await;
+    console
+        .run(
+            "(i=0; while true; do i=$((i+1)); echo tick-$i; sleep 1; done) & echo ticking",
+            "ticking",
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("ticker");
+    assert!(
+        console
+            .read_until(0, "tick-2", Duration::from_secs(30))
+            .await,
+        "{:?}",
+        console.seen
+    );
+    console.close().await;
+
+    let created = from
+        .api
+        .post(
+            &format!("/apis/kubevirt.io/v1/namespaces/{NS}/virtualmachineinstancemigrations"),
+            &migration("move-1", name),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    assert_eq!(
+        created.body["metadata"]["labels"]["kubevirt.io/vmi-name"],
+        name
+    );
+    assert_eq!(
+        created.body["metadata"]["finalizers"],
+        json!(["kubevirt.io/migrationJobFinalize"])
+    );
+
+    let done = wait_final(&from, "move-1", Duration::from_secs(120)).await;
+    assert_eq!(
+        done["status"]["phase"],
+        "Succeeded",
+        "{}\nsource: {}\ntarget: {}",
+        done["status"],
+        from.diagnostics(name),
+        to.diagnostics(name)
+    );
+    assert_eq!(
+        phases(&done),
+        [
+            "Pending",
+            "Scheduling",
+            "Scheduled",
+            "PreparingTarget",
+            "TargetReady",
+            "Running",
+            "Succeeded"
+        ]
+    );
+    let state = &done["status"]["migrationState"];
+    assert_eq!(state["sourceNode"], source);
+    assert_eq!(state["targetNode"], to.node);
+    assert_eq!(state["completed"], true);
+    assert!(state.get("failed").is_none_or(|f| f == false), "{state}");
+    assert!(
+        state["startTimestamp"].is_string() && state["endTimestamp"].is_string(),
+        "{state}"
+    );
+    let transfer = &state["transfer"];
+    assert!(
+        transfer["totalTimeMilliseconds"]
+            .as_u64()
+            .is_some_and(|t| t > 0),
+        "{state}"
+    );
+    assert!(
+        transfer["diskBytes"]
+            .as_u64()
+            .is_some_and(|b| b >= 512 * 1024),
+        "{state}"
+    );
+
+    let vmi = to.vmi(name).await.expect("vmi");
+    assert_eq!(vmi["status"]["nodeName"], to.node);
+    assert_eq!(vmi["metadata"]["labels"]["kubevirt.io/nodeName"], to.node);
+    assert!(
+        vmi["metadata"]["labels"]
+            .get("kubevirt.io/migrationTargetNodeName")
+            .is_none(),
+        "{}",
+        vmi["metadata"]
+    );
+    assert_eq!(vmi["status"]["phase"], "Running");
+
+    // The source lets its stopped copy go.
+    let deadline = Instant::now() + SHORT;
+    while !from.qemus(name).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the source QEMU stayed: {:?}",
+            from.qemus(name)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(to.qemus(name).len(), 1, "{}", to.diagnostics(name));
+
+    // The same guest, not a rebooted one: the ticker goes on, RAM and disks are the same.
+    let mut console = to.console(name).await.expect("console on the target");
+    console.send("\r").await;
+    assert!(
+        console
+            .read_until(0, "tick-", Duration::from_secs(30))
+            .await,
+        "{:?}",
+        console.seen
+    );
+    assert_eq!(checksum(&mut console, "cat /tmp/ram").await, ram);
+    console
+        .run(
+            "echo 3 > /proc/sys/vm/drop_caches; echo dropped",
+            "dropped",
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("drop caches");
+    assert_eq!(
+        checksum(
+            &mut console,
+            "dd if=/dev/vdb bs=1k skip=4096 count=512 iflag=direct 2>/dev/null"
+        )
+        .await,
+        overlay
+    );
+    assert_eq!(
+        checksum(
+            &mut console,
+            "dd if=/dev/vdc bs=1k count=512 iflag=direct 2>/dev/null"
+        )
+        .await,
+        scratch
+    );
+    assert!(uptime(&mut console).await >= up_before);
+    console.close().await;
+    let target_serial = to.serial(name);
+    assert!(
+        target_serial.contains("tick-"),
+        "the target's console log: {target_serial:?}"
+    );
+    assert!(
+        !target_serial.contains("virtplane-guest: booted"),
+        "the guest booted again on the target"
+    );
+    eprintln!("migrated {name} from {source} to {}: {transfer}", to.node);
+
+    // The port forward moved with the guest.
+    let port_after = host_port(&vmi, 8080);
+    to.hello(port_after, SHORT).await;
+
+    let vm = to.vm(name).await;
+    assert_eq!(vm["status"]["printableStatus"], "Running");
+    to.delete_vm(name).await;
+    to.wait_vmi_gone(name, SHORT).await;
+}
