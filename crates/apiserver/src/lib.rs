@@ -83,6 +83,8 @@ pub struct RunningServer {
     pub internal: axum::Router,
     pub local_addr: SocketAddr,
     pub url: String,
+    /// The cluster CA, for what the server's controllers sign (migration credentials).
+    pub pki: Arc<pki::Pki>,
 }
 
 /// Every schema the server knows, in OpenAPI components form.
@@ -280,5 +282,6 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         internal,
         local_addr,
         url,
+        pki: Arc::new(pki),
     })
 }

@@ -236,6 +236,35 @@ impl Pki {
         Ok((cert.pem(), key.serialize_pem()))
     }
 
+    /// TLS credentials for one live migration, in the file names QEMU's `tls-creds-x509`
+    /// reads: the CA, a serving certificate for the target's `hosts` (the address the
+    /// source dials) and a client certificate for the source, which the target verifies.
+    pub fn issue_migration_credentials(
+        &self,
+        hosts: &[String],
+    ) -> Result<Vec<(&'static str, String)>, PkiError> {
+        let mut server = leaf_params("virtplane-migration-target", &[]);
+        server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        for name in hosts {
+            let san = match name.parse::<IpAddr>() {
+                Ok(ip) => SanType::IpAddress(ip),
+                Err(_) => SanType::DnsName(name.clone().try_into()?),
+            };
+            server.subject_alt_names.push(san);
+        }
+        let server_key = KeyPair::generate()?;
+        let server_cert = server.signed_by(&server_key, &self.issuer()?)?;
+        let (client_cert, client_key) =
+            self.issue_client_certificate("virtplane-migration-source", &[])?;
+        Ok(vec![
+            ("ca-cert.pem", self.ca_cert_pem.clone()),
+            ("server-cert.pem", server_cert.pem()),
+            ("server-key.pem", server_key.serialize_pem()),
+            ("client-cert.pem", client_cert),
+            ("client-key.pem", client_key),
+        ])
+    }
+
     /// The client certificate and key (PEM) the server presents to node agents: issued on
     /// first start and kept in `apiserver-agent-client.{crt,key}`.
     pub fn agent_client_certificate(&self) -> Result<(String, String), PkiError> {

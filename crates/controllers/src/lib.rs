@@ -21,12 +21,15 @@ pub enum Error {
 }
 
 /// Tunables of the control loops.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Config {
     /// How long a node may go without a heartbeat before it is NotReady and its VMIs fail.
     pub node_monitor_grace_period: Duration,
     /// Where claims' disk files live (`DIR/volumes`).
     pub volume_pool: std::path::PathBuf,
+    /// Issues the TLS credentials of a migration whose target listens at these hosts
+    /// (`None`: migrations run without TLS).
+    pub migration_credentials: Option<migration::IssueCredentials>,
 }
 
 /// Runs every controller until the process ends.
@@ -36,6 +39,6 @@ pub async fn run(client: kube::Client, config: Config) {
         scheduler::run(client.clone()),
         node_lifecycle::run(client.clone(), config.node_monitor_grace_period),
         volumes::run(client.clone(), config.volume_pool),
-        migration::run(client),
+        migration::run(client, config.migration_credentials),
     );
 }

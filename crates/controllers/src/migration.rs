@@ -45,6 +45,11 @@ pub const UNSCHEDULABLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 pub const UNSCHEDULABLE: &str = "TargetUnschedulable";
 pub const ABORT_REQUESTED: &str = "migrationAbortRequested";
 
+/// Signs a migration's TLS credentials for a target reached at the given hosts: file
+/// names as QEMU's `tls-creds-x509` reads them, and their PEM text.
+pub type IssueCredentials =
+    Arc<dyn Fn(&[String]) -> Result<Vec<(&'static str, String)>, String> + Send + Sync>;
+
 pub fn migration_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachineInstanceMigration"),
@@ -353,6 +358,7 @@ struct Controller {
     /// The (VMIM, VMI) resourceVersions each migration's last step was decided on: until
     /// the cache holds something newer, deciding again would repeat it (and conflict).
     acted_on: HashMap<String, (String, String)>,
+    credentials: Option<IssueCredentials>,
 }
 
 fn reflect(client: &Client, resource: ApiResource, changed: Arc<Notify>) -> Store<DynamicObject> {
@@ -371,7 +377,7 @@ fn reflect(client: &Client, resource: ApiResource, changed: Arc<Notify>) -> Stor
     reader
 }
 
-pub async fn run(client: Client) {
+pub async fn run(client: Client, credentials: Option<IssueCredentials>) {
     let changed = Arc::new(Notify::new());
     let mut controller = Controller {
         migrations: reflect(&client, migration_resource(), changed.clone()),
@@ -385,6 +391,7 @@ pub async fn run(client: Client) {
         backoff: Backoff::default(),
         unschedulable_since: HashMap::new(),
         acted_on: HashMap::new(),
+        credentials,
     };
     loop {
         let _ = tokio::time::timeout(Duration::from_secs(2), changed.notified()).await;
@@ -615,12 +622,20 @@ impl Controller {
             Step::HandOff { source, target } => {
                 // `decide` hands off only a VMI it saw.
                 let Some(vmi) = vmi else { return Ok(()) };
+                let mut configuration = configuration();
+                match &self.credentials {
+                    Some(issue) => self.create_credentials(migration, &target, issue).await?,
+                    None => {
+                        tracing::warn!("migration {namespace}/{name}: no CA to sign its TLS credentials, so it runs without TLS");
+                        configuration["disableTLS"] = json!(true);
+                    }
+                }
                 let body = json!({
                     "metadata": {"resourceVersion": str_at(vmi, "/metadata/resourceVersion"),
                                  "labels": {MIGRATION_TARGET_NODE: target}},
                     "status": {"migrationState": {
                         "migrationUid": migration.uid(), "sourceNode": source, "targetNode": target,
-                        "mode": "PreCopy", "migrationConfiguration": configuration()}}});
+                        "mode": "PreCopy", "migrationConfiguration": configuration}}});
                 // Replaces what an earlier migration left (a merge would keep its fields).
                 let clear = json!({"metadata": {"resourceVersion": str_at(vmi, "/metadata/resourceVersion")},
                                    "status": {"migrationState": null}});
@@ -683,6 +698,68 @@ impl Controller {
         }
     }
 
+    /// The migration's Secret with its TLS credentials, owned by it (so it goes with it),
+    /// for the addresses the target node publishes.
+    async fn create_credentials(
+        &self,
+        migration: &DynamicObject,
+        target: &str,
+        issue: &IssueCredentials,
+    ) -> Result<(), kube::Error> {
+        use base64::Engine as _;
+        let node = self
+            .nodes
+            .state()
+            .into_iter()
+            .find(|n| n.name_any() == target);
+        let mut hosts: Vec<String> = node
+            .and_then(|n| {
+                n.data
+                    .pointer("/status/addresses")
+                    .and_then(Value::as_array)
+                    .cloned()
+            })
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|a| a["address"].as_str().map(str::to_string))
+            .collect();
+        hosts.push(target.to_string());
+        hosts.sort();
+        hosts.dedup();
+        let files = issue(&hosts).map_err(|e| kube::Error::Service(e.into()))?;
+        let data: serde_json::Map<String, Value> = files
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    json!(base64::engine::general_purpose::STANDARD.encode(v)),
+                )
+            })
+            .collect();
+        let namespace = migration.namespace().unwrap_or_default();
+        let uid = migration.uid().unwrap_or_default();
+        let secret = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": kubevirt_api::names::migration_tls_secret(&uid), "namespace": namespace,
+                "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                    "name": migration.name_any(), "uid": uid, "controller": true, "blockOwnerDeletion": true}]},
+            "type": "Opaque",
+            "data": data,
+        });
+        let secret: DynamicObject =
+            serde_json::from_value(secret).map_err(kube::Error::SerdeError)?;
+        let api = Api::<DynamicObject>::namespaced_with(
+            self.client.clone(),
+            &namespace,
+            &secret_resource(),
+        );
+        match api.create(&Default::default(), &secret).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// The target label goes with the migration that set it.
     async fn drop_target_label(
         &self,
@@ -739,6 +816,10 @@ impl Controller {
         }
         Ok(())
     }
+}
+
+fn secret_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Secret"), "secrets")
 }
 
 /// The migration settings frozen into a migration at hand-off (KubeVirt's defaults).

@@ -71,3 +71,9 @@ pub mod conditions {
     pub const REASON_PAUSED_BY_HYPERVISOR: &str = "PausedByHypervisor";
     pub const REASON_GUEST_NOT_RUNNING: &str = "GuestNotRunning";
 }
+
+/// The Secret holding the TLS credentials of the migration with this uid (in the VMI's
+/// namespace, owned by the migration).
+pub fn migration_tls_secret(migration_uid: &str) -> String {
+    format!("virtplane-migration-{migration_uid}")
+}

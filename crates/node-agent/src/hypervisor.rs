@@ -90,6 +90,14 @@ pub struct Incoming {
     pub disk_port: Option<u16>,
 }
 
+/// How a migration runs: QEMU's tuning, and the TLS credentials (file name → PEM, as
+/// `tls-creds-x509` names them) when the stream is encrypted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigrationSettings {
+    pub tuning: qemu::migration::Tuning,
+    pub credentials: Option<std::collections::BTreeMap<String, String>>,
+}
+
 /// How the guest's arrival on the target goes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Arrival {
@@ -145,7 +153,7 @@ pub trait Hypervisor: Send + Sync + 'static {
         &self,
         _vmi: &DynamicObject,
         _sources: &VolumeSources,
-        _tuning: &qemu::migration::Tuning,
+        _settings: &MigrationSettings,
     ) -> Result<Incoming, String> {
         Err(format!(
             "{} nodes cannot receive live migrations",
@@ -167,7 +175,7 @@ pub trait Hypervisor: Send + Sync + 'static {
         _vmi: &DynamicObject,
         _migration: &str,
         _to: &Incoming,
-        _tuning: &qemu::migration::Tuning,
+        _settings: &MigrationSettings,
     ) -> Result<(), String> {
         Err(format!("{} nodes cannot send live migrations", self.kind()))
     }

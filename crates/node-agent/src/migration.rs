@@ -21,12 +21,13 @@ use kube::{Api, ResourceExt};
 use kubevirt_api::meta::now;
 use kubevirt_api::names::annotations::PAUSED as PAUSE_ANNOTATION;
 use kubevirt_api::names::labels::{MIGRATION_TARGET_NODE, NODE_NAME};
+use kubevirt_api::names::migration_tls_secret;
 use kubevirt_api::quantity::Quantity;
 use kubevirt_api::types::{MigrationState, Transfer, DISK_PORT_ROLE, MIGRATION_PORT_ROLE};
 use qemu::migration::{Progress, Tuning};
 use serde_json::{json, Value};
 
-use crate::hypervisor::{Arrival, Hypervisor, Incoming, Sending};
+use crate::hypervisor::{Arrival, Hypervisor, Incoming, MigrationSettings, Sending};
 use crate::vmi::{vmi_resource, Context};
 
 const MANAGER: &str = "virt-handler";
@@ -68,6 +69,40 @@ pub fn tuning(vmi: &DynamicObject, state: &MigrationState) -> Tuning {
         ),
         tls: None,
     }
+}
+
+/// How this migration runs: its tuning and, unless the configuration frozen at hand-off
+/// turned TLS off, the credentials the controller put in the migration's Secret.
+async fn settings(
+    ctx: &Context,
+    vmi: &DynamicObject,
+    state: &MigrationState,
+    uid: &str,
+) -> Result<Result<MigrationSettings, String>, kube::Error> {
+    let tuning = tuning(vmi, state);
+    let config = state.migration_configuration.as_ref();
+    if config.is_some_and(|c| c["disableTLS"] == json!(true)) {
+        return Ok(Ok(MigrationSettings {
+            tuning,
+            credentials: None,
+        }));
+    }
+    let name = migration_tls_secret(uid);
+    let namespace = vmi.namespace().unwrap_or_default();
+    let Some(files) = crate::volume_sources::read_secret(&ctx.client, &namespace, &name).await?
+    else {
+        return Ok(Err(format!(
+            "the migration's TLS credentials (Secret {namespace}/{name}) do not exist"
+        )));
+    };
+    let credentials = files
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+        .collect();
+    Ok(Ok(MigrationSettings {
+        tuning,
+        credentials: Some(credentials),
+    }))
 }
 
 /// Merges `state` into the VMI's `status.migrationState` (and `extra` into the VMI)
@@ -202,8 +237,14 @@ async fn send(
                 // The target is not ready yet; the guest runs on as usual meanwhile.
                 return Ok(Action::requeue(Duration::from_secs(1)));
             };
-            let tuning = tuning(vmi, state);
-            match hv.send(vmi, uid, &to, &tuning).await {
+            let settings = match settings(ctx, vmi, state, uid).await? {
+                Ok(settings) => settings,
+                Err(e) => {
+                    write_state(ctx, vmi, failure(&e), Value::Null).await?;
+                    return Ok(Action::await_change());
+                }
+            };
+            match hv.send(vmi, uid, &to, &settings).await {
                 Ok(()) => {
                     write_state(
                         ctx,
@@ -323,8 +364,15 @@ pub async fn target(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action
                 return Ok(Action::await_change());
             }
         };
-        let tuning = tuning(&vmi, &state);
-        return match hv.receive(&vmi, &sources, &tuning).await {
+        let uid = state.migration_uid.clone().unwrap_or_default();
+        let settings = match settings(&ctx, &vmi, &state, &uid).await? {
+            Ok(settings) => settings,
+            Err(e) => {
+                write_state(&ctx, &vmi, failure(&e), Value::Null).await?;
+                return Ok(Action::await_change());
+            }
+        };
+        return match hv.receive(&vmi, &sources, &settings).await {
             Ok(incoming) => {
                 let mut ports = serde_json::Map::new();
                 ports.insert(

@@ -184,6 +184,24 @@ fn files_of(kind: SourceKind, object: &DynamicObject) -> Files {
     }
 }
 
+/// The files of one Secret (its decoded `data` and `stringData`); `None` when it does
+/// not exist.
+pub async fn read_secret(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Files>, kube::Error> {
+    let api = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        namespace,
+        &SourceKind::Secret.resource(),
+    );
+    Ok(api
+        .get_opt(name)
+        .await?
+        .map(|secret| files_of(SourceKind::Secret, &secret)))
+}
+
 /// What the volumes of one VMI read from ConfigMaps and Secrets.
 #[derive(Clone, Debug, Default)]
 pub struct VolumeSources {

@@ -55,7 +55,11 @@ async fn add_tls(qmp: &Qmp, tls: &Tls, server: bool) -> Result<(), QmpError> {
     }
     match qmp.execute("object-add", Some(args)).await {
         // Added by an earlier attempt of the same migration.
-        Err(QmpError::Command { desc, .. }) if desc.contains("already exists") => Ok(()),
+        Err(QmpError::Command { desc, .. })
+            if desc.contains("already exists") || desc.contains("duplicate property") =>
+        {
+            Ok(())
+        }
         other => other.map(|_| ()),
     }
 }

@@ -460,9 +460,16 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
         })
         .await?;
         let client = kube::Client::new(server.internal.clone(), "default");
+        let pki = server.pki.clone();
+        let issue: controllers::migration::IssueCredentials =
+            Arc::new(move |hosts: &[String]| {
+                pki.issue_migration_credentials(hosts)
+                    .map_err(|e| e.to_string())
+            });
         let controller_config = controllers::Config {
             node_monitor_grace_period: args.timing.node_monitor_grace_period,
             volume_pool: args.data_dir.join("volumes"),
+            migration_credentials: Some(issue),
         };
         tokio::spawn(controllers::run(client.clone(), controller_config));
         if let Some(hypervisor) = local {

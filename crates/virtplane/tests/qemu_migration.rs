@@ -247,6 +247,41 @@ async fn a_running_guest_moves_to_another_node_and_carries_on() {
         "{state}"
     );
 
+    // Encrypted by default, with credentials the controller signed for this migration.
+    assert_eq!(
+        state["migrationConfiguration"]["disableTLS"], false,
+        "{state}"
+    );
+    let secret = to
+        .api
+        .get(&format!(
+            "/api/v1/namespaces/{NS}/secrets/virtplane-migration-{}",
+            done["metadata"]["uid"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(secret.status, StatusCode::OK, "{}", secret.body);
+    assert_eq!(
+        secret.body["metadata"]["ownerReferences"][0]["name"],
+        "move-1"
+    );
+    for file in [
+        "ca-cert.pem",
+        "server-cert.pem",
+        "server-key.pem",
+        "client-cert.pem",
+        "client-key.pem",
+    ] {
+        assert!(
+            secret.body["data"][file].is_string(),
+            "{file} in {}",
+            secret.body["data"]
+        );
+    }
+    assert!(
+        !to.vmi_dir(name).join("migration-tls").exists(),
+        "the target kept the migration's keys"
+    );
+
     let vmi = to.vmi(name).await.expect("vmi");
     assert_eq!(vmi["status"]["nodeName"], to.node);
     assert_eq!(vmi["metadata"]["labels"]["kubevirt.io/nodeName"], to.node);

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use super::{Qemu, Running};
-use crate::hypervisor::{Arrival, GuestInfo, Incoming, Sending, Started};
+use crate::hypervisor::{Arrival, GuestInfo, Incoming, MigrationSettings, Sending, Started};
 use crate::volume_sources::VolumeSources;
 
 /// An outgoing migration: what its driver task reports, and the switch that aborts it.
@@ -35,6 +35,28 @@ struct Listening {
 }
 
 const LISTENING_FILE: &str = "incoming.json";
+/// Where a migration's TLS credentials are written for QEMU, in the VMI's dir.
+const TLS_DIR: &str = "migration-tls";
+
+#[derive(Clone, Copy)]
+enum Side {
+    Source,
+    Target,
+}
+
+/// Writes a key or certificate readable by the agent's user only.
+fn write_private(path: &std::path::Path, contents: &str) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(contents.as_bytes()))
+        .map_err(|e| format!("writing {}: {e}", path.display()))
+}
 
 fn free_port(address: &str) -> Result<u16, String> {
     TcpListener::bind((address, 0))
@@ -48,7 +70,7 @@ impl Qemu {
         &self,
         vmi: &DynamicObject,
         sources: &VolumeSources,
-        tuning: &Tuning,
+        settings: &MigrationSettings,
     ) -> Result<Incoming, String> {
         let dir = self.dir(vmi);
         let file = dir.join(LISTENING_FILE);
@@ -66,6 +88,7 @@ impl Qemu {
             });
         }
         std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let tuning = &self.tuning_with_credentials(vmi, settings, Side::Target)?;
         let spec = match self.machine(vmi, sources).await {
             Ok(spec) => spec,
             Err(Started::Failed { message, .. }) => return Err(message),
@@ -138,6 +161,34 @@ impl Qemu {
         })
     }
 
+    /// The tuning with TLS pointing at this side's credentials, written into the VMI's
+    /// dir (the target gets the serving certificate, the source the client one).
+    fn tuning_with_credentials(
+        &self,
+        vmi: &DynamicObject,
+        settings: &MigrationSettings,
+        side: Side,
+    ) -> Result<Tuning, String> {
+        let mut tuning = settings.tuning.clone();
+        let Some(credentials) = &settings.credentials else {
+            return Ok(tuning);
+        };
+        let dir = self.dir(vmi).join(TLS_DIR);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let wanted: &[&str] = match side {
+            Side::Target => &["ca-cert.pem", "server-cert.pem", "server-key.pem"],
+            Side::Source => &["ca-cert.pem", "client-cert.pem", "client-key.pem"],
+        };
+        for file in wanted {
+            let pem = credentials
+                .get(*file)
+                .ok_or_else(|| format!("the migration's TLS credentials have no {file}"))?;
+            write_private(&dir.join(file), pem)?;
+        }
+        tuning.tls = Some(qm::Tls { dir });
+        Ok(tuning)
+    }
+
     pub(super) async fn guest_arrival(&self, vmi: &DynamicObject) -> Arrival {
         let slot = self.slot(vmi);
         let mut running = slot.lock().await;
@@ -193,6 +244,8 @@ impl Qemu {
         }
         drop(running);
         let _ = std::fs::remove_file(self.dir(vmi).join(LISTENING_FILE));
+        // The migration's keys are of no use once it is over.
+        let _ = std::fs::remove_dir_all(self.dir(vmi).join(TLS_DIR));
         Ok(self.guest_info(vmi))
     }
 
@@ -201,7 +254,7 @@ impl Qemu {
         vmi: &DynamicObject,
         migration: &str,
         to: &Incoming,
-        tuning: &Tuning,
+        settings: &MigrationSettings,
     ) -> Result<(), String> {
         let uid = vmi.uid().unwrap_or_default();
         if self
@@ -219,6 +272,7 @@ impl Qemu {
             .ok_or("the source QEMU is gone")?;
         let qmp = entry.instance.qmp.clone();
         drop(running);
+        let tuning = &self.tuning_with_credentials(vmi, settings, Side::Source)?;
         let (progress_tx, progress) = watch::channel(Progress::default());
         let (result_tx, result) = watch::channel(None);
         let (abort, abort_rx) = watch::channel(false);

@@ -15,8 +15,8 @@ use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
 use crate::hypervisor::{
-    Arrival, GuestInfo, Hypervisor, Incoming, Observed, PauseCause, Prepared, Sending, Started,
-    Stopping,
+    Arrival, GuestInfo, Hypervisor, Incoming, MigrationSettings, Observed, PauseCause, Prepared,
+    Sending, Started, Stopping,
 };
 use crate::images::Puller;
 use crate::volume_sources::VolumeSources;
@@ -481,9 +481,9 @@ impl Hypervisor for Qemu {
         &self,
         vmi: &DynamicObject,
         sources: &VolumeSources,
-        tuning: &qemu::migration::Tuning,
+        settings: &MigrationSettings,
     ) -> Result<Incoming, String> {
-        self.receive_guest(vmi, sources, tuning).await
+        self.receive_guest(vmi, sources, settings).await
     }
 
     async fn arrival(&self, vmi: &DynamicObject) -> Arrival {
@@ -499,9 +499,9 @@ impl Hypervisor for Qemu {
         vmi: &DynamicObject,
         migration: &str,
         to: &Incoming,
-        tuning: &qemu::migration::Tuning,
+        settings: &MigrationSettings,
     ) -> Result<(), String> {
-        self.send_guest(vmi, migration, to, tuning).await
+        self.send_guest(vmi, migration, to, settings).await
     }
 
     fn sending(&self, vmi: &DynamicObject, migration: &str) -> Option<Sending> {
