@@ -255,7 +255,10 @@ def test_kubectl_api_resources(kubectl):
     assert re.split(r"\s+", wide[0].strip())[-2:] == ["VERBS", "CATEGORIES"]
     vm = next(l for l in wide if l.startswith("virtualmachines "))
     assert re.split(r"\s+", vm.strip())[-2:] == ["delete,deletecollection,get,list,patch,create,update,watch", "all"]
-    assert len(wide) == 4
+    # VM, VMI, VMIM and the cluster configuration (KubeVirt, kv).
+    assert len(wide) == 5
+    kv = next(l for l in wide if l.startswith("kubevirts "))
+    assert re.split(r"\s+", kv.strip())[:4] == ["kubevirts", "kv,kvs", "kubevirt.io/v1", "true"]
     names = kubectl("api-resources", "--categories=all", "-o", "name").ok().out.split()
     assert sorted(names) == ["virtualmachineinstancemigrations.kubevirt.io",
                              "virtualmachineinstances.kubevirt.io", "virtualmachines.kubevirt.io"]

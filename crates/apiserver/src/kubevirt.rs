@@ -153,6 +153,11 @@ impl ResourceHooks for MigrationHooks {
     }
 }
 
+/// The cluster configuration: stored and served as written; the controllers read it.
+struct KubeVirtHooks;
+
+impl ResourceHooks for KubeVirtHooks {}
+
 pub fn registrations(
     host_disks: HostDiskPolicy,
 ) -> Vec<(&'static ResourceInfo, Box<dyn ResourceHooks>)> {
@@ -169,5 +174,6 @@ pub fn registrations(
             &resources::VIRTUAL_MACHINE_INSTANCE_MIGRATION,
             Box::new(MigrationHooks),
         ),
+        (&resources::KUBEVIRT, Box::new(KubeVirtHooks)),
     ]
 }

@@ -66,6 +66,9 @@ pub struct View<'a> {
     pub active: &'a [(String, String)],
     /// Seconds since the migration first found no target (`None`: it has one).
     pub unschedulable_for: Option<Duration>,
+    /// `spec.configuration.migrations` in force (KubeVirt's defaults merged with the
+    /// cluster's KubeVirt object).
+    pub configuration: &'a Value,
 }
 
 /// One step for a migration.
@@ -215,8 +218,21 @@ pub fn decide(vmim: &Value, view: &View) -> Step {
                 return Step::Wait;
             }
             let outbound = view.active.iter().filter(|(_, s)| *s == source).count();
-            if view.active.len() >= PARALLEL_MIGRATIONS_PER_CLUSTER
-                || outbound >= PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE
+            let limit = |key: &str, default: usize| {
+                view.configuration[key]
+                    .as_u64()
+                    .map_or(default, |n| n as usize)
+            };
+            if view.active.len()
+                >= limit(
+                    "parallelMigrationsPerCluster",
+                    PARALLEL_MIGRATIONS_PER_CLUSTER,
+                )
+                || outbound
+                    >= limit(
+                        "parallelOutboundMigrationsPerNode",
+                        PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE,
+                    )
             {
                 return Step::Wait;
             }
@@ -347,17 +363,34 @@ fn target_status(vmim: &Value, vmi: &Value, source: &str, view: &View) -> Value 
     }
 }
 
+/// Which object a step wrote, at the version it was decided on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Written {
+    Migration(String),
+    Vmi(String),
+}
+
+impl Step {
+    /// Whether the step writes the VMI only (not the migration).
+    fn writes_vmi_only(&self) -> bool {
+        matches!(self, Step::RequestAbort | Step::TargetDown { .. })
+    }
+}
+
 struct Controller {
     client: Client,
     migrations: Store<DynamicObject>,
     vmis: Store<DynamicObject>,
     nodes: Store<DynamicObject>,
+    /// KubeVirt objects: the cluster's configuration.
+    kubevirts: Store<DynamicObject>,
     backoff: Backoff<String>,
     /// When each migration first found no target, by uid.
     unschedulable_since: HashMap<String, std::time::Instant>,
-    /// The (VMIM, VMI) resourceVersions each migration's last step was decided on: until
-    /// the cache holds something newer, deciding again would repeat it (and conflict).
-    acted_on: HashMap<String, (String, String)>,
+    /// The resourceVersion of the object each migration's last step wrote, as the cache
+    /// held it then: until the cache holds something newer, deciding again would repeat
+    /// the step (a second hand-off, a conflict).
+    acted_on: HashMap<String, Written>,
     credentials: Option<IssueCredentials>,
 }
 
@@ -387,6 +420,7 @@ pub async fn run(client: Client, credentials: Option<IssueCredentials>) {
             changed.clone(),
         ),
         nodes: reflect(&client, resources::node(), changed.clone()),
+        kubevirts: reflect(&client, kubevirt_resource(), changed.clone()),
         client,
         backoff: Backoff::default(),
         unschedulable_since: HashMap::new(),
@@ -477,6 +511,10 @@ impl Controller {
         self.acted_on.retain(|uid, _| known.contains(uid));
         self.backoff.retain(|uid| known.contains(uid));
         let now = std::time::Instant::now();
+        let kubevirt = self.kubevirts.state().into_iter().find(|kv| {
+            kv.namespace().as_deref() == Some(KUBEVIRT_NAMESPACE) && kv.name_any() == KUBEVIRT_NAME
+        });
+        let configuration = effective_configuration(kubevirt.map(|kv| kv.data.clone()).as_ref());
         for migration in &ordered {
             let uid = migration.uid().unwrap_or_default();
             if self.backoff.waiting(&uid, now) {
@@ -488,13 +526,18 @@ impl Controller {
                 .unwrap_or("")
                 .to_string();
             let vmi_object = vmi_by_key.get(&(namespace.clone(), vmi_name));
-            let versions = (
-                migration.resource_version().unwrap_or_default(),
+            let migration_version =
+                Written::Migration(migration.resource_version().unwrap_or_default());
+            let vmi_version = Written::Vmi(
                 vmi_object
                     .and_then(|v| v.resource_version())
                     .unwrap_or_default(),
             );
-            if self.acted_on.get(&uid) == Some(&versions) {
+            let stale = self
+                .acted_on
+                .get(&uid)
+                .is_some_and(|w| *w == migration_version || *w == vmi_version);
+            if stale {
                 continue;
             }
             let vmi = vmi_object.map(|v| value_of(v));
@@ -505,6 +548,7 @@ impl Controller {
                 nodes: &nodes,
                 active: &others,
                 unschedulable_for: self.unschedulable_since.get(&uid).map(|t| t.elapsed()),
+                configuration: &configuration,
             };
             let step = decide(&vmim, &view);
             if step == Step::Wait {
@@ -544,10 +588,19 @@ impl Controller {
                 }
             }
             let key = object_key(Some(&namespace), &migration.name_any());
-            match self.execute(migration, &vmim, vmi.as_ref(), step).await {
+            let vmi_only = step.writes_vmi_only();
+            match self
+                .execute(migration, &vmim, vmi.as_ref(), step, &configuration)
+                .await
+            {
                 Ok(()) => {
                     self.backoff.succeeded(&uid);
-                    self.acted_on.insert(uid, versions);
+                    let written = if vmi_only {
+                        vmi_version
+                    } else {
+                        migration_version
+                    };
+                    self.acted_on.insert(uid, written);
                 }
                 Err(e) => {
                     let retry = self.backoff.failed(uid);
@@ -580,6 +633,7 @@ impl Controller {
         vmim: &Value,
         vmi: Option<&Value>,
         step: Step,
+        configuration: &Value,
     ) -> Result<(), kube::Error> {
         let namespace = migration.namespace().unwrap_or_default();
         let name = migration.name_any();
@@ -622,8 +676,9 @@ impl Controller {
             Step::HandOff { source, target } => {
                 // `decide` hands off only a VMI it saw.
                 let Some(vmi) = vmi else { return Ok(()) };
-                let mut configuration = configuration();
+                let mut configuration = configuration.clone();
                 match &self.credentials {
+                    _ if configuration["disableTLS"] == json!(true) => {}
                     Some(issue) => self.create_credentials(migration, &target, issue).await?,
                     None => {
                         tracing::warn!("migration {namespace}/{name}: no CA to sign its TLS credentials, so it runs without TLS");
@@ -653,7 +708,7 @@ impl Controller {
                 if let Some(list) = transitions.as_array_mut() {
                     list.push(json!({"phase": MigrationPhase::PreparingTarget.as_str(), "phaseTransitionTimestamp": meta::now()}));
                 }
-                let status = json!({"status": {"phase": MigrationPhase::PreparingTarget.as_str(),
+                let status = json!({"metadata": {"resourceVersion": migration.resource_version()}, "status": {"phase": MigrationPhase::PreparingTarget.as_str(),
                     "phaseTransitionTimestamps": transitions}});
                 api.patch_status(&name, &params, &Patch::Merge(&status))
                     .await?;
@@ -816,6 +871,32 @@ impl Controller {
         }
         Ok(())
     }
+}
+
+pub fn kubevirt_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kubevirt.io", "v1", "KubeVirt"),
+        "kubevirts",
+    )
+}
+
+/// KubeVirt's namespace and the name of its configuration object.
+pub const KUBEVIRT_NAMESPACE: &str = "kubevirt";
+pub const KUBEVIRT_NAME: &str = "kubevirt";
+
+/// `spec.configuration.migrations` in force: KubeVirt's defaults, overridden by what the
+/// `kubevirt/kubevirt` object sets.
+pub fn effective_configuration(kubevirt: Option<&Value>) -> Value {
+    let mut config = configuration();
+    if let Some(set) = kubevirt
+        .and_then(|kv| kv.pointer("/spec/configuration/migrations"))
+        .and_then(Value::as_object)
+    {
+        for (k, v) in set {
+            config[k] = v.clone();
+        }
+    }
+    config
 }
 
 fn secret_resource() -> ApiResource {

@@ -137,7 +137,38 @@ pub static VIRTUAL_MACHINE_INSTANCE_MIGRATION: ResourceInfo = ResourceInfo {
     schema_name: "io.kubevirt.v1.VirtualMachineInstanceMigration",
 };
 
-/// Every kubevirt.io/v1 kind, in the order discovery lists them.
+/// The cluster-wide configuration (`kubectl get kubevirt -n kubevirt`).
+pub static KUBEVIRT: ResourceInfo = ResourceInfo {
+    group: GROUP,
+    version: VERSION,
+    kind: "KubeVirt",
+    list_kind: "KubeVirtList",
+    plural: "kubevirts",
+    singular: "kubevirt",
+    short_names: &["kv", "kvs"],
+    categories: &[],
+    namespaced: true,
+    status_subresource: true,
+    printer_columns: &[
+        PrinterColumn {
+            name: "Age",
+            column_type: "date",
+            json_path: ".metadata.creationTimestamp",
+            description: "Custom resource definition column (in JSONPath format): .metadata.creationTimestamp",
+            priority: 0,
+        },
+        PrinterColumn {
+            name: "Phase",
+            column_type: "string",
+            json_path: ".status.phase",
+            description: "Custom resource definition column (in JSONPath format): .status.phase",
+            priority: 0,
+        },
+    ],
+    schema_name: "io.kubevirt.v1.KubeVirt",
+};
+
+/// Every kubevirt.io/v1 kind the VM workflow uses, in the order discovery lists them.
 pub fn all() -> [&'static ResourceInfo; 3] {
     [
         &VIRTUAL_MACHINE,

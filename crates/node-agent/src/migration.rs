@@ -210,7 +210,16 @@ pub async fn source(
                 hv.cleanup_sending(vmi);
                 None
             }
-            _ => None,
+            // Failed by someone else (the controller saw the target node go): stop sending.
+            Some(Sending::Moving(_)) => {
+                hv.abort_sending(vmi, &uid);
+                Some(Ok(Action::requeue(Duration::from_millis(100))))
+            }
+            Some(Sending::Failed(_)) => {
+                hv.cleanup_sending(vmi);
+                None
+            }
+            None => None,
         };
     }
     Some(send(vmi, ctx, hv, &uid, &state, sending).await)

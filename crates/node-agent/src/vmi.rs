@@ -128,8 +128,11 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 /// Releases what the node holds for VMIs that are neither on it nor migrating to it (a
 /// source copy or a failed target left when an agent restarted at the wrong moment).
 async fn sweep(ctx: Arc<Context>) {
+    // First soon after start: leftovers are most likely after a restart.
+    let mut wait = Duration::from_secs(5);
     loop {
-        tokio::time::sleep(SWEEP_INTERVAL).await;
+        tokio::time::sleep(wait).await;
+        wait = SWEEP_INTERVAL;
         for (namespace, name) in ctx.hypervisor.local_vmis() {
             let api = Api::<DynamicObject>::namespaced_with(
                 ctx.client.clone(),

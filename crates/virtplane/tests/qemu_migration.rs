@@ -363,3 +363,183 @@ async fn a_running_guest_moves_to_another_node_and_carries_on() {
     to.delete_vm(name).await;
     to.wait_vmi_gone(name, SHORT).await;
 }
+
+const VMIMS: &str = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstancemigrations";
+
+/// Creates migration `name` of `vmi` and waits until its memory copy runs.
+async fn start_moving(env: &Env, name: &str, vmi: &str) -> Value {
+    let created = env.api.post(VMIMS, &migration(name, vmi)).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let deadline = Instant::now() + SHORT;
+    loop {
+        let r = env.api.get(&format!("{VMIMS}/{name}")).await;
+        let phase = r.body["status"]["phase"].as_str().unwrap_or("").to_string();
+        if phase == "Running" {
+            return r.body;
+        }
+        assert!(
+            phase != "Failed" && phase != "Succeeded" && Instant::now() < deadline,
+            "migration {name} is {phase}, not Running: {}",
+            r.body["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The guest answers on its console, on the node `env` names.
+async fn still_runs(env: &Env, name: &str, word: &str) {
+    let mut console = env.console(name).await.expect("console");
+    console.send("\r").await;
+    let line = console
+        .run(
+            &format!("echo alive-{word}"),
+            &format!("alive-{word}"),
+            Duration::from_secs(60),
+        )
+        .await;
+    assert_eq!(
+        line.as_deref(),
+        Some(format!("alive-{word}").as_str()),
+        "{:?}",
+        console.seen
+    );
+    console.close().await;
+}
+
+async fn wait_gone(env: &Env, path: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    while env.api.get(path).await.status != StatusCode::NOT_FOUND {
+        assert!(Instant::now() < deadline, "{path} is still there");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Cancel, a killed target QEMU and a killed target agent: each migration fails, the
+/// guest runs on at the source, and the target lets go of what it prepared. The cluster's
+/// KubeVirt configuration caps the bandwidth, so that each migration is caught mid-way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_or_broken_migration_leaves_the_guest_running_at_the_source() {
+    let Some(g) = guests() else { return };
+    let cluster = Cluster::start(
+        g,
+        &[
+            "--heartbeat-interval",
+            "1s",
+            "--node-monitor-grace-period",
+            "4s",
+        ],
+    )
+    .await;
+    let mut agent = NodeAgent::start(
+        cluster.server.data_dir(),
+        "node-b",
+        &[
+            "--hypervisor",
+            "qemu",
+            "--insecure-registry",
+            &g.registry,
+            "--heartbeat-interval",
+            "1s",
+        ],
+    );
+    let from = cluster.env();
+    let to = Env::new(&from.url, &from.data_dir, &from.host_disk_dir).on_node(&agent);
+    to.wait_node_ready().await;
+    let ns = from
+        .api
+        .post(
+            "/api/v1/namespaces",
+            &json!({"metadata": {"name": "kubevirt"}}),
+        )
+        .await;
+    assert_eq!(ns.status, StatusCode::CREATED, "{}", ns.body);
+    let kv = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "kubevirt"},
+        "spec": {"configuration": {"migrations": {"bandwidthPerMigration": "1Mi"}}}});
+    let kv = from
+        .api
+        .post("/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts", &kv)
+        .await;
+    assert_eq!(kv.status, StatusCode::CREATED, "{}", kv.body);
+
+    // The guest starts on the server's node (node-b cordoned meanwhile), so that node-b
+    // is the target each time.
+    let cordon = |on: bool| json!({"spec": {"unschedulable": on}});
+    from.api.merge("/api/v1/nodes/node-b", &cordon(true)).await;
+    let name = "stayer";
+    let mut vm = kernel_vm(g, name, "Always", None);
+    add_volume(
+        &mut vm,
+        json!({"name": "scratch", "disk": {"bus": "virtio"}}),
+        json!({"name": "scratch", "emptyDisk": {"capacity": "16Mi"}}),
+    );
+    from.create_vm(&vm).await;
+    let vmi = from.wait_running(name).await;
+    assert_eq!(vmi["status"]["nodeName"], from.node);
+    from.api.merge("/api/v1/nodes/node-b", &cordon(false)).await;
+    from.wait_ready(name).await;
+
+    // 1. Cancel: deleting the running migration aborts it.
+    let running = start_moving(&from, "cancel-me", name).await;
+    assert_eq!(running["status"]["migrationState"]["targetNode"], "node-b");
+    let deleted = from.api.delete(&format!("{VMIMS}/cancel-me"), None).await;
+    assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.body);
+    wait_gone(&from, &format!("{VMIMS}/cancel-me"), SHORT).await;
+    let vmi = from.vmi(name).await.expect("vmi");
+    let state = &vmi["status"]["migrationState"];
+    assert_eq!(state["failed"], true, "{state}");
+    assert_eq!(state["abortRequested"], true, "{state}");
+    assert_eq!(state["abortStatus"], "Succeeded", "{state}");
+    assert_eq!(
+        state["failureReason"], "Live migration has been aborted",
+        "{state}"
+    );
+    assert_eq!(vmi["status"]["nodeName"], from.node);
+    assert!(vmi["metadata"]["labels"]
+        .get("kubevirt.io/migrationTargetNodeName")
+        .is_none());
+    still_runs(&from, name, "after-cancel").await;
+    let deadline = Instant::now() + SHORT;
+    while !to.qemus(name).is_empty() || to.vmi_dir(name).exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the target kept its QEMU or files after the cancel"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(from.vm(name).await["status"]["printableStatus"], "Running");
+
+    // 2. The target QEMU dies mid-way.
+    start_moving(&from, "target-qemu-dies", name).await;
+    let target_qemus = to.qemus(name);
+    assert_eq!(target_qemus.len(), 1, "{}", to.diagnostics(name));
+    qemu::kill9(target_qemus[0]);
+    let done = wait_final(&from, "target-qemu-dies", SHORT).await;
+    assert_eq!(done["status"]["phase"], "Failed", "{}", done["status"]);
+    assert_eq!(done["status"]["migrationState"]["failed"], true);
+    still_runs(&from, name, "after-target-qemu").await;
+    let deadline = Instant::now() + SHORT;
+    while to.vmi_dir(name).exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the target kept its files after its QEMU died"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // 3. The target agent dies mid-way: its node goes NotReady and the migration fails.
+    start_moving(&from, "target-agent-dies", name).await;
+    agent.kill9();
+    let done = wait_final(&from, "target-agent-dies", Duration::from_secs(90)).await;
+    assert_eq!(done["status"]["phase"], "Failed", "{}", done["status"]);
+    assert_eq!(
+        done["status"]["migrationState"]["failureReason"], "Target node node-b is down",
+        "{}",
+        done["status"]
+    );
+    still_runs(&from, name, "after-target-agent").await;
+    let vmi = from.vmi(name).await.expect("vmi");
+    assert_eq!(vmi["status"]["nodeName"], from.node);
+    assert_eq!(vmi["status"]["phase"], "Running");
+    from.delete_vm(name).await;
+    from.wait_vmi_gone(name, SHORT).await;
+}

@@ -1,5 +1,8 @@
 use super::*;
 
+static DEFAULTS: std::sync::LazyLock<Value> =
+    std::sync::LazyLock::new(|| effective_configuration(None));
+
 fn node(name: &str, ready: bool) -> (String, Value, Resources) {
     let status = if ready { "True" } else { "Unknown" };
     (
@@ -31,6 +34,7 @@ fn view<'a>(vmi: Option<&'a Value>, nodes: &'a [(String, Value, Resources)]) -> 
         nodes,
         active: &[],
         unschedulable_for: None,
+        configuration: &DEFAULTS,
     }
 }
 
@@ -219,4 +223,20 @@ fn a_final_migration_copies_the_state_and_lets_go() {
     let mut released = vmim("Succeeded", Value::Null);
     released["metadata"]["finalizers"] = json!([]);
     assert_eq!(decide(&released, &view(Some(&v), &nodes)), Step::Wait);
+}
+
+#[test]
+fn the_cluster_configuration_overrides_the_defaults() {
+    let kv = json!({"spec": {"configuration": {"migrations": {
+        "parallelOutboundMigrationsPerNode": 1, "bandwidthPerMigration": "64Mi"}}}});
+    let config = effective_configuration(Some(&kv));
+    assert_eq!(config["bandwidthPerMigration"], "64Mi");
+    assert_eq!(config["progressTimeout"], 150);
+    let nodes = [node("a", true), node("b", true)];
+    let v = vmi("a", Value::Null);
+    let active = [("u0".to_string(), "a".to_string())];
+    let mut one_out = view(Some(&v), &nodes);
+    one_out.active = &active;
+    one_out.configuration = &config;
+    assert_eq!(decide(&vmim("Pending", Value::Null), &one_out), Step::Wait);
 }
