@@ -4,7 +4,9 @@ use apimachinery::resource::ResourceInfo;
 use kubevirt_api::{admission, defaults, resources, vm_status};
 use serde_json::{json, Value};
 
-use crate::registry::{Admission, ResourceHooks};
+use apimachinery::status::Status;
+
+use crate::registry::{Admission, Read, ResourceHooks};
 
 fn convert(result: admission::Admission) -> Admission {
     Admission {
@@ -144,6 +146,28 @@ impl ResourceHooks for MigrationHooks {
     }
     fn validate_create(&self, obj: &Value) -> Admission {
         convert(admission::validate_vmim_create(obj))
+    }
+    fn create_reads(&self, obj: &Value) -> Vec<Read> {
+        let vmi = obj.pointer("/spec/vmiName").and_then(Value::as_str);
+        let Some(vmi) = vmi else { return Vec::new() };
+        let read = |plural, name: Option<&str>| Read {
+            group: "kubevirt.io",
+            version: "v1",
+            plural,
+            name: name.map(str::to_string),
+        };
+        vec![
+            read("virtualmachineinstances", Some(vmi)),
+            read("virtualmachineinstancemigrations", None),
+        ]
+    }
+    fn validate_create_reading(&self, obj: &Value, read: &[Vec<Value>]) -> Result<(), Status> {
+        let vmi = read.first().and_then(|found| found.first());
+        let migrations = read.get(1).map(Vec::as_slice).unwrap_or_default();
+        match admission::check_migration_target(obj, vmi, migrations) {
+            Some(message) => Err(Status::bad_request(message)),
+            None => Ok(()),
+        }
     }
     fn validate_update(&self, old: &Value, new: &Value, privileged: bool) -> Admission {
         if privileged {

@@ -55,6 +55,16 @@ pub struct Admission {
 
 /// Per-resource behaviour: defaulting (mutating admission), validation (validating
 /// admission) and anything a kind fills in on create.
+/// One read an admission hook asks for: an object by name, or all of a kind (`name`
+/// `None`), in the namespace of the object being admitted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Read {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub plural: &'static str,
+    pub name: Option<String>,
+}
+
 pub trait ResourceHooks: Send + Sync {
     /// The admission webhook whose name prefixes rejections; `None` for built-in kinds,
     /// whose errors are plain `Invalid`.
@@ -83,6 +93,16 @@ pub trait ResourceHooks: Send + Sync {
     fn default_on_update(&self, _obj: &mut Value) {}
     fn validate_create(&self, _obj: &Value) -> Admission {
         Admission::default()
+    }
+    /// Objects in the new object's namespace that its create admission reads (a
+    /// migration's VMI and the migrations beside it), handed to `validate_create_reading`.
+    fn create_reads(&self, _obj: &Value) -> Vec<Read> {
+        Vec::new()
+    }
+    /// Create admission that needs what `create_reads` named, in the same order (each a
+    /// list: the object read by name, or nothing; every object of a kind listed).
+    fn validate_create_reading(&self, _obj: &Value, _read: &[Vec<Value>]) -> Result<(), Status> {
+        Ok(())
     }
     fn validate_update(&self, _old: &Value, _new: &Value, _privileged: bool) -> Admission {
         Admission::default()
@@ -412,6 +432,43 @@ impl Registry {
         Ok(warnings)
     }
 
+    /// Create admission that reads other objects (see [`ResourceHooks::create_reads`]).
+    async fn admit_reading(
+        &self,
+        reg: &Registration,
+        namespace: Option<&str>,
+        obj: &Value,
+    ) -> Result<(), Status> {
+        let reads = reg.hooks.create_reads(obj);
+        if reads.is_empty() {
+            return Ok(());
+        }
+        let mut results = Vec::with_capacity(reads.len());
+        for read in reads {
+            let Some(other) = self.find(read.group, read.version, read.plural) else {
+                results.push(Vec::new());
+                continue;
+            };
+            let found = match &read.name {
+                Some(name) => match self.get(&other, namespace, name).await {
+                    Ok(found) => vec![found],
+                    Err(status) if status.code == 404 => Vec::new(),
+                    Err(status) => return Err(status),
+                },
+                None => {
+                    let request = ListRequest {
+                        namespace: namespace.map(str::to_string),
+                        ..Default::default()
+                    };
+                    let items = self.list(&other, &request).await?.items;
+                    items.iter().map(stored::decode).collect::<Result<_, _>>()?
+                }
+            };
+            results.push(found);
+        }
+        reg.hooks.validate_create_reading(obj, &results)
+    }
+
     /// POST: create an object in `namespace`.
     pub async fn create(
         &self,
@@ -480,6 +537,7 @@ impl Registry {
             );
         }
         warnings.extend(Self::validate(reg, &obj, None, options.privileged, false)?);
+        self.admit_reading(reg, namespace, &obj).await?;
         if record_managed_fields {
             apimachinery::ssa::record_update(
                 None,
