@@ -364,15 +364,10 @@ impl Lifecycle<'_> {
     }
 
     async fn migrate(&self, body: &Value) -> Result<Response, Status> {
-        let Some(vmi) = self.vmi else {
-            return Err(Status::not_found(
-                &GroupResource::new("kubevirt.io", "virtualmachineinstance"),
-                self.name,
-            ));
-        };
-        if phase(vmi) != VmiPhase::Running {
+        // virt-api looks at the VM: without a running VMI it is not running.
+        let Some(vmi) = self.vmi.filter(|vmi| phase(vmi) == VmiPhase::Running) else {
             return Err(conflict(self.name, "VM is not running"));
-        }
+        };
         let reg = self
             .registry
             .find("kubevirt.io", "v1", "virtualmachineinstancemigrations");

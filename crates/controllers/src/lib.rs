@@ -2,6 +2,7 @@
 //! against our own API: inside `virtplane server` they reach it in-process.
 
 mod cached;
+pub mod evacuation;
 pub mod migration;
 pub mod node_lifecycle;
 pub mod resources;
@@ -39,6 +40,7 @@ pub async fn run(client: kube::Client, config: Config) {
         scheduler::run(client.clone()),
         node_lifecycle::run(client.clone(), config.node_monitor_grace_period),
         volumes::run(client.clone(), config.volume_pool),
-        migration::run(client, config.migration_credentials),
+        migration::run(client.clone(), config.migration_credentials),
+        evacuation::run(client),
     );
 }

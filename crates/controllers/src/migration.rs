@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 
 use crate::resources;
-use crate::scheduler::{allocatable, choose, requests, Resources};
+use crate::scheduler::{allocatable, choose_except, requests, Resources};
 
 const MANAGER: &str = "virt-controller";
 
@@ -346,13 +346,7 @@ pub fn decide(vmim: &Value, view: &View) -> Step {
 /// `status.migrationState` naming the chosen target, or a condition saying why there is
 /// none.
 fn target_status(vmim: &Value, vmi: &Value, source: &str, view: &View) -> Value {
-    let candidates: Vec<(String, Value, Resources)> = view
-        .nodes
-        .iter()
-        .filter(|(n, _, _)| n != source)
-        .cloned()
-        .collect();
-    match choose(&for_target(vmi, vmim), &candidates) {
+    match choose_except(&for_target(vmi, vmim), view.nodes, Some(source)) {
         Ok(target) => {
             json!({"migrationState": {"sourceNode": source, "targetNode": target}, "conditions": []})
         }
@@ -394,7 +388,11 @@ struct Controller {
     credentials: Option<IssueCredentials>,
 }
 
-fn reflect(client: &Client, resource: ApiResource, changed: Arc<Notify>) -> Store<DynamicObject> {
+pub(crate) fn reflect(
+    client: &Client,
+    resource: ApiResource,
+    changed: Arc<Notify>,
+) -> Store<DynamicObject> {
     let writer = reflector::store::Writer::new(resource.clone());
     let reader = writer.as_reader();
     let api = Api::<DynamicObject>::all_with(client.clone(), &resource);

@@ -76,6 +76,8 @@ pub enum Misfit {
     Selector,
     Cpu,
     Memory,
+    /// The node a migrating VMI runs on (KubeVirt's target pod has anti-affinity to it).
+    AntiAffinity,
 }
 
 impl Misfit {
@@ -87,6 +89,7 @@ impl Misfit {
             Misfit::Selector => "node(s) didn't match Pod's node affinity/selector",
             Misfit::Cpu => "Insufficient cpu",
             Misfit::Memory => "Insufficient memory",
+            Misfit::AntiAffinity => "node(s) didn't match pod anti-affinity rules",
         }
     }
 }
@@ -202,10 +205,23 @@ pub fn eligible(vmi: &Value, node: &Value) -> Result<(), Misfit> {
 
 /// The node to place `vmi` on, given what each node has left, or the reasons none fits.
 pub fn choose(vmi: &Value, nodes: &[(String, Value, Resources)]) -> Result<String, String> {
+    choose_except(vmi, nodes, None)
+}
+
+/// As [`choose`], never choosing `except` (a migration's source node).
+pub fn choose_except(
+    vmi: &Value,
+    nodes: &[(String, Value, Resources)],
+    except: Option<&str>,
+) -> Result<String, String> {
     let want = requests(vmi);
     let mut misfits: BTreeMap<Misfit, usize> = BTreeMap::new();
     let mut best: Option<(&String, i64)> = None;
     for (name, node, free) in nodes {
+        if except == Some(name.as_str()) {
+            *misfits.entry(Misfit::AntiAffinity).or_default() += 1;
+            continue;
+        }
         let capacity = if want.millicpu > free.millicpu {
             Err(Misfit::Cpu)
         } else if want.memory > free.memory {

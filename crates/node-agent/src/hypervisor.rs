@@ -186,6 +186,10 @@ pub trait Hypervisor: Send + Sync + 'static {
     }
     /// Source: asks the outgoing migration to stop; it then ends as `Sending::Failed`.
     fn abort_sending(&self, _vmi: &DynamicObject, _migration: &str) {}
+    /// Target: lets go of what `receive` readied (the migration failed or was cancelled).
+    async fn release_incoming(&self, vmi: &DynamicObject) {
+        self.cleanup(vmi).await
+    }
     /// Source: forgets the VMI's last outgoing migration once its end is reported.
     fn cleanup_sending(&self, _vmi: &DynamicObject) {}
     /// The node's own VMI dirs, as (namespace, name): what a sweep for leftovers checks.

@@ -359,7 +359,7 @@ pub async fn target(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action
     let vmi_final = kubevirt_api::types::VmiPhase::of(&vmi.data).is_final();
     if !ours || state.failed == Some(true) || vmi_final || vmi.metadata.deletion_timestamp.is_some()
     {
-        hv.cleanup(&vmi).await;
+        hv.release_incoming(&vmi).await;
         return Ok(Action::await_change());
     }
     if state.completed == Some(true) {
@@ -405,7 +405,7 @@ pub async fn target(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action
                     Value::Null,
                 )
                 .await?;
-                hv.cleanup(&vmi).await;
+                hv.release_incoming(&vmi).await;
                 Ok(Action::await_change())
             }
         };
@@ -419,7 +419,7 @@ pub async fn target(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action
             Value::Null,
         )
         .await?;
-        hv.cleanup(&vmi).await;
+        hv.release_incoming(&vmi).await;
         return Ok(Action::await_change());
     }
     Ok(Action::requeue(Duration::from_secs(1)))
@@ -441,7 +441,7 @@ async fn take_over(
                 Value::Null,
             )
             .await?;
-            hv.cleanup(vmi).await;
+            hv.release_incoming(vmi).await;
             return Ok(Action::await_change());
         }
         Arrival::Arrived => {}
@@ -456,7 +456,7 @@ async fn take_over(
                 Value::Null,
             )
             .await?;
-            hv.cleanup(vmi).await;
+            hv.release_incoming(vmi).await;
             return Ok(Action::await_change());
         }
     };

@@ -5,7 +5,12 @@
 //! - `sim.virtplane.io/fail-prepare: "<reason>"`: preparation fails with that reason
 //!   (e.g. `ErrImagePull`);
 //! - `sim.virtplane.io/crash-after`: the guest crashes that long after it started;
-//! - `sim.virtplane.io/power-off-after`: the guest powers itself off that long after start.
+//! - `sim.virtplane.io/power-off-after`: the guest powers itself off that long after start;
+//! - `sim.virtplane.io/migration-delay`: how long a live migration of it takes;
+//! - `sim.virtplane.io/fail-migration: "true"`: its live migrations fail.
+//!
+//! One agent runs many simulated nodes, so a migration's source and target may be in one
+//! process: guests are kept per (VMI uid, node).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -15,13 +20,17 @@ use async_trait::async_trait;
 use kube::core::DynamicObject;
 use kube::ResourceExt;
 
-use crate::hypervisor::{GuestInfo, Hypervisor, Observed, PauseCause, Prepared, Started, Stopping};
+use crate::hypervisor::{
+    Arrival, GuestInfo, Hypervisor, Incoming, MigrationSettings, Observed, PauseCause, Prepared,
+    Sending, Started, Stopping,
+};
 use crate::volume_sources::VolumeSources;
 
 #[derive(Clone, Debug)]
 pub struct SimConfig {
     pub boot_delay: Duration,
     pub stop_delay: Duration,
+    pub migration_delay: Duration,
     pub cpu_millicores: i64,
     pub memory_bytes: i64,
 }
@@ -31,6 +40,7 @@ impl Default for SimConfig {
         SimConfig {
             boot_delay: Duration::from_millis(500),
             stop_delay: Duration::from_millis(200),
+            migration_delay: Duration::from_millis(300),
             cpu_millicores: 64_000,
             memory_bytes: 256 << 30,
         }
@@ -61,9 +71,38 @@ struct Guest {
     paused: bool,
 }
 
+/// A migration in flight, on the source's side.
+struct Outgoing {
+    migration: String,
+    started: Instant,
+    delay: Duration,
+    fails: bool,
+    aborted: bool,
+    paused: bool,
+}
+
+/// (VMI uid, node).
+type Key = (String, String);
+
 pub struct Sim {
     config: SimConfig,
-    guests: Mutex<HashMap<String, Guest>>,
+    guests: Mutex<HashMap<Key, Guest>>,
+    /// Guests a target is waiting for, by VMI uid; the value says whether it arrived
+    /// and paused.
+    incoming: Mutex<HashMap<String, Option<bool>>>,
+    outgoing: Mutex<HashMap<String, Outgoing>>,
+}
+
+fn node_of(vmi: &DynamicObject) -> String {
+    vmi.data
+        .pointer("/status/nodeName")
+        .and_then(|n| n.as_str())
+        .unwrap_or("")
+        .to_string()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Sim {
@@ -71,6 +110,8 @@ impl Sim {
         Sim {
             config,
             guests: Mutex::new(HashMap::new()),
+            incoming: Mutex::new(HashMap::new()),
+            outgoing: Mutex::new(HashMap::new()),
         }
     }
 
@@ -87,8 +128,19 @@ impl Sim {
     }
 
     fn with_guest<T>(&self, vmi: &DynamicObject, f: impl FnOnce(&mut Guest) -> T) -> T {
-        let mut guests = self.guests.lock().unwrap_or_else(|p| p.into_inner());
-        f(guests.entry(vmi.uid().unwrap_or_default()).or_default())
+        let mut guests = lock(&self.guests);
+        f(guests
+            .entry((vmi.uid().unwrap_or_default(), node_of(vmi)))
+            .or_default())
+    }
+
+    fn guest_info(&self, vmi: &DynamicObject) -> GuestInfo {
+        let ip = format!("10.244.{}.{}", rand_octet(vmi, 0), rand_octet(vmi, 1));
+        GuestInfo {
+            interfaces: vec![("default".into(), "02:00:00:00:00:01".into(), ip)],
+            machine: "pc-q35-sim".into(),
+            port_forwards: Vec::new(),
+        }
     }
 
     fn remaining(since: Instant, total: Duration) -> Option<Duration> {
@@ -136,12 +188,7 @@ impl Hypervisor for Sim {
             }
             g.running_since = Some(Instant::now());
             g.paused = paused;
-            let ip = format!("10.244.{}.{}", rand_octet(vmi, 0), rand_octet(vmi, 1));
-            Started::Running(GuestInfo {
-                interfaces: vec![("default".into(), "02:00:00:00:00:01".into(), ip)],
-                machine: "pc-q35-sim".into(),
-                port_forwards: Vec::new(),
-            })
+            Started::Running(self.guest_info(vmi))
         })
     }
 
@@ -204,8 +251,124 @@ impl Hypervisor for Sim {
     }
 
     async fn cleanup(&self, vmi: &DynamicObject) {
-        let mut guests = self.guests.lock().unwrap_or_else(|p| p.into_inner());
-        guests.remove(&vmi.uid().unwrap_or_default());
+        let uid = vmi.uid().unwrap_or_default();
+        lock(&self.guests).remove(&(uid.clone(), node_of(vmi)));
+        lock(&self.outgoing).remove(&uid);
+    }
+
+    async fn receive(
+        &self,
+        vmi: &DynamicObject,
+        _sources: &VolumeSources,
+        _settings: &MigrationSettings,
+    ) -> Result<Incoming, String> {
+        lock(&self.incoming)
+            .entry(vmi.uid().unwrap_or_default())
+            .or_insert(None);
+        Ok(Incoming {
+            address: "127.0.0.1".into(),
+            migration_port: 49152,
+            disk_port: None,
+        })
+    }
+
+    async fn arrival(&self, vmi: &DynamicObject) -> Arrival {
+        match lock(&self.incoming).get(&vmi.uid().unwrap_or_default()) {
+            None => Arrival::Failed("the simulated target lost the guest".into()),
+            Some(None) => Arrival::Waiting,
+            Some(Some(_)) => Arrival::Arrived,
+        }
+    }
+
+    async fn take_over(&self, vmi: &DynamicObject, paused: bool) -> Result<GuestInfo, String> {
+        let uid = vmi.uid().unwrap_or_default();
+        lock(&self.incoming).remove(&uid);
+        let target = vmi
+            .labels()
+            .get(kubevirt_api::names::labels::MIGRATION_TARGET_NODE)
+            .cloned()
+            .unwrap_or_default();
+        lock(&self.guests).insert(
+            (uid, target),
+            Guest {
+                running_since: Some(Instant::now()),
+                paused,
+                ..Default::default()
+            },
+        );
+        Ok(self.guest_info(vmi))
+    }
+
+    async fn send(
+        &self,
+        vmi: &DynamicObject,
+        migration: &str,
+        _to: &Incoming,
+        _settings: &MigrationSettings,
+    ) -> Result<(), String> {
+        let mut outgoing = lock(&self.outgoing);
+        let uid = vmi.uid().unwrap_or_default();
+        if outgoing.get(&uid).is_some_and(|o| o.migration == migration) {
+            return Ok(());
+        }
+        let paused = self.with_guest(vmi, |g| g.paused);
+        outgoing.insert(
+            uid,
+            Outgoing {
+                migration: migration.to_string(),
+                started: Instant::now(),
+                delay: Self::delay(vmi, "migration-delay", self.config.migration_delay),
+                fails: Self::annotation(vmi, "fail-migration").as_deref() == Some("true"),
+                aborted: false,
+                paused,
+            },
+        );
+        Ok(())
+    }
+
+    fn sending(&self, vmi: &DynamicObject, migration: &str) -> Option<Sending> {
+        let uid = vmi.uid().unwrap_or_default();
+        let outgoing = lock(&self.outgoing);
+        let out = outgoing.get(&uid).filter(|o| o.migration == migration)?;
+        if out.aborted {
+            return Some(Sending::Failed(
+                qemu::migration::Failure::Aborted.to_string(),
+            ));
+        }
+        if out.started.elapsed() < out.delay {
+            return Some(Sending::Moving(Default::default()));
+        }
+        if out.fails {
+            return Some(Sending::Failed("simulated migration failure".into()));
+        }
+        // The guest is on the target now.
+        if let Some(slot) = lock(&self.incoming).get_mut(&uid) {
+            slot.get_or_insert(out.paused);
+        }
+        let total = out.delay.as_millis() as u64;
+        Some(Sending::Done(qemu::migration::Progress {
+            total_time_ms: total,
+            downtime_ms: 1,
+            ..Default::default()
+        }))
+    }
+
+    fn abort_sending(&self, vmi: &DynamicObject, migration: &str) {
+        let uid = vmi.uid().unwrap_or_default();
+        if let Some(out) = lock(&self.outgoing)
+            .get_mut(&uid)
+            .filter(|o| o.migration == migration)
+        {
+            out.aborted = true;
+        }
+    }
+
+    fn cleanup_sending(&self, vmi: &DynamicObject) {
+        lock(&self.outgoing).remove(&vmi.uid().unwrap_or_default());
+    }
+
+    async fn release_incoming(&self, vmi: &DynamicObject) {
+        lock(&self.incoming).remove(&vmi.uid().unwrap_or_default());
     }
 }
 

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod admin;
 mod console;
 
 use anyhow::{bail, Context};
@@ -99,6 +100,9 @@ struct SimArgs {
     /// How long a simulated guest takes to shut down.
     #[arg(long, default_value = "200ms", value_parser = parse_duration)]
     sim_stop_delay: Duration,
+    /// How long a live migration of a simulated guest takes.
+    #[arg(long, default_value = "300ms", value_parser = parse_duration)]
+    sim_migration_delay: Duration,
 }
 
 #[derive(Args, Clone)]
@@ -117,11 +121,15 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 #[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 struct NodeArgs {
-    #[arg(long)]
-    kubeconfig: PathBuf,
-    #[arg(long)]
-    name: String,
+    /// Maintenance of a node instead of running one: drain, cordon, uncordon.
+    #[command(subcommand)]
+    action: Option<NodeAction>,
+    #[arg(long, required = true)]
+    kubeconfig: Option<PathBuf>,
+    #[arg(long, required = true)]
+    name: Option<String>,
     #[arg(long)]
     data_dir: Option<PathBuf>,
     #[arg(long)]
@@ -149,9 +157,36 @@ struct NodeArgs {
     heartbeat_interval: Duration,
 }
 
+#[derive(Subcommand)]
+enum NodeAction {
+    /// Cordon the node with the drain taint (kubevirt.io/drain:NoSchedule) and wait until
+    /// its VMIs are gone: live-migrated when their evictionStrategy allows, else stopped
+    /// and started elsewhere by their VM.
+    Drain {
+        name: String,
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// How long to wait for the node to empty.
+        #[arg(long, default_value = "5m", value_parser = parse_duration)]
+        timeout: Duration,
+    },
+    /// Mark the node unschedulable (as `kubectl cordon`).
+    Cordon {
+        name: String,
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+    },
+    /// Undo cordon and drain.
+    Uncordon {
+        name: String,
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+    },
+}
+
 #[derive(Args)]
 struct VmArgs {
-    /// start, stop, restart, pause, unpause, migrate or console.
+    /// start, stop, restart, pause, unpause, softreboot, migrate, migrate-cancel or console.
     verb: String,
     name: String,
     #[arg(short = 'n', long)]
@@ -200,6 +235,7 @@ fn sim_hypervisor(args: &SimArgs) -> Arc<dyn node_agent::Hypervisor> {
     Arc::new(node_agent::sim::Sim::new(node_agent::sim::SimConfig {
         boot_delay: args.sim_boot_delay,
         stop_delay: args.sim_stop_delay,
+        migration_delay: args.sim_migration_delay,
         ..Default::default()
     }))
 }
@@ -268,7 +304,32 @@ fn hypervisor(
     }
 }
 
+fn run_node_action(action: NodeAction) -> anyhow::Result<()> {
+    runtime()?.block_on(async move {
+        let (kubeconfig, name) = match &action {
+            NodeAction::Drain {
+                kubeconfig, name, ..
+            }
+            | NodeAction::Cordon { kubeconfig, name }
+            | NodeAction::Uncordon { kubeconfig, name } => (kubeconfig.clone(), name.clone()),
+        };
+        let config = admin::config(kubeconfig.as_deref()).await?;
+        let client = kube::Client::try_from(config).context("cannot build an API client")?;
+        match action {
+            NodeAction::Drain { timeout, .. } => admin::drain(client, &name, timeout).await,
+            NodeAction::Cordon { .. } => admin::cordon(client, &name, false).await,
+            NodeAction::Uncordon { .. } => admin::uncordon(client, &name).await,
+        }
+    })
+}
+
 fn run_node(args: NodeArgs) -> anyhow::Result<()> {
+    if let Some(action) = args.action {
+        return run_node_action(action);
+    }
+    let (Some(kubeconfig), Some(name)) = (args.kubeconfig.clone(), args.name.clone()) else {
+        bail!("virtplane node needs --kubeconfig and --name");
+    };
     // The address the server dials: as given, else the one listened on, or loopback for
     // "any".
     let node_address = match args.node_address {
@@ -281,7 +342,7 @@ fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| PathBuf::from("./virtplane-node-data"));
     let host = HostSettings {
-        node_name: &args.name,
+        node_name: &name,
         data_dir: &data_dir,
         insecure_registries: &args.insecure_registries,
         host_disk_dirs: &args.host_disk_dirs,
@@ -290,35 +351,36 @@ fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     };
     let hypervisor = hypervisor(args.hypervisor.as_deref(), &args.sim, &host)?;
     runtime()?.block_on(async move {
-        let kubeconfig = kube::config::Kubeconfig::read_from(&args.kubeconfig)
-            .with_context(|| format!("cannot read kubeconfig {}", args.kubeconfig.display()))?;
+        let kubeconfig_path = kubeconfig;
+        let kubeconfig = kube::config::Kubeconfig::read_from(&kubeconfig_path)
+            .with_context(|| format!("cannot read kubeconfig {}", kubeconfig_path.display()))?;
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
-            .with_context(|| format!("kubeconfig {} is not usable", args.kubeconfig.display()))?;
+            .with_context(|| format!("kubeconfig {} is not usable", kubeconfig_path.display()))?;
         // The agent's endpoint lets in only clients certified by the cluster CA.
         let Some(client_ca) = config.root_cert.clone() else {
             bail!(
                 "kubeconfig {} has no certificate-authority-data: the node cannot tell the API server from other clients; use the server's node-join.kubeconfig",
-                args.kubeconfig.display()
+                kubeconfig_path.display()
             );
         };
         let client = kube::Client::try_from(config).context("cannot build an API client")?;
         let endpoint = node_agent::endpoint::serve(node_agent::endpoint::EndpointConfig {
             listen: args.listen,
             client_ca,
-            node_name: args.name.clone(),
-            node_dir: data_dir.join("node").join(&args.name),
+            node_name: name.clone(),
+            node_dir: data_dir.join("node").join(&name),
         })
         .await
         .context("cannot serve the node's console endpoint")?;
         let address = node_address;
         let agent = node_agent::AgentConfig {
-            nodes: vec![args.name.clone()],
+            nodes: vec![name.clone()],
             address,
             heartbeat_interval: args.heartbeat_interval,
             endpoint: Some(endpoint),
         };
-        tracing::info!("node {} joining", args.name);
+        tracing::info!("node {} joining", name);
         node_agent::run(client, agent, hypervisor)
             .await
             .context("node agent stopped")?;
@@ -338,8 +400,9 @@ fn run_vm(args: VmArgs) -> anyhow::Result<()> {
             },
         ),
         "console" => ("virtualmachineinstances", "console"),
+        "migrate-cancel" => ("virtualmachineinstancemigrations", "migrate-cancel"),
         other => {
-            bail!("unknown verb {other:?}; use start, stop, restart, pause, unpause, softreboot, migrate or console")
+            bail!("unknown verb {other:?}; use start, stop, restart, pause, unpause, softreboot, migrate, migrate-cancel or console")
         }
     };
     let typed = args.verb.clone();
@@ -362,6 +425,9 @@ fn run_vm(args: VmArgs) -> anyhow::Result<()> {
             return console::run(config, &namespace, &args.name).await;
         }
         let client = kube::Client::try_from(config).context("cannot build an API client")?;
+        if verb == "migrate-cancel" {
+            return admin::migrate_cancel(client, &namespace, &args.name).await;
+        }
         let path = format!(
             "/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/{plural}/{}/{verb}",
             args.name

@@ -460,12 +460,13 @@ async fn vmi_subresource_rules() {
         "waiting",
         "VM is not running",
     );
-    // migrate without any VMI: the VMI is not found.
+    // migrate without any VMI: the VM is not running either.
     c.create_vm(NS, &vm("off", Some("Halted"), json!({}))).await;
-    assert_not_found(
+    assert_conflict(
         &c.vm_verb(NS, "off", "migrate").await,
-        "virtualmachineinstance",
+        "virtualmachine",
         "off",
+        "VM is not running",
     );
 
     // A running VMI.

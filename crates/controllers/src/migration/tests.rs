@@ -69,7 +69,7 @@ fn no_target_says_why_and_fails_after_the_timeout() {
     assert_eq!(status["conditions"][0]["type"], UNSCHEDULABLE);
     assert_eq!(
         status["conditions"][0]["message"],
-        "0/1 nodes are available: 1 node(s) were not ready."
+        "0/2 nodes are available: 1 node(s) didn't match pod anti-affinity rules, 1 node(s) were not ready."
     );
     let mut waited = view(Some(&v), &nodes);
     waited.unschedulable_for = Some(UNSCHEDULABLE_TIMEOUT);

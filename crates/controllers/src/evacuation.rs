@@ -1,0 +1,355 @@
+//! Node drain, as KubeVirt's evacuation controller does it: a node with the drain taint
+//! (`kubevirt.io/drain:NoSchedule`, or the key the KubeVirt configuration names in
+//! `migrations.nodeDrainTaintKey`) is emptied. A VMI whose eviction strategy is
+//! `LiveMigrate` (or `LiveMigrateIfPossible` and live-migratable) is moved by a
+//! `kubevirt-evacuation-` migration; one with `External` is only marked; the others are
+//! stopped gracefully (their VMI deleted), and their VM starts them again elsewhere as its
+//! runStrategy says. Failed evacuations are retried with KubeVirt's backoff (20 s,
+//! doubling).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::DynamicObject;
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, ResourceExt};
+use kubevirt_api::names::labels::{EVACUATION_MIGRATION, VMI_NAME};
+use kubevirt_api::types::{MigrationPhase, MigrationState, VmiPhase};
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+use crate::migration::{
+    effective_configuration, kubevirt_resource, migration_resource, reflect, KUBEVIRT_NAME,
+    KUBEVIRT_NAMESPACE,
+};
+use crate::resources;
+
+const MANAGER: &str = "virt-controller";
+pub const DEFAULT_DRAIN_TAINT: &str = "kubevirt.io/drain";
+/// KubeVirt's first retry after a failed evacuation, doubled per failure in a row.
+const FIRST_RETRY: Duration = Duration::from_secs(20);
+
+/// What happens to one VMI on a draining node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Evacuation {
+    /// Create an evacuation migration.
+    Migrate,
+    /// Only mark it (`External`: someone else moves it).
+    Mark,
+    /// Stop it here; its VM starts it again elsewhere.
+    Stop,
+    /// It must migrate but cannot (`LiveMigrate` on a VMI that is not migratable): it
+    /// stays, as KubeVirt blocks the drain.
+    Blocked,
+}
+
+/// The eviction strategy in force for `vmi` and what it means on a draining node.
+pub fn evacuation(vmi: &Value, cluster_default: Option<&str>) -> Evacuation {
+    let strategy = vmi
+        .pointer("/spec/evictionStrategy")
+        .and_then(Value::as_str)
+        .or(cluster_default)
+        .unwrap_or("None");
+    let migratable = vmi
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "LiveMigratable" && c["status"] == "True")
+        });
+    match (strategy, migratable) {
+        ("LiveMigrate", true) | ("LiveMigrateIfPossible", true) => Evacuation::Migrate,
+        ("LiveMigrate", false) => Evacuation::Blocked,
+        ("External", _) => Evacuation::Mark,
+        _ => Evacuation::Stop,
+    }
+}
+
+/// Whether `node` carries the drain taint `key` with effect NoSchedule.
+pub fn draining(node: &Value, key: &str) -> bool {
+    node.pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .is_some_and(|ts| {
+            ts.iter()
+                .any(|t| t["key"] == key && t["effect"] == "NoSchedule")
+        })
+}
+
+struct Controller {
+    client: Client,
+    nodes: Store<DynamicObject>,
+    vmis: Store<DynamicObject>,
+    migrations: Store<DynamicObject>,
+    kubevirts: Store<DynamicObject>,
+    /// Failed evacuations in a row, and when the last failed, by VMI uid.
+    failures: HashMap<String, (u32, Instant)>,
+    /// VMIs reported as blocked, so that it is logged once.
+    blocked: HashSet<String>,
+    /// Failed evacuation migrations already counted, by uid.
+    counted: HashSet<String>,
+}
+
+pub async fn run(client: Client) {
+    let changed = Arc::new(Notify::new());
+    let mut controller = Controller {
+        nodes: reflect(&client, resources::node(), changed.clone()),
+        vmis: reflect(
+            &client,
+            resources::virtual_machine_instance(),
+            changed.clone(),
+        ),
+        migrations: reflect(&client, migration_resource(), changed.clone()),
+        kubevirts: reflect(&client, kubevirt_resource(), changed.clone()),
+        client,
+        failures: HashMap::new(),
+        blocked: HashSet::new(),
+        counted: HashSet::new(),
+    };
+    loop {
+        let _ = tokio::time::timeout(Duration::from_secs(5), changed.notified()).await;
+        if let Err(e) = controller.pass().await {
+            tracing::warn!("evacuation: {e}");
+        }
+    }
+}
+
+impl Controller {
+    async fn pass(&mut self) -> Result<(), kube::Error> {
+        let kubevirt = self.kubevirts.state().into_iter().find(|kv| {
+            kv.namespace().as_deref() == Some(KUBEVIRT_NAMESPACE) && kv.name_any() == KUBEVIRT_NAME
+        });
+        let kubevirt = kubevirt.map(|kv| kv.data.clone());
+        let config = effective_configuration(kubevirt.as_ref());
+        let key = config["nodeDrainTaintKey"]
+            .as_str()
+            .unwrap_or(DEFAULT_DRAIN_TAINT)
+            .to_string();
+        let default_strategy = kubevirt
+            .as_ref()
+            .and_then(|kv| kv.pointer("/spec/configuration/evictionStrategy"))
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let draining_nodes: HashSet<String> = self
+            .nodes
+            .state()
+            .iter()
+            .filter(|n| draining(&n.data, &key))
+            .map(|n| n.name_any())
+            .collect();
+        if draining_nodes.is_empty() {
+            return Ok(());
+        }
+        let migrations = self.migrations.state();
+        let moving: HashSet<(String, String)> = migrations
+            .iter()
+            .filter(|m| !MigrationPhase::of(&m.data).is_final())
+            .filter_map(|m| {
+                let vmi = m.labels().get(VMI_NAME)?.clone();
+                Some((m.namespace().unwrap_or_default(), vmi))
+            })
+            .collect();
+        for vmi in self.vmis.state() {
+            let Some(node) = resources::str_at(&vmi, "/status/nodeName") else {
+                continue;
+            };
+            if !draining_nodes.contains(node)
+                || vmi.metadata.deletion_timestamp.is_some()
+                || VmiPhase::of(&vmi.data) != VmiPhase::Running
+            {
+                continue;
+            }
+            let namespace = vmi.namespace().unwrap_or_default();
+            let in_flight = MigrationState::of(&vmi.data).is_some_and(|m| m.in_flight())
+                || moving.contains(&(namespace.clone(), vmi.name_any()));
+            if in_flight {
+                continue;
+            }
+            let uid = vmi.uid().unwrap_or_default();
+            if let Some((count, at)) = self.failures.get(&uid) {
+                if at.elapsed() < FIRST_RETRY * 2u32.saturating_pow(count.saturating_sub(1)) {
+                    continue;
+                }
+            }
+            let node = node.to_string();
+            let result = match evacuation(&vmi.data, default_strategy.as_deref()) {
+                Evacuation::Migrate => self.migrate(&vmi, &node).await,
+                Evacuation::Mark => self.mark(&vmi, &node).await,
+                Evacuation::Stop => self.stop(&vmi, &node).await,
+                Evacuation::Blocked => {
+                    if self.blocked.insert(uid.clone()) {
+                        tracing::warn!(
+                            "evacuation: VMI {namespace}/{} is configured with an eviction strategy but is not live-migratable; it stays on {node}",
+                            vmi.name_any()
+                        );
+                    }
+                    Ok(())
+                }
+            };
+            if let Err(e) = result {
+                let entry = self.failures.entry(uid).or_insert((0, Instant::now()));
+                *entry = (entry.0 + 1, Instant::now());
+                tracing::warn!(
+                    "evacuation of {namespace}/{} from {node} failed: {e}",
+                    vmi.name_any()
+                );
+            }
+        }
+        // A failed evacuation migration counts as a failure of its VMI.
+        for m in migrations.iter().filter(|m| {
+            m.annotations().contains_key(EVACUATION_MIGRATION)
+                && MigrationPhase::of(&m.data) == MigrationPhase::Failed
+        }) {
+            let Some(vmi) = m.labels().get(VMI_NAME) else {
+                continue;
+            };
+            let namespace = m.namespace().unwrap_or_default();
+            let vmi = self
+                .vmis
+                .state()
+                .into_iter()
+                .find(|v| v.namespace().as_deref() == Some(&namespace) && &v.name_any() == vmi);
+            if let Some(vmi) = vmi {
+                if self.counted.insert(m.uid().unwrap_or_default()) {
+                    let entry = self
+                        .failures
+                        .entry(vmi.uid().unwrap_or_default())
+                        .or_insert((0, Instant::now()));
+                    *entry = (entry.0 + 1, Instant::now());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn params() -> PatchParams {
+        PatchParams {
+            field_manager: Some(MANAGER.into()),
+            ..Default::default()
+        }
+    }
+
+    async fn mark(&self, vmi: &DynamicObject, node: &str) -> Result<(), kube::Error> {
+        if resources::str_at(vmi, "/status/evacuationNodeName") == Some(node) {
+            return Ok(());
+        }
+        let api = Api::<DynamicObject>::namespaced_with(
+            self.client.clone(),
+            &vmi.namespace().unwrap_or_default(),
+            &resources::virtual_machine_instance(),
+        );
+        let body = json!({"status": {"evacuationNodeName": node}});
+        api.patch(&vmi.name_any(), &Self::params(), &Patch::Merge(&body))
+            .await?;
+        Ok(())
+    }
+
+    async fn migrate(&self, vmi: &DynamicObject, node: &str) -> Result<(), kube::Error> {
+        self.mark(vmi, node).await?;
+        let namespace = vmi.namespace().unwrap_or_default();
+        let api = Api::<DynamicObject>::namespaced_with(
+            self.client.clone(),
+            &namespace,
+            &migration_resource(),
+        );
+        let migration = json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+            "metadata": {"generateName": "kubevirt-evacuation-", "namespace": namespace,
+                         "annotations": {EVACUATION_MIGRATION: node}},
+            "spec": {"vmiName": vmi.name_any()},
+        });
+        let migration: DynamicObject =
+            serde_json::from_value(migration).map_err(kube::Error::SerdeError)?;
+        let created = api.create(&PostParams::default(), &migration).await?;
+        tracing::info!(
+            "evacuation: moving {namespace}/{} off {node} ({})",
+            vmi.name_any(),
+            created.name_any()
+        );
+        Ok(())
+    }
+
+    async fn stop(&self, vmi: &DynamicObject, node: &str) -> Result<(), kube::Error> {
+        let namespace = vmi.namespace().unwrap_or_default();
+        let api = Api::<DynamicObject>::namespaced_with(
+            self.client.clone(),
+            &namespace,
+            &resources::virtual_machine_instance(),
+        );
+        tracing::info!(
+            "evacuation: stopping {namespace}/{} on {node} (its eviction strategy does not live-migrate)",
+            vmi.name_any()
+        );
+        match api.delete(&vmi.name_any(), &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vmi(strategy: Option<&str>, migratable: bool) -> Value {
+        let status = if migratable { "True" } else { "False" };
+        let mut vmi = json!({"spec": {}, "status": {"conditions": [{"type": "LiveMigratable", "status": status}]}});
+        if let Some(s) = strategy {
+            vmi["spec"]["evictionStrategy"] = json!(s);
+        }
+        vmi
+    }
+
+    #[test]
+    fn the_eviction_strategy_decides() {
+        assert_eq!(
+            evacuation(&vmi(Some("LiveMigrate"), true), None),
+            Evacuation::Migrate
+        );
+        assert_eq!(
+            evacuation(&vmi(Some("LiveMigrate"), false), None),
+            Evacuation::Blocked
+        );
+        assert_eq!(
+            evacuation(&vmi(Some("LiveMigrateIfPossible"), true), None),
+            Evacuation::Migrate
+        );
+        assert_eq!(
+            evacuation(&vmi(Some("LiveMigrateIfPossible"), false), None),
+            Evacuation::Stop
+        );
+        assert_eq!(
+            evacuation(&vmi(Some("External"), true), None),
+            Evacuation::Mark
+        );
+        assert_eq!(evacuation(&vmi(None, true), None), Evacuation::Stop);
+        // The cluster's default applies to VMIs that set none.
+        assert_eq!(
+            evacuation(&vmi(None, true), Some("LiveMigrate")),
+            Evacuation::Migrate
+        );
+        assert_eq!(
+            evacuation(&vmi(Some("None"), true), Some("LiveMigrate")),
+            Evacuation::Stop
+        );
+    }
+
+    #[test]
+    fn only_the_drain_taint_with_no_schedule_drains() {
+        let node = |taints: Value| json!({"spec": {"taints": taints}});
+        assert!(draining(
+            &node(json!([{"key": "kubevirt.io/drain", "effect": "NoSchedule"}])),
+            DEFAULT_DRAIN_TAINT
+        ));
+        assert!(!draining(
+            &node(json!([{"key": "kubevirt.io/drain", "effect": "PreferNoSchedule"}])),
+            DEFAULT_DRAIN_TAINT
+        ));
+        assert!(!draining(
+            &json!({"spec": {"unschedulable": true}}),
+            DEFAULT_DRAIN_TAINT
+        ));
+    }
+}

@@ -1,0 +1,170 @@
+//! Commands that act on the cluster through its API: `virtplane vm migrate-cancel` (as
+//! virtctl's migrate-cancel) and `virtplane node drain|cordon|uncordon`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::{Api, ResourceExt};
+use kubevirt_api::names::labels::VMI_NAME;
+use kubevirt_api::types::MigrationPhase;
+use serde_json::{json, Value};
+
+/// The drain taint KubeVirt evacuates nodes for.
+pub const DRAIN_TAINT: &str = "kubevirt.io/drain";
+
+/// The kubeconfig given, or the one kubectl would use.
+pub async fn config(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Config> {
+    Ok(match kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig found; pass --kubeconfig")?,
+    })
+}
+
+fn migrations(client: kube::Client, namespace: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachineInstanceMigration"),
+        "virtualmachineinstancemigrations",
+    );
+    Api::namespaced_with(client, namespace, &resource)
+}
+
+fn nodes(client: kube::Client) -> Api<DynamicObject> {
+    Api::all_with(
+        client,
+        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Node"), "nodes"),
+    )
+}
+
+/// virtctl's migrate-cancel: deletes the VMI's unfinished migration, which aborts it.
+pub async fn migrate_cancel(
+    client: kube::Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<()> {
+    let api = migrations(client, namespace);
+    let list = api
+        .list(&ListParams::default().labels(&format!("{VMI_NAME}={name}")))
+        .await
+        .context("listing migrations")?;
+    let Some(running) = list
+        .items
+        .iter()
+        .find(|m| !MigrationPhase::of(&m.data).is_final())
+    else {
+        bail!("Found no migration to cancel for {name}");
+    };
+    api.delete(&running.name_any(), &DeleteParams::default())
+        .await
+        .with_context(|| format!("deleting migration {}", running.name_any()))?;
+    println!("VM {name} was scheduled to migrate-cancel");
+    Ok(())
+}
+
+fn params() -> PatchParams {
+    PatchParams {
+        field_manager: Some("virtplane".into()),
+        ..Default::default()
+    }
+}
+
+fn taints(node: &DynamicObject) -> Vec<Value> {
+    node.data
+        .pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Marks the node unschedulable (`kubectl cordon`) and, with `drain`, adds the drain
+/// taint, so that its VMIs are evacuated.
+pub async fn cordon(client: kube::Client, node: &str, drain: bool) -> anyhow::Result<()> {
+    let api = nodes(client);
+    let current = api
+        .get(node)
+        .await
+        .with_context(|| format!("node {node}"))?;
+    let mut list = taints(&current);
+    if drain && !list.iter().any(|t| t["key"] == DRAIN_TAINT) {
+        list.push(json!({"key": DRAIN_TAINT, "effect": "NoSchedule"}));
+    }
+    let body = json!({"metadata": {"resourceVersion": current.resource_version()},
+                      "spec": {"unschedulable": true, "taints": list}});
+    api.patch(node, &params(), &Patch::Merge(&body))
+        .await
+        .with_context(|| format!("cordoning node {node}"))?;
+    println!("node/{node} cordoned");
+    Ok(())
+}
+
+/// Undoes `cordon` and `drain`.
+pub async fn uncordon(client: kube::Client, node: &str) -> anyhow::Result<()> {
+    let api = nodes(client);
+    let current = api
+        .get(node)
+        .await
+        .with_context(|| format!("node {node}"))?;
+    let list: Vec<Value> = taints(&current)
+        .into_iter()
+        .filter(|t| t["key"] != DRAIN_TAINT)
+        .collect();
+    let body = json!({"metadata": {"resourceVersion": current.resource_version()},
+                      "spec": {"unschedulable": null, "taints": list}});
+    api.patch(node, &params(), &Patch::Merge(&body))
+        .await
+        .with_context(|| format!("uncordoning node {node}"))?;
+    println!("node/{node} uncordoned");
+    Ok(())
+}
+
+/// `drain`: cordon with the drain taint, then wait until no VMI runs on the node.
+pub async fn drain(client: kube::Client, node: &str, timeout: Duration) -> anyhow::Result<()> {
+    cordon(client.clone(), node, true).await?;
+    let vmis: Api<DynamicObject> = Api::all_with(
+        client,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachineInstance"),
+            "virtualmachineinstances",
+        ),
+    );
+    let began = Instant::now();
+    let mut last = usize::MAX;
+    loop {
+        let on_node = vmis
+            .list(&ListParams::default().fields(&format!("status.nodeName={node}")))
+            .await
+            .context("listing the node's VMIs")?
+            .items;
+        if on_node.is_empty() {
+            println!("node/{node} drained");
+            return Ok(());
+        }
+        if on_node.len() != last {
+            let names: Vec<String> = on_node
+                .iter()
+                .map(|v| format!("{}/{}", v.namespace().unwrap_or_default(), v.name_any()))
+                .collect();
+            println!(
+                "evacuating {} VMI(s) from {node}: {}",
+                names.len(),
+                names.join(", ")
+            );
+            last = on_node.len();
+        }
+        if began.elapsed() > timeout {
+            bail!(
+                "node {node} still runs {} VMI(s) after {timeout:?} (a VMI with evictionStrategy LiveMigrate that cannot migrate stays)",
+                on_node.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
