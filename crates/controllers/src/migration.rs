@@ -722,7 +722,10 @@ impl Controller {
                 Ok(())
             }
             Step::TargetDown { node } => {
-                let body = json!({"status": {"migrationState": {"failed": true, "completed": true,
+                // Guarded: a target that took the VMI meanwhile keeps it.
+                let version = vmi.and_then(|v| str_at(v, "/metadata/resourceVersion"));
+                let body = json!({"metadata": {"resourceVersion": version},
+                    "status": {"migrationState": {"failed": true, "completed": true,
                     "endTimestamp": meta::now(), "failureReason": format!("Target node {node} is down")}}});
                 self.vmi_api(&namespace)
                     .patch(&vmi_name, &params, &Patch::Merge(&body))
@@ -901,7 +904,10 @@ fn secret_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Secret"), "secrets")
 }
 
-/// The migration settings frozen into a migration at hand-off (KubeVirt's defaults).
+/// The migration settings frozen into a migration at hand-off: KubeVirt's defaults, but
+/// for `allowAutoConverge`, on here: QEMU throttles only a guest that dirties memory faster
+/// than it is sent, so a migration that would not converge escalates by itself (a
+/// cluster's KubeVirt object may still turn it off).
 fn configuration() -> Value {
     json!({
         "bandwidthPerMigration": "0Mi",
@@ -909,7 +915,7 @@ fn configuration() -> Value {
         "progressTimeout": 150,
         "parallelMigrationsPerCluster": PARALLEL_MIGRATIONS_PER_CLUSTER,
         "parallelOutboundMigrationsPerNode": PARALLEL_OUTBOUND_MIGRATIONS_PER_NODE,
-        "allowAutoConverge": false,
+        "allowAutoConverge": true,
         "allowPostCopy": false,
         "disableTLS": false,
     })
@@ -925,3 +931,5 @@ fn merge_into(into: &mut Value, from: Value) {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod world;

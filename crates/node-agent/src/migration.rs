@@ -446,30 +446,48 @@ async fn take_over(
         }
         Arrival::Arrived => {}
     }
-    let info = match hv.take_over(vmi, wants_paused(vmi)).await {
-        Ok(info) => info,
-        Err(e) => {
-            write_state(
-                ctx,
-                vmi,
-                failure(&format!("target node {node}: {e}")),
-                Value::Null,
-            )
-            .await?;
+    // The VMI is claimed first, guarded by the version that said the source let go: if
+    // anyone failed the migration meanwhile, the claim conflicts and the guest is not run
+    // here, so it never runs on both nodes.
+    let at = now();
+    let claim = json!({
+        "metadata": {"resourceVersion": vmi.resource_version(),
+                     "labels": {NODE_NAME: node, MIGRATION_TARGET_NODE: null}},
+        "status": {"nodeName": node, "migrationState": {"endTimestamp": at,
+            "targetNodeDomainDetected": true, "targetNodeDomainReadyTimestamp": at}},
+    });
+    let api = Api::<DynamicObject>::namespaced_with(
+        ctx.client.clone(),
+        &vmi.namespace().unwrap_or_default(),
+        &vmi_resource(),
+    );
+    let params = PatchParams {
+        field_manager: Some(MANAGER.into()),
+        ..Default::default()
+    };
+    match api
+        .patch(&vmi.name_any(), &params, &Patch::Merge(&claim))
+        .await
+    {
+        Ok(_) => {}
+        // Changed meanwhile: decided again on what it is now.
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            return Ok(Action::requeue(Duration::from_millis(10)))
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => {
             hv.release_incoming(vmi).await;
             return Ok(Action::await_change());
         }
-    };
-    let at = now();
-    let mut status = crate::vmi::guest_status(&info, hv.accel());
-    status.insert("nodeName".into(), json!(node));
-    let extra = json!({
-        "metadata": {"labels": {NODE_NAME: node, MIGRATION_TARGET_NODE: null}},
-        "status": status,
-    });
-    let done = json!({"endTimestamp": at, "targetNodeDomainDetected": true,
-        "targetNodeDomainReadyTimestamp": at});
-    write_state(ctx, vmi, done, extra).await?;
+        Err(e) => return Err(e),
+    }
+    match hv.take_over(vmi, wants_paused(vmi)).await {
+        Ok(info) => {
+            let status = crate::vmi::guest_status(&info, hv.accel());
+            write_state(ctx, vmi, json!({}), json!({"status": status})).await?;
+        }
+        // The VMI is this node's now: its agent pass resumes the guest like any paused one.
+        Err(e) => tracing::warn!("{}: running the arrived guest: {e}", vmi.name_any()),
+    }
     tracing::info!(
         "{}/{} migrated to node {node}",
         vmi.namespace().unwrap_or_default(),

@@ -72,7 +72,8 @@ pub struct Tuning {
     /// The pause QEMU may spend on the final switch-over. QEMU spends this budget rather
     /// than aiming below it (measured: 300 ms lets downtime rise to 50–160 ms).
     pub downtime_limit: Duration,
-    /// Throttle the guest's vCPUs when it dirties memory faster than it is sent.
+    /// Throttle the guest's vCPUs when it dirties memory faster than it is sent (QEMU
+    /// does so only then, so this is the first step of escalation, not a constant cost).
     pub auto_converge: bool,
     /// Allow switching to post-copy when pre-copy does not finish in time (both sides
     /// must have it).
@@ -399,6 +400,20 @@ async fn drive(
         if now.remaining < least_remaining {
             least_remaining = now.remaining;
             last_progress = Instant::now();
+        }
+        // The last step of escalation (pre-copy, then auto-converge's throttling, then
+        // post-copy when allowed): a guest that still does not converge with its vCPUs
+        // throttled hard, or after half its time, is moved by post-copy rather than aborted.
+        let throttled_hard = reply["cpu-throttle-percentage"].as_u64().unwrap_or(0) >= 90;
+        let half_time = began.elapsed() > tuning.completion_timeout / 2;
+        if !post_copy
+            && tuning.post_copy
+            && now.status == Some(Status::Active)
+            && (throttled_hard || half_time)
+        {
+            tracing::info!("migration does not converge: switching to post-copy");
+            qmp.execute("migrate-start-postcopy", None).await?;
+            post_copy = true;
         }
         if !post_copy {
             match check_limits(abort, &last_progress, tuning, began) {

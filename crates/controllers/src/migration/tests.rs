@@ -240,3 +240,79 @@ fn the_cluster_configuration_overrides_the_defaults() {
     one_out.configuration = &config;
     assert_eq!(decide(&vmim("Pending", Value::Null), &one_out), Step::Wait);
 }
+
+mod model {
+    use super::super::world::{Copy, Event, World};
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_event() -> impl Strategy<Value = Event> {
+        prop_oneof![
+            4 => Just(Event::Controller),
+            2 => Just(Event::TargetPublishes),
+            2 => Just(Event::SourceStarts),
+            2 => Just(Event::SourceSends),
+            1 => Just(Event::SourceFails),
+            2 => Just(Event::TargetTakesOver),
+            1 => Just(Event::TargetFails),
+            1 => Just(Event::DeleteMigration),
+            1 => Just(Event::TargetNodeDown),
+            1 => Just(Event::GuestPowersOff),
+            2 => Just(Event::SourceReacts),
+            1 => Just(Event::TimePasses),
+        ]
+    }
+
+    fn check(world: &World, after: &str) {
+        assert!(
+            world.running() <= 1,
+            "two running guests after {after}: {world:?}"
+        );
+        if !world.gone {
+            assert!(
+                !world.guests.is_empty(),
+                "no guest at all after {after}: {world:?}"
+            );
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Whatever happens in whatever order, the guest never runs twice and is never
+        /// lost, and once the agents and the controller have done what they do, the
+        /// migration is final and let go, with the guest running on exactly one node.
+        #[test]
+        fn never_two_guests_and_always_final(events in proptest::collection::vec(arb_event(), 0..40)) {
+            let mut world = World::new();
+            for event in &events {
+                world.apply(*event);
+                check(&world, &format!("{event:?}"));
+            }
+            let settle = [
+                Event::Controller,
+                Event::TargetPublishes,
+                Event::SourceStarts,
+                Event::SourceSends,
+                Event::TargetTakesOver,
+                Event::SourceReacts,
+                Event::TimePasses,
+            ];
+            for _ in 0..60 {
+                for event in settle {
+                    world.apply(event);
+                    check(&world, &format!("settling {event:?}"));
+                }
+            }
+            let phase = MigrationPhase::of(&world.vmim);
+            prop_assert!(phase.is_final(), "not final: {:?} {world:?} after {events:?}", phase);
+            prop_assert_eq!(&world.vmim["metadata"]["finalizers"], &json!([]));
+            if !world.gone {
+                prop_assert_eq!(world.running(), 1, "{:?}", world);
+                let on = world.guests.iter().find(|(_, c)| **c == Copy::Running).map(|(n, _)| n.clone());
+                prop_assert_eq!(json!(on), world.vmi["status"]["nodeName"].clone());
+                prop_assert_eq!(phase == MigrationPhase::Succeeded, world.vmi["status"]["nodeName"] == "b");
+            }
+        }
+    }
+}
