@@ -3,7 +3,6 @@
 
 pub mod agent_dial;
 pub mod auth;
-mod config_data;
 pub mod console;
 mod core;
 pub mod discovery;
@@ -93,10 +92,8 @@ fn components() -> Map<String, Value> {
     if let Some(kubevirt) = kubevirt_api::schema::openapi_components().as_object() {
         all.extend(kubevirt.clone());
     }
-    for core in [core::schemas(), config_data::schemas()] {
-        if let Value::Object(core) = core {
-            all.extend(core);
-        }
+    if let Value::Object(core) = core::schemas() {
+        all.extend(core);
     }
     all
 }
@@ -114,31 +111,14 @@ fn registrations(
             },
         )
     };
-    let mut out = vec![Registration {
-        info: &core::NAMESPACE,
-        schema: schema(&core::NAMESPACE)?,
-        hooks: Box::new(core::NamespaceHooks),
-    }];
-    out.push(Registration {
-        info: &core::NODE,
-        schema: schema(&core::NODE)?,
-        hooks: Box::new(core::NodeHooks),
-    });
-    out.push(Registration {
-        info: &core::PERSISTENT_VOLUME_CLAIM,
-        schema: schema(&core::PERSISTENT_VOLUME_CLAIM)?,
-        hooks: Box::new(core::PersistentVolumeClaimHooks),
-    });
-    out.push(Registration {
-        info: &config_data::CONFIG_MAP,
-        schema: schema(&config_data::CONFIG_MAP)?,
-        hooks: Box::new(config_data::ConfigMapHooks),
-    });
-    out.push(Registration {
-        info: &config_data::SECRET,
-        schema: schema(&config_data::SECRET)?,
-        hooks: Box::new(config_data::SecretHooks),
-    });
+    let mut out = Vec::new();
+    for (info, hooks) in core::registrations() {
+        out.push(Registration {
+            info,
+            schema: schema(info)?,
+            hooks,
+        });
+    }
     for (info, hooks) in kubevirt::registrations(host_disks) {
         out.push(Registration {
             info,

@@ -60,7 +60,7 @@ fn computed_cell(info: &ResourceInfo, column: &str, obj: &Value, read: Value) ->
             json!(status)
         }
         // The number of keys, not the data.
-        ("", "configmaps" | "secrets", "Data") => json!(crate::config_data::data_count(obj)),
+        ("", "configmaps" | "secrets", "Data") => json!(crate::core::data_count(obj)),
         _ => read,
     }
 }
