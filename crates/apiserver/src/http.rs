@@ -18,7 +18,7 @@ use crate::discovery::Discovery;
 use crate::negotiate::{self, Format};
 use crate::registry::{
     Change, DeleteOptions, DeleteResult, FieldValidation, ListRequest, Outcome, Propagation,
-    Registration, Registry, WriteOptions,
+    Refusals, Registration, Registry, WriteOptions,
 };
 use crate::request::{self, Query, ResourcePath, Target};
 use crate::stored;
@@ -260,15 +260,14 @@ impl ApiServer {
             }
         }
         if let Some(refusal) =
-            method_refusal(info, method, path.name.is_some(), subresource.is_some())
+            method_refusal(&reg, method, path.name.is_some(), subresource.is_some())
         {
             return Err(refusal);
         }
         crate::options::validate_request(method, path.name.is_some(), &content_type, query)?;
-        // Custom resources are served as JSON and YAML only (never protobuf).
         let negotiate = |table_allowed: bool| {
             negotiate::negotiate(accept, table_allowed).map_err(|status| {
-                if info.group.is_empty() {
+                if reg.serving.protobuf {
                     status
                 } else {
                     Status::not_acceptable(&["application/json", "application/yaml"])
@@ -677,7 +676,7 @@ fn async_stream_lines(
 /// patch without a name with `name must be provided`; built-in kinds (go-restful) answer
 /// a method without a route with a generic 405 (namespaces have no deletecollection).
 fn method_refusal(
-    info: &apimachinery::resource::ResourceInfo,
+    reg: &Registration,
     method: &Method,
     named: bool,
     subresource: bool,
@@ -691,8 +690,8 @@ fn method_refusal(
         ("DELETE", false) => "deletecollection",
         _ => "",
     };
-    let built_in = info.group.is_empty();
-    if built_in {
+    let info = reg.info;
+    if reg.serving.refusals == Refusals::Routes {
         let served = match verb {
             "create" => !named && !subresource,
             "update" | "patch" => named,

@@ -36,7 +36,7 @@ use serde_json::{json, Map, Value};
 use store::Store;
 
 use crate::discovery::{Discovery, ExtraResource};
-use crate::registry::{Registration, Registry, WriteOptions};
+use crate::registry::{Registration, Registry, Serving, WriteOptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -117,13 +117,16 @@ fn registrations(
             info,
             schema: schema(info)?,
             hooks,
+            serving: Serving::BUILT_IN,
         });
     }
+    // KubeVirt's kinds are custom resources upstream.
     for (info, hooks) in kubevirt::registrations(host_disks) {
         out.push(Registration {
             info,
             schema: schema(info)?,
             hooks,
+            serving: Serving::CUSTOM_RESOURCE,
         });
     }
     Ok(out)

@@ -94,8 +94,7 @@ pub async fn patch(
             )
             .await
         }
-        // Built-in kinds (core group) also take strategic merge patches, as upstream.
-        "application/strategic-merge-patch+json" if reg.info.group.is_empty() => {
+        "application/strategic-merge-patch+json" if reg.serving.strategic_merge_patch => {
             registry
                 .update_with(reg, namespace, name, subresource, options, |old| {
                     let new =
@@ -105,7 +104,7 @@ pub async fn patch(
                 })
                 .await
         }
-        _ if reg.info.group.is_empty() => Err(Status::unsupported_media_type(&[
+        _ if reg.serving.strategic_merge_patch => Err(Status::unsupported_media_type(&[
             "application/json-patch+json",
             "application/merge-patch+json",
             "application/strategic-merge-patch+json",

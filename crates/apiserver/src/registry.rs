@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use apimachinery::meta_validation::NameRule;
 use apimachinery::resource::ResourceInfo;
 use apimachinery::schema::Schema;
 use apimachinery::status::Status;
@@ -107,6 +108,64 @@ pub trait ResourceHooks: Send + Sync {
     fn validate_update(&self, _old: &Value, _new: &Value, _privileged: bool) -> Admission {
         Admission::default()
     }
+    /// The rule `metadata.name` follows (most kinds: a DNS subdomain).
+    fn name_rule(&self) -> NameRule {
+        NameRule::Subdomain
+    }
+    /// Refuses a delete before the object is read: the Forbidden message (the
+    /// NamespaceLifecycle admission keeps the system namespaces).
+    fn refuse_delete(&self, _name: &str) -> Option<&'static str> {
+        None
+    }
+    /// Whether a delete only marks the object, even without finalizers, because the
+    /// kind's controller removes it once it has cleaned up (namespaces are emptied first).
+    fn removed_by_controller(&self) -> bool {
+        false
+    }
+    /// What changes when a delete first marks the object (a namespace turns Terminating).
+    fn on_deletion_marked(&self, _obj: &mut Value) {}
+}
+
+/// Where kube-apiserver's two handlers differ: built-in kinds are served by typed
+/// go-restful routes, custom resources by the apiextensions handler. Set where a kind
+/// is registered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Serving {
+    /// Typed decoding: a body without `kind` or `apiVersion` takes the endpoint's
+    /// (clients such as Python's `V1Namespace(...)` omit them). Custom resources insist.
+    pub default_type_meta: bool,
+    /// `application/strategic-merge-patch+json` is accepted (and listed when a patch type
+    /// is refused).
+    pub strategic_merge_patch: bool,
+    /// Upstream would also answer in protobuf, so an unacceptable `Accept` lists it.
+    pub protobuf: bool,
+    /// How a verb the kind does not serve is refused.
+    pub refusals: Refusals,
+}
+
+/// The answer to a verb a path does not serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusals {
+    /// go-restful: a method without a route is a generic 405.
+    Routes,
+    /// The custom resource handler: MethodNotAllowed naming the verb, and update or
+    /// patch without a name is `name must be provided`.
+    Verbs,
+}
+
+impl Serving {
+    pub const BUILT_IN: Serving = Serving {
+        default_type_meta: true,
+        strategic_merge_patch: true,
+        protobuf: true,
+        refusals: Refusals::Routes,
+    };
+    pub const CUSTOM_RESOURCE: Serving = Serving {
+        default_type_meta: false,
+        strategic_merge_patch: false,
+        protobuf: false,
+        refusals: Refusals::Verbs,
+    };
 }
 
 /// A served resource: its names and the schema and hooks that govern writes.
@@ -114,6 +173,7 @@ pub struct Registration {
     pub info: &'static ResourceInfo,
     pub schema: Schema,
     pub hooks: Box<dyn ResourceHooks>,
+    pub serving: Serving,
 }
 
 /// The result of a LIST: the objects as stored (see `stored`).
@@ -275,10 +335,7 @@ impl Registry {
                 info.kind, info.version, info.kind
             )));
         };
-        // Built-in kinds are decoded with the endpoint's kind as the default (typed
-        // clients such as Python's `V1Namespace(...)` omit it); only custom resources
-        // insist on apiVersion and kind in the body.
-        if info.group.is_empty() {
+        if reg.serving.default_type_meta {
             for (field, value) in [
                 ("kind", info.kind.to_string()),
                 ("apiVersion", info.api_version()),
@@ -388,11 +445,7 @@ impl Registry {
     ) -> Result<Vec<String>, Status> {
         let info = reg.info;
         let name = object::name(obj).to_string();
-        let rule = if info.plural == "namespaces" {
-            apimachinery::meta_validation::NameRule::Label
-        } else {
-            apimachinery::meta_validation::NameRule::Subdomain
-        };
+        let rule = reg.hooks.name_rule();
         let meta = obj.get("metadata").unwrap_or(&Value::Null);
         let (mut errors, mut warnings) =
             apimachinery::meta_validation::validate_object_meta(meta, info.namespaced, rule);
@@ -838,16 +891,8 @@ impl Registry {
         name: &str,
         options: &DeleteOptions,
     ) -> Result<Outcome<DeleteResult>, Status> {
-        // NamespaceLifecycle admission: the system namespaces are immortal.
-        if reg.info.group.is_empty()
-            && reg.info.plural == "namespaces"
-            && crate::core::SYSTEM_NAMESPACES.contains(&name)
-        {
-            return Err(Status::forbidden(
-                &reg.info.group_resource(),
-                name,
-                "this namespace may not be deleted",
-            ));
+        if let Some(message) = reg.hooks.refuse_delete(name) {
+            return Err(Status::forbidden(&reg.info.group_resource(), name, message));
         }
         loop {
             let kv = self.get_kv(reg, namespace, name).await?;
@@ -890,7 +935,7 @@ impl Registry {
                 finalizers.push(f.to_string());
             }
             let key = Self::key(reg.info, namespace, name);
-            if finalizers.is_empty() && reg.info.plural != "namespaces" {
+            if finalizers.is_empty() && !reg.hooks.removed_by_controller() {
                 if options.dry_run {
                     return Ok(Outcome {
                         value: DeleteResult::Deleted(old),
@@ -928,11 +973,7 @@ impl Registry {
                     meta.insert("deletionGracePeriodSeconds".into(), json!(0));
                     let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
                     meta.insert("generation".into(), json!(generation + 1));
-                    if reg.info.plural == "namespaces" {
-                        if let Some(root) = new.as_object_mut() {
-                            root.insert("status".into(), json!({"phase": "Terminating"}));
-                        }
-                    }
+                    reg.hooks.on_deletion_marked(&mut new);
                 }
                 object::set_finalizers(&mut new, finalizers.clone());
                 !was_deleting || object::finalizers(&old) != finalizers

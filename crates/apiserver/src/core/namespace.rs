@@ -4,6 +4,8 @@
 use apimachinery::resource::{PrinterColumn, ResourceInfo};
 use serde_json::{json, Value};
 
+use apimachinery::meta_validation::NameRule;
+
 use crate::registry::ResourceHooks;
 
 pub static NAMESPACE: ResourceInfo = ResourceInfo {
@@ -66,6 +68,25 @@ impl ResourceHooks for NamespaceHooks {
             labels.insert("kubernetes.io/metadata.name".into(), Value::String(name));
         }
     }
+    /// A namespace's name is a DNS label: it becomes part of DNS names.
+    fn name_rule(&self) -> NameRule {
+        NameRule::Label
+    }
+    /// NamespaceLifecycle admission: the system namespaces are immortal.
+    fn refuse_delete(&self, name: &str) -> Option<&'static str> {
+        SYSTEM_NAMESPACES
+            .contains(&name)
+            .then_some("this namespace may not be deleted")
+    }
+    /// The garbage collector deletes a terminating namespace's content, then the namespace.
+    fn removed_by_controller(&self) -> bool {
+        true
+    }
+    fn on_deletion_marked(&self, obj: &mut Value) {
+        if let Some(root) = obj.as_object_mut() {
+            root.insert("status".into(), json!({"phase": "Terminating"}));
+        }
+    }
 }
 
 /// OpenAPI schemas of Namespace and NamespaceList.
@@ -96,4 +117,22 @@ pub fn schemas() -> Value {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifecycle_hooks() {
+        assert_eq!(
+            NamespaceHooks.refuse_delete("kube-system"),
+            Some("this namespace may not be deleted")
+        );
+        assert_eq!(NamespaceHooks.refuse_delete("tenant"), None);
+        assert!(NamespaceHooks.removed_by_controller());
+        let mut ns = json!({"metadata": {"name": "tenant"}, "status": {"phase": "Active"}});
+        NamespaceHooks.on_deletion_marked(&mut ns);
+        assert_eq!(ns["status"], json!({"phase": "Terminating"}));
+    }
 }
