@@ -10,6 +10,7 @@ use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use futures::StreamExt;
+use http::request::Parts;
 use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use serde_json::{json, Value};
 
@@ -20,7 +21,7 @@ use crate::registry::{
     Change, DeleteOptions, DeleteResult, FieldValidation, ListRequest, Outcome, Propagation,
     Refusals, Registration, Registry, WriteOptions,
 };
-use crate::request::{self, Query, ResourcePath, Target};
+use crate::request::{self, Query, RequestInfo, ResourcePath, Target, Verb};
 use crate::stored;
 use crate::tls::ClientCertificateIdentity;
 use crate::watch::{WatchEvent, WatchStart};
@@ -145,13 +146,14 @@ impl ApiServer {
             .ok_or_else(Status::unauthorized)?;
         let target = target.ok_or_else(not_found_path)?;
         let query = Query::parse(parts.uri.query())?;
+        let info = RequestInfo::new(&parts.method, parts.uri.path(), target, &query);
         let accept = parts
             .headers
             .get(header::ACCEPT)
             .and_then(|v| v.to_str().ok());
-        match target {
+        match &info.target {
             Target::CoreVersions | Target::Groups => {
-                let core = target == Target::CoreVersions;
+                let core = info.target == Target::CoreVersions;
                 if accept.is_some_and(|a| a.contains("as=APIGroupDiscoveryList")) {
                     let mut response =
                         json_response(StatusCode::OK, &self.discovery.aggregated(core));
@@ -175,37 +177,38 @@ impl ApiServer {
             }
             Target::Group(group) => self
                 .discovery
-                .group(&group)
+                .group(group)
                 .map(|d| json_response(StatusCode::OK, &d))
                 .ok_or_else(not_found_path),
             Target::GroupVersion { group, version } => self
                 .discovery
-                .resource_list(&group, &version)
+                .resource_list(group, version)
                 .map(|d| json_response(StatusCode::OK, &d))
                 .ok_or_else(not_found_path),
             Target::OpenApiV3Root => Ok(json_response(StatusCode::OK, &self.openapi.root())),
             Target::OpenApiV3 { group, version } => {
                 self.openapi
-                    .group_version(&group, &version, query.hash.as_deref())
+                    .group_version(group, version, query.hash.as_deref())
             }
             Target::OpenApiV2 => Err(not_found_path()),
+            // A websocket upgrade is a GET (HEAD, also `get`, is refused by the handler).
             Target::Resource(path)
                 if path.group == crate::subresources::GROUP
                     && matches!(path.subresource.as_deref(), Some("console" | "vnc"))
                     && parts.method == Method::GET =>
             {
-                crate::console::serve(&self.registry, &self.consoles, parts, &path).await
+                crate::console::serve(&self.registry, &self.consoles, parts, path).await
             }
             Target::Resource(path) => {
                 let serve = async {
                     let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
                         .await
                         .map_err(|_| Status::request_too_large(MAX_BODY_BYTES))?;
-                    self.serve_resource(&parts.method, &parts.headers, &path, &query, &body, &user)
+                    self.serve_resource(&parts, &info.verb, path, &query, &body, &user)
                         .await
                 };
                 match &self.write_gauge {
-                    Some(gauge) if parts.method != Method::GET => gauge.announce(serve).await,
+                    Some(gauge) if info.verb.writes() => gauge.announce(serve).await,
                     _ => serve.await,
                 }
             }
@@ -215,16 +218,17 @@ impl ApiServer {
 
     async fn serve_resource(
         &self,
-        method: &Method,
-        headers: &HeaderMap,
+        parts: &Parts,
+        verb: &Verb,
         path: &ResourcePath,
         query: &Query,
         body: &[u8],
         user: &UserInfo,
     ) -> Result<Response, Status> {
+        let (method, headers) = (&parts.method, &parts.headers);
         if path.group == "authorization.k8s.io"
-            && path.plural == "selfsubjectaccessreviews"
-            && method == Method::POST
+            && path.resource == "selfsubjectaccessreviews"
+            && *verb == Verb::Create
         {
             return Ok(crate::review::self_subject_access_review(body, user));
         }
@@ -233,7 +237,7 @@ impl ApiServer {
         }
         let reg = self
             .registry
-            .find(&path.group, &path.version, &path.plural)
+            .find(&path.group, &path.version, &path.resource)
             .ok_or_else(not_found_path)?;
         let info = reg.info;
         if info.namespaced && path.name.is_some() && path.namespace.is_none() {
@@ -260,11 +264,18 @@ impl ApiServer {
             }
         }
         if let Some(refusal) =
-            method_refusal(&reg, method, path.name.is_some(), subresource.is_some())
+            method_refusal(&reg, verb, path.name.is_some(), subresource.is_some())
         {
             return Err(refusal);
         }
-        crate::options::validate_request(method, path.name.is_some(), &content_type, query)?;
+        // HEAD is `get` to Kubernetes, but no route here serves it.
+        if method == Method::HEAD {
+            return Err(Status::method_not_allowed(
+                &info.group_resource(),
+                "this method",
+            ));
+        }
+        crate::options::validate_request(verb, &content_type, query)?;
         let negotiate = |table_allowed: bool| {
             negotiate::negotiate(accept, table_allowed).map_err(|status| {
                 if reg.serving.protobuf {
@@ -284,11 +295,11 @@ impl ApiServer {
         };
         let kind = info.kind;
         let version = info.version;
-        match (method.clone(), path.name.as_deref()) {
-            (Method::GET, None) => {
+        match (verb, path.name.as_deref()) {
+            (Verb::List | Verb::Watch, None) => {
                 let format = negotiate(true)?;
                 let list_request = list_request(&reg, namespace, query)?;
-                if query.watch {
+                if *verb == Verb::Watch {
                     return self.serve_watch(reg, list_request, query, format).await;
                 }
                 let result = self.registry.list(&reg, &list_request).await?;
@@ -328,7 +339,7 @@ impl ApiServer {
                 list["items"] = Value::Array(items);
                 Ok(object_response(StatusCode::OK, &list, format))
             }
-            (Method::GET, Some(name)) => {
+            (Verb::Get, Some(name)) => {
                 let format = negotiate(true)?;
                 let obj = self.registry.get(&reg, namespace, name).await?;
                 if format == Format::Table {
@@ -348,7 +359,7 @@ impl ApiServer {
                 }
                 Ok(object_response(StatusCode::OK, &obj, format))
             }
-            (Method::POST, None) => {
+            (Verb::Create, None) => {
                 let format = negotiate(false)?;
                 let obj = negotiate::decode_body(&content_type, body, kind, version)?;
                 let outcome = self
@@ -357,7 +368,7 @@ impl ApiServer {
                     .await?;
                 Ok(outcome_response(outcome, format))
             }
-            (Method::PUT, Some(name)) => {
+            (Verb::Update, Some(name)) => {
                 let format = negotiate(false)?;
                 let obj = negotiate::decode_body(&content_type, body, kind, version)?;
                 // The handler checks the namespace, then the name, before storage is asked.
@@ -431,7 +442,7 @@ impl ApiServer {
                     .await?;
                 Ok(outcome_response(outcome, format))
             }
-            (Method::PATCH, Some(name)) => {
+            (Verb::Patch, Some(name)) => {
                 let format = negotiate(false)?;
                 crate::patching::patch(
                     &self.registry,
@@ -447,7 +458,7 @@ impl ApiServer {
                 .await
                 .map(|outcome| outcome_response(outcome, format))
             }
-            (Method::DELETE, Some(name)) => {
+            (Verb::Delete, Some(name)) => {
                 let format = negotiate(false)?;
                 let options = delete_options(query, body)?;
                 let outcome = self
@@ -466,7 +477,7 @@ impl ApiServer {
                     DeleteResult::Pending(obj) => object_response(StatusCode::OK, &obj, format),
                 })
             }
-            (Method::DELETE, None) => {
+            (Verb::DeleteCollection, None) => {
                 let format = negotiate(false)?;
                 let options = delete_options(query, body)?;
                 let list_request = list_request(&reg, namespace, query)?;
@@ -492,11 +503,11 @@ impl ApiServer {
                     "metadata": {"resourceVersion": self.registry.store.current_revision().to_string()}, "items": deleted});
                 Ok(object_response(StatusCode::OK, &list, format))
             }
-            (method, name) => {
-                let action = match (method, name) {
-                    (Method::POST, Some(_)) => "create",
-                    (Method::PUT, None) => "update",
-                    (Method::PATCH, None) => "patch",
+            (verb, _) => {
+                let action = match verb {
+                    Verb::Create => "create",
+                    Verb::Update => "update",
+                    Verb::Patch => "patch",
                     _ => "this method",
                 };
                 Err(Status::method_not_allowed(&info.group_resource(), action))
@@ -677,25 +688,19 @@ fn async_stream_lines(
 /// a method without a route with a generic 405 (namespaces have no deletecollection).
 fn method_refusal(
     reg: &Registration,
-    method: &Method,
+    verb: &Verb,
     named: bool,
     subresource: bool,
 ) -> Option<Status> {
-    let verb = match (method.as_str(), named) {
-        ("GET" | "HEAD", _) => return None,
-        ("POST", _) => "create",
-        ("PUT", _) => "update",
-        ("PATCH", _) => "patch",
-        ("DELETE", true) => "delete",
-        ("DELETE", false) => "deletecollection",
-        _ => "",
-    };
+    if matches!(verb, Verb::Get | Verb::List | Verb::Watch) {
+        return None;
+    }
     let info = reg.info;
     if reg.serving.refusals == Refusals::Routes {
         let served = match verb {
-            "create" => !named && !subresource,
-            "update" | "patch" => named,
-            "delete" => named && !subresource,
+            Verb::Create => !named && !subresource,
+            Verb::Update | Verb::Patch => named,
+            Verb::Delete => named && !subresource,
             _ => false,
         };
         if served {
@@ -709,23 +714,21 @@ fn method_refusal(
         status.details = Some(Default::default());
         return Some(status);
     }
-    let verb = if verb.is_empty() {
-        method.as_str().to_ascii_lowercase()
-    } else {
-        verb.to_string()
-    };
     let served = if subresource {
-        matches!(verb.as_str(), "update" | "patch")
+        matches!(verb, Verb::Update | Verb::Patch)
     } else {
         matches!(
-            verb.as_str(),
-            "create" | "update" | "patch" | "delete" | "deletecollection"
+            verb,
+            Verb::Create | Verb::Update | Verb::Patch | Verb::Delete | Verb::DeleteCollection
         )
     };
     if !served {
-        return Some(Status::method_not_allowed(&info.group_resource(), &verb));
+        return Some(Status::method_not_allowed(
+            &info.group_resource(),
+            verb.as_str(),
+        ));
     }
-    if !named && matches!(verb.as_str(), "update" | "patch") {
+    if !named && matches!(verb, Verb::Update | Verb::Patch) {
         return Some(Status::bad_request("name must be provided"));
     }
     None

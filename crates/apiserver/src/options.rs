@@ -3,11 +3,9 @@
 //! kube-apiserver does: 422 Invalid for `<Kind>.meta.k8s.io ""` with one cause per problem
 //! (`k8s.io/apimachinery/pkg/apis/meta/v1/validation`, `.../internalversion/validation`).
 
+use crate::request::{Query, Verb};
 use apimachinery::field::{ErrorType, FieldError};
 use apimachinery::status::{GroupKind, Status};
-use http::Method;
-
-use crate::request::Query;
 
 const FIELD_MANAGER_MAX: usize = 128;
 
@@ -170,19 +168,14 @@ pub fn delete_errors(dry_run: &[String], propagation: Option<&str>) -> Vec<Field
 
 /// Validates the options of a request before anything else looks at it. `named` tells
 /// an object path from a collection; `content_type` picks apply patches.
-pub fn validate_request(
-    method: &Method,
-    named: bool,
-    content_type: &str,
-    query: &Query,
-) -> Result<(), Status> {
+pub fn validate_request(verb: &Verb, content_type: &str, query: &Query) -> Result<(), Status> {
     let common = |errs: &mut Vec<FieldError>| {
         errs.extend(field_manager_errors(query.field_manager.as_deref()));
         errs.extend(dry_run_errors(&query.dry_run_values));
         errs.extend(field_validation_errors(query.field_validation.as_deref()));
     };
-    let (kind, errs) = match (method.as_str(), named) {
-        ("GET", false) => {
+    let (kind, errs) = match verb {
+        Verb::List | Verb::Watch => {
             let errs = list_errors(query);
             if errs.is_empty()
                 && !query.watch
@@ -198,17 +191,17 @@ pub fn validate_request(
             }
             ("ListOptions", errs)
         }
-        ("POST", _) => {
+        Verb::Create => {
             let mut errs = Vec::new();
             common(&mut errs);
             ("CreateOptions", errs)
         }
-        ("PUT", _) => {
+        Verb::Update => {
             let mut errs = Vec::new();
             common(&mut errs);
             ("UpdateOptions", errs)
         }
-        ("PATCH", _) => {
+        Verb::Patch => {
             let mut errs = Vec::new();
             if content_type == "application/apply-patch+yaml" {
                 if query.field_manager.as_deref().is_none_or(str::is_empty) {
@@ -226,7 +219,7 @@ pub fn validate_request(
             common(&mut errs);
             ("PatchOptions", errs)
         }
-        ("DELETE", _) => (
+        Verb::Delete | Verb::DeleteCollection => (
             "DeleteOptions",
             delete_errors(&query.dry_run_values, query.propagation_policy.as_deref()),
         ),
@@ -249,36 +242,25 @@ mod tests {
 
     #[test]
     fn dry_run_is_printed_as_a_go_slice() {
-        let s = validate_request(
-            &Method::POST,
-            false,
-            "application/json",
-            &query("dryRun=Maybe"),
-        )
-        .unwrap_err();
+        let s = validate_request(&Verb::Create, "application/json", &query("dryRun=Maybe"))
+            .unwrap_err();
         assert_eq!(
             s.message,
             "CreateOptions.meta.k8s.io \"\" is invalid: dryRun: Unsupported value: []string{\"Maybe\"}: supported values: \"All\""
         );
-        assert!(validate_request(&Method::POST, false, "", &query("dryRun=All")).is_ok());
+        assert!(validate_request(&Verb::Create, "", &query("dryRun=All")).is_ok());
     }
 
     #[test]
     fn apply_needs_a_manager_and_force_needs_apply() {
-        let s = validate_request(
-            &Method::PATCH,
-            true,
-            "application/apply-patch+yaml",
-            &query(""),
-        )
-        .unwrap_err();
+        let s =
+            validate_request(&Verb::Patch, "application/apply-patch+yaml", &query("")).unwrap_err();
         assert_eq!(
             s.message,
             "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
         );
         let s = validate_request(
-            &Method::PATCH,
-            true,
+            &Verb::Patch,
             "application/merge-patch+json",
             &query("force=true"),
         )
@@ -288,15 +270,13 @@ mod tests {
 
     #[test]
     fn list_options() {
-        let s = validate_request(&Method::GET, false, "", &query("sendInitialEvents=true"))
-            .unwrap_err();
+        let s = validate_request(&Verb::List, "", &query("sendInitialEvents=true")).unwrap_err();
         assert_eq!(
             s.message,
             "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list"
         );
         assert!(validate_request(
-            &Method::GET,
-            false,
+            &Verb::Watch,
             "",
             &query("watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan")
         )

@@ -1,7 +1,8 @@
-//! Parsing at the edge: a URL path and query string become a typed request, so the rest
-//! of the server never looks at raw HTTP.
+//! Parsing at the edge: a method, URL path and query string become a typed request (a
+//! `RequestInfo` and a `Query`), so the rest of the server never looks at raw HTTP.
 
 use apimachinery::status::Status;
+use http::Method;
 
 /// What a path addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,16 +29,126 @@ pub enum Target {
     Resource(ResourcePath),
 }
 
-/// `/apis/<group>/<version>[/namespaces/<ns>]/<plural>[/<name>[/<subresource>...]]`
+/// `/apis/<group>/<version>[/namespaces/<ns>]/<resource>[/<name>[/<subresource>...]]`
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourcePath {
+    /// The API group, empty for the core group (`/api/v1`).
     pub group: String,
     pub version: String,
+    /// The namespace the object lives in: `None` for cluster-scoped resources, so
+    /// `/api/v1/namespaces/x` names namespace `x` in no namespace (Kubernetes' RequestInfo
+    /// would also say namespace `x`).
     pub namespace: Option<String>,
-    pub plural: String,
+    /// The resource's plural name, e.g. `virtualmachines`.
+    pub resource: String,
     pub name: Option<String>,
     /// Everything after the name, e.g. `status` or `portforward/22`.
     pub subresource: Option<String>,
+}
+
+/// What a request does, in Kubernetes' names (the verbs RBAC rules list).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verb {
+    Get,
+    List,
+    Watch,
+    Create,
+    Update,
+    Patch,
+    Delete,
+    DeleteCollection,
+    /// Any other method, lower-cased (`options`): what non-resource rules and the custom
+    /// resource handler's MethodNotAllowed call it.
+    Other(String),
+}
+
+impl Verb {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Watch => "watch",
+            Verb::Create => "create",
+            Verb::Update => "update",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+            Verb::DeleteCollection => "deletecollection",
+            Verb::Other(verb) => verb,
+        }
+    }
+
+    /// Kubernetes' RequestInfoFactory: the method gives the verb, and a request without
+    /// a name is a list, a watch or a deletecollection. Subresource connections keep the
+    /// method's verb (`get` for a console websocket, `update` for a PUT to `start`), as
+    /// KubeVirt's roles expect.
+    fn of_resource_request(method: &Method, named: bool, watch: bool) -> Verb {
+        match *method {
+            Method::GET | Method::HEAD if named => Verb::Get,
+            Method::GET | Method::HEAD if watch => Verb::Watch,
+            Method::GET | Method::HEAD => Verb::List,
+            Method::POST => Verb::Create,
+            Method::PUT => Verb::Update,
+            Method::PATCH => Verb::Patch,
+            Method::DELETE if named => Verb::Delete,
+            Method::DELETE => Verb::DeleteCollection,
+            _ => Verb::Other(method.as_str().to_ascii_lowercase()),
+        }
+    }
+
+    /// A non-resource URL's verb is the lower-cased method (`get`, `post`).
+    fn of_non_resource_request(method: &Method) -> Verb {
+        match method.as_str().to_ascii_lowercase().as_str() {
+            "get" => Verb::Get,
+            "patch" => Verb::Patch,
+            "delete" => Verb::Delete,
+            other => Verb::Other(other.to_string()),
+        }
+    }
+
+    /// Whether the request may write (what the store's group commit waits for).
+    pub fn writes(&self) -> bool {
+        !matches!(self, Verb::Get | Verb::List | Verb::Watch)
+    }
+}
+
+/// A request as the server understands it, parsed once at the edge: what it does and
+/// what it addresses (Kubernetes' `RequestInfo`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestInfo {
+    pub verb: Verb,
+    /// The URL path as sent, which non-resource rules match.
+    pub path: String,
+    pub target: Target,
+}
+
+impl RequestInfo {
+    /// `target` is what `parse_path` made of `path`; `query` gives `watch`.
+    pub fn new(method: &Method, path: &str, target: Target, query: &Query) -> RequestInfo {
+        let verb = match &target {
+            Target::Resource(resource) => {
+                Verb::of_resource_request(method, resource.name.is_some(), query.watch)
+            }
+            _ => Verb::of_non_resource_request(method),
+        };
+        RequestInfo {
+            verb,
+            path: path.to_string(),
+            target,
+        }
+    }
+
+    /// Whether it addresses a resource (else a non-resource URL: discovery, OpenAPI,
+    /// health, version).
+    pub fn is_resource_request(&self) -> bool {
+        matches!(self.target, Target::Resource(_))
+    }
+
+    pub fn resource(&self) -> Option<&ResourcePath> {
+        match &self.target {
+            Target::Resource(resource) => Some(resource),
+            _ => None,
+        }
+    }
 }
 
 /// Splits a path into a target. `is_namespaced_plural(group, version, plural)` tells the
@@ -104,7 +215,7 @@ fn resource_path(
             group: group.to_string(),
             version: version.to_string(),
             namespace: namespace.map(str::to_string),
-            plural: plural.to_string(),
+            resource: plural.to_string(),
             name,
             subresource: sub,
         }))
@@ -243,6 +354,231 @@ mod tests {
         })
     }
 
+    /// As the server parses: the subresources group names KubeVirt's namespaced kinds.
+    fn info(method: Method, uri: &str) -> RequestInfo {
+        let (path, query) = match uri.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (uri, None),
+        };
+        let target = parse_path(path, |g, _, p| match g {
+            "kubevirt.io" | "subresources.kubevirt.io" => p.starts_with("virtualmachine"),
+            "" => matches!(p, "persistentvolumeclaims" | "configmaps" | "secrets"),
+            _ => false,
+        })
+        .expect("a path the server knows");
+        let query = Query::parse(query).expect("a valid query");
+        RequestInfo::new(&method, path, target, &query)
+    }
+
+    /// verb, group, resource, namespace, name, subresource.
+    fn summary(info: &RequestInfo) -> (&str, &str, &str, Option<&str>, Option<&str>, Option<&str>) {
+        let r = info.resource().expect("a resource request");
+        (
+            info.verb.as_str(),
+            r.group.as_str(),
+            r.resource.as_str(),
+            r.namespace.as_deref(),
+            r.name.as_deref(),
+            r.subresource.as_deref(),
+        )
+    }
+
+    #[test]
+    fn kubectl_resource_requests() {
+        let vms = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines";
+        let cases = [
+            (Method::GET, format!("{vms}?limit=500"), ("list", None, None)),
+            (
+                Method::GET,
+                format!("{vms}?allowWatchBookmarks=true&fieldSelector=metadata.name%3Dvm1&resourceVersion=1075&timeoutSeconds=565&watch=true"),
+                ("watch", None, None),
+            ),
+            (Method::GET, format!("{vms}?watch=1"), ("watch", None, None)),
+            (Method::GET, format!("{vms}?watch=false"), ("list", None, None)),
+            (Method::GET, format!("{vms}/vm1"), ("get", Some("vm1"), None)),
+            (Method::GET, format!("{vms}/vm1/status"), ("get", Some("vm1"), Some("status"))),
+            (
+                Method::POST,
+                format!("{vms}?fieldManager=kubectl-create&fieldValidation=Strict"),
+                ("create", None, None),
+            ),
+            (
+                Method::PUT,
+                format!("{vms}/vm1?fieldManager=kubectl-replace&fieldValidation=Strict"),
+                ("update", Some("vm1"), None),
+            ),
+            (
+                Method::PATCH,
+                format!("{vms}/vm1/status?fieldManager=kubectl-patch"),
+                ("patch", Some("vm1"), Some("status")),
+            ),
+            (
+                Method::PATCH,
+                format!("{vms}/testvm?fieldManager=kubectl&fieldValidation=Strict&force=true"),
+                ("patch", Some("testvm"), None),
+            ),
+            (Method::DELETE, format!("{vms}/vm1"), ("delete", Some("vm1"), None)),
+            (Method::DELETE, format!("{vms}?labelSelector=app%3Dx"), ("deletecollection", None, None)),
+            // A POST with a name is still `create`; the handler refuses it.
+            (Method::POST, format!("{vms}/vm1"), ("create", Some("vm1"), None)),
+            (Method::HEAD, format!("{vms}/vm1"), ("get", Some("vm1"), None)),
+            (Method::OPTIONS, format!("{vms}/vm1"), ("options", Some("vm1"), None)),
+        ];
+        for (method, uri, (verb, name, subresource)) in cases {
+            let info = info(method, &uri);
+            assert!(info.is_resource_request());
+            assert_eq!(
+                summary(&info),
+                (
+                    verb,
+                    "kubevirt.io",
+                    "virtualmachines",
+                    Some("default"),
+                    name,
+                    subresource
+                ),
+                "{uri}"
+            );
+        }
+        // Across all namespaces.
+        let all = info(
+            Method::GET,
+            "/apis/kubevirt.io/v1/virtualmachines?limit=500",
+        );
+        assert_eq!(
+            summary(&all),
+            ("list", "kubevirt.io", "virtualmachines", None, None, None)
+        );
+        assert_eq!(all.path, "/apis/kubevirt.io/v1/virtualmachines");
+    }
+
+    #[test]
+    fn core_and_cluster_scoped_requests() {
+        let review = info(
+            Method::POST,
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        );
+        assert_eq!(
+            summary(&review),
+            (
+                "create",
+                "authorization.k8s.io",
+                "selfsubjectaccessreviews",
+                None,
+                None,
+                None
+            )
+        );
+        // A namespace is cluster-scoped: it is named, not a namespace of its own.
+        let ns = info(Method::DELETE, "/api/v1/namespaces/test");
+        assert_eq!(
+            summary(&ns),
+            ("delete", "", "namespaces", None, Some("test"), None)
+        );
+        let finalize = info(Method::PUT, "/api/v1/namespaces/test/finalize");
+        assert_eq!(
+            summary(&finalize),
+            (
+                "update",
+                "",
+                "namespaces",
+                None,
+                Some("test"),
+                Some("finalize")
+            )
+        );
+        let cm = info(
+            Method::GET,
+            "/api/v1/namespaces/test/configmaps/sysprep%20answers",
+        );
+        assert_eq!(
+            summary(&cm),
+            (
+                "get",
+                "",
+                "configmaps",
+                Some("test"),
+                Some("sysprep answers"),
+                None
+            )
+        );
+        let nodes = info(Method::GET, "/api/v1/nodes?watch=true&resourceVersion=0");
+        assert_eq!(summary(&nodes), ("watch", "", "nodes", None, None, None));
+    }
+
+    #[test]
+    fn virtctl_subresources_keep_the_method_verb() {
+        let start = info(
+            Method::PUT,
+            "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachines/vm1/start",
+        );
+        assert_eq!(
+            summary(&start),
+            (
+                "update",
+                "subresources.kubevirt.io",
+                "virtualmachines",
+                Some("default"),
+                Some("vm1"),
+                Some("start")
+            )
+        );
+        let console = info(
+            Method::GET,
+            "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances/vm1/console",
+        );
+        assert_eq!(summary(&console).0, "get");
+        assert_eq!(summary(&console).5, Some("console"));
+        let forward = info(
+            Method::GET,
+            "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances/vm1/portforward/22/tcp",
+        );
+        assert_eq!(summary(&forward).5, Some("portforward/22/tcp"));
+    }
+
+    #[test]
+    fn kubectl_non_resource_requests() {
+        let cases = [
+            ("/api?timeout=32s", Target::CoreVersions),
+            ("/apis?timeout=32s", Target::Groups),
+            (
+                "/api/v1?timeout=32s",
+                Target::GroupVersion {
+                    group: String::new(),
+                    version: "v1".into(),
+                },
+            ),
+            (
+                "/apis/kubevirt.io/v1?timeout=32s",
+                Target::GroupVersion {
+                    group: "kubevirt.io".into(),
+                    version: "v1".into(),
+                },
+            ),
+            ("/openapi/v3?timeout=32s", Target::OpenApiV3Root),
+            (
+                "/openapi/v3/apis/kubevirt.io/v1?hash=KUBEVIRT0001&timeout=32s",
+                Target::OpenApiV3 {
+                    group: "kubevirt.io".into(),
+                    version: "v1".into(),
+                },
+            ),
+            ("/openapi/v2?timeout=32s", Target::OpenApiV2),
+            ("/version?timeout=32s", Target::Version),
+            ("/healthz/ping", Target::Health("ping".into())),
+        ];
+        for (uri, target) in cases {
+            let info = info(Method::GET, uri);
+            assert!(!info.is_resource_request(), "{uri}");
+            assert_eq!((info.verb, info.target), (Verb::Get, target), "{uri}");
+        }
+        assert_eq!(
+            info(Method::POST, "/healthz").verb,
+            Verb::Other("post".into())
+        );
+        assert_eq!(parse("/metrics"), None);
+    }
+
     #[test]
     fn namespaced_and_cluster_paths() {
         let Some(Target::Resource(r)) =
@@ -257,14 +593,14 @@ mod tests {
             panic!("not a resource")
         };
         assert_eq!(
-            (r.plural.as_str(), r.name.as_deref(), r.namespace),
+            (r.resource.as_str(), r.name.as_deref(), r.namespace),
             ("namespaces", Some("default"), None)
         );
         let Some(Target::Resource(r)) = parse("/apis/kubevirt.io/v1/virtualmachines") else {
             panic!("not a resource")
         };
         assert_eq!(
-            (r.plural.as_str(), r.name, r.namespace),
+            (r.resource.as_str(), r.name, r.namespace),
             ("virtualmachines", None, None)
         );
         assert_eq!(

@@ -182,7 +182,7 @@ pub async fn handle(
     let vmi_reg = registry
         .find("kubevirt.io", "v1", "virtualmachineinstances")
         .ok_or_else(|| Status::internal("no VMI registration"))?;
-    match (path.plural.as_str(), verb) {
+    match (path.resource.as_str(), verb) {
         ("virtualmachines", "start" | "stop" | "restart" | "migrate") => {
             let vm = registry
                 .get(&vm_reg, Some(namespace), name)
