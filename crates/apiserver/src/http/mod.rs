@@ -1,0 +1,155 @@
+//! The HTTP edge: authenticates, parses the request once into a `RequestInfo`, calls the
+//! registry, and writes the answer in the representation the client asked for.
+//!
+//! One module per job: `resource` (the checks every resource verb shares and the
+//! dispatch), `read` (get, list), `stream` (watch), `write` (create, update, patch,
+//! delete) and `response` (representations).
+
+use std::sync::Arc;
+
+use apimachinery::status::Status;
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use http::{header, HeaderValue, Method, StatusCode};
+
+use crate::auth::Authenticator;
+use crate::discovery::Discovery;
+use crate::registry::Registry;
+use crate::request::{self, Query, RequestInfo, Target};
+use crate::tls::ClientCertificateIdentity;
+
+mod read;
+mod resource;
+mod response;
+mod stream;
+mod write;
+
+pub use response::status_response;
+use response::{json_response, not_found_path};
+
+/// kube-apiserver's request body limit.
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+pub struct ApiServer {
+    pub registry: Arc<Registry>,
+    pub authenticator: Authenticator,
+    pub discovery: Discovery,
+    pub openapi: crate::openapi::OpenApi,
+    /// `host:port` clients use to reach us, for `/api`'s serverAddressByClientCIDRs.
+    pub server_address: String,
+    /// How VMI consoles are reached: directly or through node agents.
+    pub consoles: crate::console::Consoles,
+    /// Where writes are announced while they are being prepared, so the store's group
+    /// commit can wait for them (`None` if the store does not batch).
+    pub write_gauge: Option<store::WriteGauge>,
+}
+
+pub fn router(server: Arc<ApiServer>) -> Router {
+    Router::new().fallback(handle).with_state(server)
+}
+
+async fn handle(State(server): State<Arc<ApiServer>>, request: Request) -> Response {
+    match server.serve(request).await {
+        Ok(response) => response,
+        Err(status) => status_response(&status),
+    }
+}
+
+impl ApiServer {
+    async fn serve(&self, request: Request) -> Result<Response, Status> {
+        let (parts, body) = request.into_parts();
+        let registry = &self.registry;
+        let target = request::parse_path(parts.uri.path(), |g, v, p| {
+            let g = if g == crate::subresources::GROUP {
+                "kubevirt.io"
+            } else {
+                g
+            };
+            registry.find(g, v, p).is_some_and(|r| r.info.namespaced)
+        });
+        match &target {
+            Some(Target::Health(_)) => return Ok((StatusCode::OK, "ok").into_response()),
+            Some(Target::Version) => {
+                return Ok(json_response(StatusCode::OK, &crate::version::info()))
+            }
+            _ => {}
+        }
+        // Authentication comes before routing: an unknown path is 401 to strangers too.
+        let certificate = parts.extensions.get::<ClientCertificateIdentity>();
+        let user = self
+            .authenticator
+            .authenticate(&parts.headers, certificate)
+            .ok_or_else(Status::unauthorized)?;
+        let target = target.ok_or_else(not_found_path)?;
+        let query = Query::parse(parts.uri.query())?;
+        let info = RequestInfo::new(&parts.method, parts.uri.path(), target, &query);
+        let accept = parts
+            .headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok());
+        match &info.target {
+            Target::CoreVersions | Target::Groups => {
+                let core = info.target == Target::CoreVersions;
+                if accept.is_some_and(|a| a.contains("as=APIGroupDiscoveryList")) {
+                    let mut response =
+                        json_response(StatusCode::OK, &self.discovery.aggregated(core));
+                    response.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static(
+                            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+                        ),
+                    );
+                    response
+                        .headers_mut()
+                        .insert(header::VARY, HeaderValue::from_static("Accept"));
+                    return Ok(response);
+                }
+                let doc = if core {
+                    self.discovery.api_versions(&self.server_address)
+                } else {
+                    self.discovery.group_list()
+                };
+                Ok(json_response(StatusCode::OK, &doc))
+            }
+            Target::Group(group) => self
+                .discovery
+                .group(group)
+                .map(|d| json_response(StatusCode::OK, &d))
+                .ok_or_else(not_found_path),
+            Target::GroupVersion { group, version } => self
+                .discovery
+                .resource_list(group, version)
+                .map(|d| json_response(StatusCode::OK, &d))
+                .ok_or_else(not_found_path),
+            Target::OpenApiV3Root => Ok(json_response(StatusCode::OK, &self.openapi.root())),
+            Target::OpenApiV3 { group, version } => {
+                self.openapi
+                    .group_version(group, version, query.hash.as_deref())
+            }
+            Target::OpenApiV2 => Err(not_found_path()),
+            // A websocket upgrade is a GET (HEAD, also `get`, is refused by the handler).
+            Target::Resource(path)
+                if path.group == crate::subresources::GROUP
+                    && matches!(path.subresource.as_deref(), Some("console" | "vnc"))
+                    && parts.method == Method::GET =>
+            {
+                crate::console::serve(&self.registry, &self.consoles, parts, path).await
+            }
+            Target::Resource(path) => {
+                let serve = async {
+                    let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
+                        .await
+                        .map_err(|_| Status::request_too_large(MAX_BODY_BYTES))?;
+                    self.serve_resource(&parts, &info.verb, path, &query, &body, &user)
+                        .await
+                };
+                match &self.write_gauge {
+                    Some(gauge) if info.verb.writes() => gauge.announce(serve).await,
+                    _ => serve.await,
+                }
+            }
+            Target::Health(_) | Target::Version => Err(not_found_path()),
+        }
+    }
+}
