@@ -10,7 +10,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 use support::*;
 
-const VMIM: &str = "virtualmachineinstancemigrations";
+const KV: &str = "kubevirts";
 
 /// Writes until a compaction has passed `old`: a list at exactly `old` is then refused.
 async fn wait_for_compaction(api: &Api, ns: &str, old: i64) {
@@ -18,12 +18,12 @@ async fn wait_for_compaction(api: &Api, ns: &str, old: i64) {
     let mut i = 0;
     loop {
         i += 1;
-        api.create(&coll(ns, VMIM), &vmim(&format!("noise-{i}"), "x"))
+        api.create(&coll(ns, KV), &kubevirt_obj(&format!("noise-{i}")))
             .await;
         let r = api
             .get(&format!(
                 "{}?resourceVersion={old}&resourceVersionMatch=Exact",
-                coll(ns, VMIM)
+                coll(ns, KV)
             ))
             .await;
         if r.status == StatusCode::GONE {
@@ -44,9 +44,9 @@ async fn expired_history_is_410() {
     let api = api_for(&server);
     let ns = "compacted";
     api.namespace(ns).await;
-    let c = coll(ns, VMIM);
+    let c = coll(ns, KV);
     for name in ["a", "b", "c"] {
-        api.create(&c, &vmim(name, "x")).await;
+        api.create(&c, &kubevirt_obj(name)).await;
     }
     let first = api.get(&format!("{c}?limit=1")).await.body;
     assert_eq!(names(&first), ["a"]);
@@ -118,7 +118,7 @@ async fn expired_history_is_410() {
     let mut w = api
         .watch(&format!("{c}?watch=true&resourceVersion={rv}"))
         .await;
-    let created = api.create(&c, &vmim("after", "x")).await;
+    let created = api.create(&c, &kubevirt_obj("after")).await;
     let e = w.next().await;
     assert_eq!(e["type"], "ADDED");
     assert_eq!(e["object"], created);

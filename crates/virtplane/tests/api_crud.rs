@@ -1,7 +1,8 @@
 //! Every REST verb on VirtualMachine, VirtualMachineInstance,
-//! VirtualMachineInstanceMigration and Namespace, with the response shapes kube-apiserver
-//! gives: create, get, list (namespaced and cluster-wide), replace, patch, delete, watch
-//! (namespaced and cluster-wide), and the /status subresource where the kind has one.
+//! VirtualMachineInstanceMigration, KubeVirt and Namespace, with the response shapes
+//! kube-apiserver gives: create, get, list (namespaced and cluster-wide), replace, patch,
+//! delete, watch (namespaced and cluster-wide), and the /status subresource where the kind
+//! has one.
 
 mod support;
 
@@ -14,6 +15,7 @@ use support::*;
 const VM: &str = "virtualmachines";
 const VMI: &str = "virtualmachineinstances";
 const VMIM: &str = "virtualmachineinstancemigrations";
+const KV: &str = "kubevirts";
 
 fn is_uuid(s: &str) -> bool {
     let parts: Vec<&str> = s.split('-').collect();
@@ -280,8 +282,11 @@ async fn virtual_machine_instance_crud() {
 async fn migration_crud() {
     let api = api().await;
     api.namespace("crud-vmim").await;
-    // The migration's VMI lives in another namespace so the VMIM collection starts empty;
-    // migrations name a VMI of their own namespace, so this one names a missing VMI.
+    // A migration is admitted only for an existing VMI of its namespace; on this --no-node
+    // server the VMI stays Pending, and so does the migration. The create mutator adds
+    // the migration controller's finalizer, so the delete marks the migration, the
+    // controller fails it (canceled before hand-off) and releases it.
+    api.create(&coll("crud-vmim", VMI), &vmi("some-vmi")).await;
     crud_cycle(
         &api,
         "crud-vmim",
@@ -290,6 +295,13 @@ async fn migration_crud() {
         vmim("mig1", "some-vmi"),
     )
     .await;
+}
+
+#[tokio::test]
+async fn kubevirt_crud() {
+    let api = api().await;
+    api.namespace("crud-kv").await;
+    crud_cycle(&api, "crud-kv", KV, "KubeVirt", kubevirt_obj("kv1")).await;
 }
 
 #[tokio::test]
@@ -489,6 +501,20 @@ async fn migration_status_subresource() {
         VMIM,
         vmim("smig", "some-vmi"),
         json!({"synchronizationAddresses": ["10.0.0.1"]}),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn kubevirt_status_subresource() {
+    let api = api().await;
+    api.namespace("status-kv").await;
+    status_subresource(
+        &api,
+        "status-kv",
+        KV,
+        kubevirt_obj("skv"),
+        json!({"observedKubeVirtVersion": "v1.5.0"}),
     )
     .await;
 }

@@ -1,6 +1,8 @@
-//! DELETE: the Status of an immediate delete, finalizers and deletionTimestamp,
-//! DeleteOptions preconditions, deletecollection, and garbage collection of dependents
-//! through ownerReferences with background, foreground and orphan propagation.
+//! DELETE: the Status of an immediate delete, finalizers and deletionTimestamp (also those
+//! the VM and migration controllers hold), DeleteOptions preconditions, deletecollection,
+//! and garbage collection of dependents through ownerReferences with background,
+//! foreground and orphan propagation. The generic cases use KubeVirt objects, a kind no
+//! admission or controller touches.
 
 mod support;
 
@@ -11,11 +13,13 @@ use serde_json::{json, Value};
 use support::*;
 
 const VM: &str = "virtualmachines";
+const VMI: &str = "virtualmachineinstances";
 const VMIM: &str = "virtualmachineinstancemigrations";
+const KV: &str = "kubevirts";
 const WAIT: Duration = Duration::from_secs(20);
 
 fn owned_by(name: &str, owner: &Value, block: bool) -> Value {
-    let mut body = vmim(name, "x");
+    let mut body = kubevirt_obj(name);
     body["metadata"]["ownerReferences"] = json!([{
         "apiVersion": owner["apiVersion"], "kind": owner["kind"],
         "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
@@ -34,9 +38,9 @@ async fn finalizers_hold_an_object_marked_for_deletion() {
     let api = api().await;
     let ns = "del-finalizers";
     api.namespace(ns).await;
-    let c = coll(ns, VMIM);
-    let path = item(ns, VMIM, "f");
-    let mut body = vmim("f", "x");
+    let c = coll(ns, KV);
+    let path = item(ns, KV, "f");
+    let mut body = kubevirt_obj("f");
     body["metadata"]["finalizers"] = json!(["example.com/hold", "example.com/second"]);
     let created = api.create(&c, &body).await;
     let mut watch = api
@@ -49,7 +53,7 @@ async fn finalizers_hold_an_object_marked_for_deletion() {
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let marked = r.body;
-    assert_eq!(marked["kind"], "VirtualMachineInstanceMigration");
+    assert_eq!(marked["kind"], "KubeVirt");
     assert!(marked["metadata"]["deletionTimestamp"].is_string());
     assert_eq!(marked["metadata"]["deletionGracePeriodSeconds"], 0);
     assert_eq!(marked["metadata"]["generation"], 2);
@@ -76,9 +80,9 @@ async fn finalizers_hold_an_object_marked_for_deletion() {
     assert_status_body(
         &r,
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": "VirtualMachineInstanceMigration.kubevirt.io \"f\" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{\"example.com/new\"}",
+            "message": "KubeVirt.kubevirt.io \"f\" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{\"example.com/new\"}",
             "reason": "Invalid",
-            "details": {"name": "f", "group": "kubevirt.io", "kind": "VirtualMachineInstanceMigration", "causes": [
+            "details": {"name": "f", "group": "kubevirt.io", "kind": "KubeVirt", "causes": [
                 {"reason": "FieldValueForbidden", "message": "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{\"example.com/new\"}", "field": "metadata.finalizers"}]},
             "code": 422}),
     );
@@ -94,12 +98,12 @@ async fn finalizers_hold_an_object_marked_for_deletion() {
         marked["metadata"]["deletionTimestamp"]
     );
     // The name stays taken.
-    let r = api.post(&c, &vmim("f", "x")).await;
+    let r = api.post(&c, &kubevirt_obj("f")).await;
     assert_status(
         &r,
         409,
         "AlreadyExists",
-        "object is being deleted: virtualmachineinstancemigrations.kubevirt.io \"f\" already exists",
+        "object is being deleted: kubevirts.kubevirt.io \"f\" already exists",
     );
 
     // Removing one finalizer keeps it; removing the last one deletes it.
@@ -123,7 +127,7 @@ async fn finalizers_hold_an_object_marked_for_deletion() {
     assert_eq!(e["object"]["metadata"]["name"], "f");
     assert_eq!(api.get(&path).await.status, StatusCode::NOT_FOUND);
     // The name is free again.
-    api.create(&c, &vmim("f", "x")).await;
+    api.create(&c, &kubevirt_obj("f")).await;
 }
 
 #[tokio::test]
@@ -146,12 +150,75 @@ async fn vm_deletion_waits_for_the_vm_controller() {
 }
 
 #[tokio::test]
+async fn migration_deletion_waits_for_the_migration_controller() {
+    let api = api().await;
+    let ns = "del-vmim";
+    api.namespace(ns).await;
+    // A migration needs its VMI; on this --no-node server the VMI stays Pending and the
+    // migration waits in Pending for it to run.
+    api.create(&coll(ns, VMI), &vmi("v")).await;
+    let created = api.create(&coll(ns, VMIM), &vmim("m", "v")).await;
+    assert_eq!(
+        created["metadata"]["finalizers"],
+        json!([MIGRATION_FINALIZER]),
+        "the create mutator adds the migration controller's finalizer"
+    );
+    let path = item(ns, VMIM, "m");
+    let pending = api
+        .settle_until(&path, |m| m["status"]["phase"] == "Pending")
+        .await;
+    let mut watch = api
+        .watch(&format!(
+            "{}?watch=true&resourceVersion={}",
+            coll(ns, VMIM),
+            rv(&pending)
+        ))
+        .await;
+
+    // DELETE marks it; the finalizer holds it.
+    let r = api.delete(&path, None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["kind"], "VirtualMachineInstanceMigration");
+    assert!(
+        r.body["metadata"]["deletionTimestamp"].is_string(),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        r.body["metadata"]["finalizers"],
+        json!([MIGRATION_FINALIZER])
+    );
+    assert_eq!(r.body["metadata"]["uid"], created["metadata"]["uid"]);
+
+    // The controller fails a migration deleted before hand-off, then releases it.
+    let failed = watch
+        .until(|e| e["object"]["status"]["phase"] == "Failed")
+        .await;
+    assert_eq!(failed["type"], "MODIFIED", "{failed}");
+    let status = &failed["object"]["status"];
+    assert_eq!(
+        status["migrationState"]["failureReason"], "Migration failed due to being canceled",
+        "{failed}"
+    );
+    assert_eq!(
+        condition(&failed["object"], "migrationAbortRequested").map(|c| &c["status"]),
+        Some(&json!("True")),
+        "{failed}"
+    );
+    let deleted = watch.until(|e| e["type"] == "DELETED").await;
+    assert_eq!(deleted["object"]["metadata"]["name"], "m");
+    gone(&api, &path).await;
+    // The VMI is not the migration's dependent: it stays.
+    assert_eq!(api.get(&item(ns, VMI, "v")).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
 async fn delete_preconditions() {
     let api = api().await;
     let ns = "del-pre";
     api.namespace(ns).await;
-    let created = api.create(&coll(ns, VMIM), &vmim("p", "x")).await;
-    let path = item(ns, VMIM, "p");
+    let created = api.create(&coll(ns, KV), &kubevirt_obj("p")).await;
+    let path = item(ns, KV, "p");
     let uid = created["metadata"]["uid"].as_str().unwrap();
     let current = rv(&created);
 
@@ -164,9 +231,9 @@ async fn delete_preconditions() {
     assert_status_body(
         &r,
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": format!("Operation cannot be fulfilled on VirtualMachineInstanceMigration.kubevirt.io \"p\": the UID in the precondition (00000000-0000-0000-0000-000000000000) does not match the UID in record ({uid}). The object might have been deleted and then recreated"),
+            "message": format!("Operation cannot be fulfilled on KubeVirt.kubevirt.io \"p\": the UID in the precondition (00000000-0000-0000-0000-000000000000) does not match the UID in record ({uid}). The object might have been deleted and then recreated"),
             "reason": "Conflict",
-            "details": {"name": "p", "group": "kubevirt.io", "kind": "VirtualMachineInstanceMigration"},
+            "details": {"name": "p", "group": "kubevirt.io", "kind": "KubeVirt"},
             "code": 409}),
     );
     let r = api
@@ -178,9 +245,9 @@ async fn delete_preconditions() {
     assert_status_body(
         &r,
         json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": format!("Operation cannot be fulfilled on VirtualMachineInstanceMigration.kubevirt.io \"p\": the ResourceVersion in the precondition (1) does not match the ResourceVersion in record ({current}). The object might have been modified"),
+            "message": format!("Operation cannot be fulfilled on KubeVirt.kubevirt.io \"p\": the ResourceVersion in the precondition (1) does not match the ResourceVersion in record ({current}). The object might have been modified"),
             "reason": "Conflict",
-            "details": {"name": "p", "group": "kubevirt.io", "kind": "VirtualMachineInstanceMigration"},
+            "details": {"name": "p", "group": "kubevirt.io", "kind": "KubeVirt"},
             "code": 409}),
     );
     assert_eq!(api.get(&path).await.status, StatusCode::OK);
@@ -202,9 +269,9 @@ async fn delete_collection() {
     let api = api().await;
     let ns = "del-collection";
     api.namespace(ns).await;
-    let c = coll(ns, VMIM);
+    let c = coll(ns, KV);
     for (name, group) in [("a", "x"), ("b", "x"), ("c", "y")] {
-        let mut body = vmim(name, "v");
+        let mut body = kubevirt_obj(name);
         body["metadata"]["labels"] = json!({"group": group});
         api.create(&c, &body).await;
     }
@@ -212,7 +279,7 @@ async fn delete_collection() {
         .delete(&format!("{c}?labelSelector=group%3Dx"), None)
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
-    assert_eq!(r.body["kind"], "VirtualMachineInstanceMigrationList");
+    assert_eq!(r.body["kind"], "KubeVirtList");
     assert_eq!(names(&r.body), ["a", "b"]);
     assert_eq!(names(&api.get(&c).await.body), ["c"]);
     // dryRun deletes nothing.
@@ -226,45 +293,45 @@ async fn background_propagation() {
     let api = api().await;
     let ns = "gc-background";
     api.namespace(ns).await;
-    let c = coll(ns, VMIM);
-    let owner = api.create(&c, &vmim("owner", "x")).await;
+    let c = coll(ns, KV);
+    let owner = api.create(&c, &kubevirt_obj("owner")).await;
     api.create(&c, &owned_by("dep1", &owner, true)).await;
     api.create(&c, &owned_by("dep2", &owner, false)).await;
     // An object that is not a dependent stays.
-    api.create(&c, &vmim("bystander", "x")).await;
+    api.create(&c, &kubevirt_obj("bystander")).await;
     // Owner goes at once; the collector then removes the dependents.
     let r = api
         .delete(
-            &item(ns, VMIM, "owner"),
+            &item(ns, KV, "owner"),
             Some(&json!({"propagationPolicy": "Background"})),
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.body["kind"], "Status");
-    gone(&api, &item(ns, VMIM, "dep1")).await;
-    gone(&api, &item(ns, VMIM, "dep2")).await;
+    gone(&api, &item(ns, KV, "dep1")).await;
+    gone(&api, &item(ns, KV, "dep2")).await;
     assert_eq!(
-        api.get(&item(ns, VMIM, "bystander")).await.status,
+        api.get(&item(ns, KV, "bystander")).await.status,
         StatusCode::OK
     );
 
     // The default policy of a custom resource is Background too.
-    let owner = api.create(&c, &vmim("owner2", "x")).await;
+    let owner = api.create(&c, &kubevirt_obj("owner2")).await;
     api.create(&c, &owned_by("dep3", &owner, true)).await;
-    api.delete(&item(ns, VMIM, "owner2"), None).await;
-    gone(&api, &item(ns, VMIM, "dep3")).await;
+    api.delete(&item(ns, KV, "owner2"), None).await;
+    gone(&api, &item(ns, KV, "dep3")).await;
 
     // A dependent whose owner does not exist is collected.
-    let ghost = json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+    let ghost = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
         "metadata": {"name": "ghost", "uid": "00000000-0000-0000-0000-00000000dead"}});
     api.create(&c, &owned_by("orphaned", &ghost, false)).await;
-    gone(&api, &item(ns, VMIM, "orphaned")).await;
+    gone(&api, &item(ns, KV, "orphaned")).await;
 
-    // Owners of another kind work the same (VM owning migrations).
+    // Owners of another kind work the same (a VM owning a KubeVirt).
     let vm_owner = api.settled_vm(ns, &vm("vm-owner")).await;
     api.create(&c, &owned_by("vm-dep", &vm_owner, true)).await;
     api.delete(&item(ns, VM, "vm-owner"), None).await;
-    gone(&api, &item(ns, VMIM, "vm-dep")).await;
+    gone(&api, &item(ns, KV, "vm-dep")).await;
     gone(&api, &item(ns, VM, "vm-owner")).await;
 }
 
@@ -273,8 +340,8 @@ async fn foreground_propagation() {
     let api = api().await;
     let ns = "gc-foreground";
     api.namespace(ns).await;
-    let c = coll(ns, VMIM);
-    let owner = api.create(&c, &vmim("owner", "x")).await;
+    let c = coll(ns, KV);
+    let owner = api.create(&c, &kubevirt_obj("owner")).await;
     // A blocking dependent that itself waits on a finalizer.
     let mut held = owned_by("held", &owner, true);
     held["metadata"]["finalizers"] = json!(["example.com/hold"]);
@@ -283,27 +350,24 @@ async fn foreground_propagation() {
 
     let r = api
         .delete(
-            &format!("{}?propagationPolicy=Foreground", item(ns, VMIM, "owner")),
+            &format!("{}?propagationPolicy=Foreground", item(ns, KV, "owner")),
             None,
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
-    assert_eq!(
-        r.body["kind"], "VirtualMachineInstanceMigration",
-        "the owner stays for now"
-    );
+    assert_eq!(r.body["kind"], "KubeVirt", "the owner stays for now");
     assert!(r.body["metadata"]["deletionTimestamp"].is_string());
     assert_eq!(
         r.body["metadata"]["finalizers"],
         json!(["foregroundDeletion"])
     );
     // Dependents are deleted first; the held one waits, marked.
-    gone(&api, &item(ns, VMIM, "free")).await;
-    api.eventually(&item(ns, VMIM, "held"), WAIT, |r| {
+    gone(&api, &item(ns, KV, "free")).await;
+    api.eventually(&item(ns, KV, "held"), WAIT, |r| {
         r.body["metadata"]["deletionTimestamp"].is_string()
     })
     .await;
-    let r = api.get(&item(ns, VMIM, "owner")).await;
+    let r = api.get(&item(ns, KV, "owner")).await;
     assert_eq!(
         r.status,
         StatusCode::OK,
@@ -315,30 +379,30 @@ async fn foreground_propagation() {
     );
     // Releasing the dependent lets both go.
     api.merge(
-        &item(ns, VMIM, "held"),
+        &item(ns, KV, "held"),
         &json!({"metadata": {"finalizers": null}}),
     )
     .await;
-    gone(&api, &item(ns, VMIM, "held")).await;
-    gone(&api, &item(ns, VMIM, "owner")).await;
+    gone(&api, &item(ns, KV, "held")).await;
+    gone(&api, &item(ns, KV, "owner")).await;
 
     // A dependent that does not block does not hold the owner.
-    let owner = api.create(&c, &vmim("owner2", "x")).await;
+    let owner = api.create(&c, &kubevirt_obj("owner2")).await;
     let mut lazy = owned_by("lazy", &owner, false);
     lazy["metadata"]["finalizers"] = json!(["example.com/hold"]);
     api.create(&c, &lazy).await;
     api.delete(
-        &item(ns, VMIM, "owner2"),
+        &item(ns, KV, "owner2"),
         Some(&json!({"propagationPolicy": "Foreground"})),
     )
     .await;
-    gone(&api, &item(ns, VMIM, "owner2")).await;
+    gone(&api, &item(ns, KV, "owner2")).await;
     api.merge(
-        &item(ns, VMIM, "lazy"),
+        &item(ns, KV, "lazy"),
         &json!({"metadata": {"finalizers": null}}),
     )
     .await;
-    gone(&api, &item(ns, VMIM, "lazy")).await;
+    gone(&api, &item(ns, KV, "lazy")).await;
 }
 
 #[tokio::test]
@@ -346,37 +410,37 @@ async fn orphan_propagation() {
     let api = api().await;
     let ns = "gc-orphan";
     api.namespace(ns).await;
-    let c = coll(ns, VMIM);
-    let owner = api.create(&c, &vmim("owner", "x")).await;
+    let c = coll(ns, KV);
+    let owner = api.create(&c, &kubevirt_obj("owner")).await;
     api.create(&c, &owned_by("kid1", &owner, true)).await;
     let mut kid2 = owned_by("kid2", &owner, false);
     // A second owner reference that stays.
-    let other = api.create(&c, &vmim("other", "x")).await;
+    let other = api.create(&c, &kubevirt_obj("other")).await;
     kid2["metadata"]["ownerReferences"]
         .as_array_mut()
         .unwrap()
         .push(json!({
-        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+        "apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
         "name": "other", "uid": other["metadata"]["uid"]}));
     api.create(&c, &kid2).await;
 
     let r = api
         .delete(
-            &item(ns, VMIM, "owner"),
+            &item(ns, KV, "owner"),
             Some(&json!({"propagationPolicy": "Orphan"})),
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.body["metadata"]["finalizers"], json!(["orphan"]));
-    gone(&api, &item(ns, VMIM, "owner")).await;
-    let kid1 = api.get(&item(ns, VMIM, "kid1")).await;
+    gone(&api, &item(ns, KV, "owner")).await;
+    let kid1 = api.get(&item(ns, KV, "kid1")).await;
     assert_eq!(kid1.status, StatusCode::OK);
     assert!(
         kid1.body["metadata"].get("ownerReferences").is_none(),
         "{}",
         kid1.text
     );
-    let kid2 = api.get(&item(ns, VMIM, "kid2")).await;
+    let kid2 = api.get(&item(ns, KV, "kid2")).await;
     assert_eq!(kid2.status, StatusCode::OK);
     assert_eq!(
         kid2.body["metadata"]["ownerReferences"]
@@ -390,15 +454,15 @@ async fn orphan_propagation() {
     assert_eq!(kid2.body["metadata"]["ownerReferences"][0]["name"], "other");
 
     // The deprecated orphanDependents=true means the same.
-    let owner = api.create(&c, &vmim("owner3", "x")).await;
+    let owner = api.create(&c, &kubevirt_obj("owner3")).await;
     api.create(&c, &owned_by("kid3", &owner, true)).await;
     api.delete(
-        &item(ns, VMIM, "owner3"),
+        &item(ns, KV, "owner3"),
         Some(&json!({"orphanDependents": true})),
     )
     .await;
-    gone(&api, &item(ns, VMIM, "owner3")).await;
-    let kid3 = api.get(&item(ns, VMIM, "kid3")).await;
+    gone(&api, &item(ns, KV, "owner3")).await;
+    let kid3 = api.get(&item(ns, KV, "kid3")).await;
     assert_eq!(kid3.status, StatusCode::OK);
     assert!(kid3.body["metadata"].get("ownerReferences").is_none());
 }

@@ -11,6 +11,7 @@ use support::*;
 const VM: &str = "virtualmachines";
 const VMI: &str = "virtualmachineinstances";
 const VMIM: &str = "virtualmachineinstancemigrations";
+const KV: &str = "kubevirts";
 
 fn status(code: u16, reason: &str, message: &str, details: Option<Value>) -> Value {
     let mut s = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -38,6 +39,7 @@ async fn not_found_for_every_verb_and_kind() {
         (VM, vm("ghost")),
         (VMI, vmi("ghost")),
         (VMIM, vmim("ghost", "x")),
+        (KV, kubevirt_obj("ghost")),
     ] {
         let path = item("err-404", plural, "ghost");
         let want = not_found(plural, "ghost");
@@ -91,19 +93,54 @@ async fn not_found_for_every_verb_and_kind() {
 async fn already_exists() {
     let api = api().await;
     api.namespace("err-409").await;
-    for (plural, body) in [(VM, vm("dup")), (VMI, vmi("dup")), (VMIM, vmim("dup", "x"))] {
-        api.create(&coll("err-409", plural), &body).await;
-        let r = api.post(&coll("err-409", plural), &body).await;
-        assert_status_body(
-            &r,
-            status(
-                409,
-                "AlreadyExists",
-                &format!("{plural}.kubevirt.io \"dup\" already exists"),
-                Some(json!({"name": "dup", "group": "kubevirt.io", "kind": plural})),
-            ),
-        );
+    let ns = "err-409";
+    let conflict = |plural: &str| {
+        status(
+            409,
+            "AlreadyExists",
+            &format!("{plural}.kubevirt.io \"dup\" already exists"),
+            Some(json!({"name": "dup", "group": "kubevirt.io", "kind": plural})),
+        )
+    };
+    // The VMI "dup" created here is the one the migration below names.
+    for (plural, body) in [
+        (VM, vm("dup")),
+        (VMI, vmi("dup")),
+        (KV, kubevirt_obj("dup")),
+    ] {
+        api.create(&coll(ns, plural), &body).await;
+        let r = api.post(&coll(ns, plural), &body).await;
+        assert_status_body(&r, conflict(plural));
     }
+    // Admission runs before storage, as kube-apiserver calls KubeVirt's webhook first:
+    // while the first migration of the VMI is in flight, a second create is refused for
+    // that, whatever its name.
+    let migration = vmim("dup", "dup");
+    let first = api.create(&coll(ns, VMIM), &migration).await;
+    let r = api.post(&coll(ns, VMIM), &migration).await;
+    assert_status_body(
+        &r,
+        status(
+            400,
+            "BadRequest",
+            &format!(
+                "in-flight migration detected. Active migration job ({}) is currently already in progress for VMI dup.",
+                uid(&first)
+            ),
+            None,
+        ),
+    );
+    // Once it is final (written as the migration controller would), the name is what
+    // is refused.
+    let r = api
+        .merge(
+            &format!("{}/status", item(ns, VMIM, "dup")),
+            &json!({"status": {"phase": "Failed"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = api.post(&coll(ns, VMIM), &migration).await;
+    assert_status_body(&r, conflict(VMIM));
 }
 
 #[tokio::test]
@@ -430,7 +467,12 @@ async fn missing_namespace() {
         "namespaces \"nosuchns\" not found",
         Some(json!({"name": "nosuchns", "kind": "namespaces"})),
     );
-    for (plural, body) in [(VM, vm("a")), (VMI, vmi("a")), (VMIM, vmim("a", "x"))] {
+    for (plural, body) in [
+        (VM, vm("a")),
+        (VMI, vmi("a")),
+        (VMIM, vmim("a", "x")),
+        (KV, kubevirt_obj("a")),
+    ] {
         assert_status_body(
             &api.post(&coll("nosuchns", plural), &body).await,
             want.clone(),

@@ -14,7 +14,8 @@ use serde_json::{json, Value};
 use support::*;
 
 const VM: &str = "virtualmachines";
-const VMIM: &str = "virtualmachineinstancemigrations";
+/// KubeVirt objects: a namespaced kind that no admission or controller touches.
+const KV: &str = "kubevirts";
 
 fn sorted(mut v: Vec<String>) -> Vec<String> {
     v.sort();
@@ -45,7 +46,7 @@ async fn label_selector_grammar() {
     let api = api().await;
     let ns = "list-labels";
     api.namespace(ns).await;
-    let c = coll(ns, VMIM);
+    let c = coll(ns, KV);
     for (name, labels) in [
         ("a", json!({"env": "prod", "tier": "web", "version": "3"})),
         ("b", json!({"env": "dev", "tier": "web", "version": "10"})),
@@ -53,7 +54,7 @@ async fn label_selector_grammar() {
         ("d", json!({"tier": "cache", "example.com/role": "x"})),
         ("e", json!({"env": ""})),
     ] {
-        let mut body = vmim(name, "x");
+        let mut body = kubevirt_obj(name);
         body["metadata"]["labels"] = labels;
         api.create(&c, &body).await;
     }
@@ -154,11 +155,13 @@ async fn field_selectors() {
     for ns in ["list-fields-a", "list-fields-b"] {
         api.namespace(ns).await;
         for name in ["x", "y"] {
-            api.create(&coll(ns, VMIM), &vmim(name, "v")).await;
+            let mut body = kubevirt_obj(name);
+            body["metadata"]["labels"] = json!({"owner": "v"});
+            api.create(&coll(ns, KV), &body).await;
         }
     }
-    let c = coll("list-fields-a", VMIM);
-    let all = format!("{KUBEVIRT}/{VMIM}");
+    let c = coll("list-fields-a", KV);
+    let all = format!("{KUBEVIRT}/{KV}");
     let cases: Vec<(String, Vec<&str>)> = vec![
         (format!("{c}?fieldSelector=metadata.name%3Dx"), vec!["x"]),
         (format!("{c}?fieldSelector=metadata.name%3D%3Dx"), vec!["x"]),
@@ -176,11 +179,11 @@ async fn field_selectors() {
             vec![],
         ),
         (
-            format!("{c}?fieldSelector=metadata.name%3Dx&labelSelector=kubevirt.io%2Fvmi-name%3Dv"),
+            format!("{c}?fieldSelector=metadata.name%3Dx&labelSelector=owner%3Dv"),
             vec!["x"],
         ),
         (
-            format!("{c}?fieldSelector=metadata.name%3Dx&labelSelector=kubevirt.io%2Fvmi-name%3Dw"),
+            format!("{c}?fieldSelector=metadata.name%3Dx&labelSelector=owner%3Dw"),
             vec![],
         ),
         (format!("{c}?fieldSelector="), vec!["x", "y"]),
@@ -257,10 +260,10 @@ async fn limit_and_continue() {
     let api = api().await;
     let ns = "list-paging";
     api.namespace(ns).await;
-    let c = coll(ns, VMIM);
+    let c = coll(ns, KV);
     let all_names: Vec<String> = (0..7).map(|i| format!("p{i}")).collect();
     for name in &all_names {
-        let mut body = vmim(name, "v");
+        let mut body = kubevirt_obj(name);
         body["metadata"]["labels"] = json!({"page": "yes"});
         api.create(&c, &body).await;
     }
@@ -281,10 +284,10 @@ async fn limit_and_continue() {
     assert_eq!(decoded["start"], format!("{ns}/p2\u{0}"));
 
     // Changes after page 1 are not seen by the following pages (a consistent snapshot).
-    api.create(&c, &vmim("p9", "v")).await;
-    api.delete(&item(ns, VMIM, "p5"), None).await;
+    api.create(&c, &kubevirt_obj("p9")).await;
+    api.delete(&item(ns, KV, "p5"), None).await;
     api.merge(
-        &item(ns, VMIM, "p4"),
+        &item(ns, KV, "p4"),
         &json!({"metadata": {"labels": {"changed": "yes"}}}),
     )
     .await;
@@ -364,9 +367,7 @@ async fn limit_and_continue() {
 
     // Cluster-wide paging walks namespaces in order.
     let r = api
-        .get(&format!(
-            "{KUBEVIRT}/{VMIM}?limit=1&labelSelector=page%3Dyes"
-        ))
+        .get(&format!("{KUBEVIRT}/{KV}?limit=1&labelSelector=page%3Dyes"))
         .await;
     assert_eq!(names(&r.body), ["p0"]);
 
@@ -393,18 +394,18 @@ async fn resource_version_semantics() {
     let api = api().await;
     let ns = "list-rv";
     api.namespace(ns).await;
-    let c = coll(ns, VMIM);
-    api.create(&c, &vmim("one", "v")).await;
-    api.create(&c, &vmim("two", "v")).await;
+    let c = coll(ns, KV);
+    api.create(&c, &kubevirt_obj("one")).await;
+    api.create(&c, &kubevirt_obj("two")).await;
     let snapshot = api.get(&c).await.body;
     let snap_rv = snapshot["metadata"]["resourceVersion"]
         .as_str()
         .unwrap()
         .to_string();
-    api.create(&c, &vmim("three", "v")).await;
-    api.delete(&item(ns, VMIM, "one"), None).await;
+    api.create(&c, &kubevirt_obj("three")).await;
+    api.delete(&item(ns, KV, "one"), None).await;
     api.merge(
-        &item(ns, VMIM, "two"),
+        &item(ns, KV, "two"),
         &json!({"metadata": {"labels": {"later": "yes"}}}),
     )
     .await;

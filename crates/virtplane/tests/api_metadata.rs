@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 use support::*;
 
 const VM: &str = "virtualmachines";
-const VMIM: &str = "virtualmachineinstancemigrations";
+/// KubeVirt objects: a namespaced kind that no admission or controller touches.
+const KV: &str = "kubevirts";
 
 #[tokio::test]
 async fn uids_are_unique_and_resource_versions_one_increasing_counter() {
@@ -26,7 +27,7 @@ async fn uids_are_unique_and_resource_versions_one_increasing_counter() {
         let ns = if i % 2 == 0 { "meta-rv" } else { "meta-rv2" };
         let a = api.create(&coll(ns, VM), &vm(&format!("a{i}"))).await;
         let b = api
-            .create(&coll(ns, VMIM), &vmim(&format!("b{i}"), "x"))
+            .create(&coll(ns, KV), &kubevirt_obj(&format!("b{i}")))
             .await;
         for obj in [&a, &b] {
             assert!(rv(obj) > last, "{} after {last}", rv(obj));
@@ -36,13 +37,13 @@ async fn uids_are_unique_and_resource_versions_one_increasing_counter() {
     }
     let r = api
         .merge(
-            &item("meta-rv", VMIM, "b0"),
+            &item("meta-rv", KV, "b0"),
             &json!({"metadata": {"labels": {"x": "1"}}}),
         )
         .await;
     assert!(rv(&r.body) > last);
     // The list's resourceVersion is the store's current revision, not older than any item.
-    let list = api.get(&format!("{KUBEVIRT}/{VMIM}")).await.body;
+    let list = api.get(&format!("{KUBEVIRT}/{KV}")).await.body;
     let list_rv: i64 = list["metadata"]["resourceVersion"]
         .as_str()
         .unwrap()
@@ -50,13 +51,13 @@ async fn uids_are_unique_and_resource_versions_one_increasing_counter() {
         .unwrap();
     assert!(list_rv >= rv(&r.body));
     // A deleted and recreated object gets a new uid.
-    let old_uid = api.get(&item("meta-rv", VMIM, "b0")).await.body["metadata"]["uid"].clone();
-    api.delete(&item("meta-rv", VMIM, "b0"), None).await;
-    api.eventually(&item("meta-rv", VMIM, "b0"), Duration::from_secs(10), |r| {
+    let old_uid = api.get(&item("meta-rv", KV, "b0")).await.body["metadata"]["uid"].clone();
+    api.delete(&item("meta-rv", KV, "b0"), None).await;
+    api.eventually(&item("meta-rv", KV, "b0"), Duration::from_secs(10), |r| {
         r.status == 404
     })
     .await;
-    let again = api.create(&coll("meta-rv", VMIM), &vmim("b0", "x")).await;
+    let again = api.create(&coll("meta-rv", KV), &kubevirt_obj("b0")).await;
     assert_ne!(again["metadata"]["uid"], old_uid);
     assert!(rv(&again) > rv(&r.body));
 }
@@ -229,8 +230,8 @@ async fn system_fields_are_the_servers() {
 async fn generate_name() {
     let api = api().await;
     api.namespace("meta-gen-name").await;
-    let c = coll("meta-gen-name", VMIM);
-    let mut body = vmim("", "x");
+    let c = coll("meta-gen-name", KV);
+    let mut body = kubevirt_obj("");
     body["metadata"] = json!({"generateName": "gen-"});
     let mut seen = HashSet::new();
     for _ in 0..5 {
@@ -247,7 +248,7 @@ async fn generate_name() {
         );
         assert!(seen.insert(name.clone()));
         assert_eq!(
-            api.get(&item("meta-gen-name", VMIM, &name)).await.status,
+            api.get(&item("meta-gen-name", KV, &name)).await.status,
             StatusCode::OK
         );
     }
@@ -282,9 +283,9 @@ async fn generate_name() {
 async fn label_and_annotation_validation() {
     let api = api().await;
     api.namespace("meta-labels").await;
-    let c = coll("meta-labels", VMIM);
+    let c = coll("meta-labels", KV);
     let invalid = |labels: Value, annotations: Value| {
-        let mut body = vmim("l", "x");
+        let mut body = kubevirt_obj("l");
         body["metadata"]["labels"] = labels;
         body["metadata"]["annotations"] = annotations;
         body
@@ -329,9 +330,7 @@ async fn label_and_annotation_validation() {
             &r,
             422,
             "Invalid",
-            &format!(
-                "VirtualMachineInstanceMigration.kubevirt.io \"l\" is invalid: {field}: {message}"
-            ),
+            &format!("KubeVirt.kubevirt.io \"l\" is invalid: {field}: {message}"),
         );
         assert_eq!(
             causes(&r),
@@ -359,9 +358,9 @@ async fn label_and_annotation_validation() {
 async fn finalizer_and_owner_reference_validation() {
     let api = api().await;
     api.namespace("meta-fin").await;
-    let c = coll("meta-fin", VMIM);
+    let c = coll("meta-fin", KV);
     let with_meta = |name: &str, extra: Value| {
-        let mut body = vmim(name, "x");
+        let mut body = kubevirt_obj(name);
         for (k, v) in extra.as_object().unwrap() {
             body["metadata"][k] = v.clone();
         }
@@ -393,7 +392,7 @@ async fn finalizer_and_owner_reference_validation() {
         &r,
         422,
         "Invalid",
-        "VirtualMachineInstanceMigration.kubevirt.io \"f2\" is invalid: metadata.finalizers: Invalid value: []string{\"orphan\", \"foregroundDeletion\"}: finalizer orphan and foregroundDeletion cannot be both set",
+        "KubeVirt.kubevirt.io \"f2\" is invalid: metadata.finalizers: Invalid value: []string{\"orphan\", \"foregroundDeletion\"}: finalizer orphan and foregroundDeletion cannot be both set",
     );
     // Names without a domain are accepted with a warning (on create, and when added later).
     let r = api
@@ -409,7 +408,7 @@ async fn finalizer_and_owner_reference_validation() {
     );
     let r = api
         .merge(
-            &item("meta-fin", VMIM, "f3"),
+            &item("meta-fin", KV, "f3"),
             &json!({"metadata": {"finalizers": ["plain", "example.com/ok", "another"]}}),
         )
         .await;
@@ -421,7 +420,7 @@ async fn finalizer_and_owner_reference_validation() {
     );
     let r = api
         .merge(
-            &item("meta-fin", VMIM, "f3"),
+            &item("meta-fin", KV, "f3"),
             &json!({"metadata": {"finalizers": null}}),
         )
         .await;

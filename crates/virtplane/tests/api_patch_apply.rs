@@ -9,7 +9,8 @@ use serde_json::{json, Value};
 use support::*;
 
 const VM: &str = "virtualmachines";
-const VMIM: &str = "virtualmachineinstancemigrations";
+/// KubeVirt objects: a namespaced kind that no admission or controller touches.
+const KV: &str = "kubevirts";
 const MERGE: &str = "application/merge-patch+json";
 const JSON_PATCH: &str = "application/json-patch+json";
 const APPLY: &str = "application/apply-patch+yaml";
@@ -210,18 +211,22 @@ fn entry<'a>(obj: &'a Value, manager: &str, operation: &str) -> Option<&'a Value
 async fn managed_fields_of_ordinary_writes() {
     let api = api().await;
     api.namespace("patch-managers").await;
-    let c = coll("patch-managers", VMIM);
+    let c = coll("patch-managers", KV);
     let r = api
-        .post(&format!("{c}?fieldManager=creator"), &vmim("w", "x"))
+        .post(&format!("{c}?fieldManager=creator"), &kubevirt_obj("w"))
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
     let e = entry(&r.body, "creator", "Update").expect("creator entry");
     assert_eq!(e["apiVersion"], "kubevirt.io/v1");
     assert_eq!(e["fieldsType"], "FieldsV1");
     assert!(e["time"].is_string());
-    assert!(e["fieldsV1"]["f:spec"]["f:vmiName"].is_object(), "{e}");
+    assert!(
+        e["fieldsV1"]["f:spec"]["f:configuration"]["f:migrations"]["f:bandwidthPerMigration"]
+            .is_object(),
+        "{e}"
+    );
     // Without fieldManager the manager is the User-Agent up to its first '/'.
-    let path = item("patch-managers", VMIM, "w");
+    let path = item("patch-managers", KV, "w");
     let r = api
         .send(
             Method::PATCH,
@@ -243,7 +248,7 @@ async fn managed_fields_of_ordinary_writes() {
     let r = api
         .merge(
             &format!("{path}/status?fieldManager=statuser"),
-            &json!({"status": {"phase": "Pending"}}),
+            &json!({"status": {"phase": "Deploying"}}),
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
@@ -267,7 +272,7 @@ async fn managed_fields_of_ordinary_writes() {
 async fn server_side_apply() {
     let api = api().await;
     api.namespace("patch-apply").await;
-    let path = item("patch-apply", VMIM, "a");
+    let path = item("patch-apply", KV, "a");
     let apply = |manager: &str, force: bool, body: &Value| {
         let url = format!(
             "{path}?fieldManager={manager}{}",
@@ -277,7 +282,7 @@ async fn server_side_apply() {
         let api = &api;
         async move { api.patch(&url, APPLY, &body).await }
     };
-    let mut manifest = vmim("a", "x");
+    let mut manifest = kubevirt_obj("a");
     manifest["metadata"]["labels"] = json!({"team": "a", "extra": "1"});
 
     // Apply creates (201) and records an Apply entry.
@@ -288,7 +293,11 @@ async fn server_side_apply() {
         e["fieldsV1"]["f:metadata"]["f:labels"]["f:team"].is_object(),
         "{e}"
     );
-    assert!(e["fieldsV1"]["f:spec"]["f:vmiName"].is_object(), "{e}");
+    assert!(
+        e["fieldsV1"]["f:spec"]["f:configuration"]["f:migrations"]["f:bandwidthPerMigration"]
+            .is_object(),
+        "{e}"
+    );
     // Applying the same again changes nothing.
     let again = apply("mgr-a", false, &manifest).await;
     assert_eq!(again.status, StatusCode::OK, "{}", again.text);
@@ -298,7 +307,7 @@ async fn server_side_apply() {
     );
 
     // YAML bodies work; fields this manager no longer applies are removed.
-    let yaml = "apiVersion: kubevirt.io/v1\nkind: VirtualMachineInstanceMigration\nmetadata:\n  name: a\n  labels:\n    team: a\nspec:\n  vmiName: x\n";
+    let yaml = "apiVersion: kubevirt.io/v1\nkind: KubeVirt\nmetadata:\n  name: a\n  labels:\n    team: a\nspec:\n  configuration:\n    migrations:\n      bandwidthPerMigration: 64Mi\n";
     let r = api
         .patch(&format!("{path}?fieldManager=mgr-a"), APPLY, yaml)
         .await;
@@ -311,7 +320,7 @@ async fn server_side_apply() {
     assert_eq!(r.body["metadata"]["labels"]["team"], "a");
 
     // Another applier setting the same field differently conflicts.
-    let mut other = vmim("a", "x");
+    let mut other = kubevirt_obj("a");
     other["metadata"]["labels"] = json!({"team": "b"});
     let r = apply("mgr-b", false, &other).await;
     assert_status_body(
@@ -327,7 +336,7 @@ async fn server_side_apply() {
         ),
     );
     // Agreeing on a value is not a conflict: both share it.
-    let mut same = vmim("a", "x");
+    let mut same = kubevirt_obj("a");
     same["metadata"]["labels"] = json!({"team": "a"});
     let r = apply("mgr-c", false, &same).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
@@ -343,7 +352,7 @@ async fn server_side_apply() {
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert!(entry(&r.body, "patcher", "Update").is_some());
-    let mut take = vmim("a", "x");
+    let mut take = kubevirt_obj("a");
     take["metadata"]["labels"] = json!({"team": "a", "owner": "a"});
     let r = apply("mgr-a", false, &take).await;
     assert_status_body(
@@ -358,7 +367,7 @@ async fn server_side_apply() {
         ),
     );
     // Several conflicts with several managers: grouped by sorted manager, one line each.
-    let mut both = vmim("a", "x");
+    let mut both = kubevirt_obj("a");
     both["metadata"]["labels"] = json!({"team": "z", "owner": "z"});
     let r = apply("mgr-d", false, &both).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
@@ -411,7 +420,7 @@ async fn server_side_apply() {
         ),
     );
     // The applied name must be the URL's.
-    let r = apply("mgr-a", false, &vmim("not-a", "x")).await;
+    let r = apply("mgr-a", false, &kubevirt_obj("not-a")).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
 
     // Apply to /status changes only status.
@@ -419,24 +428,24 @@ async fn server_side_apply() {
         .patch(
             &format!("{path}/status?fieldManager=status-applier"),
             APPLY,
-            &json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+            &json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
                     "metadata": {"name": "a", "labels": {"ignored": "yes"}},
-                    "status": {"phase": "Scheduling"}})
+                    "status": {"phase": "Deployed"}})
             .to_string(),
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
-    assert_eq!(r.body["status"]["phase"], "Scheduling");
+    assert_eq!(r.body["status"]["phase"], "Deployed");
     assert!(r.body["metadata"]["labels"].get("ignored").is_none());
     // Apply to /status of a missing object is a 404.
     let r = api
         .patch(
             &format!(
                 "{}/status?fieldManager=x",
-                item("patch-apply", VMIM, "missing")
+                item("patch-apply", KV, "missing")
             ),
             APPLY,
-            &vmim("missing", "x").to_string(),
+            &kubevirt_obj("missing").to_string(),
         )
         .await;
     assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text);
@@ -447,18 +456,18 @@ async fn apply_with_stale_resource_version_conflicts() {
     let api = api().await;
     api.namespace("patch-apply-rv").await;
     let created = api
-        .create(&coll("patch-apply-rv", VMIM), &vmim("r", "x"))
+        .create(&coll("patch-apply-rv", KV), &kubevirt_obj("r"))
         .await;
     api.merge(
-        &item("patch-apply-rv", VMIM, "r"),
+        &item("patch-apply-rv", KV, "r"),
         &json!({"metadata": {"labels": {"a": "b"}}}),
     )
     .await;
-    let mut manifest = vmim("r", "x");
+    let mut manifest = kubevirt_obj("r");
     manifest["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"].clone();
     let r = api
         .patch(
-            &format!("{}?fieldManager=m", item("patch-apply-rv", VMIM, "r")),
+            &format!("{}?fieldManager=m", item("patch-apply-rv", KV, "r")),
             APPLY,
             &manifest.to_string(),
         )
@@ -467,6 +476,6 @@ async fn apply_with_stale_resource_version_conflicts() {
         &r,
         409,
         "Conflict",
-        "Operation cannot be fulfilled on virtualmachineinstancemigrations.kubevirt.io \"r\": the object has been modified; please apply your changes to the latest version and try again",
+        "Operation cannot be fulfilled on kubevirts.kubevirt.io \"r\": the object has been modified; please apply your changes to the latest version and try again",
     );
 }

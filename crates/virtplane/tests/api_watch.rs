@@ -14,10 +14,12 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use support::*;
 
-const VMIM: &str = "virtualmachineinstancemigrations";
+/// KubeVirt objects: a namespaced kind that no admission or controller touches, so every
+/// event a test sees is its own.
+const KV: &str = "kubevirts";
 
 fn labelled(name: &str, labels: Value) -> Value {
-    let mut body = vmim(name, "x");
+    let mut body = kubevirt_obj(name);
     body["metadata"]["labels"] = labels;
     body
 }
@@ -27,7 +29,7 @@ async fn event_stream_format_and_types() {
     let api = api().await;
     let ns = "watch-format";
     api.namespace(ns).await;
-    let c = coll(ns, VMIM);
+    let c = coll(ns, KV);
     let start = api.get(&c).await.body["metadata"]["resourceVersion"]
         .as_str()
         .unwrap()
@@ -45,15 +47,15 @@ async fn event_stream_format_and_types() {
         .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(response.headers()["content-type"], "application/json");
-    let created = api.create(&c, &vmim("w", "x")).await;
+    let created = api.create(&c, &kubevirt_obj("w")).await;
     let modified = api
         .merge(
-            &item(ns, VMIM, "w"),
+            &item(ns, KV, "w"),
             &json!({"metadata": {"labels": {"m": "1"}}}),
         )
         .await
         .body;
-    api.delete(&item(ns, VMIM, "w"), None).await;
+    api.delete(&item(ns, KV, "w"), None).await;
     let body = response.text().await.unwrap();
     assert!(body.ends_with('\n'), "{body:?}");
     let events: Vec<Value> = body
@@ -64,7 +66,7 @@ async fn event_stream_format_and_types() {
     assert_eq!(types, ["ADDED", "MODIFIED", "DELETED"], "{body}");
     for e in &events {
         assert_eq!(e.as_object().unwrap().len(), 2, "only type and object: {e}");
-        assert_eq!(e["object"]["kind"], "VirtualMachineInstanceMigration");
+        assert_eq!(e["object"]["kind"], "KubeVirt");
         assert_eq!(e["object"]["apiVersion"], "kubevirt.io/v1");
     }
     assert_eq!(events[0]["object"], created);
@@ -79,9 +81,9 @@ async fn initial_state_then_changes() {
     let api = api().await;
     let ns = "watch-initial";
     api.namespace(ns).await;
-    let c = coll(ns, VMIM);
-    api.create(&c, &vmim("a", "x")).await;
-    api.create(&c, &vmim("b", "x")).await;
+    let c = coll(ns, KV);
+    api.create(&c, &kubevirt_obj("a")).await;
+    api.create(&c, &kubevirt_obj("b")).await;
     // Without a resourceVersion, and with "0": synthetic ADDED for what exists, then changes.
     for (i, query) in ["watch=true", "watch=true&resourceVersion=0", "watch=1"]
         .iter()
@@ -105,7 +107,7 @@ async fn initial_state_then_changes() {
         w.assert_quiet(Duration::from_millis(300)).await;
         let r = api
             .merge(
-                &item(ns, VMIM, "a"),
+                &item(ns, KV, "a"),
                 &json!({"metadata": {"labels": {"q": i.to_string()}}}),
             )
             .await;
@@ -119,19 +121,19 @@ async fn resume_from_resource_version() {
     let api = api().await;
     let ns = "watch-resume";
     api.namespace(ns).await;
-    let c = coll(ns, VMIM);
+    let c = coll(ns, KV);
     let start = api.get(&c).await.body["metadata"]["resourceVersion"]
         .as_str()
         .unwrap()
         .parse::<i64>()
         .unwrap();
     let mut history = Vec::new();
-    history.push(("ADDED", api.create(&c, &vmim("r1", "x")).await));
-    history.push(("ADDED", api.create(&c, &vmim("r2", "x")).await));
+    history.push(("ADDED", api.create(&c, &kubevirt_obj("r1")).await));
+    history.push(("ADDED", api.create(&c, &kubevirt_obj("r2")).await));
     history.push((
         "MODIFIED",
         api.merge(
-            &item(ns, VMIM, "r1"),
+            &item(ns, KV, "r1"),
             &json!({"metadata": {"labels": {"v": "2"}}}),
         )
         .await
@@ -140,13 +142,13 @@ async fn resume_from_resource_version() {
     history.push((
         "MODIFIED",
         api.merge(
-            &item(ns, VMIM, "r2"),
+            &item(ns, KV, "r2"),
             &json!({"metadata": {"labels": {"v": "3"}}}),
         )
         .await
         .body,
     ));
-    api.delete(&item(ns, VMIM, "r1"), None).await;
+    api.delete(&item(ns, KV, "r1"), None).await;
     // Every resume point replays exactly what came after it, in order.
     let mut points = vec![start];
     points.extend(history.iter().map(|(_, o)| rv(o)));
@@ -180,7 +182,7 @@ async fn resume_from_resource_version() {
     assert_eq!(w.status, StatusCode::OK);
     let mut first_after = None;
     for i in 0..20 {
-        let obj = api.create(&c, &vmim(&format!("f{i}"), "x")).await;
+        let obj = api.create(&c, &kubevirt_obj(&format!("f{i}"))).await;
         if rv(&obj) > future {
             first_after = Some(obj);
             break;
@@ -199,7 +201,7 @@ async fn timeout_seconds_ends_the_watch() {
     let api = api().await;
     let ns = "watch-timeout";
     api.namespace(ns).await;
-    let c = coll(ns, VMIM);
+    let c = coll(ns, KV);
     let started = Instant::now();
     let mut w = api.watch(&format!("{c}?watch=true&timeoutSeconds=1")).await;
     let events = w.drain(Duration::from_secs(10)).await;
@@ -214,8 +216,8 @@ async fn bookmarks() {
     let api = api().await;
     let ns = "watch-bookmarks";
     api.namespace(ns).await;
-    let c = coll(ns, VMIM);
-    let created = api.create(&c, &vmim("b", "x")).await;
+    let c = coll(ns, KV);
+    let created = api.create(&c, &kubevirt_obj("b")).await;
     let start = rv(&created);
     // Three watches side by side (each runs 3 seconds): with bookmarks from the create, with
     // bookmarks across a change, and without bookmarks.
@@ -234,7 +236,7 @@ async fn bookmarks() {
         .await;
     let changed = api
         .merge(
-            &item(ns, VMIM, "b"),
+            &item(ns, KV, "b"),
             &json!({"metadata": {"labels": {"x": "1"}}}),
         )
         .await
@@ -252,7 +254,7 @@ async fn bookmarks() {
         // Only kind, apiVersion and the resourceVersion: no name, nothing else.
         assert_eq!(
             b["object"],
-            json!({"kind": "VirtualMachineInstanceMigration", "apiVersion": "kubevirt.io/v1",
+            json!({"kind": "KubeVirt", "apiVersion": "kubevirt.io/v1",
                    "metadata": {"resourceVersion": b["object"]["metadata"]["resourceVersion"]}}),
             "{b}"
         );
@@ -275,9 +277,9 @@ async fn send_initial_events() {
     let api = api().await;
     let ns = "watch-list";
     api.namespace(ns).await;
-    let c = coll(ns, VMIM);
-    let a = api.create(&c, &vmim("a", "x")).await;
-    let b = api.create(&c, &vmim("b", "x")).await;
+    let c = coll(ns, KV);
+    let a = api.create(&c, &kubevirt_obj("a")).await;
+    let b = api.create(&c, &kubevirt_obj("b")).await;
     let mut w = api
         .watch(&format!(
             "{c}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
@@ -302,7 +304,7 @@ async fn send_initial_events() {
     );
     assert!(rv(&end["object"]) >= rv(&b));
     assert!(end["object"]["metadata"].get("name").is_none());
-    let c2 = api.create(&c, &vmim("c", "x")).await;
+    let c2 = api.create(&c, &kubevirt_obj("c")).await;
     let e = w.until(|e| e["type"] != "BOOKMARK").await;
     assert_eq!(e["type"], "ADDED");
     assert_eq!(e["object"], c2);
@@ -343,7 +345,7 @@ async fn send_initial_events() {
         .await;
     assert_eq!(w.status, StatusCode::OK);
     w.assert_quiet(Duration::from_millis(300)).await;
-    let d = api.create(&c, &vmim("d", "x")).await;
+    let d = api.create(&c, &kubevirt_obj("d")).await;
     let e = w.next().await;
     assert_eq!(e["type"], "ADDED");
     assert_eq!(e["object"], d);
@@ -354,7 +356,7 @@ async fn selector_transitions() {
     let api = api().await;
     let ns = "watch-selector";
     api.namespace(ns).await;
-    let c = coll(ns, VMIM);
+    let c = coll(ns, KV);
     let start = api.get(&c).await.body["metadata"]["resourceVersion"]
         .as_str()
         .unwrap()
@@ -364,7 +366,7 @@ async fn selector_transitions() {
             "{c}?watch=true&resourceVersion={start}&labelSelector=sel%3Dyes"
         ))
         .await;
-    let path = item(ns, VMIM, "t");
+    let path = item(ns, KV, "t");
     api.create(&c, &labelled("t", json!({"sel": "no"}))).await;
     api.create(&c, &labelled("other", json!({"sel": "no"})))
         .await;
@@ -395,7 +397,7 @@ async fn selector_transitions() {
     // Changes while not matching: nothing; deleting a non-matching object: nothing.
     api.merge(&path, &json!({"metadata": {"annotations": {"a": "2"}}}))
         .await;
-    api.delete(&item(ns, VMIM, "other"), None).await;
+    api.delete(&item(ns, KV, "other"), None).await;
     w.assert_quiet(Duration::from_millis(400)).await;
     // Matching again, then deleted while matching.
     api.merge(&path, &json!({"metadata": {"labels": {"sel": "yes"}}}))
@@ -407,20 +409,20 @@ async fn selector_transitions() {
     assert_eq!(e["object"]["metadata"]["name"], "t");
 
     // A field selector on the name follows one object (kubectl wait / delete --wait).
-    let x = api.create(&c, &vmim("x1", "x")).await;
+    let x = api.create(&c, &kubevirt_obj("x1")).await;
     let mut w = api
         .watch(&format!(
             "{c}?watch=true&allowWatchBookmarks=true&fieldSelector=metadata.name%3Dx1&resourceVersion={}",
             rv(&x)
         ))
         .await;
-    api.create(&c, &vmim("x2", "x")).await;
+    api.create(&c, &kubevirt_obj("x2")).await;
     api.merge(
-        &item(ns, VMIM, "x2"),
+        &item(ns, KV, "x2"),
         &json!({"metadata": {"labels": {"n": "1"}}}),
     )
     .await;
-    api.delete(&item(ns, VMIM, "x1"), None).await;
+    api.delete(&item(ns, KV, "x1"), None).await;
     let e = w.until(|e| e["type"] != "BOOKMARK").await;
     assert_eq!(e["type"], "DELETED");
     assert_eq!(e["object"]["metadata"]["name"], "x1");
@@ -432,9 +434,9 @@ async fn table_watch() {
     let api = api().await;
     let ns = "watch-table";
     api.namespace(ns).await;
-    let c = coll(ns, VMIM);
-    api.create(&c, &vmim("t1", "x")).await;
-    api.create(&c, &vmim("t2", "x")).await;
+    let c = coll(ns, KV);
+    api.create(&c, &kubevirt_obj("t1")).await;
+    api.create(&c, &kubevirt_obj("t2")).await;
     let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
     let response = api
         .client
@@ -454,7 +456,17 @@ async fn table_watch() {
         .collect();
     assert_eq!(events.len(), 2, "{text}");
     assert_eq!(events[0]["object"]["kind"], "Table");
-    assert!(events[0]["object"]["columnDefinitions"].is_array());
+    let columns: Vec<&str> = events[0]["object"]["columnDefinitions"]
+        .as_array()
+        .expect("columnDefinitions")
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        columns,
+        ["Name", "Age", "Phase"],
+        "KubeVirt's printer columns"
+    );
     assert!(
         events[1]["object"]["columnDefinitions"].is_null(),
         "only the first event defines columns"

@@ -14,7 +14,9 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 use support::*;
 
-const VMIM: &str = "virtualmachineinstancemigrations";
+/// KubeVirt objects: a namespaced kind that no admission or controller writes, so every
+/// stored write is one a test made.
+const KV: &str = "kubevirts";
 const WRITERS: usize = 8;
 
 /// What the server acknowledged for one object: its uid and, per step, the resourceVersion.
@@ -31,7 +33,7 @@ async fn kill_nine_during_concurrent_writes_loses_nothing_acknowledged() {
     let api = Arc::new(api_for(&server));
     let ns = "durable";
     api.namespace(ns).await;
-    let c = coll(ns, VMIM);
+    let c = coll(ns, KV);
 
     let acked: Arc<Mutex<HashMap<String, Acked>>> = Arc::default();
     let total = Arc::new(AtomicUsize::new(0));
@@ -46,7 +48,7 @@ async fn kill_nine_during_concurrent_writes_loses_nothing_acknowledged() {
             // one request at a time, until the server goes away.
             for n in 0.. {
                 let name = format!("w{w}-{n}");
-                let mut body = vmim(&name, "x");
+                let mut body = kubevirt_obj(&name);
                 body["metadata"]["labels"] = json!({"step": "0"});
                 let Ok(r) = api
                     .client
@@ -167,7 +169,7 @@ async fn kill_nine_during_concurrent_writes_loses_nothing_acknowledged() {
             assert!(rv(obj) > a.steps[last]);
         }
         // The object reads the same by name.
-        let r = api.get(&item(ns, VMIM, name)).await;
+        let r = api.get(&item(ns, KV, name)).await;
         assert_eq!(&r.body, obj);
     }
     // Objects the server stored but never acknowledged can only be in-flight creates.
@@ -181,7 +183,7 @@ async fn kill_nine_during_concurrent_writes_loses_nothing_acknowledged() {
         .parse()
         .unwrap();
     assert!(list_rv >= max_acked);
-    let after = api.create(&c, &vmim("after-restart", "x")).await;
+    let after = api.create(&c, &kubevirt_obj("after-restart")).await;
     assert!(rv(&after) > list_rv);
     // Watch history starts afresh with the new process (as kube-apiserver's watch cache
     // does): a watch from before the crash is told to relist (410), one from the relist
@@ -212,10 +214,10 @@ async fn restart_keeps_everything() {
     let api = api_for(&server);
     api.namespace("restart").await;
     let vm_obj = api.settled_vm("restart", &vm("keep")).await;
-    let mut held = vmim("held", "x");
+    let mut held = kubevirt_obj("held");
     held["metadata"]["finalizers"] = json!(["example.com/hold"]);
-    api.create(&coll("restart", VMIM), &held).await;
-    let marked = api.delete(&item("restart", VMIM, "held"), None).await.body;
+    api.create(&coll("restart", KV), &held).await;
+    let marked = api.delete(&item("restart", KV, "held"), None).await.body;
     let namespaces = api.get(NAMESPACES).await.body;
     // Keep the credentials issued before the restart.
     let before = tempfile::tempdir().unwrap();
@@ -238,7 +240,7 @@ async fn restart_keeps_everything() {
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.body["metadata"]["uid"], vm_obj["metadata"]["uid"]);
     assert_eq!(r.body["spec"], vm_obj["spec"]);
-    assert_eq!(api.get(&item("restart", VMIM, "held")).await.body, marked);
+    assert_eq!(api.get(&item("restart", KV, "held")).await.body, marked);
     assert_eq!(names(&api.get(NAMESPACES).await.body), names(&namespaces));
     // The same CA: credentials issued before the restart still work.
     let old = Api::connect(&server.url, before.path());

@@ -6,6 +6,9 @@ pub const KUBEVIRT: &str = "/apis/kubevirt.io/v1";
 pub const NAMESPACES: &str = "/api/v1/namespaces";
 /// The finalizer KubeVirt's VM controller keeps on every VM.
 pub const VM_FINALIZER: &str = "kubevirt.io/virtualMachineControllerFinalize";
+/// The finalizer the migration create mutator adds; the migration controller removes it
+/// once the migration is final.
+pub const MIGRATION_FINALIZER: &str = "kubevirt.io/migrationJobFinalize";
 
 /// `/apis/kubevirt.io/v1/namespaces/<ns>/<plural>`
 pub fn coll(ns: &str, plural: &str) -> String {
@@ -62,6 +65,19 @@ pub fn vmim(name: &str, vmi: &str) -> Value {
         "kind": "VirtualMachineInstanceMigration",
         "metadata": {"name": name},
         "spec": {"vmiName": vmi}
+    })
+}
+
+/// A KubeVirt (kubevirt.io/v1, `kv`): a plain namespaced kind with a status subresource
+/// that no admission checks and no controller writes (the migration controller only reads
+/// the one named `kubevirt` in namespace `kubevirt`), so the API machinery tests use it as
+/// "some namespaced custom resource". Its spec keeps unknown fields.
+pub fn kubevirt_obj(name: &str) -> Value {
+    json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "KubeVirt",
+        "metadata": {"name": name},
+        "spec": {"configuration": {"migrations": {"bandwidthPerMigration": "64Mi"}}}
     })
 }
 
