@@ -1,6 +1,7 @@
 //! KubeVirt admission through the API: the validating webhooks' rejections (422 with
 //! `admission webhook "<name>" denied the request: ...` and KubeVirt's causes and field
-//! paths), their warnings, and the defaults the mutating webhooks fill in.
+//! paths), their warnings, the defaults the mutating webhooks fill in, and the migration
+//! create checks that read the VMI and its other migrations (400 with KubeVirt's message).
 
 mod support;
 
@@ -446,6 +447,9 @@ async fn migration_admission_rules() {
     let ns = "adm-vmim";
     api.namespace(ns).await;
     let c = coll(ns, VMIM);
+    // Migrations are admitted only for an existing VMI (on this --no-node server it stays
+    // Pending, which passes the target checks).
+    api.create(&coll(ns, VMI), &vmi("a")).await;
     let r = api.post(&c, &vmim("m", "")).await;
     assert_status_body(
         &r,
@@ -469,9 +473,130 @@ async fn migration_admission_rules() {
             )],
         ),
     );
-    // The mutating webhook labels a migration with its VMI.
+    // The mutating webhook labels a migration with its VMI and adds the migration
+    // controller's finalizer.
     let r = api.get(&item(ns, VMIM, "m")).await;
     assert_eq!(r.body["metadata"]["labels"]["kubevirt.io/vmi-name"], "a");
+    assert_eq!(
+        r.body["metadata"]["finalizers"],
+        json!([MIGRATION_FINALIZER])
+    );
+    // An unfinished migration keeps that label.
+    let r = api
+        .merge(
+            &item(ns, VMIM, "m"),
+            &json!({"metadata": {"labels": {"kubevirt.io/vmi-name": "b"}}}),
+        )
+        .await;
+    assert_status_body(
+        &r,
+        denial(
+            "migration-update-validator.kubevirt.io",
+            &[(
+                "FieldValueNotSupported",
+                "",
+                "selector label can't be modified on an in-flight migration",
+            )],
+        ),
+    );
+}
+
+/// 400 with only KubeVirt's message: how its migration create webhook answers when the
+/// VMI or the other migrations forbid the migration.
+fn bad_request(message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": "BadRequest", "code": 400})
+}
+
+#[tokio::test]
+async fn migration_create_checks_its_vmi() {
+    let api = api().await;
+    let ns = "adm-vmim-target";
+    api.namespace(ns).await;
+    let c = coll(ns, VMIM);
+
+    // The VMI must exist in the migration's namespace.
+    let r = api.post(&c, &vmim("m1", "nope")).await;
+    assert_status_body(
+        &r,
+        bad_request(&format!("the VMI \"{ns}/nope\" does not exist")),
+    );
+    assert_eq!(
+        api.get(&item(ns, VMIM, "m1")).await.status,
+        StatusCode::NOT_FOUND
+    );
+
+    // spec.priority is virt-controller's alone.
+    api.create(&coll(ns, VMI), &vmi("v")).await;
+    let mut prioritized = vmim("m1", "v");
+    prioritized["spec"]["priority"] = json!("user-triggered");
+    let r = api.post(&c, &prioritized).await;
+    assert_status_body(
+        &r,
+        denial(
+            "migration-create-validator.kubevirt.io",
+            &[(
+                "FieldValueForbidden",
+                "spec.migrationPriority",
+                "Migration priority queue, only virt-controller is allowed to set priority field",
+            )],
+        ),
+    );
+
+    // One migration in flight per VMI.
+    let first = api.create(&c, &vmim("m1", "v")).await;
+    let r = api.post(&c, &vmim("m2", "v")).await;
+    assert_status_body(
+        &r,
+        bad_request(&format!(
+            "in-flight migration detected. Active migration job ({}) is currently already in progress for VMI v.",
+            uid(&first)
+        )),
+    );
+    // A final one does not count (written as the migration controller would).
+    let r = api
+        .merge(
+            &format!("{}/status", item(ns, VMIM, "m1")),
+            &json!({"status": {"phase": "Failed"}}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    api.create(&c, &vmim("m2", "v")).await;
+
+    // A VMI its node agent found not live-migratable. VMIs have no status subresource:
+    // status travels with the object, as the node agent writes it.
+    api.create(&coll(ns, VMI), &vmi("pinned")).await;
+    let pinned = item(ns, VMI, "pinned");
+    api.settle(&pinned).await;
+    let r = api
+        .put_fresh(&pinned, |vmi| {
+            let mut conditions = vmi["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            conditions.push(json!({"type": "LiveMigratable", "status": "False",
+                "reason": "DisksNotLiveMigratable",
+                "message": "cannot migrate VMI: PVC root is not shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)"}));
+            vmi["status"]["conditions"] = json!(conditions);
+        })
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = api.post(&c, &vmim("m3", "pinned")).await;
+    assert_status_body(
+        &r,
+        bad_request("Cannot migrate VMI, Reason: DisksNotLiveMigratable, Message: cannot migrate VMI: PVC root is not shared, live migration requires that all PVCs must be shared (using ReadWriteMany access mode)"),
+    );
+
+    // A VMI that has finished cannot move.
+    api.create(&coll(ns, VMI), &vmi("done")).await;
+    let done = item(ns, VMI, "done");
+    api.settle(&done).await;
+    let r = api
+        .put_fresh(&done, |vmi| vmi["status"]["phase"] = json!("Succeeded"))
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = api.post(&c, &vmim("m4", "done")).await;
+    assert_status_body(&r, bad_request("Cannot migrate VMI in finalized state."));
 }
 
 #[tokio::test]
