@@ -31,6 +31,8 @@ use crate::hypervisor::{Arrival, Hypervisor, Incoming, MigrationSettings, Sendin
 use crate::vmi::{vmi_resource, Context};
 
 const MANAGER: &str = "virt-handler";
+/// How long a target waits for the last of a guest the source reports sent.
+const ARRIVAL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// KubeVirt's defaults (`KubeVirt.spec.configuration.migrations`).
 const DEFAULT_PROGRESS_TIMEOUT: u64 = 150;
@@ -432,7 +434,32 @@ async fn take_over(
 ) -> Result<Action, kube::Error> {
     let hv = ctx.hypervisor.as_ref();
     match hv.arrival(vmi).await {
-        Arrival::Waiting => return Ok(Action::requeue(Duration::from_millis(10))),
+        Arrival::Waiting => {
+            // The source says it sent everything; a guest that still has not arrived
+            // after a while never will.
+            let key = vmi.uid().unwrap_or_default();
+            let since = *ctx
+                .awaiting
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(key)
+                .or_insert_with(std::time::Instant::now);
+            if since.elapsed() < ARRIVAL_TIMEOUT {
+                return Ok(Action::requeue(Duration::from_millis(10)));
+            }
+            let e = format!(
+                "the source reported the guest sent, but it did not arrive within {ARRIVAL_TIMEOUT:?}"
+            );
+            write_state(
+                ctx,
+                vmi,
+                failure(&format!("target node {node}: {e}")),
+                Value::Null,
+            )
+            .await?;
+            hv.release_incoming(vmi).await;
+            return Ok(Action::await_change());
+        }
         Arrival::Failed(e) => {
             write_state(
                 ctx,
@@ -446,6 +473,10 @@ async fn take_over(
         }
         Arrival::Arrived => {}
     }
+    ctx.awaiting
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&vmi.uid().unwrap_or_default());
     // The VMI is claimed first, guarded by the version that said the source let go: if
     // anyone failed the migration meanwhile, the claim conflicts and the guest is not run
     // here, so it never runs on both nodes.

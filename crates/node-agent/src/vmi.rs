@@ -39,6 +39,9 @@ pub(crate) struct Context {
     pub(crate) hypervisor: Arc<dyn Hypervisor>,
     /// Retry delays of VMIs whose sync failed, by `namespace/name`.
     backoff: kubevirt_api::backoff::Backoff<String>,
+    /// Since when each migration target (by VMI uid) waits for a guest the source
+    /// reported sent.
+    pub(crate) awaiting: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 pub(crate) fn vmi_resource() -> ApiResource {
@@ -66,6 +69,7 @@ pub async fn run(client: Client, nodes: Vec<String>, hypervisor: Arc<dyn Hypervi
         nodes: nodes.into_iter().collect(),
         hypervisor,
         backoff: Default::default(),
+        awaiting: Default::default(),
     });
     tokio::spawn(sweep(ctx.clone()));
     // VMIs on our nodes, and VMIs migrating to them: the target side of a migration

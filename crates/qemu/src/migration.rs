@@ -43,24 +43,31 @@ pub struct Tls {
     pub dir: std::path::PathBuf,
 }
 
-const TLS_ID: &str = "migration-tls";
+/// The credentials objects: one per side, since a QEMU that received its guest may later
+/// send it on.
+const TLS_SERVER_ID: &str = "migration-tls-server";
+const TLS_CLIENT_ID: &str = "migration-tls-client";
 
-/// Adds the credentials object; `server` on the target, which verifies its peer.
-async fn add_tls(qmp: &Qmp, tls: &Tls, server: bool) -> Result<(), QmpError> {
-    let mut args = json!({"qom-type": "tls-creds-x509", "id": TLS_ID,
+/// Adds this side's credentials object (`server` on the target, which verifies its peer),
+/// replacing one an earlier migration left with other credentials; returns its id.
+async fn add_tls(qmp: &Qmp, tls: &Tls, server: bool) -> Result<&'static str, QmpError> {
+    let id = if server { TLS_SERVER_ID } else { TLS_CLIENT_ID };
+    // Fails when there is none, which is the usual case.
+    let _ = qmp.execute("object-del", Some(json!({"id": id}))).await;
+    let mut args = json!({"qom-type": "tls-creds-x509", "id": id,
         "dir": tls.dir.display().to_string(),
         "endpoint": if server { "server" } else { "client" }});
     if server {
         args["verify-peer"] = json!(true);
     }
     match qmp.execute("object-add", Some(args)).await {
-        // Added by an earlier attempt of the same migration.
+        // Still in use by this migration's own NBD server: the same credentials.
         Err(QmpError::Command { desc, .. })
             if desc.contains("already exists") || desc.contains("duplicate property") =>
         {
-            Ok(())
+            Ok(id)
         }
-        other => other.map(|_| ()),
+        other => other.map(|_| id),
     }
 }
 
@@ -214,8 +221,7 @@ pub async fn export_disks(
     let mut server =
         json!({"addr": {"type": "inet", "data": {"host": at.host, "port": at.port.to_string()}}});
     if let Some(tls) = tls {
-        add_tls(qmp, tls, true).await?;
-        server["tls-creds"] = json!(TLS_ID);
+        server["tls-creds"] = json!(add_tls(qmp, tls, true).await?);
     }
     qmp.execute("nbd-server-start", Some(server)).await?;
     for node in nodes {
@@ -246,8 +252,8 @@ pub async fn receive(qmp: &Qmp, at: &Endpoint, tuning: &Tuning) -> Result<(), Qm
         set_capabilities(qmp, &[("postcopy-ram", true)]).await?;
     }
     if let Some(tls) = &tuning.tls {
-        add_tls(qmp, tls, true).await?;
-        qmp.execute("migrate-set-parameters", Some(json!({"tls-creds": TLS_ID})))
+        let id = add_tls(qmp, tls, true).await?;
+        qmp.execute("migrate-set-parameters", Some(json!({"tls-creds": id})))
             .await?;
     }
     qmp.execute("migrate-incoming", Some(json!({"uri": at.uri()})))
@@ -334,8 +340,7 @@ async fn drive(
         "max-bandwidth": tuning.max_bandwidth.unwrap_or(10 << 30),
     });
     if let Some(tls) = &tuning.tls {
-        add_tls(qmp, tls, false).await?;
-        parameters["tls-creds"] = json!(TLS_ID);
+        parameters["tls-creds"] = json!(add_tls(qmp, tls, false).await?);
     }
     qmp.execute("migrate-set-parameters", Some(parameters))
         .await?;
@@ -344,7 +349,7 @@ async fn drive(
             let mut target = json!({"driver": "nbd", "node-name": mirror_node(node),
                 "server": nbd.inet(), "export": node});
             if tuning.tls.is_some() {
-                target["tls-creds"] = json!(TLS_ID);
+                target["tls-creds"] = json!(TLS_CLIENT_ID);
             }
             qmp.execute("blockdev-add", Some(target)).await?;
             qmp.execute(

@@ -358,6 +358,34 @@ async fn a_running_guest_moves_to_another_node_and_carries_on() {
     let port_after = host_port(&vmi, 8080);
     to.hello(port_after, SHORT).await;
 
+    // And back: a QEMU that received its guest sends it on (its own incoming migration,
+    // completed, is not taken for this one).
+    let back = to
+        .api
+        .post(
+            &format!("/apis/kubevirt.io/v1/namespaces/{NS}/virtualmachineinstancemigrations"),
+            &migration("move-2", name),
+        )
+        .await;
+    assert_eq!(back.status, StatusCode::CREATED, "{}", back.body);
+    let done = wait_final(&to, "move-2", Duration::from_secs(120)).await;
+    assert_eq!(done["status"]["phase"], "Succeeded", "{}", done["status"]);
+    assert!(
+        done["status"]["migrationState"]["transfer"]["memoryBytes"]
+            .as_u64()
+            .is_some_and(|b| b > 0),
+        "{}",
+        done["status"]
+    );
+    assert_eq!(
+        from.vmi(name).await.expect("vmi")["status"]["nodeName"],
+        from.node
+    );
+    let mut console = from.console(name).await.expect("console back home");
+    console.send("\r").await;
+    assert_eq!(checksum(&mut console, "cat /tmp/ram").await, ram);
+    console.close().await;
+
     let vm = to.vm(name).await;
     assert_eq!(vm["status"]["printableStatus"], "Running");
     to.delete_vm(name).await;

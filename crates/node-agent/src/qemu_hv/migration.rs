@@ -35,6 +35,8 @@ struct Listening {
 }
 
 const LISTENING_FILE: &str = "incoming.json";
+/// The uid of the migration this node is sending the guest for, in the VMI's dir.
+const SENDING_FILE: &str = "outgoing-migration";
 /// Where a migration's TLS credentials are written for QEMU, in the VMI's dir.
 const TLS_DIR: &str = "migration-tls";
 
@@ -276,13 +278,23 @@ impl Qemu {
         let (progress_tx, progress) = watch::channel(Progress::default());
         let (result_tx, result) = watch::channel(None);
         let (abort, abort_rx) = watch::channel(false);
-        // An agent that restarted during a migration finds QEMU's migration where it was.
-        let before = qm::progress(&qmp).await.map_err(|e| e.to_string())?;
+        // An agent that restarted during this migration finds QEMU's where it was. Only
+        // then: `query-migrate` of a QEMU that received its guest reports that incoming
+        // migration as completed, which says nothing about this one.
+        let marker = self.dir(vmi).join(SENDING_FILE);
+        let resumed = std::fs::read_to_string(&marker).is_ok_and(|m| m.trim() == migration);
+        let before = if resumed {
+            qm::progress(&qmp).await.map_err(|e| e.to_string())?
+        } else {
+            Progress::default()
+        };
         match before.status {
             Some(qm::Status::Completed) => {
                 result_tx.send_replace(Some(Ok(before)));
             }
             Some(qm::Status::None | qm::Status::Failed | qm::Status::Cancelled) | None => {
+                std::fs::write(&marker, migration)
+                    .map_err(|e| format!("writing {}: {e}", marker.display()))?;
                 let disks = qm::local_disks(&qmp, &self.dir(vmi))
                     .await
                     .map_err(|e| e.to_string())?;
