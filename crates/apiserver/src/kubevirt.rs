@@ -177,7 +177,8 @@ impl ResourceHooks for MigrationHooks {
     }
 }
 
-/// The cluster configuration: stored and served as written; the controllers read it.
+/// The cluster configuration and migration policies: stored and served as written; the
+/// controllers read them.
 struct KubeVirtHooks;
 
 impl ResourceHooks for KubeVirtHooks {}
@@ -199,5 +200,6 @@ pub fn registrations(
             Box::new(MigrationHooks),
         ),
         (&resources::KUBEVIRT, Box::new(KubeVirtHooks)),
+        (&resources::MIGRATION_POLICY, Box::new(KubeVirtHooks)),
     ]
 }

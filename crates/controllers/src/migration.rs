@@ -378,6 +378,8 @@ struct Controller {
     nodes: Store<DynamicObject>,
     /// KubeVirt objects: the cluster's configuration.
     kubevirts: Store<DynamicObject>,
+    policies: Store<DynamicObject>,
+    namespaces: Store<DynamicObject>,
     backoff: Backoff<String>,
     /// When each migration first found no target, by uid.
     unschedulable_since: HashMap<String, std::time::Instant>,
@@ -419,6 +421,8 @@ pub async fn run(client: Client, credentials: Option<IssueCredentials>) {
         ),
         nodes: reflect(&client, resources::node(), changed.clone()),
         kubevirts: reflect(&client, kubevirt_resource(), changed.clone()),
+        policies: reflect(&client, policy_resource(), changed.clone()),
+        namespaces: reflect(&client, namespace_resource(), changed.clone()),
         client,
         backoff: Backoff::default(),
         unschedulable_since: HashMap::new(),
@@ -675,6 +679,7 @@ impl Controller {
                 // `decide` hands off only a VMI it saw.
                 let Some(vmi) = vmi else { return Ok(()) };
                 let mut configuration = configuration.clone();
+                let policy_name = self.apply_policy(vmi, &namespace, &mut configuration);
                 match &self.credentials {
                     _ if configuration["disableTLS"] == json!(true) => {}
                     Some(issue) => self.create_credentials(migration, &target, issue).await?,
@@ -688,7 +693,8 @@ impl Controller {
                                  "labels": {MIGRATION_TARGET_NODE: target}},
                     "status": {"migrationState": {
                         "migrationUid": migration.uid(), "sourceNode": source, "targetNode": target,
-                        "mode": "PreCopy", "migrationConfiguration": configuration}}});
+                        "mode": "PreCopy", "migrationConfiguration": configuration,
+                        "migrationPolicyName": policy_name}}});
                 // Replaces what an earlier migration left (a merge would keep its fields).
                 let clear = json!({"metadata": {"resourceVersion": str_at(vmi, "/metadata/resourceVersion")},
                                    "status": {"migrationState": null}});
@@ -752,6 +758,40 @@ impl Controller {
                 Ok(())
             }
         }
+    }
+
+    /// Applies the MigrationPolicy that matches the VMI (if any) to `configuration`, and
+    /// names it.
+    fn apply_policy(
+        &self,
+        vmi: &Value,
+        namespace: &str,
+        configuration: &mut Value,
+    ) -> Option<String> {
+        let labels = |v: Option<&Value>| -> BTreeMap<String, String> {
+            v.and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        };
+        let vmi_labels = labels(vmi.pointer("/metadata/labels"));
+        let namespace_labels: BTreeMap<String, String> = self
+            .namespaces
+            .state()
+            .iter()
+            .find(|n| n.name_any() == namespace)
+            .and_then(|n| n.metadata.labels.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let policies: Vec<Value> = self.policies.state().iter().map(|p| value_of(p)).collect();
+        let policy = policy::choose(&policies, &vmi_labels, &namespace_labels)?;
+        policy::apply(configuration, policy);
+        policy
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .map(str::to_string)
     }
 
     /// The migration's Secret with its TLS credentials, owned by it (so it goes with it),
@@ -874,6 +914,17 @@ impl Controller {
     }
 }
 
+fn policy_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("migrations.kubevirt.io", "v1alpha1", "MigrationPolicy"),
+        "migrationpolicies",
+    )
+}
+
+fn namespace_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Namespace"), "namespaces")
+}
+
 pub fn kubevirt_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("kubevirt.io", "v1", "KubeVirt"),
@@ -929,6 +980,7 @@ fn merge_into(into: &mut Value, from: Value) {
     }
 }
 
+mod policy;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -168,6 +168,29 @@ pub static KUBEVIRT: ResourceInfo = ResourceInfo {
     schema_name: "io.kubevirt.v1.KubeVirt",
 };
 
+/// `migrations.kubevirt.io/v1alpha1` MigrationPolicy: per-VMI migration settings.
+pub static MIGRATION_POLICY: ResourceInfo = ResourceInfo {
+    group: "migrations.kubevirt.io",
+    version: "v1alpha1",
+    kind: "MigrationPolicy",
+    list_kind: "MigrationPolicyList",
+    plural: "migrationpolicies",
+    singular: "migrationpolicy",
+    short_names: &[],
+    categories: &[],
+    namespaced: false,
+    status_subresource: true,
+    printer_columns: &[PrinterColumn {
+        name: "Age",
+        column_type: "date",
+        json_path: ".metadata.creationTimestamp",
+        description:
+            "Custom resource definition column (in JSONPath format): .metadata.creationTimestamp",
+        priority: 0,
+    }],
+    schema_name: "io.kubevirt.migrations.v1alpha1.MigrationPolicy",
+};
+
 /// Every kubevirt.io/v1 kind the VM workflow uses, in the order discovery lists them.
 pub fn all() -> [&'static ResourceInfo; 3] {
     [

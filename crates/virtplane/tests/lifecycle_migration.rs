@@ -426,3 +426,61 @@ async fn drain_moves_what_may_move_and_restarts_the_rest_elsewhere() {
         .as_array()
         .is_none_or(|t| t.iter().all(|t| t["key"] != "kubevirt.io/drain")));
 }
+
+#[tokio::test]
+async fn a_migration_policy_sets_the_migrations_of_the_vmis_it_selects() {
+    let c = Cluster::start(2, &["--sim-migration-delay", "50ms"]).await;
+    c.namespace(NS).await;
+    let policies = "/apis/migrations.kubevirt.io/v1alpha1/migrationpolicies";
+    let policy = |name: &str, selector: Value| {
+        json!({"apiVersion": "migrations.kubevirt.io/v1alpha1", "kind": "MigrationPolicy",
+               "metadata": {"name": name},
+               "spec": {"allowPostCopy": true, "bandwidthPerMigration": "256Mi",
+                        "selectors": {"virtualMachineInstanceSelector": selector}}})
+    };
+    for (name, selector) in [
+        ("web", json!({"tier": "web"})),
+        ("db", json!({"tier": "db"})),
+    ] {
+        let r = c.api.post(policies, &policy(name, selector)).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    }
+    let mut web = vm("webby", Some("Always"), json!({}));
+    web["spec"]["template"]["metadata"]["labels"]["tier"] = json!("web");
+    c.create_vm(NS, &web).await;
+    c.wait_vmi_phase(NS, "webby", "Running").await;
+    let r = c.vm_verb(NS, "webby", "migrate").await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{}", r.text);
+    let name = migrations_of(&c, "webby").await[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let done = wait_final(&c, &name).await;
+    let state = &done["status"]["migrationState"];
+    assert_eq!(done["status"]["phase"], "Succeeded", "{}", done["status"]);
+    assert_eq!(state["migrationPolicyName"], "web", "{state}");
+    assert_eq!(
+        state["migrationConfiguration"]["allowPostCopy"], true,
+        "{state}"
+    );
+    assert_eq!(
+        state["migrationConfiguration"]["bandwidthPerMigration"], "256Mi",
+        "{state}"
+    );
+    // A VMI no policy selects runs with the cluster's settings.
+    c.create_vm(NS, &vm("plain", Some("Always"), json!({})))
+        .await;
+    c.wait_vmi_phase(NS, "plain", "Running").await;
+    c.vm_verb(NS, "plain", "migrate").await;
+    let name = migrations_of(&c, "plain").await[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let done = wait_final(&c, &name).await;
+    let state = &done["status"]["migrationState"];
+    assert!(state.get("migrationPolicyName").is_none(), "{state}");
+    assert_eq!(
+        state["migrationConfiguration"]["allowPostCopy"], false,
+        "{state}"
+    );
+}
