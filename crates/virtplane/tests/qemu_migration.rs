@@ -571,3 +571,75 @@ async fn a_cancelled_or_broken_migration_leaves_the_guest_running_at_the_source(
     from.delete_vm(name).await;
     from.wait_vmi_gone(name, SHORT).await;
 }
+
+/// The source agent restarts while the guest moves: the new agent finds QEMU's outgoing
+/// migration, which its driver no longer follows, cancels it and reports it failed; the
+/// guest runs on at the source and the target lets go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_agent_that_restarts_mid_way_ends_the_migration_in_a_defined_state() {
+    let Some(g) = guests() else { return };
+    let cluster = Cluster::start(g, &[]).await;
+    let mut agent = NodeAgent::start(
+        cluster.server.data_dir(),
+        "node-b",
+        &["--hypervisor", "qemu", "--insecure-registry", &g.registry],
+    );
+    let server_node = cluster.env();
+    let from = Env::new(
+        &server_node.url,
+        &server_node.data_dir,
+        &server_node.host_disk_dir,
+    )
+    .on_node(&agent);
+    from.wait_node_ready().await;
+    let ns = from
+        .api
+        .post(
+            "/api/v1/namespaces",
+            &json!({"metadata": {"name": "kubevirt"}}),
+        )
+        .await;
+    assert_eq!(ns.status, StatusCode::CREATED, "{}", ns.body);
+    let kv = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "kubevirt"},
+        "spec": {"configuration": {"migrations": {"bandwidthPerMigration": "1Mi"}}}});
+    let kv = from
+        .api
+        .post("/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts", &kv)
+        .await;
+    assert_eq!(kv.status, StatusCode::CREATED, "{}", kv.body);
+    // The guest starts on node-b, so that its (separate) agent is the source.
+    let node = format!("/api/v1/nodes/{}", server_node.node);
+    from.api
+        .merge(&node, &json!({"spec": {"unschedulable": true}}))
+        .await;
+    let name = "restarted";
+    from.create_vm(&kernel_vm(g, name, "Always", None)).await;
+    let vmi = from.wait_running(name).await;
+    assert_eq!(vmi["status"]["nodeName"], "node-b");
+    from.api
+        .merge(&node, &json!({"spec": {"unschedulable": false}}))
+        .await;
+    from.wait_ready(name).await;
+
+    start_moving(&from, "interrupted", name).await;
+    agent.restart();
+    let done = wait_final(&from, "interrupted", Duration::from_secs(90)).await;
+    assert_eq!(done["status"]["phase"], "Failed", "{}", done["status"]);
+    assert_eq!(
+        done["status"]["migrationState"]["failureReason"],
+        "the source node agent restarted during the migration",
+        "{}",
+        done["status"]
+    );
+    from.wait_node_ready().await;
+    still_runs(&from, name, "after-source-restart").await;
+    let vmi = from.vmi(name).await.expect("vmi");
+    assert_eq!(vmi["status"]["nodeName"], "node-b");
+    let deadline = Instant::now() + SHORT;
+    while !server_node.qemus(name).is_empty() {
+        assert!(Instant::now() < deadline, "the target kept its QEMU");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    from.delete_vm(name).await;
+    from.wait_vmi_gone(name, SHORT).await;
+}

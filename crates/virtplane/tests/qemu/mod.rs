@@ -295,30 +295,46 @@ pub struct NodeAgent {
     pub name: String,
     dir: tempfile::TempDir,
     child: Option<std::process::Child>,
+    /// How it was started, for `restart`.
+    server_dir: PathBuf,
+    args: Vec<String>,
 }
 
 impl NodeAgent {
     /// Joins the server in `server_dir` as node `name`, with extra `args`
     /// (`--hypervisor`, `--insecure-registry`...).
     pub fn start(server_dir: &Path, name: &str, args: &[&str]) -> NodeAgent {
-        let dir = tempfile::tempdir().expect("agent data dir");
+        let mut agent = NodeAgent {
+            name: name.to_string(),
+            dir: tempfile::tempdir().expect("agent data dir"),
+            child: None,
+            server_dir: server_dir.to_path_buf(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+        };
+        agent.spawn();
+        agent
+    }
+
+    fn spawn(&mut self) {
         let child = Command::new(support::binary())
             .arg("node")
             .arg("--kubeconfig")
-            .arg(server_dir.join("node-join.kubeconfig"))
-            .args(["--name", name, "--data-dir"])
-            .arg(dir.path())
-            .args(args)
+            .arg(self.server_dir.join("node-join.kubeconfig"))
+            .args(["--name", &self.name, "--data-dir"])
+            .arg(self.dir.path())
+            .args(&self.args)
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::inherit())
             .spawn()
             .expect("spawn virtplane node");
-        NodeAgent {
-            name: name.to_string(),
-            dir,
-            child: Some(child),
-        }
+        self.child = Some(child);
+    }
+
+    /// Starts the agent again (after `kill9`) on the same data dir, as a restart does.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
     }
 
     pub fn data_dir(&self) -> &Path {
