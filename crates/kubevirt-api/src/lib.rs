@@ -16,6 +16,7 @@ pub mod resources;
 pub mod schema;
 pub mod types;
 pub mod vm_status;
+pub mod volumes;
 
 mod access;
 pub mod quantity;

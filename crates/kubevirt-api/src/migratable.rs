@@ -4,6 +4,8 @@
 
 use serde_json::Value;
 
+use crate::volumes::{Source, Volume};
+
 /// Why a VMI cannot move: the reason and message of `LiveMigratable=False`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NotMigratable {
@@ -38,17 +40,6 @@ fn array<'a>(v: &'a Value, pointer: &str) -> &'a [Value] {
         .map(Vec::as_slice)
         .unwrap_or(&[])
 }
-
-/// Volumes whose data lives on the node the VMI runs on.
-const NODE_LOCAL_SOURCES: [&str; 7] = [
-    "containerDisk",
-    "emptyDisk",
-    "cloudInitNoCloud",
-    "cloudInitConfigDrive",
-    "sysprep",
-    "configMap",
-    "secret",
-];
 
 /// Checks a VMI object (spec and annotations) in virt-handler's order. `claim_shared`
 /// says whether a claim is ReadWriteMany (`None`: unknown).
@@ -87,20 +78,16 @@ pub fn check(
         });
     }
     let mut method = Method::LiveMigration;
-    for volume in array(spec, "/volumes") {
-        if let Some(host) = volume.get("hostDisk") {
-            if host["shared"] != Value::Bool(true) {
+    for volume in Volume::all_of(spec) {
+        if let Source::HostDisk(host) = &volume.source {
+            if host.shared != Some(true) {
                 return Err(NotMigratable {
                     reason: "DisksNotLiveMigratable",
                     message: "cannot migrate VMI with non-shared HostDisk".into(),
                 });
             }
         }
-        let claim = volume
-            .pointer("/persistentVolumeClaim/claimName")
-            .or_else(|| volume.pointer("/dataVolume/name"))
-            .and_then(Value::as_str);
-        if let Some(claim) = claim {
+        if let Some(claim) = volume.source.claim() {
             match claim_shared(claim) {
                 Some(true) => {}
                 Some(false) => return Err(NotMigratable {
@@ -113,7 +100,7 @@ pub fn check(
                 }),
             }
         }
-        if NODE_LOCAL_SOURCES.iter().any(|k| volume.get(*k).is_some()) {
+        if volume.source.node_local() {
             method = Method::BlockMigration;
         }
     }

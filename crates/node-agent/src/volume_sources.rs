@@ -9,6 +9,7 @@ use base64::Engine;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client, ResourceExt};
 use kubevirt_api::names::annotations::VOLUME_PATH;
+use kubevirt_api::volumes::Volume;
 use serde_json::Value;
 
 /// The files a ConfigMap or Secret holds: its keys and their (decoded) values.
@@ -75,16 +76,10 @@ pub enum SourceError {
 
 /// The claims the VMI's volumes use (`persistentVolumeClaim`, `dataVolume`).
 fn claim_names(vmi: &DynamicObject) -> Vec<String> {
-    let volumes = vmi.data.pointer("/spec/volumes").and_then(Value::as_array);
-    let mut names: Vec<String> = volumes
-        .into_iter()
-        .flatten()
-        .filter_map(|v| {
-            v.pointer("/persistentVolumeClaim/claimName")
-                .or_else(|| v.pointer("/dataVolume/name"))
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        })
+    let spec = vmi.data.get("spec").unwrap_or(&Value::Null);
+    let mut names: Vec<String> = Volume::all_of(spec)
+        .iter()
+        .filter_map(|v| v.source.claim().map(str::to_string))
         .collect();
     let mut seen = std::collections::HashSet::new();
     names.retain(|n| seen.insert(n.clone()));

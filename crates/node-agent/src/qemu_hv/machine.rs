@@ -94,8 +94,7 @@ impl Qemu {
         for volume in volumes(vmi) {
             match self.prepare_volume(vmi, &volume, sources).await {
                 Ok(found) => {
-                    let name = volume["name"].as_str().unwrap_or("").to_string();
-                    readied.volumes.insert(name, found);
+                    readied.volumes.insert(volume.name.clone(), found);
                 }
                 Err(Prepared::Failed { reason, message }) => {
                     return Err(Started::Failed { reason, message })

@@ -94,12 +94,8 @@ fn spec(vmi: &DynamicObject) -> &Value {
     vmi.data.get("spec").unwrap_or(&Value::Null)
 }
 
-fn volumes(vmi: &DynamicObject) -> Vec<Value> {
-    spec(vmi)
-        .get("volumes")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
+fn volumes(vmi: &DynamicObject) -> Vec<kubevirt_api::volumes::Volume> {
+    kubevirt_api::volumes::Volume::all_of(spec(vmi))
 }
 
 impl Qemu {

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use kube::core::DynamicObject;
 use kube::ResourceExt;
+use kubevirt_api::volumes::{Source, Volume};
 use qemu::{DiskFormat, KernelBoot};
-use serde_json::Value;
 
 use super::{failed, spec, start_failed, Qemu};
 use crate::hypervisor::{Prepared, Started};
@@ -83,18 +83,22 @@ impl Qemu {
     pub(super) async fn prepare_volume(
         &self,
         vmi: &DynamicObject,
-        volume: &Value,
+        volume: &Volume,
         sources: &VolumeSources,
     ) -> Result<(PathBuf, DiskFormat), Prepared> {
         let dir = self.dir(vmi);
-        let name = volume["name"].as_str().unwrap_or("volume");
-        if let Some(cd) = volume.get("containerDisk") {
-            let image = cd["image"].as_str().unwrap_or("");
+        let name = if volume.name.is_empty() {
+            "volume"
+        } else {
+            volume.name.as_str()
+        };
+        if let Source::ContainerDisk(cd) = &volume.source {
+            let image = cd.image.as_str();
             let extracted = self
                 .pull(vmi, image, &["/disk/"])
                 .await
                 .map_err(|e| failed("ErrImagePull", e.to_string()))?;
-            let wanted = cd.get("path").and_then(Value::as_str);
+            let wanted = cd.path.as_deref();
             let base = extracted
                 .iter()
                 .find(|(p, _)| wanted.is_none_or(|w| p == w))
@@ -126,9 +130,10 @@ impl Qemu {
             }
             return Ok((overlay, DiskFormat::Qcow2));
         }
-        if let Some(empty) = volume.get("emptyDisk") {
-            let capacity = empty["capacity"]
-                .as_str()
+        if let Source::EmptyDisk(empty) = &volume.source {
+            let capacity = empty
+                .capacity
+                .as_deref()
                 .and_then(quantity_bytes)
                 .unwrap_or(1 << 30);
             let path = dir.join(format!("{name}.qcow2"));
@@ -147,19 +152,18 @@ impl Qemu {
             }
             return Ok((path, DiskFormat::Qcow2));
         }
-        if let Some(source) = volume
-            .get("cloudInitNoCloud")
-            .or_else(|| volume.get("cloudInitConfigDrive"))
+        if let Source::CloudInitNoCloud(source) | Source::CloudInitConfigDrive(source) =
+            &volume.source
         {
-            let nocloud = volume.get("cloudInitNoCloud").is_some();
-            let seed = crate::cloud_init::seed(vmi, volume, source, nocloud, sources)
+            let nocloud = matches!(volume.source, Source::CloudInitNoCloud(_));
+            let seed = crate::cloud_init::seed(vmi, &volume.raw, source, nocloud, sources)
                 .map_err(|e| failed("FailedCreate", e))?;
             let path = dir.join(format!("{name}-seed.img"));
             crate::seed::write_fat_image(&path, seed.label, &seed.files)
                 .map_err(|e| failed("FailedCreate", format!("seed disk: {e}")))?;
             return Ok((path, DiskFormat::Raw));
         }
-        if let Some(sysprep) = volume.get("sysprep") {
+        if let Source::Sysprep(sysprep) = &volume.source {
             let (_, _, files) = sources.sysprep(sysprep).ok_or_else(|| {
                 failed(
                     "FailedCreate",
@@ -172,8 +176,8 @@ impl Qemu {
                 .map_err(|e| failed("FailedCreate", format!("volume {name}: {e}")))?;
             return Ok((iso, DiskFormat::Raw));
         }
-        if let Some(host) = volume.get("hostDisk") {
-            let path = PathBuf::from(host["path"].as_str().unwrap_or(""));
+        if let Source::HostDisk(host) = &volume.source {
+            let path = PathBuf::from(&host.path);
             let allowed = self
                 .config
                 .host_disk_dirs
@@ -193,14 +197,15 @@ impl Qemu {
                 ));
             }
             if !path.exists() {
-                if host["type"] != "DiskOrCreate" {
+                if host.kind.as_deref() != Some("DiskOrCreate") {
                     return Err(failed(
                         "FailedCreate",
                         format!("hostDisk {} does not exist", path.display()),
                     ));
                 }
-                let capacity = host["capacity"]
-                    .as_str()
+                let capacity = host
+                    .capacity
+                    .as_deref()
                     .and_then(quantity_bytes)
                     .unwrap_or(1 << 30);
                 let file =
@@ -215,11 +220,7 @@ impl Qemu {
             let format = image_format(&path);
             return Ok((path, format));
         }
-        let claim = volume
-            .pointer("/persistentVolumeClaim/claimName")
-            .or_else(|| volume.pointer("/dataVolume/name"))
-            .and_then(Value::as_str);
-        if let Some(claim) = claim {
+        if let Some(claim) = volume.source.claim() {
             let namespace = vmi.namespace().unwrap_or_default();
             let path = match sources.claim(claim) {
                 Claim::Bound(path) if path.exists() => path.clone(),
