@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 
 use crate::resources;
-use crate::scheduler::{allocatable, choose_except, requests, Resources};
+use crate::scheduler::{choose_except, free_nodes, requests, Resources};
 
 const MANAGER: &str = "virt-controller";
 
@@ -462,24 +462,7 @@ impl Controller {
                 add(&target);
             }
         }
-        let mut nodes: Vec<(String, Value, Resources)> = self
-            .nodes
-            .state()
-            .iter()
-            .map(|n| {
-                let mut value = n.data.clone();
-                value["metadata"] = json!({"name": n.metadata.name, "labels": n.metadata.labels});
-                let total = allocatable(&value);
-                let u = used.get(&n.name_any()).copied().unwrap_or_default();
-                let free = Resources {
-                    millicpu: total.millicpu - u.millicpu,
-                    memory: total.memory - u.memory,
-                };
-                (n.name_any(), value, free)
-            })
-            .collect();
-        nodes.sort_by(|a, b| a.0.cmp(&b.0));
-        nodes
+        free_nodes(&self.nodes.state(), &used)
     }
 
     async fn pass(&mut self) {

@@ -407,22 +407,7 @@ impl Scheduler {
             u.millicpu += r.millicpu;
             u.memory += r.memory;
         }
-        let mut nodes: Vec<(String, Value, Resources)> = self
-            .nodes
-            .state()
-            .iter()
-            .map(|n| {
-                let value = node_value(n);
-                let total = allocatable(&value);
-                let u = used.get(&n.name_any()).copied().unwrap_or_default();
-                let free = Resources {
-                    millicpu: total.millicpu - u.millicpu,
-                    memory: total.memory - u.memory,
-                };
-                (n.name_any(), value, free)
-            })
-            .collect();
-        nodes.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut nodes = free_nodes(&self.nodes.state(), &used);
         let mut pending: Vec<Arc<DynamicObject>> = vmis
             .iter()
             .filter(|v| {
@@ -602,6 +587,29 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
     api.patch(&vmi.name_any(), &params, &Patch::Merge(&patch))
         .await?;
     Ok(())
+}
+
+/// Each node (sorted by name) as [`choose`] takes it: its JSON value and what it has left
+/// once `used` (by node name) is taken.
+pub fn free_nodes(
+    nodes: &[Arc<DynamicObject>],
+    used: &HashMap<String, Resources>,
+) -> Vec<(String, Value, Resources)> {
+    let mut out: Vec<(String, Value, Resources)> = nodes
+        .iter()
+        .map(|n| {
+            let value = node_value(n);
+            let total = allocatable(&value);
+            let u = used.get(&n.name_any()).copied().unwrap_or_default();
+            let free = Resources {
+                millicpu: total.millicpu - u.millicpu,
+                memory: total.memory - u.memory,
+            };
+            (n.name_any(), value, free)
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
 }
 
 /// A node as one JSON value for the pure functions above: its spec and status with the
