@@ -9,6 +9,7 @@
 pub mod admission;
 pub mod backoff;
 pub mod defaults;
+pub mod devices;
 pub mod meta;
 pub mod migratable;
 pub mod names;

@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use crate::devices::{Binding, Devices};
 use crate::volumes::{Source, Volume};
 
 /// Why a VMI cannot move: the reason and message of `LiveMigratable=False`.
@@ -48,21 +49,18 @@ pub fn check(
     claim_shared: impl Fn(&str) -> Option<bool>,
 ) -> Result<Method, NotMigratable> {
     let spec = vmi.get("spec").unwrap_or(&Value::Null);
-    let networks = array(spec, "/networks");
+    let devices = Devices::of(spec);
     let allow_bridge = vmi
         .pointer("/metadata/annotations")
         .and_then(|a| a.get(ALLOW_POD_BRIDGE_MIGRATION))
         .is_some();
-    for iface in array(spec, "/domain/devices/interfaces") {
-        let name = iface["name"].as_str().unwrap_or("");
-        let on_pod_network = networks
-            .iter()
-            .any(|n| n["name"] == name && n.get("pod").is_some());
-        let migratable_binding = iface.get("masquerade").is_some()
-            || iface.get("passt").is_some()
-            || iface.get("binding").is_some()
-            || (iface.get("bridge").is_some() && allow_bridge);
-        if on_pod_network && !migratable_binding {
+    for iface in &devices.interfaces {
+        let migratable_binding = match iface.binding {
+            Binding::Masquerade | Binding::Passt | Binding::Plugin(_) => true,
+            Binding::Bridge => allow_bridge,
+            Binding::Sriov | Binding::Unset => false,
+        };
+        if devices.on_pod_network(&iface.name) && !migratable_binding {
             return Err(NotMigratable {
                 reason: "InterfaceNotLiveMigratable",
                 message: "cannot migrate VMI which does not use masquerade or a migratable plugin to connect to the pod network".into(),

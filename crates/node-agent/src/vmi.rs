@@ -318,22 +318,13 @@ pub(crate) fn guest_status(info: &GuestInfo, accel: Option<&str>) -> Map<String,
 /// declaration order per prefix (virtio `vda`, `vdb`…; sata, scsi and usb `sda`…; ide
 /// `hda`…), as KubeVirt reports them.
 fn volume_status(vmi: &DynamicObject) -> Vec<Value> {
-    let disks = vmi
-        .data
-        .pointer("/spec/domain/devices/disks")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let spec = vmi.data.get("spec").unwrap_or(&Value::Null);
     let mut used: std::collections::HashMap<&str, u8> = std::collections::HashMap::new();
-    disks
+    kubevirt_api::devices::Devices::of(spec)
+        .disks
         .iter()
         .map(|disk| {
-            let bus = ["disk", "cdrom", "lun"]
-                .iter()
-                .find_map(|kind| disk.pointer(&format!("/{kind}/bus")))
-                .and_then(Value::as_str)
-                .unwrap_or("virtio");
-            let prefix = match bus {
+            let prefix = match disk.bus.as_str() {
                 "virtio" => "vd",
                 "ide" => "hd",
                 _ => "sd",
@@ -341,7 +332,7 @@ fn volume_status(vmi: &DynamicObject) -> Vec<Value> {
             let index = used.entry(prefix).or_insert(0);
             let target = format!("{prefix}{}", char::from(b'a' + (*index % 26)));
             *index += 1;
-            json!({"name": disk["name"], "target": target})
+            json!({"name": disk.name, "target": target})
         })
         .collect()
 }

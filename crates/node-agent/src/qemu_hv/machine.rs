@@ -15,6 +15,8 @@ use qemu::{
 };
 use serde_json::Value;
 
+use kubevirt_api::devices::{Binding, Devices, Media};
+
 use super::volumes::quantity_bytes;
 use super::{spec, start_failed, volumes, Forward, Qemu, OVMF_DIR};
 use crate::hypervisor::{Prepared, Started};
@@ -224,105 +226,60 @@ pub(super) fn machine_spec(
         ),
     );
 
+    let devices = Devices::of(s);
     let mut disks = Vec::new();
-    for disk in domain
-        .pointer("/devices/disks")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
-    {
-        let name = disk["name"].as_str().unwrap_or("").to_string();
-        let Some((path, format)) = readied.volumes.get(&name).cloned() else {
+    for disk in &devices.disks {
+        let Some((path, format)) = readied.volumes.get(&disk.name).cloned() else {
             return Err(start_failed(
                 "FailedCreate",
-                format!("disk {name} has no volume"),
+                format!("disk {} has no volume", disk.name),
             ));
         };
-        let (target, media) = if let Some(cd) = disk.get("cdrom") {
-            (cd, DiskMedia::Cdrom)
-        } else if let Some(lun) = disk.get("lun") {
-            (lun, DiskMedia::Disk)
-        } else {
-            (disk.get("disk").unwrap_or(&Value::Null), DiskMedia::Disk)
-        };
-        let bus = match target
-            .get("bus")
-            .and_then(Value::as_str)
-            .unwrap_or("virtio")
-        {
+        let bus = match disk.bus.as_str() {
             "sata" => Bus::Sata,
             "scsi" => Bus::Scsi,
             "ide" => Bus::Ide,
             _ => Bus::Virtio,
         };
         disks.push(Disk {
-            id: name,
+            id: disk.name.clone(),
             path,
             format,
             bus,
-            media,
-            readonly: target
-                .get("readonly")
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
-            boot_index: disk
-                .get("bootOrder")
-                .and_then(Value::as_u64)
-                .map(|b| b as u32),
-            serial: disk
-                .get("serial")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            cache: disk
-                .get("cache")
-                .and_then(Value::as_str)
-                .and_then(CacheMode::parse),
+            media: if disk.media == Media::Cdrom {
+                DiskMedia::Cdrom
+            } else {
+                DiskMedia::Disk
+            },
+            readonly: disk.readonly,
+            boot_index: disk.boot_order,
+            serial: disk.serial.clone(),
+            cache: disk.cache.as_deref().and_then(CacheMode::parse),
         });
     }
     let uid = vmi.uid().unwrap_or_default();
-    let networks = s
-        .get("networks")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
     let mut nics = Vec::new();
     let mut forwards = Vec::new();
-    for (index, iface) in domain
-        .pointer("/devices/interfaces")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .enumerate()
-    {
-        let name = iface["name"].as_str().unwrap_or("").to_string();
-        let on_pod = networks
-            .iter()
-            .any(|n| n["name"].as_str() == Some(name.as_str()) && n.get("pod").is_some());
-        if iface.get("bridge").is_some() || !on_pod {
+    for (index, iface) in devices.interfaces.iter().enumerate() {
+        let name = iface.name.clone();
+        if iface.binding == Binding::Bridge || !devices.on_pod_network(&name) {
             return Err(start_failed(
                     "FailedCreate",
                     format!("interface {name}: only the masquerade binding on the pod network is available on virtplane nodes (bridge needs host taps, which this node does not create)"),
                 ));
         }
-        let requested = iface["model"].as_str().unwrap_or("virtio");
-        let Some(model) = NicModel::parse(requested) else {
+        let Some(model) = NicModel::parse(&iface.model) else {
             return Err(start_failed(
                 "FailedCreate",
-                format!("interface {name}: model {requested} is not available"),
+                format!("interface {name}: model {} is not available", iface.model),
             ));
         };
         let mut nic_forwards = Vec::new();
-        for port in iface
-            .get("ports")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
-        {
-            let guest_port = port["port"].as_u64().unwrap_or(0) as u16;
-            let protocol = match port["protocol"].as_str().unwrap_or("TCP") {
-                p if p.eq_ignore_ascii_case("udp") => Protocol::Udp,
-                _ => Protocol::Tcp,
+        for port in &iface.ports {
+            let protocol = if port.protocol.eq_ignore_ascii_case("udp") {
+                Protocol::Udp
+            } else {
+                Protocol::Tcp
             };
             let host_port = ports().ok_or_else(|| {
                 start_failed(
@@ -334,27 +291,24 @@ pub(super) fn machine_spec(
                 protocol,
                 host_address: host.address.to_string(),
                 host_port,
-                guest_port,
+                guest_port: port.port,
             });
             forwards.push((
                 name.clone(),
-                port["name"].as_str().unwrap_or("").to_string(),
+                port.name.clone().unwrap_or_default(),
                 host_port,
-                guest_port,
+                port.port,
             ));
         }
         nics.push(Nic {
             id: name,
             model,
-            mac: iface["macAddress"]
-                .as_str()
-                .map(str::to_string)
+            mac: iface
+                .mac_address
+                .clone()
                 .unwrap_or_else(|| mac_for(&uid, index)),
             forwards: nic_forwards,
-            boot_index: iface
-                .get("bootOrder")
-                .and_then(Value::as_u64)
-                .map(|b| b as u32),
+            boot_index: iface.boot_order,
         });
     }
     let kernel_boot = readied.kernel_boot.clone();

@@ -188,23 +188,18 @@ impl Qemu {
             .get(&uid)
             .cloned()
             .unwrap_or_default();
-        let interfaces = spec(vmi)
-            .pointer("/domain/devices/interfaces")
-            .and_then(Value::as_array)
-            .map(|list| {
-                list.iter()
-                    .enumerate()
-                    .map(|(i, iface)| {
-                        let name = iface["name"].as_str().unwrap_or("").to_string();
-                        let mac = iface["macAddress"]
-                            .as_str()
-                            .map(str::to_string)
-                            .unwrap_or_else(|| mac_for(&uid, i));
-                        (name, mac, self.config.node_address.clone())
-                    })
-                    .collect()
+        let interfaces = kubevirt_api::devices::Devices::of(spec(vmi))
+            .interfaces
+            .iter()
+            .enumerate()
+            .map(|(i, iface)| {
+                let mac = iface
+                    .mac_address
+                    .clone()
+                    .unwrap_or_else(|| mac_for(&uid, i));
+                (iface.name.clone(), mac, self.config.node_address.clone())
             })
-            .unwrap_or_default();
+            .collect();
         let port_forwards = forwards
             .iter()
             .map(|(iface, name, host_port, port)| {
