@@ -4,6 +4,8 @@
 //! faults that can strike at any time. The controller's part is the real [`decide`] and
 //! the writes its steps stand for.
 
+use std::collections::BTreeMap;
+
 use super::*;
 
 /// Where a copy of the guest is.
