@@ -144,7 +144,14 @@ impl Controller {
             .map(|v| ((v.namespace().unwrap_or_default(), v.name_any()), v))
             .collect();
         let mut ordered: Vec<&Arc<DynamicObject>> = migrations.iter().collect();
-        ordered.sort_by_key(|m| m.metadata.creation_timestamp.clone().map(|t| t.0));
+        // Creation order, as KubeVirt keeps the newest; timestamps have whole seconds, so
+        // the name breaks ties, the same way on every pass.
+        ordered.sort_by_key(|m| {
+            (
+                m.metadata.creation_timestamp.clone().map(|t| t.0),
+                m.name_any(),
+            )
+        });
         // Migrations that hold a place (KubeVirt counts those past Pending).
         let mut active: Vec<(String, String)> = ordered
             .iter()
