@@ -1,6 +1,7 @@
 //! What the benches share: their `main`, their knobs, the `virtplane` server they start
 //! (and the processes they measure), and percentiles.
 
+pub mod console;
 #[path = "../../tests/support/kubeconfig.rs"]
 mod kubeconfig;
 pub mod process;

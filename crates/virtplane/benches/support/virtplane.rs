@@ -122,7 +122,7 @@ impl Virtplane {
     }
 
     /// Waits until at least `nodes` nodes are Ready (none to wait for with 0).
-    async fn wait_nodes_ready(&mut self, nodes: usize, deadline: Instant) -> Result<()> {
+    pub async fn wait_nodes_ready(&mut self, nodes: usize, deadline: Instant) -> Result<()> {
         if nodes == 0 {
             return Ok(());
         }
