@@ -89,7 +89,13 @@ struct Controller {
     blocked: HashSet<String>,
     /// Failed evacuation migrations already counted, by uid.
     counted: HashSet<String>,
+    /// When an evacuation migration was created for a VMI (by uid): until the cache shows
+    /// it, the VMI is not asked for again.
+    requested: HashMap<String, Instant>,
 }
+
+/// How long a created evacuation migration may take to show in the cache.
+const CACHE_LAG: Duration = Duration::from_secs(30);
 
 pub async fn run(client: Client) {
     let changed = Arc::new(Notify::new());
@@ -106,6 +112,7 @@ pub async fn run(client: Client) {
         failures: HashMap::new(),
         blocked: HashSet::new(),
         counted: HashSet::new(),
+        requested: HashMap::new(),
     };
     loop {
         let _ = tokio::time::timeout(Duration::from_secs(5), changed.notified()).await;
@@ -163,10 +170,18 @@ impl Controller {
             let namespace = vmi.namespace().unwrap_or_default();
             let in_flight = MigrationState::of(&vmi.data).is_some_and(|m| m.in_flight())
                 || moving.contains(&(namespace.clone(), vmi.name_any()));
+            let uid = vmi.uid().unwrap_or_default();
             if in_flight {
+                self.requested.remove(&uid);
                 continue;
             }
-            let uid = vmi.uid().unwrap_or_default();
+            if self
+                .requested
+                .get(&uid)
+                .is_some_and(|at| at.elapsed() < CACHE_LAG)
+            {
+                continue;
+            }
             if let Some((count, at)) = self.failures.get(&uid) {
                 if at.elapsed() < FIRST_RETRY * 2u32.saturating_pow(count.saturating_sub(1)) {
                     continue;
@@ -174,7 +189,13 @@ impl Controller {
             }
             let node = node.to_string();
             let result = match evacuation(&vmi.data, default_strategy.as_deref()) {
-                Evacuation::Migrate => self.migrate(&vmi, &node).await,
+                Evacuation::Migrate => {
+                    let result = self.migrate(&vmi, &node).await;
+                    if result.is_ok() {
+                        self.requested.insert(uid.clone(), Instant::now());
+                    }
+                    result
+                }
                 Evacuation::Mark => self.mark(&vmi, &node).await,
                 Evacuation::Stop => self.stop(&vmi, &node).await,
                 Evacuation::Blocked => {
@@ -261,7 +282,16 @@ impl Controller {
         });
         let migration: DynamicObject =
             serde_json::from_value(migration).map_err(kube::Error::SerdeError)?;
-        let created = api.create(&PostParams::default(), &migration).await?;
+        let created = match api.create(&PostParams::default(), &migration).await {
+            Ok(created) => created,
+            // Another migration of it is in flight (admission's answer): nothing to do.
+            Err(kube::Error::Api(s))
+                if s.code == 400 && s.message.contains("in-flight migration detected") =>
+            {
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
         tracing::info!(
             "evacuation: moving {namespace}/{} off {node} ({})",
             vmi.name_any(),

@@ -74,6 +74,8 @@ struct Guest {
 /// A migration in flight, on the source's side.
 struct Outgoing {
     migration: String,
+    /// The node it leaves from.
+    node: String,
     started: Instant,
     delay: Duration,
     fails: bool,
@@ -252,8 +254,13 @@ impl Hypervisor for Sim {
 
     async fn cleanup(&self, vmi: &DynamicObject) {
         let uid = vmi.uid().unwrap_or_default();
-        lock(&self.guests).remove(&(uid.clone(), node_of(vmi)));
-        lock(&self.outgoing).remove(&uid);
+        let node = node_of(vmi);
+        lock(&self.guests).remove(&(uid.clone(), node.clone()));
+        // Only what leaves from that node: a later migration from elsewhere stays.
+        let mut outgoing = lock(&self.outgoing);
+        if outgoing.get(&uid).is_some_and(|o| o.node == node) {
+            outgoing.remove(&uid);
+        }
     }
 
     async fn receive(
@@ -316,6 +323,7 @@ impl Hypervisor for Sim {
             uid,
             Outgoing {
                 migration: migration.to_string(),
+                node: node_of(vmi),
                 started: Instant::now(),
                 delay: Self::delay(vmi, "migration-delay", self.config.migration_delay),
                 fails: Self::annotation(vmi, "fail-migration").as_deref() == Some("true"),

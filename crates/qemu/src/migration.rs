@@ -339,9 +339,11 @@ async fn drive(
         // Unlimited unless asked: QEMU's default of 128 MiB/s doubles the total time.
         "max-bandwidth": tuning.max_bandwidth.unwrap_or(10 << 30),
     });
-    if let Some(tls) = &tuning.tls {
-        parameters["tls-creds"] = json!(add_tls(qmp, tls, false).await?);
-    }
+    // Empty turns TLS off, also on a QEMU whose incoming migration set it.
+    parameters["tls-creds"] = match &tuning.tls {
+        Some(tls) => json!(add_tls(qmp, tls, false).await?),
+        None => json!(""),
+    };
     qmp.execute("migrate-set-parameters", Some(parameters))
         .await?;
     if let (true, Some(nbd)) = (copy_disks, &plan.nbd) {

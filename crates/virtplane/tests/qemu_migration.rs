@@ -386,6 +386,42 @@ async fn a_running_guest_moves_to_another_node_and_carries_on() {
     assert_eq!(checksum(&mut console, "cat /tmp/ram").await, ram);
     console.close().await;
 
+    // With TLS turned off in the cluster's configuration, a guest that arrived over TLS
+    // leaves without it.
+    let ns = to
+        .api
+        .post(
+            "/api/v1/namespaces",
+            &json!({"metadata": {"name": "kubevirt"}}),
+        )
+        .await;
+    assert_eq!(ns.status, StatusCode::CREATED, "{}", ns.body);
+    let kv = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "kubevirt"},
+        "spec": {"configuration": {"migrations": {"disableTLS": true}}}});
+    let kv = to
+        .api
+        .post("/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts", &kv)
+        .await;
+    assert_eq!(kv.status, StatusCode::CREATED, "{}", kv.body);
+    let plain = to
+        .api
+        .post(
+            &format!("/apis/kubevirt.io/v1/namespaces/{NS}/virtualmachineinstancemigrations"),
+            &migration("move-3", name),
+        )
+        .await;
+    assert_eq!(plain.status, StatusCode::CREATED, "{}", plain.body);
+    let done = wait_final(&to, "move-3", Duration::from_secs(120)).await;
+    assert_eq!(done["status"]["phase"], "Succeeded", "{}", done["status"]);
+    assert_eq!(
+        done["status"]["migrationState"]["migrationConfiguration"]["disableTLS"],
+        true
+    );
+    assert_eq!(
+        to.vmi(name).await.expect("vmi")["status"]["nodeName"],
+        to.node
+    );
+
     let vm = to.vm(name).await;
     assert_eq!(vm["status"]["printableStatus"], "Running");
     to.delete_vm(name).await;

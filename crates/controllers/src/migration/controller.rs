@@ -57,6 +57,9 @@ struct Controller {
     /// held it then: until the cache holds something newer, deciding again would repeat
     /// the step (a second hand-off, a conflict).
     acted_on: HashMap<String, Written>,
+    /// Migrations this controller moved to Scheduling, with their source node, until the
+    /// cache shows it: they hold a place under the limits meanwhile.
+    scheduled: HashMap<String, String>,
     credentials: Option<IssueCredentials>,
 }
 
@@ -97,6 +100,7 @@ pub async fn run(client: Client, credentials: Option<IssueCredentials>) {
         backoff: Backoff::default(),
         unschedulable_since: HashMap::new(),
         acted_on: HashMap::new(),
+        scheduled: HashMap::new(),
         credentials,
     };
     loop {
@@ -171,6 +175,15 @@ impl Controller {
         self.unschedulable_since
             .retain(|uid, _| known.contains(uid));
         self.acted_on.retain(|uid, _| known.contains(uid));
+        let still_pending: std::collections::HashSet<String> = ordered
+            .iter()
+            .filter(|m| MigrationPhase::of(&m.data) <= MigrationPhase::Pending)
+            .filter_map(|m| m.uid())
+            .collect();
+        self.scheduled.retain(|uid, _| still_pending.contains(uid));
+        for (uid, source) in &self.scheduled {
+            active.push((uid.clone(), source.clone()));
+        }
         self.backoff.retain(|uid| known.contains(uid));
         let now = std::time::Instant::now();
         let kubevirt = self.kubevirts.state().into_iter().find(|kv| {
@@ -251,12 +264,25 @@ impl Controller {
             }
             let key = object_key(Some(&namespace), &migration.name_any());
             let vmi_only = step.writes_vmi_only();
+            let scheduling = match &step {
+                Step::Enter {
+                    phase: MigrationPhase::Scheduling,
+                    status,
+                } => status
+                    .pointer("/migrationState/sourceNode")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                _ => None,
+            };
             match self
                 .execute(migration, &vmim, vmi.as_ref(), step, &configuration)
                 .await
             {
                 Ok(()) => {
                     self.backoff.succeeded(&uid);
+                    if let Some(source) = scheduling {
+                        self.scheduled.insert(uid.clone(), source);
+                    }
                     let written = if vmi_only {
                         vmi_version
                     } else {
@@ -348,23 +374,32 @@ impl Controller {
                         configuration["disableTLS"] = json!(true);
                     }
                 }
+                // One write that replaces what an earlier migration left: its fields are
+                // set to null beside the new ones (a merge would keep them), so no cache
+                // ever holds a VMI whose state was cleared mid-hand-off.
+                let mut state = serde_json::Map::new();
+                if let Some(old) = vmi
+                    .pointer("/status/migrationState")
+                    .and_then(Value::as_object)
+                {
+                    for key in old.keys() {
+                        state.insert(key.clone(), Value::Null);
+                    }
+                }
+                let fresh = json!({
+                    "migrationUid": migration.uid(), "sourceNode": source, "targetNode": target,
+                    "mode": "PreCopy", "migrationConfiguration": configuration,
+                    "migrationPolicyName": policy_name});
+                for (k, v) in fresh.as_object().into_iter().flatten() {
+                    state.insert(k.clone(), v.clone());
+                }
                 let body = json!({
                     "metadata": {"resourceVersion": str_at(vmi, "/metadata/resourceVersion"),
                                  "labels": {MIGRATION_TARGET_NODE: target}},
-                    "status": {"migrationState": {
-                        "migrationUid": migration.uid(), "sourceNode": source, "targetNode": target,
-                        "mode": "PreCopy", "migrationConfiguration": configuration,
-                        "migrationPolicyName": policy_name}}});
-                // Replaces what an earlier migration left (a merge would keep its fields).
-                let clear = json!({"metadata": {"resourceVersion": str_at(vmi, "/metadata/resourceVersion")},
-                                   "status": {"migrationState": null}});
-                let vmis = self.vmi_api(&namespace);
-                let cleared = vmis
-                    .patch(&vmi_name, &params, &Patch::Merge(&clear))
+                    "status": {"migrationState": state}});
+                self.vmi_api(&namespace)
+                    .patch(&vmi_name, &params, &Patch::Merge(&body))
                     .await?;
-                let mut body = body;
-                body["metadata"]["resourceVersion"] = json!(cleared.resource_version());
-                vmis.patch(&vmi_name, &params, &Patch::Merge(&body)).await?;
                 let mut transitions = vmim
                     .pointer("/status/phaseTransitionTimestamps")
                     .cloned()

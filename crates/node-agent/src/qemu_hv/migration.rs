@@ -181,6 +181,10 @@ impl Qemu {
             Side::Target => &["ca-cert.pem", "server-cert.pem", "server-key.pem"],
             Side::Source => &["ca-cert.pem", "client-cert.pem", "client-key.pem"],
         };
+        // Ready-made DH parameters spare the target QEMU from generating them.
+        if let (Side::Target, Some(dh)) = (side, credentials.get("dh-params.pem")) {
+            write_private(&dir.join("dh-params.pem"), dh)?;
+        }
         for file in wanted {
             let pem = credentials
                 .get(*file)
