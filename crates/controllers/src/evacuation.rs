@@ -138,6 +138,18 @@ impl Controller {
             .and_then(|kv| kv.pointer("/spec/configuration/evictionStrategy"))
             .and_then(Value::as_str)
             .map(str::to_string);
+        // What is remembered per VMI goes with the VMI.
+        let known: HashSet<String> = self.vmis.state().iter().filter_map(|v| v.uid()).collect();
+        self.failures.retain(|uid, _| known.contains(uid));
+        self.requested.retain(|uid, _| known.contains(uid));
+        self.blocked.retain(|uid| known.contains(uid));
+        let migration_uids: HashSet<String> = self
+            .migrations
+            .state()
+            .iter()
+            .filter_map(|m| m.uid())
+            .collect();
+        self.counted.retain(|uid| migration_uids.contains(uid));
         let draining_nodes: HashSet<String> = self
             .nodes
             .state()

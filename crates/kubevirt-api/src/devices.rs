@@ -41,7 +41,9 @@ impl Disk {
             media,
             bus: target["bus"].as_str().unwrap_or("virtio").to_string(),
             readonly: target["readonly"].as_bool().unwrap_or(false),
-            boot_order: raw["bootOrder"].as_u64().map(|b| b as u32),
+            boot_order: raw["bootOrder"]
+                .as_u64()
+                .and_then(|b| u32::try_from(b).ok()),
             serial: text(&raw["serial"]),
             cache: text(&raw["cache"]),
         }
@@ -101,7 +103,11 @@ impl Interface {
                 list.iter()
                     .map(|p| Port {
                         name: p["name"].as_str().map(str::to_string),
-                        port: p["port"].as_u64().unwrap_or(0) as u16,
+                        // Admission keeps ports in 1-65535; anything else reads as unset (0).
+                        port: p["port"]
+                            .as_u64()
+                            .and_then(|p| u16::try_from(p).ok())
+                            .unwrap_or(0),
                         protocol: p["protocol"].as_str().unwrap_or("TCP").to_string(),
                     })
                     .collect()
@@ -113,7 +119,9 @@ impl Interface {
             model: raw["model"].as_str().unwrap_or("virtio").to_string(),
             mac_address: raw["macAddress"].as_str().map(str::to_string),
             ports,
-            boot_order: raw["bootOrder"].as_u64().map(|b| b as u32),
+            boot_order: raw["bootOrder"]
+                .as_u64()
+                .and_then(|b| u32::try_from(b).ok()),
         }
     }
 }

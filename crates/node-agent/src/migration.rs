@@ -447,6 +447,10 @@ async fn take_over(
             if since.elapsed() < ARRIVAL_TIMEOUT {
                 return Ok(Action::requeue(Duration::from_millis(10)));
             }
+            ctx.awaiting
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&vmi.uid().unwrap_or_default());
             let e = format!(
                 "the source reported the guest sent, but it did not arrive within {ARRIVAL_TIMEOUT:?}"
             );

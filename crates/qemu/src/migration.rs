@@ -566,6 +566,18 @@ async fn wait_not_active(qmp: &Qmp) {
     }
 }
 
+/// Stops an outgoing migration nobody drives any more (its agent restarted): cancels it
+/// and its disk copies, waits until QEMU has let go, and says how it ended — it may have
+/// completed before the cancel reached it.
+pub async fn abandon(qmp: &Qmp, disks: &[String]) -> Result<Progress, QmpError> {
+    if let Err(e) = qmp.execute("migrate_cancel", None).await {
+        tracing::warn!("cancelling an abandoned migration: {e}");
+    }
+    cancel_mirrors(qmp, disks, true).await;
+    wait_not_active(qmp).await;
+    progress(qmp).await
+}
+
 /// What `query-migrate` says now (for an agent that restarted during a migration).
 pub async fn progress(qmp: &Qmp) -> Result<Progress, QmpError> {
     let reply = qmp.execute("query-migrate", None).await?;

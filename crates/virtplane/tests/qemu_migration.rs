@@ -77,6 +77,26 @@ async fn wait_final(env: &Env, name: &str, within: Duration) -> Value {
     }
 }
 
+/// Creates the cluster's KubeVirt configuration (and its namespace) with these
+/// `spec.configuration.migrations`.
+async fn configure_migrations(env: &Env, migrations: Value) {
+    let ns = env
+        .api
+        .post(
+            "/api/v1/namespaces",
+            &json!({"metadata": {"name": "kubevirt"}}),
+        )
+        .await;
+    assert_eq!(ns.status, StatusCode::CREATED, "{}", ns.body);
+    let kv = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "kubevirt"},
+        "spec": {"configuration": {"migrations": migrations}}});
+    let kv = env
+        .api
+        .post("/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts", &kv)
+        .await;
+    assert_eq!(kv.status, StatusCode::CREATED, "{}", kv.body);
+}
+
 fn migration(name: &str, vmi: &str) -> Value {
     json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
            "metadata": {"name": name}, "spec": {"vmiName": vmi}})
@@ -388,21 +408,7 @@ async fn a_running_guest_moves_to_another_node_and_carries_on() {
 
     // With TLS turned off in the cluster's configuration, a guest that arrived over TLS
     // leaves without it.
-    let ns = to
-        .api
-        .post(
-            "/api/v1/namespaces",
-            &json!({"metadata": {"name": "kubevirt"}}),
-        )
-        .await;
-    assert_eq!(ns.status, StatusCode::CREATED, "{}", ns.body);
-    let kv = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "kubevirt"},
-        "spec": {"configuration": {"migrations": {"disableTLS": true}}}});
-    let kv = to
-        .api
-        .post("/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts", &kv)
-        .await;
-    assert_eq!(kv.status, StatusCode::CREATED, "{}", kv.body);
+    configure_migrations(&to, json!({"disableTLS": true})).await;
     let plain = to
         .api
         .post(
@@ -509,21 +515,7 @@ async fn a_cancelled_or_broken_migration_leaves_the_guest_running_at_the_source(
     let from = cluster.env();
     let to = Env::new(&from.url, &from.data_dir, &from.host_disk_dir).on_node(&agent);
     to.wait_node_ready().await;
-    let ns = from
-        .api
-        .post(
-            "/api/v1/namespaces",
-            &json!({"metadata": {"name": "kubevirt"}}),
-        )
-        .await;
-    assert_eq!(ns.status, StatusCode::CREATED, "{}", ns.body);
-    let kv = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "kubevirt"},
-        "spec": {"configuration": {"migrations": {"bandwidthPerMigration": "1Mi"}}}});
-    let kv = from
-        .api
-        .post("/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts", &kv)
-        .await;
-    assert_eq!(kv.status, StatusCode::CREATED, "{}", kv.body);
+    configure_migrations(&from, json!({"bandwidthPerMigration": "1Mi"})).await;
 
     // The guest starts on the server's node (node-b cordoned meanwhile), so that node-b
     // is the target each time.
@@ -628,21 +620,7 @@ async fn a_source_agent_that_restarts_mid_way_ends_the_migration_in_a_defined_st
     )
     .on_node(&agent);
     from.wait_node_ready().await;
-    let ns = from
-        .api
-        .post(
-            "/api/v1/namespaces",
-            &json!({"metadata": {"name": "kubevirt"}}),
-        )
-        .await;
-    assert_eq!(ns.status, StatusCode::CREATED, "{}", ns.body);
-    let kv = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "kubevirt"},
-        "spec": {"configuration": {"migrations": {"bandwidthPerMigration": "1Mi"}}}});
-    let kv = from
-        .api
-        .post("/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts", &kv)
-        .await;
-    assert_eq!(kv.status, StatusCode::CREATED, "{}", kv.body);
+    configure_migrations(&from, json!({"bandwidthPerMigration": "1Mi"})).await;
     // The guest starts on node-b, so that its (separate) agent is the source.
     let node = format!("/api/v1/nodes/{}", server_node.node);
     from.api

@@ -336,11 +336,19 @@ impl Qemu {
             }
             Some(_) => {
                 // Started by an agent before a restart: its driver is gone, so it is
-                // cancelled and ends in a defined state (the guest stays here).
-                let _ = qmp.execute("migrate_cancel", None).await;
-                result_tx.send_replace(Some(Err(Failure::Qemu(
-                    "the source node agent restarted during the migration".into(),
-                ))));
+                // cancelled and ends in a defined state — here, unless QEMU finished first.
+                let disks = qm::local_disks(&qmp, &self.dir(vmi))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let ended = qm::abandon(&qmp, &disks).await.map_err(|e| e.to_string())?;
+                let result = if ended.status == Some(qm::Status::Completed) {
+                    Ok(ended)
+                } else {
+                    Err(Failure::Qemu(
+                        "the source node agent restarted during the migration".into(),
+                    ))
+                };
+                result_tx.send_replace(Some(result));
             }
         }
         self.outbound_lock().insert(
