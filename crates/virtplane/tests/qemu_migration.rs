@@ -657,3 +657,132 @@ async fn a_source_agent_that_restarts_mid_way_ends_the_migration_in_a_defined_st
     from.delete_vm(name).await;
     from.wait_vmi_gone(name, SHORT).await;
 }
+
+/// `virtplane node drain` of the server's node with two real guests on it: the one with
+/// `evictionStrategy: LiveMigrate` moves live to the other node (same VMI, no reboot, an
+/// evacuation migration that succeeded); the other is stopped and, as its runStrategy
+/// asks, started again on the other node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_node_moves_one_guest_live_and_restarts_the_other_elsewhere() {
+    let Some(g) = guests() else { return };
+    let cluster = Cluster::start(g, &[]).await;
+    let agent = NodeAgent::start(
+        cluster.server.data_dir(),
+        "node-b",
+        &["--hypervisor", "qemu", "--insecure-registry", &g.registry],
+    );
+    let on_a = cluster.env();
+    let on_b = Env::new(&on_a.url, &on_a.data_dir, &on_a.host_disk_dir).on_node(&agent);
+    on_b.wait_node_ready().await;
+    let cordon = |on: bool| json!({"spec": {"unschedulable": on}});
+    let node_b = format!("/api/v1/nodes/{}", on_b.node);
+    on_a.api.merge(&node_b, &cordon(true)).await;
+
+    let (mover, stopper) = ("evacuee", "restarted");
+    let mut vm = kernel_vm(g, mover, "Always", None);
+    vm["spec"]["template"]["spec"]["evictionStrategy"] = json!("LiveMigrate");
+    on_a.create_vm(&vm).await;
+    on_a.create_vm(&kernel_vm(g, stopper, "Always", None)).await;
+    let mut uids = Vec::new();
+    for name in [mover, stopper] {
+        let vmi = on_a.wait_running(name).await;
+        assert_eq!(vmi["status"]["nodeName"], on_a.node, "{}", vmi["status"]);
+        uids.push(vmi["metadata"]["uid"].as_str().unwrap().to_string());
+        on_a.wait_ready(name).await;
+    }
+    on_a.api.merge(&node_b, &cordon(false)).await;
+    let mut console = on_a.console(mover).await.expect("console");
+    console.send("\r").await;
+    let up_before = uptime(&mut console).await;
+    console.close().await;
+
+    let out = std::process::Command::new(support::binary())
+        .args([
+            "node",
+            "drain",
+            &on_a.node,
+            "--timeout",
+            "180s",
+            "--kubeconfig",
+        ])
+        .arg(on_a.kubeconfig())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run virtplane node drain");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success(),
+        "stdout {stdout} stderr {stderr}\n{}\n{}",
+        on_a.diagnostics(mover),
+        on_b.diagnostics(mover)
+    );
+    assert!(
+        stdout.contains(&format!("node/{} drained", on_a.node)),
+        "{stdout}"
+    );
+
+    let on_node_b = |v: Option<&Value>| {
+        v.is_some_and(|v| {
+            qemu::phase(v) == "Running" && v["status"]["nodeName"] == on_b.node.as_str()
+        })
+    };
+    let moved = on_b
+        .wait_vmi(mover, SHORT, "Running on node-b", on_node_b)
+        .await
+        .expect("moved VMI");
+    assert_eq!(
+        moved["metadata"]["uid"],
+        uids[0].as_str(),
+        "moved live, same VMI"
+    );
+    assert_eq!(
+        moved["status"]["nodeName"], on_b.node,
+        "{}",
+        moved["status"]
+    );
+    let evacuations = on_a
+        .api
+        .get(&format!(
+            "{VMIMS}?labelSelector=kubevirt.io/vmi-name={mover}"
+        ))
+        .await
+        .body;
+    let items = evacuations["items"].as_array().expect("migrations");
+    assert_eq!(items.len(), 1, "{evacuations}");
+    assert!(items[0]["metadata"]["name"]
+        .as_str()
+        .is_some_and(|n| n.starts_with("kubevirt-evacuation-")));
+    assert_eq!(
+        items[0]["status"]["phase"], "Succeeded",
+        "{}",
+        items[0]["status"]
+    );
+    let mut console = on_b.console(mover).await.expect("console on node-b");
+    console.send("\r").await;
+    let up_after = uptime(&mut console).await;
+    console.close().await;
+    assert!(
+        up_after >= up_before,
+        "rebooted: up {up_before} s before, {up_after} s after"
+    );
+
+    let restarted = on_b.wait_running_not(stopper, &uids[1]).await;
+    assert_eq!(
+        restarted["status"]["nodeName"], on_b.node,
+        "{}",
+        restarted["status"]
+    );
+    on_b.wait_ready(stopper).await;
+    still_runs(&on_b, stopper, "restarted").await;
+    let deadline = Instant::now() + SHORT;
+    while !(on_a.qemus(mover).is_empty() && on_a.qemus(stopper).is_empty()) {
+        assert!(
+            Instant::now() < deadline,
+            "QEMU still runs on the drained node"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
