@@ -3,6 +3,7 @@
 
 pub mod agent_dial;
 pub mod auth;
+mod cdi;
 pub mod console;
 mod core;
 pub mod discovery;
@@ -120,8 +121,11 @@ fn registrations(
             serving: Serving::BUILT_IN,
         });
     }
-    // KubeVirt's kinds are custom resources upstream.
-    for (info, hooks) in kubevirt::registrations(host_disks) {
+    // KubeVirt's and CDI's kinds are custom resources upstream.
+    let custom = kubevirt::registrations(host_disks)
+        .into_iter()
+        .chain(cdi::registrations());
+    for (info, hooks) in custom {
         out.push(Registration {
             info,
             schema: schema(info)?,

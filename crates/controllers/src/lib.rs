@@ -2,6 +2,7 @@
 //! against our own API: inside `virtplane server` they reach it in-process.
 
 mod cached;
+pub mod datavolume;
 pub mod evacuation;
 pub mod migration;
 pub mod node_lifecycle;
@@ -9,6 +10,7 @@ pub mod resources;
 pub mod run_strategy;
 pub mod scheduler;
 pub mod vm;
+pub mod vm_volumes;
 pub mod volumes;
 
 use std::time::Duration;
@@ -28,6 +30,8 @@ pub struct Config {
     pub node_monitor_grace_period: Duration,
     /// Where claims' disk files live (`DIR/volumes`).
     pub volume_pool: std::path::PathBuf,
+    /// Where DataVolume imports stage images while they convert them (`DIR/import-scratch`).
+    pub import_scratch: std::path::PathBuf,
     /// Issues the TLS credentials of a migration whose target listens at these hosts
     /// (`None`: migrations run without TLS).
     pub migration_credentials: Option<migration::IssueCredentials>,
@@ -40,6 +44,7 @@ pub async fn run(client: kube::Client, config: Config) {
         scheduler::run(client.clone()),
         node_lifecycle::run(client.clone(), config.node_monitor_grace_period),
         volumes::run(client.clone(), config.volume_pool),
+        datavolume::run(client.clone(), config.import_scratch),
         migration::run(client.clone(), config.migration_credentials),
         evacuation::run(client),
     );

@@ -15,10 +15,12 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Map, Value};
 
 use crate::cached::{self, Cached, DECISION_SPEC_FIELDS};
+use crate::datavolume::data_volume_resource;
 use crate::resources::{self, condition, condition_is, str_at};
 use crate::run_strategy::{
     self, ChangeRequest, Effect, Phase, RunStrategy, StartFailure, VmState, VmiAction, VmiState,
 };
+use crate::vm_volumes::{self, Readiness};
 use crate::Error;
 use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::meta;
@@ -50,8 +52,14 @@ pub async fn run(client: Client) {
         vmis: vmi_reader,
         backoff: Backoff::default(),
     });
+    let data_volumes = Api::<DynamicObject>::all_with(ctx.client.clone(), &data_volume_resource());
     Controller::for_stream_with(vm_events.applied_objects(), vm_reader, vm)
         .owns_stream_with(vmi_events.touched_objects(), vmi)
+        .owns_with(
+            data_volumes,
+            data_volume_resource(),
+            kube::runtime::watcher::Config::default(),
+        )
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| {
             match result {
@@ -283,6 +291,13 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
         .await?;
         return Ok(next_sync(retry));
     };
+    let templates = cached
+        .spec_field("dataVolumeTemplates")?
+        .and_then(|t| t.as_array().cloned())
+        .unwrap_or_default();
+    if !deleting && !templates.is_empty() {
+        vm_volumes::ensure_templates(&ctx.client, &vm, &templates).await?;
+    }
     let observed = vmi.as_ref().map(vmi_state);
     let state = VmState {
         strategy,
@@ -299,8 +314,23 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
     let mut effect = Effect::None;
     // A failed create or delete: the VM's Failure condition (reason, message).
     let mut failure: Option<(&str, String)> = None;
+    // Whether the volumes let the VM start, when it wants to or has DataVolumes to show.
+    let wants_vmi = matches!(plan.action, VmiAction::Create { .. });
+    let volumes = if (wants_vmi || !templates.is_empty()) && vmi.is_none() && !deleting {
+        match cached.spec_field("template")? {
+            Some(template) => vm_volumes::readiness(&ctx.client, &namespace, &template).await?,
+            None => Readiness::Ready,
+        }
+    } else {
+        Readiness::Ready
+    };
+    if volumes != Readiness::Ready {
+        // Woken by the DataVolumes it owns; others (and claims) are looked at again soon.
+        requeue = Some(Duration::from_secs(2));
+    }
     match &plan.action {
         VmiAction::None => {}
+        VmiAction::Create { .. } if volumes != Readiness::Ready => {}
         VmiAction::Create { paused } => {
             let body: DynamicObject = serde_json::from_value(vmi_from_template(
                 &vm,
@@ -366,7 +396,10 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
     let creating = effect == Effect::Created;
     let outcome = run_strategy::conclude(plan, observed.as_ref(), effect);
     let state = &outcome.state;
-    let printable = outcome.printable_status;
+    let printable = match volumes.printable_status() {
+        Some(waiting) if matches!(outcome.printable_status, "Stopped" | "Starting") => waiting,
+        _ => outcome.printable_status,
+    };
     let generation = vm.metadata.generation;
     let vmi_generation = vmi.as_ref().and_then(|v| {
         v.annotations()
@@ -384,6 +417,7 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
             status.insert("runStrategy".into(), json!(strategy.as_str()));
         }
         let mut conditions = vm_conditions(vmi.as_ref());
+        conditions.extend(volumes.condition(&meta::now()));
         if let Some((reason, message)) = &failure {
             conditions.push(
                 json!({"type": "Failure", "status": "True", "reason": reason, "message": message,

@@ -45,7 +45,10 @@ impl std::fmt::Debug for HttpSource {
             .field("url", &self.url)
             .field(
                 "basic_auth",
-                &self.basic_auth.as_ref().map(|(user, _)| (user, "<redacted>")),
+                &self
+                    .basic_auth
+                    .as_ref()
+                    .map(|(user, _)| (user, "<redacted>")),
             )
             .field("ca_pem", &self.ca_pem.as_ref().map(|p| p.len()))
             .field(
@@ -75,13 +78,18 @@ fn client(source: &HttpSource) -> Result<reqwest::Client, ImportError> {
     };
     let Some(pem) = &source.ca_pem else {
         return builder().build().map_err(|e| {
-            ImportError::Permanent(format!("{CONNECT}: Error creating http client: {}", chain(&e)))
+            ImportError::Permanent(format!(
+                "{CONNECT}: Error creating http client: {}",
+                chain(&e)
+            ))
         });
     };
-    let certs = reqwest::Certificate::from_pem_bundle(pem)
-        .map_err(|e| {
-            ImportError::Permanent(format!("{CONNECT}: Error getting system certs: invalid CA PEM: {}", chain(&e)))
-        })?;
+    let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
+        ImportError::Permanent(format!(
+            "{CONNECT}: Error getting system certs: invalid CA PEM: {}",
+            chain(&e)
+        ))
+    })?;
     if certs.is_empty() {
         return Err(ImportError::Permanent(format!(
             "{CONNECT}: Error getting system certs: the CA holds no PEM certificate"
@@ -154,10 +162,7 @@ pub(crate) async fn open(
     cancel: &CancellationToken,
 ) -> Result<(ByteStream, Option<u64>), ImportError> {
     let url = reqwest::Url::parse(&source.url).map_err(|e| {
-        ImportError::Permanent(format!(
-            "unable to parse endpoint {:?}: {e}",
-            source.url
-        ))
+        ImportError::Permanent(format!("unable to parse endpoint {:?}: {e}", source.url))
     })?;
     if url.scheme() != "http" && url.scheme() != "https" {
         return Err(ImportError::Permanent(format!(
@@ -186,7 +191,12 @@ pub(crate) async fn open(
     tracing::debug!(url = %source.url, ?length, "import: download started");
     let body = response
         .bytes_stream()
-        .map_err(|e| io::Error::other(SourceError::Transient(format!("reading the http body: {}", chain(&e)))))
+        .map_err(|e| {
+            io::Error::other(SourceError::Transient(format!(
+                "reading the http body: {}",
+                chain(&e)
+            )))
+        })
         .boxed();
     Ok((body, length))
 }

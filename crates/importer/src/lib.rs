@@ -69,7 +69,14 @@ pub async fn import_http(
     cancel: &CancellationToken,
 ) -> Result<Imported, ImportError> {
     let (stream, total) = http::open(source, cancel).await?;
-    pipeline::import(pipeline::Input { stream, total }, target, scratch, progress, cancel).await
+    pipeline::import(
+        pipeline::Input { stream, total },
+        target,
+        scratch,
+        progress,
+        cancel,
+    )
+    .await
 }
 
 /// Imports the image in the local file `path` (an upload, for instance) into `target`.
@@ -103,7 +110,13 @@ pub async fn import_file(
         report(0);
         let virtual_size = pipeline::convert_qcow2(path, target, cancel)
             .await
-            .map_err(|e| if cancel.is_cancelled() { ImportError::Cancelled } else { e })?;
+            .map_err(|e| {
+                if cancel.is_cancelled() {
+                    ImportError::Cancelled
+                } else {
+                    e
+                }
+            })?;
         report(len);
         return Ok(Imported {
             format: Format::Qcow2,

@@ -265,7 +265,10 @@ async fn import_inner(
                     return Err(e);
                 }
             };
-            let file = writer.finish().await.map_err(|e| write_error(TO_TARGET, &e))?;
+            let file = writer
+                .finish()
+                .await
+                .map_err(|e| write_error(TO_TARGET, &e))?;
             let read = done(&mut flow, TO_TARGET)?;
             if virtual_size > target.capacity_bytes {
                 return Err(too_small(virtual_size, target.capacity_bytes));
@@ -306,12 +309,25 @@ async fn import_inner(
                 .try_clone()
                 .map_err(|e| write_error(TO_SCRATCH, &e))?;
             let mut writer = Writer::new(file, false, cancel.clone());
-            let copied = copy(&head, &mut decoded, &mut writer, None, &mut flow, TO_SCRATCH).await;
+            let copied = copy(
+                &head,
+                &mut decoded,
+                &mut writer,
+                None,
+                &mut flow,
+                TO_SCRATCH,
+            )
+            .await;
             if let Err(e) = copied {
                 writer.abandon().await;
                 return Err(e);
             }
-            drop(writer.finish().await.map_err(|e| write_error(TO_SCRATCH, &e))?);
+            drop(
+                writer
+                    .finish()
+                    .await
+                    .map_err(|e| write_error(TO_SCRATCH, &e))?,
+            );
             drop(decoded);
             let read = done(&mut flow, TO_SCRATCH)?;
             let virtual_size = convert_qcow2(spool.path(), target, cancel).await?;

@@ -161,7 +161,10 @@ pub(crate) async fn info(
     )
     .await?;
     if !out.status.success() {
-        return Err(ImportError::Permanent(format!("{CONVERT}: {}", out.words())));
+        return Err(ImportError::Permanent(format!(
+            "{CONVERT}: {}",
+            out.words()
+        )));
     }
     parse_info(&out.stdout).ok_or_else(|| {
         ImportError::Permanent(format!(

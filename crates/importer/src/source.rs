@@ -25,7 +25,10 @@ pub(crate) fn is_transient(e: &io::Error) -> bool {
 
 /// The message of `e`: its source's words when it carries them.
 pub(crate) fn describe(e: &io::Error) -> String {
-    match e.get_ref().and_then(|inner| inner.downcast_ref::<SourceError>()) {
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<SourceError>())
+    {
         Some(SourceError::Transient(text)) => text.clone(),
         None => crate::error::chain(e),
     }

@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod backoff;
+pub mod cdi;
 pub mod defaults;
 pub mod devices;
 pub mod meta;

@@ -38,6 +38,9 @@ pub mod annotations {
     /// controller so that node agents learn it from the API (a PersistentVolume's
     /// `hostPath`, in a Kubernetes cluster).
     pub const VOLUME_PATH: &str = "virtplane.io/volume-path";
+    /// On an upload DataVolume: the file the upload endpoint received in full, which the
+    /// DataVolume controller imports into the claim (and removes).
+    pub const UPLOADED_IMAGE: &str = "virtplane.io/uploaded-image";
     /// On a VMIM: how long its target may stay unschedulable before it fails (seconds).
     pub const MIGRATION_UNSCHEDULABLE_TIMEOUT: &str =
         "kubevirt.io/migrationUnschedulablePodTimeoutSeconds";

@@ -1,5 +1,5 @@
-//! The OpenAPI v3 component schemas of kubevirt.io/v1, kept as YAML in `schema/` and parsed
-//! once. They drive pruning and structural validation, `kubectl explain` and the served
+//! The OpenAPI v3 component schemas of kubevirt.io/v1 (with KubeVirt's migrations group)
+//! and of CDI's cdi.kubevirt.io/v1beta1, kept as YAML in `schema/` and parsed once. They drive pruning and structural validation, `kubectl explain` and the served
 //! OpenAPI document.
 
 use std::collections::HashMap;
@@ -7,7 +7,16 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-const DOCUMENT: &str = include_str!("../schema/kubevirt.io_v1.yaml");
+const DOCUMENTS: [(&str, &str); 2] = [
+    (
+        "kubevirt.io_v1.yaml",
+        include_str!("../schema/kubevirt.io_v1.yaml"),
+    ),
+    (
+        "cdi.kubevirt.io_v1beta1.yaml",
+        include_str!("../schema/cdi.kubevirt.io_v1beta1.yaml"),
+    ),
+];
 
 /// `components.schemas` of the kubevirt.io/v1 OpenAPI document: a map from schema name
 /// (`io.kubevirt.v1.VirtualMachine`, `io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta`, ...)
@@ -15,10 +24,17 @@ const DOCUMENT: &str = include_str!("../schema/kubevirt.io_v1.yaml");
 pub fn openapi_components() -> &'static Value {
     static COMPONENTS: OnceLock<Value> = OnceLock::new();
     COMPONENTS.get_or_init(|| {
-        // The document is compiled in and a unit test parses it, so failure here is a build defect.
-        let mut document: Value =
-            serde_saphyr::from_str(DOCUMENT).expect("schema/kubevirt.io_v1.yaml is valid YAML");
-        document["components"]["schemas"].take()
+        let mut all = serde_json::Map::new();
+        for (file, text) in DOCUMENTS {
+            // The documents are compiled in and a unit test parses them, so failure here
+            // is a build defect.
+            let mut document: Value = serde_saphyr::from_str(text)
+                .unwrap_or_else(|e| panic!("schema/{file} is not valid YAML: {e}"));
+            if let Value::Object(schemas) = document["components"]["schemas"].take() {
+                all.extend(schemas);
+            }
+        }
+        Value::Object(all)
     })
 }
 

@@ -1,0 +1,398 @@
+//! The DataVolume controller (CDI's, in this server): a DataVolume gets a claim of its
+//! name that it owns, and once the claim is bound its bytes are brought in — imported
+//! from a URL, cloned from another claim, left blank or taken from an upload — with the
+//! phase, progress, restart count and conditions CDI shows. Transfers run as tasks of
+//! this process, several at once; a transient failure is retried with backoff, and a
+//! transfer interrupted by a restart starts again from the beginning, so a half-filled
+//! disk is never marked Succeeded.
+
+mod sources;
+mod status;
+mod transfers;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use kubevirt_api::backoff::{object_key, Backoff};
+use kubevirt_api::cdi::{Origin, Phase, Source, Spec};
+use kubevirt_api::names::annotations::UPLOADED_IMAGE;
+use serde_json::{json, Value};
+
+use crate::volumes::claim_resource;
+use crate::Error;
+use status::{State, Transfer};
+use transfers::{Look, Outcome, Transfers};
+
+pub use transfers::Job;
+
+/// How often a running transfer's progress is written to its DataVolume.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+/// How many transfers move bytes at once.
+const PARALLEL_TRANSFERS: usize = 4;
+
+pub fn data_volume_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("cdi.kubevirt.io", "v1beta1", "DataVolume"),
+        "datavolumes",
+    )
+}
+
+pub fn data_source_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("cdi.kubevirt.io", "v1beta1", "DataSource"),
+        "datasources",
+    )
+}
+
+struct Context {
+    client: Client,
+    transfers: Transfers,
+    /// Retry delays of DataVolumes whose sync failed, by `namespace/name`.
+    backoff: Backoff<String>,
+    /// When each DataVolume (by uid) whose last attempt failed transiently may try again.
+    retry_at: std::sync::Mutex<std::collections::HashMap<String, Instant>>,
+    /// Delays between transfer attempts.
+    attempts: Backoff<String>,
+}
+
+/// Runs the controller; `scratch` is where images are staged while they are converted.
+pub async fn run(client: Client, scratch: PathBuf) {
+    let api = Api::<DynamicObject>::all_with(client.clone(), &data_volume_resource());
+    let claims = Api::<DynamicObject>::all_with(client.clone(), &claim_resource());
+    let ctx = Arc::new(Context {
+        client,
+        transfers: Transfers::new(scratch, PARALLEL_TRANSFERS),
+        backoff: Backoff::default(),
+        retry_at: Default::default(),
+        attempts: Backoff::new(Duration::from_secs(2), Duration::from_secs(300)),
+    });
+    let controller = Controller::new_with(api, watcher::Config::default(), data_volume_resource())
+        .owns_with(claims, claim_resource(), watcher::Config::default());
+    tokio::spawn(cancel_orphans(controller.store(), ctx.clone()));
+    controller
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|result| {
+            match result {
+                Ok((dv, _)) => ctx
+                    .backoff
+                    .succeeded(&object_key(dv.namespace.as_deref(), &dv.name)),
+                // Deleted while queued: nothing left to do.
+                Err(controller::Error::ObjectNotFound(_)) => {}
+                // Logged by error_policy.
+                Err(controller::Error::ReconcilerFailed(..)) => {}
+                Err(e) => tracing::warn!("datavolume controller: {e}"),
+            }
+            futures::future::ready(())
+        })
+        .await;
+}
+
+/// Stops the transfers of DataVolumes that were deleted (reconcile never sees those).
+async fn cancel_orphans(store: Store<DynamicObject>, ctx: Arc<Context>) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        for (uid, key) in ctx.transfers.running() {
+            let (namespace, name) = key.split_once('/').unwrap_or(("", &key));
+            let reference = ObjectRef::new_with(name, data_volume_resource()).within(namespace);
+            let alive = store.get(&reference).is_some_and(|dv| {
+                dv.uid().as_deref() == Some(uid.as_str())
+                    && dv.metadata.deletion_timestamp.is_none()
+            });
+            if !alive {
+                tracing::info!("datavolume {key} is gone: stopping its transfer");
+                ctx.transfers.cancel(&uid);
+            }
+        }
+    }
+}
+
+fn error_policy(dv: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = object_key(dv.namespace().as_deref(), &dv.name_any());
+    let retry = ctx.backoff.failed(key.clone());
+    tracing::warn!("datavolume controller: sync of {key} failed, retrying in {retry:?}: {error}");
+    Action::requeue(retry)
+}
+
+fn params() -> PatchParams {
+    PatchParams {
+        field_manager: Some("virtplane-datavolume-controller".into()),
+        ..Default::default()
+    }
+}
+
+/// Writes the status for `state` unless it shows that already.
+async fn report(
+    api: &Api<DynamicObject>,
+    dv: &DynamicObject,
+    state: &State,
+    restarts: i64,
+) -> Result<(), Error> {
+    let current = dv.data.get("status").cloned().unwrap_or_else(|| json!({}));
+    let new = status::status(state, &current, restarts, &kubevirt_api::meta::now());
+    if status::changes(&current, &new) {
+        api.patch_status(
+            &dv.name_any(),
+            &params(),
+            &Patch::Merge(&json!({"status": new})),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Whether the DataVolume with `uid` is the claim's controlling owner.
+fn owned_by(claim: &DynamicObject, uid: &str) -> bool {
+    claim
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
+}
+
+async fn reconcile(dv: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = dv.namespace().unwrap_or_default();
+    let name = dv.name_any();
+    let uid = dv.uid().unwrap_or_default();
+    let key = object_key(Some(&namespace), &name);
+    if dv.metadata.deletion_timestamp.is_some() {
+        ctx.transfers.cancel(&uid);
+        return Ok(Action::await_change());
+    }
+    let api = Api::<DynamicObject>::namespaced_with(
+        ctx.client.clone(),
+        &namespace,
+        &data_volume_resource(),
+    );
+    let restarts = dv
+        .data
+        .pointer("/status/restartCount")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    if matches!(Phase::of(&dv.data), Phase::Succeeded | Phase::Failed) {
+        ctx.transfers.forget(&uid);
+        return Ok(Action::await_change());
+    }
+    let spec = Spec::of(&namespace, &dv.data["spec"]);
+    let source = match &spec.origin {
+        Origin::Source(source) => source.clone(),
+        Origin::DataSource(reference) => {
+            match sources::data_source_claim(&ctx.client, reference).await? {
+                Ok(claim) => Source::Pvc(claim),
+                Err(message) => {
+                    report(&api, &dv, &State::WaitingForSource { message }, restarts).await?;
+                    return Ok(Action::requeue(Duration::from_secs(5)));
+                }
+            }
+        }
+        Origin::Missing => {
+            let state = State::Failed {
+                transfer: Transfer::Import,
+                claim: None,
+                message: "the DataVolume names no source".into(),
+            };
+            report(&api, &dv, &state, restarts).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let transfer = match &source {
+        Source::Http(_) | Source::Registry(_) => Transfer::Import,
+        Source::Pvc(_) => Transfer::Clone,
+        Source::Upload => Transfer::Upload,
+        Source::Blank => Transfer::Blank,
+        Source::Unsupported(kind) => {
+            let state = State::Failed {
+                transfer: Transfer::Import,
+                claim: None,
+                message: format!("DataVolume source {kind} is not supported by virtplane"),
+            };
+            report(&api, &dv, &state, restarts).await?;
+            return Ok(Action::await_change());
+        }
+    };
+
+    let claims =
+        Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &claim_resource());
+    let Some(claim) = claims.get_opt(&name).await? else {
+        let size = match (&source, spec.requested_size()) {
+            (Source::Pvc(from), None) => sources::claim_size(&ctx.client, from).await?,
+            _ => None,
+        };
+        let claim = claim_for(&dv, &spec, size.as_ref())?;
+        claims.create(&PostParams::default(), &claim).await?;
+        report(&api, &dv, &State::ClaimPending { claim: name }, restarts).await?;
+        return Ok(Action::await_change());
+    };
+    if !owned_by(&claim, &uid) {
+        report(&api, &dv, &State::ClaimNotOurs { claim: name }, restarts).await?;
+        return Ok(Action::requeue(Duration::from_secs(10)));
+    }
+    let Some(target) = sources::bound_target(&claim) else {
+        report(&api, &dv, &State::ClaimPending { claim: name }, restarts).await?;
+        return Ok(Action::await_change());
+    };
+
+    match ctx.transfers.look(&uid) {
+        Look::Idle => {}
+        Look::Running(progress) => {
+            let state = State::Running {
+                transfer,
+                claim: name,
+                progress,
+            };
+            report(&api, &dv, &state, restarts).await?;
+            return Ok(Action::requeue(PROGRESS_EVERY));
+        }
+        Look::Finished(outcome) => {
+            ctx.transfers.forget(&uid);
+            let state = match outcome {
+                Outcome::Done => {
+                    ctx.attempts.succeeded(&uid);
+                    State::Succeeded {
+                        transfer,
+                        claim: name,
+                    }
+                }
+                Outcome::Permanent(message) => State::Failed {
+                    transfer,
+                    claim: Some(name),
+                    message,
+                },
+                Outcome::Transient(message) => {
+                    let wait = ctx.attempts.failed(uid.clone());
+                    lock_retry(&ctx).insert(uid.clone(), Instant::now() + wait);
+                    let state = State::Retrying {
+                        transfer,
+                        claim: name,
+                        message,
+                    };
+                    report(&api, &dv, &state, restarts + 1).await?;
+                    return Ok(Action::requeue(wait));
+                }
+                Outcome::Cancelled => return Ok(Action::requeue(PROGRESS_EVERY)),
+            };
+            report(&api, &dv, &state, restarts).await?;
+            return Ok(Action::await_change());
+        }
+    }
+    // Nothing runs: start (or restart) the transfer, unless its retry is not due yet.
+    if let Some(due) = lock_retry(&ctx).get(&uid).copied() {
+        let now = Instant::now();
+        if due > now {
+            return Ok(Action::requeue(due - now));
+        }
+    }
+    lock_retry(&ctx).remove(&uid);
+    let job = match &source {
+        Source::Blank => {
+            // The volume controller allocated the claim's file sparse: it reads as zeros.
+            report(
+                &api,
+                &dv,
+                &State::Succeeded {
+                    transfer,
+                    claim: name,
+                },
+                restarts,
+            )
+            .await?;
+            return Ok(Action::await_change());
+        }
+        Source::Upload => match dv.annotations().get(UPLOADED_IMAGE) {
+            Some(file) if std::path::Path::new(file).exists() => Job::Upload(PathBuf::from(file)),
+            _ => {
+                report(&api, &dv, &State::UploadReady { claim: name }, restarts).await?;
+                return Ok(Action::await_change());
+            }
+        },
+        Source::Http(http) => match sources::http_source(&ctx.client, &namespace, http).await? {
+            Ok(source) => Job::Http(source),
+            Err(message) => {
+                let state = State::Failed {
+                    transfer,
+                    claim: Some(name),
+                    message,
+                };
+                report(&api, &dv, &state, restarts).await?;
+                return Ok(Action::await_change());
+            }
+        },
+        Source::Pvc(from) => match sources::claim_file(&ctx.client, from).await? {
+            Ok(path) => Job::Clone(path),
+            Err(message) => {
+                report(&api, &dv, &State::WaitingForSource { message }, restarts).await?;
+                return Ok(Action::requeue(Duration::from_secs(5)));
+            }
+        },
+        Source::Registry(_) => {
+            let state = State::Failed {
+                transfer,
+                claim: Some(name),
+                message: "DataVolume source registry is not supported by virtplane yet".into(),
+            };
+            report(&api, &dv, &state, restarts).await?;
+            return Ok(Action::await_change());
+        }
+        Source::Unsupported(_) => return Ok(Action::await_change()),
+    };
+    tracing::info!(
+        "datavolume {key}: starting its {transfer:?} into {}",
+        target.path.display()
+    );
+    ctx.transfers.start(&uid, &key, job, target);
+    let state = State::Running {
+        transfer,
+        claim: name,
+        progress: "N/A".into(),
+    };
+    report(&api, &dv, &state, restarts).await?;
+    Ok(Action::requeue(PROGRESS_EVERY))
+}
+
+fn lock_retry(
+    ctx: &Context,
+) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Instant>> {
+    ctx.retry_at
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The claim a DataVolume creates: its name, owned by it, with CDI's labels.
+fn claim_for(
+    dv: &DynamicObject,
+    spec: &Spec,
+    size: Option<&Value>,
+) -> Result<DynamicObject, Error> {
+    let claim = json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": dv.name_any(),
+            "namespace": dv.namespace(),
+            "labels": {
+                "app": "containerized-data-importer",
+                "app.kubernetes.io/component": "storage",
+                "app.kubernetes.io/managed-by": "cdi-controller",
+            },
+            "annotations": {"cdi.kubevirt.io/storage.contentType": "kubevirt"},
+            "ownerReferences": [{
+                "apiVersion": "cdi.kubevirt.io/v1beta1",
+                "kind": "DataVolume",
+                "name": dv.name_any(),
+                "uid": dv.uid(),
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": spec.claim_spec(size),
+    });
+    Ok(serde_json::from_value(claim)?)
+}
