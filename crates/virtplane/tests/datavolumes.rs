@@ -512,3 +512,41 @@ async fn a_vm_starts_once_its_data_volumes_are_ready() {
         )
         .await;
 }
+
+/// The server dies (`kill -9`) mid-import: after the restart the import starts again
+/// (counted as a restart) and finishes with the whole image, never Succeeded half-filled.
+#[tokio::test]
+async fn an_import_cut_by_a_server_crash_starts_again() {
+    let Some((mut c, images)) = start().await else {
+        return;
+    };
+    create(
+        &c,
+        &data_volume(
+            "interrupted",
+            http(format!("{}/slow/disk.raw", images.url)),
+            "16Mi",
+        ),
+    )
+    .await;
+    let path = format!("{DVS}/interrupted");
+    c.api
+        .eventually(&path, WAIT, |r| {
+            r.body["status"]["progress"]
+                .as_str()
+                .is_some_and(|p| p.ends_with('%') && p != "100.0%")
+        })
+        .await;
+    c.server.kill9();
+    c.server.restart().await;
+    c.api = support::api_for(&c.server);
+    let done = wait_phase(&c, "interrupted", "Succeeded").await;
+    assert!(
+        done["status"]["restartCount"]
+            .as_i64()
+            .is_some_and(|n| n >= 1),
+        "{}",
+        done["status"]
+    );
+    holds_the_image(&c, "interrupted", 16 << 20).await;
+}

@@ -5,6 +5,7 @@
 //! sysprep CD from a ConfigMap, emptyDisk, hostDisk, cdrom, the domain settings), port forwards, VMI status, and errors a person can act on.
 //! One server for the whole file; skipped loudly without QEMU or the test guests.
 
+mod images;
 mod qemu;
 mod support;
 
@@ -928,5 +929,47 @@ async fn cloud_init_user_and_network_data_from_a_secret() {
     );
     let hello = env.hello(host_port(&vmi, 8080), SHORT).await;
     assert_eq!(hello.trim(), format!("hello from {name}"));
+    env.delete_vm(name).await;
+}
+
+/// The most common KubeVirt manifest: a VM whose root disk is a DataVolume template
+/// importing a qcow2 image from a URL. The VM provisions, the import fills the claim,
+/// and the guest boots from it; the DataVolume belongs to the VM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_volume_template_imports_the_disk_the_guest_boots_from() {
+    let Some(g) = guests() else { return };
+    let env = shared(g).await;
+    let server = images::listen(&g.dir).await;
+    let name = "imported";
+    let mut vm = disk_vm(g, name, "q35", "virtio");
+    vm["spec"]["dataVolumeTemplates"] = json!([{
+        "metadata": {"name": "imported-root"},
+        "spec": {"source": {"http": {"url": format!("{}/images/disk.qcow2", server.url)}},
+                 "storage": {"resources": {"requests": {"storage": "128Mi"}}}}}]);
+    vm["spec"]["template"]["spec"]["volumes"] =
+        json!([{"name": "root", "dataVolume": {"name": "imported-root"}}]);
+    env.create_vm(&vm).await;
+    let vmi = env.wait_running(name).await;
+    let lines = env.wait_ready(name).await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l == "virtplane-guest: disk vda 134217728"),
+        "the guest boots from the 128Mi claim: {lines:#?}"
+    );
+    let dv = env
+        .api
+        .get(&format!(
+            "/apis/cdi.kubevirt.io/v1beta1/namespaces/{}/datavolumes/imported-root",
+            qemu::NS
+        ))
+        .await
+        .body;
+    assert_eq!(dv["status"]["phase"], "Succeeded", "{}", dv["status"]);
+    assert_eq!(dv["metadata"]["ownerReferences"][0]["name"], name);
+    assert_eq!(
+        vmi["spec"]["volumes"][0]["dataVolume"]["name"],
+        "imported-root"
+    );
     env.delete_vm(name).await;
 }

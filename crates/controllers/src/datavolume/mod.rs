@@ -291,6 +291,12 @@ async fn reconcile(dv: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
         }
     }
     lock_retry(&ctx).remove(&uid);
+    // Shown running but not running here: this process restarted mid-transfer, which
+    // starts it again from the beginning.
+    let interrupted = transfer != Transfer::Upload
+        && Phase::of(&dv.data) == transfer.in_progress()
+        && crate::resources::condition_is(&dv, kubevirt_api::cdi::conditions::RUNNING, "True");
+    let restarts = if interrupted { restarts + 1 } else { restarts };
     let job = match &source {
         Source::Blank => {
             // The volume controller allocated the claim's file sparse: it reads as zeros.

@@ -91,8 +91,25 @@ pub async fn serve() -> Option<Images> {
     }
     let qcow2 = std::fs::read(path("disk.qcow2")).expect("qcow2");
     std::fs::write(path("truncated.qcow2"), &qcow2[..qcow2.len() / 2]).expect("truncated");
+    let served = listen(dir.path()).await;
+    Some(Images {
+        url: served.url.clone(),
+        dir,
+        slow_abandoned: served.state.slow_abandoned,
+        flaky_requests: served.state.flaky_requests,
+    })
+}
+
+pub struct Listening {
+    /// `http://127.0.0.1:PORT`; the files of the dir are under `/images/`.
+    pub url: String,
+    state: Served,
+}
+
+/// Serves the files of `dir` (and the special routes) on a loopback port.
+pub async fn listen(dir: &Path) -> Listening {
     let served = Served {
-        dir: dir.path().to_path_buf(),
+        dir: dir.to_path_buf(),
         slow_abandoned: Arc::new(AtomicBool::new(false)),
         flaky_requests: Arc::new(AtomicUsize::new(0)),
     };
@@ -107,12 +124,7 @@ pub async fn serve() -> Option<Images> {
         .expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
     tokio::spawn(async move { axum::serve(listener, app).await });
-    Some(Images {
-        url,
-        dir,
-        slow_abandoned: served.slow_abandoned,
-        flaky_requests: served.flaky_requests,
-    })
+    Listening { url, state: served }
 }
 
 fn read(dir: &Path, name: &str) -> Option<Vec<u8>> {
