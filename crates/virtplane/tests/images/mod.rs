@@ -3,6 +3,9 @@
 //! `gzip`), a truncated qcow2, a route behind basic auth, one that fails twice with 503
 //! before it answers, and a slow one that notes when its client went away.
 
+// Each test binary uses its own part.
+#![allow(dead_code)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
