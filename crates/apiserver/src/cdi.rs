@@ -4,9 +4,9 @@
 use apimachinery::resource::ResourceInfo;
 use apimachinery::status::Status;
 use kubevirt_api::cdi::{admission, resources};
-use serde_json::Value;
+use serde_json::{json, Value};
 
-use crate::registry::{Admission, Read, ResourceHooks};
+use crate::registry::{Admission, Change, Read, Registry, ResourceHooks, WriteOptions};
 
 struct DataVolumeHooks;
 
@@ -74,4 +74,40 @@ pub fn registrations() -> Vec<(&'static ResourceInfo, Box<dyn ResourceHooks>)> {
         (&resources::DATA_SOURCE, Box::new(StoredAsWritten)),
         (&resources::STORAGE_PROFILE, Box::new(StoredAsWritten)),
     ]
+}
+
+/// The StorageProfile of virtplane's one storage class, as CDI's controller keeps one per
+/// class: what `spec.storage` of a DataVolume defaults to. Created at start (an
+/// administrator's `spec.claimPropertySets` override it, as in CDI).
+pub async fn ensure_storage_profile(registry: &Registry) -> Result<(), Status> {
+    use kubevirt_api::cdi::{DEFAULT_ACCESS_MODE, DEFAULT_VOLUME_MODE, STORAGE_CLASS};
+    let Some(reg) = registry.find(resources::GROUP, resources::VERSION, "storageprofiles") else {
+        return Ok(());
+    };
+    let options = WriteOptions {
+        field_manager: "virtplane".into(),
+        ..Default::default()
+    };
+    let profile = json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "StorageProfile",
+                         "metadata": {"name": STORAGE_CLASS}, "spec": {}});
+    match registry.create(&reg, None, profile, &options).await {
+        Ok(_) => {}
+        Err(status) if status.code == 409 => return Ok(()),
+        Err(status) => return Err(status),
+    }
+    let status = json!({
+        "storageClass": STORAGE_CLASS,
+        "provisioner": "virtplane.io/local-pool",
+        "claimPropertySets": [{"accessModes": [DEFAULT_ACCESS_MODE], "volumeMode": DEFAULT_VOLUME_MODE}],
+        "cloneStrategy": "copy",
+    });
+    registry
+        .update_with(&reg, None, STORAGE_CLASS, Some("status"), &options, |old| {
+            let mut new = old.clone();
+            crate::object::meta_mut(&mut new).remove("resourceVersion");
+            new["status"] = status.clone();
+            Ok(Change::replace(new))
+        })
+        .await?;
+    Ok(())
 }

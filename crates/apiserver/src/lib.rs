@@ -233,6 +233,12 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         )?,
     ));
     ensure_namespaces(&registry).await?;
+    cdi::ensure_storage_profile(&registry)
+        .await
+        .map_err(|status| ServerError::Bootstrap {
+            name: "storageprofile/local".into(),
+            status: Box::new(status),
+        })?;
     let infos: Vec<&'static apimachinery::resource::ResourceInfo> =
         registry.registrations().iter().map(|r| r.info).collect();
     let server = Arc::new(http::ApiServer {

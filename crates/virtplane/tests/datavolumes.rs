@@ -330,6 +330,25 @@ async fn clones_blanks_and_data_sources() {
     wait_phase(&c, "from-source", "Succeeded").await;
     holds_the_image(&c, "from-source", 16 << 20).await;
 
+    // spec.storage takes its modes from the StorageProfile of the class; an
+    // administrator's claimPropertySets come first.
+    let profile_path = "/apis/cdi.kubevirt.io/v1beta1/storageprofiles/local";
+    let profile = c.api.get(profile_path).await.body;
+    assert_eq!(
+        profile["status"]["claimPropertySets"],
+        json!([{"accessModes": ["ReadWriteOnce"], "volumeMode": "Filesystem"}]),
+        "{profile}"
+    );
+    let (claim, _) = claim_of(&c, "blank").await;
+    assert_eq!(claim["spec"]["accessModes"], json!(["ReadWriteOnce"]));
+    assert_eq!(claim["spec"]["storageClassName"], "local");
+    let shared = json!({"spec": {"claimPropertySets": [{"accessModes": ["ReadWriteMany"], "volumeMode": "Filesystem"}]}});
+    assert!(c.api.merge(profile_path, &shared).await.status.is_success());
+    create(&c, &data_volume("shared", json!({"blank": {}}), "8Mi")).await;
+    wait_phase(&c, "shared", "Succeeded").await;
+    let (claim, _) = claim_of(&c, "shared").await;
+    assert_eq!(claim["spec"]["accessModes"], json!(["ReadWriteMany"]));
+
     // CDI's admission: a claim of the name that no DataVolume owns is refused.
     let claim = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "taken"},
                        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Mi"}}}});

@@ -22,7 +22,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use kubevirt_api::backoff::{object_key, Backoff};
-use kubevirt_api::cdi::{Origin, Phase, Source, Spec};
+use kubevirt_api::cdi::{ClaimProperties, Origin, Phase, Source, Spec};
 use kubevirt_api::names::annotations::UPLOADED_IMAGE;
 use serde_json::{json, Value};
 
@@ -226,7 +226,8 @@ async fn reconcile(dv: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
             (Source::Pvc(from), None) => sources::claim_size(&ctx.client, from).await?,
             _ => None,
         };
-        let claim = claim_for(&dv, &spec, size.as_ref())?;
+        let profile = sources::claim_properties(&ctx.client, &spec).await?;
+        let claim = claim_for(&dv, &spec, size.as_ref(), &profile)?;
         claims.create(&PostParams::default(), &claim).await?;
         report(&api, &dv, &State::ClaimPending { claim: name }, restarts).await?;
         return Ok(Action::await_change());
@@ -376,6 +377,7 @@ fn claim_for(
     dv: &DynamicObject,
     spec: &Spec,
     size: Option<&Value>,
+    profile: &ClaimProperties,
 ) -> Result<DynamicObject, Error> {
     let claim = json!({
         "apiVersion": "v1",
@@ -398,7 +400,7 @@ fn claim_for(
                 "blockOwnerDeletion": true,
             }],
         },
-        "spec": spec.claim_spec(size),
+        "spec": spec.claim_spec(size, profile),
     });
     Ok(serde_json::from_value(claim)?)
 }

@@ -7,7 +7,7 @@ use base64::Engine as _;
 use importer::{HttpSource, Target};
 use kube::core::DynamicObject;
 use kube::{Api, Client, ResourceExt};
-use kubevirt_api::cdi::{ClaimRef, Http};
+use kubevirt_api::cdi::{ClaimProperties, ClaimRef, Http, Spec, STORAGE_CLASS};
 use kubevirt_api::names::annotations::VOLUME_PATH;
 use kubevirt_api::quantity::Quantity;
 use serde_json::Value;
@@ -20,6 +20,35 @@ fn core(kind: &str, plural: &str) -> kube::core::ApiResource {
     kube::core::ApiResource::from_gvk_with_plural(
         &kube::core::GroupVersionKind::gvk("", "v1", kind),
         plural,
+    )
+}
+
+/// The access and volume modes the StorageProfile of the claim's class gives a
+/// `spec.storage` claim (CDI keeps one profile per storage class).
+pub async fn claim_properties(client: &Client, spec: &Spec) -> Result<ClaimProperties, Error> {
+    if !spec.storage_api {
+        return Ok(ClaimProperties::default());
+    }
+    let class = spec
+        .claim
+        .get("storageClassName")
+        .and_then(Value::as_str)
+        .unwrap_or(STORAGE_CLASS);
+    let profiles = Api::<DynamicObject>::all_with(client.clone(), &storage_profile_resource());
+    Ok(match profiles.get_opt(class).await? {
+        Some(profile) => {
+            let mut whole = profile.data.clone();
+            whole["metadata"] = Value::Null;
+            ClaimProperties::of_profile(&whole)
+        }
+        None => ClaimProperties::default(),
+    })
+}
+
+fn storage_profile_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("cdi.kubevirt.io", "v1beta1", "StorageProfile"),
+        "storageprofiles",
     )
 }
 

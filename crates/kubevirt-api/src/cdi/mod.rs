@@ -87,6 +87,53 @@ impl Phase {
     }
 }
 
+/// What a StorageProfile gives claims that do not say: access modes and volume mode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimProperties {
+    pub access_modes: Vec<String>,
+    pub volume_mode: String,
+}
+
+impl Default for ClaimProperties {
+    /// virtplane's local pool: one node writes a file.
+    fn default() -> Self {
+        ClaimProperties {
+            access_modes: vec![DEFAULT_ACCESS_MODE.to_string()],
+            volume_mode: DEFAULT_VOLUME_MODE.to_string(),
+        }
+    }
+}
+
+impl ClaimProperties {
+    /// The first claim property set of a StorageProfile: the administrator's
+    /// (`spec`) before the detected one (`status`), else the defaults.
+    pub fn of_profile(profile: &Value) -> ClaimProperties {
+        let first = ["/spec/claimPropertySets/0", "/status/claimPropertySets/0"]
+            .iter()
+            .find_map(|p| profile.pointer(p));
+        let Some(set) = first else {
+            return ClaimProperties::default();
+        };
+        let defaults = ClaimProperties::default();
+        let modes: Vec<String> = set
+            .get("accessModes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect();
+        ClaimProperties {
+            access_modes: if modes.is_empty() {
+                defaults.access_modes
+            } else {
+                modes
+            },
+            volume_mode: text(set, "volumeMode").unwrap_or(defaults.volume_mode),
+        }
+    }
+}
+
 /// An http(s) image.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Http {
@@ -223,9 +270,9 @@ impl Spec {
     }
 
     /// The PersistentVolumeClaim spec to create: the claim as written, with the
-    /// StorageProfile's access and volume modes where `spec.storage` leaves them out, and
-    /// `size` (a clone's source size) when no size was asked for.
-    pub fn claim_spec(&self, size: Option<&Value>) -> Value {
+    /// StorageProfile's access and volume modes (`profile`) where `spec.storage` leaves them
+    /// out, and `size` (a clone's source size) when no size was asked for.
+    pub fn claim_spec(&self, size: Option<&Value>, profile: &ClaimProperties) -> Value {
         let mut claim = self.claim.clone();
         if self.storage_api {
             let modes_missing = claim
@@ -233,10 +280,10 @@ impl Spec {
                 .and_then(Value::as_array)
                 .is_none_or(|m| m.is_empty());
             if modes_missing {
-                claim["accessModes"] = json!([DEFAULT_ACCESS_MODE]);
+                claim["accessModes"] = json!(profile.access_modes);
             }
             if claim.get("volumeMode").is_none() {
-                claim["volumeMode"] = json!(DEFAULT_VOLUME_MODE);
+                claim["volumeMode"] = json!(profile.volume_mode);
             }
             if claim.get("storageClassName").is_none() {
                 claim["storageClassName"] = json!(STORAGE_CLASS);
@@ -304,7 +351,7 @@ mod tests {
             &json!({"source": {"blank": {}}, "storage": {"resources": {"requests": {"storage": "1Gi"}}}}),
         );
         assert_eq!(
-            storage.claim_spec(None),
+            storage.claim_spec(None, &ClaimProperties::default()),
             json!({"accessModes": ["ReadWriteOnce"], "volumeMode": "Filesystem", "storageClassName": "local",
                    "resources": {"requests": {"storage": "1Gi"}}})
         );
@@ -313,12 +360,28 @@ mod tests {
             &json!({"source": {"pvc": {"name": "a", "namespace": "b"}}, "storage": {}}),
         );
         assert_eq!(
-            clone.claim_spec(Some(&json!("2Gi")))["resources"]["requests"]["storage"],
+            clone.claim_spec(Some(&json!("2Gi")), &ClaimProperties::default())["resources"]
+                ["requests"]["storage"],
             "2Gi"
         );
         let pvc = json!({"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}});
         let written = Spec::of("n", &json!({"source": {"blank": {}}, "pvc": pvc}));
-        assert_eq!(written.claim_spec(None), pvc);
+        assert_eq!(written.claim_spec(None, &ClaimProperties::default()), pvc);
+    }
+
+    #[test]
+    fn a_storage_profile_gives_its_first_property_set() {
+        let profile = json!({"spec": {"claimPropertySets": [{"accessModes": ["ReadWriteMany"], "volumeMode": "Block"}]},
+                             "status": {"claimPropertySets": [{"accessModes": ["ReadWriteOnce"], "volumeMode": "Filesystem"}]}});
+        let chosen = ClaimProperties::of_profile(&profile);
+        assert_eq!(chosen.access_modes, ["ReadWriteMany"]);
+        assert_eq!(chosen.volume_mode, "Block");
+        let detected = ClaimProperties::of_profile(&json!({"status": profile["status"]}));
+        assert_eq!(detected, ClaimProperties::default());
+        assert_eq!(
+            ClaimProperties::of_profile(&json!({})),
+            ClaimProperties::default()
+        );
     }
 
     #[test]
