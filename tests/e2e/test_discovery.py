@@ -260,8 +260,13 @@ def test_kubectl_api_resources(kubectl):
     kv = next(l for l in wide if l.startswith("kubevirts "))
     assert re.split(r"\s+", kv.strip())[:4] == ["kubevirts", "kv,kvs", "kubevirt.io/v1", "true"]
     names = kubectl("api-resources", "--categories=all", "-o", "name").ok().out.split()
-    assert sorted(names) == ["virtualmachineinstancemigrations.kubevirt.io",
+    assert sorted(names) == ["datasources.cdi.kubevirt.io", "datavolumes.cdi.kubevirt.io",
+                             "virtualmachineinstancemigrations.kubevirt.io",
                              "virtualmachineinstances.kubevirt.io", "virtualmachines.kubevirt.io"]
+    # CDI's kinds, as its CRDs name them.
+    assert rows["datavolumes"] == ["datavolumes", "dv,dvs", "cdi.kubevirt.io/v1beta1", "true", "DataVolume"]
+    assert rows["datasources"] == ["datasources", "das", "cdi.kubevirt.io/v1beta1", "true", "DataSource"]
+    assert rows["storageprofiles"] == ["storageprofiles", "cdi.kubevirt.io/v1beta1", "false", "StorageProfile"]
 
 
 def test_kubectl_api_versions(kubectl):
