@@ -324,6 +324,40 @@ async fn clones_blanks_and_data_sources() {
         )
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let ready = c
+        .api
+        .eventually(
+            &format!("/apis/cdi.kubevirt.io/v1beta1/namespaces/{NS}/datasources/os"),
+            WAIT,
+            |r| condition(&r.body, "Ready").is_some_and(|c| c["status"] == "True"),
+        )
+        .await
+        .body;
+    assert_eq!(
+        ready["status"]["source"]["pvc"]["name"], "golden",
+        "{}",
+        ready["status"]
+    );
+    let dangling = json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource", "metadata": {"name": "dangling"},
+                          "spec": {"source": {"pvc": {"namespace": NS, "name": "nothing"}}}});
+    let r = c
+        .api
+        .post(
+            &format!("/apis/cdi.kubevirt.io/v1beta1/namespaces/{NS}/datasources"),
+            &dangling,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    c.api
+        .eventually(
+            &format!("/apis/cdi.kubevirt.io/v1beta1/namespaces/{NS}/datasources/dangling"),
+            WAIT,
+            |r| {
+                condition(&r.body, "Ready")
+                    .is_some_and(|c| c["status"] == "False" && c["message"] == "PVC not found")
+            },
+        )
+        .await;
     let by_ref = json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume", "metadata": {"name": "from-source"},
                         "spec": {"sourceRef": {"kind": "DataSource", "name": "os"}, "storage": {}}});
     create(&c, &by_ref).await;

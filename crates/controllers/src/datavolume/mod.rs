@@ -6,6 +6,7 @@
 //! transfer interrupted by a restart starts again from the beginning, so a half-filled
 //! disk is never marked Succeeded.
 
+mod data_source;
 mod sources;
 mod status;
 mod transfers;
@@ -77,6 +78,7 @@ pub async fn run(client: Client, scratch: PathBuf) {
     let controller = Controller::new_with(api, watcher::Config::default(), data_volume_resource())
         .owns_with(claims, claim_resource(), watcher::Config::default());
     tokio::spawn(cancel_orphans(controller.store(), ctx.clone()));
+    tokio::spawn(data_source::run(ctx.client.clone()));
     controller
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| {
