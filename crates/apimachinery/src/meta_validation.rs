@@ -243,7 +243,7 @@ pub fn is_config_map_key(value: &str) -> Vec<String> {
 /// Go's `strconv.Quote` (the `%q` verb), which Kubernetes uses in many messages.
 /// Printability of non-ASCII characters is approximated (controls, separators, format
 /// characters and private-use code points are escaped).
-pub(crate) fn go_quote(s: &str) -> String {
+pub fn go_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -286,7 +286,7 @@ fn go_printable(c: char) -> bool {
 
 /// Go's `%#v` of a `[]string`: `[]string{"a", "b"}`, or `[]string(nil)` when empty (every
 /// empty list Kubernetes prints here is a nil slice).
-pub(crate) fn go_string_slice(values: &[String]) -> String {
+pub fn go_string_slice(values: &[String]) -> String {
     if values.is_empty() {
         return "[]string(nil)".to_string();
     }
@@ -313,6 +313,9 @@ pub enum NameRule {
     Subdomain,
     /// DNS-1123 label: namespaces.
     Label,
+    /// A path segment (`IsValidPathSegmentName`): RBAC roles and bindings, whose names
+    /// hold colons (`system:discovery`, `kubevirt.io:edit`).
+    PathSegment,
 }
 
 impl NameRule {
@@ -330,8 +333,25 @@ impl NameRule {
         match self {
             NameRule::Subdomain => dns1123_subdomain_errors(subject),
             NameRule::Label => dns1123_label_errors(subject),
+            NameRule::PathSegment => path_segment_errors(name, prefix),
         }
     }
+}
+
+/// `path.ValidatePathSegmentName`: a prefix (generateName) is only checked for the
+/// characters a URL segment cannot hold.
+fn path_segment_errors(name: &str, prefix: bool) -> Vec<String> {
+    let mut errors = Vec::new();
+    if !prefix && (name == "." || name == "..") {
+        errors.push(format!("may not be '{name}'"));
+        return errors;
+    }
+    for illegal in ["/", "%"] {
+        if name.contains(illegal) {
+            errors.push(format!("may not contain '{illegal}'"));
+        }
+    }
+    errors
 }
 
 /// The JSON type names the OpenAPI validator uses in its messages.

@@ -3,6 +3,7 @@
 
 pub mod agent_dial;
 pub mod auth;
+pub mod authz;
 mod cdi;
 pub mod console;
 mod core;
@@ -18,6 +19,7 @@ mod patching;
 pub mod pki;
 mod printing;
 mod protobuf;
+pub mod rbac;
 pub mod registry;
 pub mod request;
 mod review;
@@ -53,6 +55,8 @@ pub enum ServerError {
     },
     #[error("schema of {kind}: {message}")]
     Schema { kind: &'static str, message: String },
+    #[error("{0}")]
+    TokenFile(#[from] auth::TokenFileError),
     #[error("creating namespace {name}: {status}")]
     Bootstrap {
         name: String,
@@ -72,6 +76,9 @@ pub struct ServerConfig {
     pub local_nodes: console::LocalNodes,
     /// Directories hostDisk volumes may live in (`--host-disk-dir`).
     pub host_disk_dirs: Vec<PathBuf>,
+    /// kube-apiserver's `--token-auth-file`: bearer tokens in CSV
+    /// (`token,user,uid,"group1,group2"`).
+    pub token_auth_file: Option<PathBuf>,
 }
 
 /// A server that is listening; dropping it does not stop it.
@@ -96,6 +103,9 @@ fn components() -> Map<String, Value> {
     if let Value::Object(core) = core::schemas() {
         all.extend(core);
     }
+    if let Value::Object(rbac) = rbac::kinds::schemas() {
+        all.extend(rbac);
+    }
     all
 }
 
@@ -113,7 +123,10 @@ fn registrations(
         )
     };
     let mut out = Vec::new();
-    for (info, hooks) in core::registrations() {
+    for (info, hooks) in core::registrations()
+        .into_iter()
+        .chain(rbac::kinds::registrations())
+    {
         out.push(Registration {
             info,
             schema: schema(info)?,
@@ -138,14 +151,48 @@ fn registrations(
 
 fn extra_resources() -> Vec<ExtraResource> {
     let mut extras = subresources::discovery_entries();
-    extras.push(ExtraResource {
-        group: "authorization.k8s.io",
-        version: "v1",
-        name: "selfsubjectaccessreviews",
-        kind: "SelfSubjectAccessReview",
-        namespaced: false,
-        verbs: &["create"],
-    });
+    // kube-apiserver's review endpoints, in its discovery order.
+    for (group, name, kind, namespaced) in [
+        (
+            "authentication.k8s.io",
+            "selfsubjectreviews",
+            "SelfSubjectReview",
+            false,
+        ),
+        (
+            "authorization.k8s.io",
+            "localsubjectaccessreviews",
+            "LocalSubjectAccessReview",
+            true,
+        ),
+        (
+            "authorization.k8s.io",
+            "selfsubjectaccessreviews",
+            "SelfSubjectAccessReview",
+            false,
+        ),
+        (
+            "authorization.k8s.io",
+            "selfsubjectrulesreviews",
+            "SelfSubjectRulesReview",
+            false,
+        ),
+        (
+            "authorization.k8s.io",
+            "subjectaccessreviews",
+            "SubjectAccessReview",
+            false,
+        ),
+    ] {
+        extras.push(ExtraResource {
+            group,
+            version: "v1",
+            name,
+            kind,
+            namespaced,
+            verbs: &["create"],
+        });
+    }
     extras
 }
 
@@ -239,11 +286,28 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             name: "storageprofile/local".into(),
             status: Box::new(status),
         })?;
+    rbac::bootstrap::ensure(&registry)
+        .await
+        .map_err(|(name, status)| ServerError::Bootstrap {
+            name,
+            status: Box::new(status),
+        })?;
+    let authorizer = authz::Authorizer::start(registry.clone())
+        .await
+        .map_err(|status| ServerError::Bootstrap {
+            name: "RBAC authorizer".into(),
+            status: Box::new(status),
+        })?;
+    let mut authenticator = auth::Authenticator::new(pki.tokens.clone());
+    if let Some(path) = &config.token_auth_file {
+        authenticator = authenticator.with_token_file(path)?;
+    }
     let infos: Vec<&'static apimachinery::resource::ResourceInfo> =
         registry.registrations().iter().map(|r| r.info).collect();
     let server = Arc::new(http::ApiServer {
         registry: registry.clone(),
-        authenticator: auth::Authenticator::new(pki.tokens.clone()),
+        authenticator,
+        authorizer,
         discovery: Discovery::new(infos.clone(), extra_resources()),
         openapi: openapi::OpenApi::new(&infos, &components),
         server_address,
@@ -255,13 +319,15 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         write_gauge: config.store.write_gauge(),
     });
     pki.write_kubeconfigs(&config.data_dir, &url)?;
-    let component = auth::UserInfo {
-        name: "system:serviceaccount:kubevirt:kubevirt-controller".into(),
-        groups: vec![
+    // The in-process identity of the controllers and local node agents: like
+    // kube-apiserver's loopback client, a member of system:masters.
+    let component = auth::UserInfo::new(
+        "system:serviceaccount:kubevirt:kubevirt-controller",
+        vec![
             "system:virtplane-components".into(),
-            "system:authenticated".into(),
+            auth::MASTERS_GROUP.into(),
         ],
-    };
+    );
     let internal = http::router(server.clone())
         .layer(axum::Extension(tls::ClientCertificateIdentity(component)));
     tokio::spawn(tls::serve(listener, tls_config, http::router(server)));

@@ -34,6 +34,9 @@ pub enum PkiError {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenUser {
     pub user: String,
+    /// The user's uid (the token file's third column).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
     pub groups: Vec<String>,
 }
 
@@ -172,6 +175,7 @@ impl Pki {
                     random_token(),
                     TokenUser {
                         user: ADMIN_USER.into(),
+                        uid: None,
                         groups: vec![ADMIN_GROUP.into(), "system:authenticated".into()],
                     },
                 );
@@ -179,6 +183,7 @@ impl Pki {
                     random_token(),
                     TokenUser {
                         user: NODE_JOIN_USER.into(),
+                        uid: None,
                         groups: vec![NODES_GROUP.into(), "system:authenticated".into()],
                     },
                 );

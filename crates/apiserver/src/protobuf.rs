@@ -160,12 +160,166 @@ fn kind_fields(kind: &str) -> Option<&'static [(u64, &'static str, Shape)]> {
 
 /// Whether bodies of `kind` are read from protobuf.
 pub fn reads(kind: &str) -> bool {
-    kind_fields(kind).is_some()
+    kind_fields(kind).is_some() || rbac_kind(kind)
+}
+
+fn rbac_kind(kind: &str) -> bool {
+    matches!(
+        kind,
+        "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding"
+    )
+}
+
+fn strings_of(bytes: &[u8]) -> Option<Vec<(u64, Value)>> {
+    Some(
+        byte_fields(bytes)?
+            .into_iter()
+            .map(|(n, b)| (n, text(b)))
+            .collect(),
+    )
+}
+
+/// A message whose fields are strings (repeated ones become lists), by 1-based names.
+fn string_message(bytes: &[u8], names: &[(&str, bool)]) -> Option<Value> {
+    let mut out = Map::new();
+    for (number, value) in strings_of(bytes)? {
+        let Some((name, repeated)) = number
+            .checked_sub(1)
+            .and_then(|i| names.get(i as usize))
+        else {
+            continue;
+        };
+        if *repeated {
+            if let Some(list) = out
+                .entry(*name)
+                .or_insert_with(|| json!([]))
+                .as_array_mut()
+            {
+                list.push(value);
+            }
+        } else {
+            out.insert((*name).to_string(), value);
+        }
+    }
+    Some(Value::Object(out))
+}
+
+/// LabelSelector{1: matchLabels map, 2: matchExpressions{1 key, 2 operator, 3 values}}.
+fn label_selector(bytes: &[u8]) -> Option<Value> {
+    let mut out = Map::new();
+    for (number, part) in byte_fields(bytes)? {
+        match number {
+            1 => {
+                let (k, v) = map_entry(part, text)?;
+                if let Some(map) = out
+                    .entry("matchLabels")
+                    .or_insert_with(|| json!({}))
+                    .as_object_mut()
+                {
+                    map.insert(k, v);
+                }
+            }
+            2 => {
+                let expression = string_message(
+                    part,
+                    &[("key", false), ("operator", false), ("values", true)],
+                )?;
+                if let Some(list) = out
+                    .entry("matchExpressions")
+                    .or_insert_with(|| json!([]))
+                    .as_array_mut()
+                {
+                    list.push(expression);
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(Value::Object(out))
+}
+
+/// The RBAC kinds kubectl's typed client sends (`create role`, `create clusterrole`,
+/// `create rolebinding`, `create clusterrolebinding`): Role/ClusterRole {1 metadata,
+/// 2 rules{1 verbs, 2 apiGroups, 3 resources, 4 resourceNames, 5 nonResourceURLs},
+/// 3 aggregationRule{1 clusterRoleSelectors}}, bindings {1 metadata, 2 subjects{1 kind,
+/// 2 apiGroup, 3 name, 4 namespace}, 3 roleRef{1 apiGroup, 2 kind, 3 name}}.
+fn decode_rbac(kind: &str, body: &[u8]) -> Option<Value> {
+    let raw = unwrap_unknown(body)?;
+    let mut object = Map::new();
+    object.insert("apiVersion".into(), json!("rbac.authorization.k8s.io/v1"));
+    object.insert("kind".into(), json!(kind));
+    let binding = kind.ends_with("Binding");
+    for (number, part) in byte_fields(raw)? {
+        match (number, binding) {
+            (1, _) => _ = object.insert("metadata".into(), object_meta(part)?),
+            (2, false) => {
+                let rule = string_message(
+                    part,
+                    &[
+                        ("verbs", true),
+                        ("apiGroups", true),
+                        ("resources", true),
+                        ("resourceNames", true),
+                        ("nonResourceURLs", true),
+                    ],
+                )?;
+                if let Some(list) = object
+                    .entry("rules")
+                    .or_insert_with(|| json!([]))
+                    .as_array_mut()
+                {
+                    list.push(rule);
+                }
+            }
+            (3, false) => {
+                let mut selectors = Vec::new();
+                for (n, selector) in byte_fields(part)? {
+                    if n == 1 {
+                        selectors.push(label_selector(selector)?);
+                    }
+                }
+                object.insert(
+                    "aggregationRule".into(),
+                    json!({"clusterRoleSelectors": selectors}),
+                );
+            }
+            (2, true) => {
+                let subject = string_message(
+                    part,
+                    &[
+                        ("kind", false),
+                        ("apiGroup", false),
+                        ("name", false),
+                        ("namespace", false),
+                    ],
+                )?;
+                if let Some(list) = object
+                    .entry("subjects")
+                    .or_insert_with(|| json!([]))
+                    .as_array_mut()
+                {
+                    list.push(subject);
+                }
+            }
+            (3, true) => {
+                let role_ref = string_message(
+                    part,
+                    &[("apiGroup", false), ("kind", false), ("name", false)],
+                )?;
+                object.insert("roleRef".into(), role_ref);
+            }
+            _ => {}
+        }
+    }
+    Some(Value::Object(object))
 }
 
 /// A built-in object of `kind` sent as protobuf, as JSON; `None` for kinds not read
 /// here or a body that does not parse.
 pub fn decode_object(kind: &str, body: &[u8]) -> Option<Value> {
+    if rbac_kind(kind) {
+        return decode_rbac(kind, body);
+    }
     let shapes = kind_fields(kind)?;
     let raw = unwrap_unknown(body)?;
     let mut object = Map::new();
@@ -264,6 +418,40 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"labels": {"team": "a"}}})
         );
         assert!(decode_object("Pod", &wrapped(&ns)).is_none());
+        // kubectl create rolebinding alice-edit --clusterrole=edit --user=alice -n team-a
+        let mut meta = bytes_field(1, b"alice-edit");
+        meta.extend(bytes_field(3, b"team-a"));
+        let mut raw = bytes_field(1, &meta);
+        let mut subject = bytes_field(1, b"User");
+        subject.extend(bytes_field(2, b"rbac.authorization.k8s.io"));
+        subject.extend(bytes_field(3, b"alice"));
+        raw.extend(bytes_field(2, &subject));
+        let mut role_ref = bytes_field(1, b"rbac.authorization.k8s.io");
+        role_ref.extend(bytes_field(2, b"ClusterRole"));
+        role_ref.extend(bytes_field(3, b"edit"));
+        raw.extend(bytes_field(3, &role_ref));
+        assert_eq!(
+            decode_object("RoleBinding", &wrapped(&raw)).unwrap(),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": "alice-edit", "namespace": "team-a"},
+                   "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"}],
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"}})
+        );
+        let mut rule = bytes_field(1, b"get");
+        rule.extend(bytes_field(1, b"list"));
+        rule.extend(bytes_field(2, b""));
+        rule.extend(bytes_field(3, b"configmaps"));
+        let mut raw = bytes_field(1, &bytes_field(1, b"reader"));
+        raw.extend(bytes_field(2, &rule));
+        let selector = bytes_field(1, &entry("team", b"a"));
+        raw.extend(bytes_field(3, &bytes_field(1, &selector)));
+        assert_eq!(
+            decode_object("ClusterRole", &wrapped(&raw)).unwrap(),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": "reader"},
+                   "rules": [{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["configmaps"]}],
+                   "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"team": "a"}}]}})
+        );
         assert!(decode_object("Secret", b"not protobuf").is_none());
     }
 }

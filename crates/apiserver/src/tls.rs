@@ -65,12 +65,12 @@ fn identity_from_certificate(der: &CertificateDer<'_>) -> Option<UserInfo> {
         .as_str()
         .ok()?
         .to_string();
-    let mut groups: Vec<String> = subject
+    let groups: Vec<String> = subject
         .iter_organization()
         .filter_map(|o| o.as_str().ok().map(str::to_string))
         .collect();
-    groups.push("system:authenticated".into());
-    Some(UserInfo { name: user, groups })
+    // The authenticator adds system:authenticated.
+    Some(UserInfo::new(user, groups))
 }
 
 /// Accepts connections until the listener fails; each one is handled on its own task.

@@ -89,6 +89,10 @@ struct ServerArgs {
     /// compaction get 410 Gone and clients re-list.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     compaction_interval: Duration,
+    /// Bearer tokens in kube-apiserver's static token file format: CSV lines
+    /// `token,user,uid,"group1,group2"`.
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
 }
 
 /// How simulated nodes behave.
@@ -523,6 +527,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
             compaction_interval: args.compaction_interval,
             local_nodes,
             host_disk_dirs: args.host_disk_dirs.clone(),
+            token_auth_file: args.token_auth_file.clone(),
         })
         .await?;
         let client = kube::Client::new(server.internal.clone(), "default");

@@ -13,7 +13,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use http::{header, HeaderValue, Method, StatusCode};
 
-use crate::auth::Authenticator;
+use crate::auth::{Authentication, Authenticator, UserInfo};
+use crate::authz::{Attributes, Authorizer};
 use crate::discovery::Discovery;
 use crate::registry::Registry;
 use crate::request::{self, Query, RequestInfo, Target};
@@ -34,6 +35,7 @@ pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 pub struct ApiServer {
     pub registry: Arc<Registry>,
     pub authenticator: Authenticator,
+    pub authorizer: Arc<Authorizer>,
     pub discovery: Discovery,
     pub openapi: crate::openapi::OpenApi,
     /// `host:port` clients use to reach us, for `/api`'s serverAddressByClientCIDRs.
@@ -67,28 +69,40 @@ impl ApiServer {
                 g
             };
             registry.find(g, v, p).is_some_and(|r| r.info.namespaced)
+                || (g == "authorization.k8s.io" && p == "localsubjectaccessreviews")
         });
-        match &target {
-            Some(Target::Health(_)) => return Ok((StatusCode::OK, "ok").into_response()),
-            Some(Target::Version) => {
-                return Ok(json_response(StatusCode::OK, &crate::version::info()))
-            }
-            _ => {}
-        }
         // Authentication comes before routing: an unknown path is 401 to strangers too.
+        // Requests without credentials are anonymous only where kube-apiserver's
+        // anonymous authenticator would be configured to let them in (health, version).
         let certificate = parts.extensions.get::<ClientCertificateIdentity>();
-        let user = self
-            .authenticator
-            .authenticate(&parts.headers, certificate)
-            .ok_or_else(Status::unauthorized)?;
-        let target = target.ok_or_else(not_found_path)?;
+        let user = match self.authenticator.authenticate(&parts.headers, certificate) {
+            Authentication::User(user) => user,
+            Authentication::None if matches!(target, Some(Target::Health(_) | Target::Version)) => {
+                UserInfo::anonymous()
+            }
+            Authentication::None | Authentication::Failed => return Err(Status::unauthorized()),
+        };
+        let user =
+            crate::authz::impersonation::acting_user(&self.authorizer, user, &parts.headers)?;
+        let Some(target) = target else {
+            // Still authorized first, as a non-resource path: 403 unless one may see it.
+            let attrs = Attributes::non_resource(
+                &parts.method.as_str().to_ascii_lowercase(),
+                parts.uri.path(),
+            );
+            self.authorize(&user, &attrs)?;
+            return Err(not_found_path());
+        };
         let query = Query::parse(parts.uri.query())?;
         let info = RequestInfo::new(&parts.method, parts.uri.path(), target, &query);
+        self.authorize(&user, &Attributes::of_request(&info, &query))?;
         let accept = parts
             .headers
             .get(header::ACCEPT)
             .and_then(|v| v.to_str().ok());
         match &info.target {
+            Target::Health(_) => Ok((StatusCode::OK, "ok").into_response()),
+            Target::Version => Ok(json_response(StatusCode::OK, &crate::version::info())),
             Target::CoreVersions | Target::Groups => {
                 let core = info.target == Target::CoreVersions;
                 if accept.is_some_and(|a| a.contains("as=APIGroupDiscoveryList")) {
@@ -136,6 +150,21 @@ impl ApiServer {
             {
                 crate::console::serve(&self.registry, &self.consoles, parts, path).await
             }
+            Target::Resource(path) if crate::rbac::kinds::is_rbac(&path.group, &path.resource) => {
+                let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
+                    .await
+                    .map_err(|_| Status::request_too_large(MAX_BODY_BYTES))?;
+                let response = self
+                    .serve_resource(&parts, &info.verb, path, &query, &body, &user)
+                    .await?;
+                // Whoever changed a role or binding sees the change on their next request.
+                if info.verb.writes() && response.status().is_success() {
+                    self.authorizer
+                        .wait_for(self.registry.store.current_revision())
+                        .await;
+                }
+                Ok(response)
+            }
             Target::Resource(path) => {
                 let serve = async {
                     let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
@@ -149,7 +178,13 @@ impl ApiServer {
                     _ => serve.await,
                 }
             }
-            Target::Health(_) | Target::Version => Err(not_found_path()),
         }
+    }
+
+    /// kube-apiserver's authorization filter: a 403 unless the user may.
+    fn authorize(&self, user: &UserInfo, attrs: &Attributes) -> Result<(), Status> {
+        self.authorizer
+            .allows(user, attrs)
+            .map_err(|reason| crate::authz::forbidden(&user.name, attrs, &reason))
     }
 }

@@ -24,6 +24,7 @@ pub(super) struct ResourceRequest<'a> {
     pub headers: &'a HeaderMap,
     pub body: &'a [u8],
     pub user: &'a UserInfo,
+    pub authorizer: &'a Arc<crate::authz::Authorizer>,
     /// The body's media type, lower-cased, without parameters.
     pub content_type: String,
 }
@@ -50,11 +51,24 @@ impl ResourceRequest<'_> {
     }
 
     pub fn write_options(&self) -> Result<WriteOptions, Status> {
+        let info = self.reg.info;
+        let guard = if crate::rbac::kinds::is_rbac(info.group, info.plural) {
+            crate::authz::escalation::guard(
+                &self.authorizer,
+                self.user,
+                info.plural,
+                self.namespace().unwrap_or(""),
+                self.path.name.as_deref().unwrap_or(""),
+            )
+        } else {
+            None
+        };
         Ok(WriteOptions {
             dry_run: self.query.dry_run,
             field_manager: field_manager(self.query, self.headers)?,
             field_validation: field_validation(self.query)?,
             privileged: self.user.is_component(),
+            guard,
         })
     }
 }
@@ -70,11 +84,32 @@ impl ApiServer {
         user: &UserInfo,
     ) -> Result<Response, Status> {
         let (method, headers) = (&parts.method, &parts.headers);
-        if path.group == "authorization.k8s.io"
-            && path.resource == "selfsubjectaccessreviews"
-            && *verb == Verb::Create
-        {
-            return Ok(crate::review::self_subject_access_review(body, user));
+        if *verb == Verb::Create && path.name.is_none() {
+            let authorizer = &self.authorizer;
+            match (path.group.as_str(), path.resource.as_str()) {
+                ("authorization.k8s.io", "selfsubjectaccessreviews") => {
+                    return crate::review::self_subject_access_review(authorizer, body, user)
+                }
+                ("authorization.k8s.io", "subjectaccessreviews") => {
+                    return crate::review::subject_access_review(authorizer, body, None)
+                }
+                ("authorization.k8s.io", "localsubjectaccessreviews") => {
+                    if let Some(namespace) = path.namespace.as_deref() {
+                        return crate::review::subject_access_review(
+                            authorizer,
+                            body,
+                            Some(namespace),
+                        );
+                    }
+                }
+                ("authorization.k8s.io", "selfsubjectrulesreviews") => {
+                    return crate::review::self_subject_rules_review(authorizer, body, user)
+                }
+                ("authentication.k8s.io", "selfsubjectreviews") => {
+                    return Ok(crate::review::self_subject_review(user))
+                }
+                _ => {}
+            }
         }
         if path.group == crate::subresources::GROUP && path.version == "v1" {
             return crate::subresources::handle(&self.registry, method, path, body).await;
@@ -125,6 +160,7 @@ impl ApiServer {
             headers,
             body,
             user,
+            authorizer: &self.authorizer,
             content_type,
         };
         let req = &request;

@@ -78,6 +78,9 @@ impl Registry {
         }
         warnings.extend(Self::validate(reg, &obj, None, options.privileged, false)?);
         self.admit_reading(reg, namespace, &obj).await?;
+        if let Some(guard) = &options.guard {
+            (guard.0)(&obj, None)?;
+        }
         if record_managed_fields {
             apimachinery::ssa::record_update(
                 None,

@@ -45,6 +45,19 @@ pub struct WriteOptions {
     /// The writer is a virtplane component (controller, node agent), which KubeVirt's
     /// update webhooks let change what users may not (VMI spec, reserved labels).
     pub privileged: bool,
+    /// A last check of the object about to be stored (RBAC's escalation check).
+    pub guard: Option<WriteGuard>,
+}
+
+/// A check a write passes after validation, with the object it would store and, for an
+/// update, the stored one; its error is the write's.
+#[derive(Clone)]
+pub struct WriteGuard(pub Arc<dyn Fn(&Value, Option<&Value>) -> Result<(), Status> + Send + Sync>);
+
+impl std::fmt::Debug for WriteGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriteGuard")
+    }
 }
 
 /// A successful result with the `Warning` headers it should carry.

@@ -62,6 +62,9 @@ impl Registry {
                 options.privileged,
                 subresource == Some("status"),
             )?);
+            if let Some(guard) = &options.guard {
+                (guard.0)(&new, Some(&old))?;
+            }
             let unchanged = if managed_fields_done.is_some() {
                 // Server-side apply may change only managedFields (a new co-owner of a
                 // value); that is still a write.
