@@ -75,7 +75,7 @@ fn read(path: &Path) -> Result<Option<String>, PkiError> {
 }
 
 /// Writes a file readable by its owner only: it holds private keys or tokens.
-fn write_private(path: &Path, contents: &str) -> Result<(), PkiError> {
+pub fn write_private(path: &Path, contents: &str) -> Result<(), PkiError> {
     use std::os::unix::fs::OpenOptionsExt;
     let io_err = |source| PkiError::Io {
         path: path.to_path_buf(),
@@ -203,6 +203,34 @@ impl Pki {
         };
         pki.issue_serving_certificate(hosts)?;
         Ok(pki)
+    }
+
+    /// The CA a server already made in `dir` (its `pki/`), for signing client
+    /// certificates beside it (`virtplane user add`); no serving certificate, no tokens.
+    pub fn load_ca(dir: &Path) -> Result<Pki, PkiError> {
+        let ca_cert_path = dir.join("ca.crt");
+        let ca_key_path = dir.join("ca.key");
+        let missing = |path: &Path| PkiError::Io {
+            path: path.to_path_buf(),
+            source: io::Error::new(
+                io::ErrorKind::NotFound,
+                "no cluster CA here: start `virtplane server` with this data dir once first",
+            ),
+        };
+        let ca_cert_pem = read(&ca_cert_path)?.ok_or_else(|| missing(&ca_cert_path))?;
+        let key = read(&ca_key_path)?.ok_or_else(|| missing(&ca_key_path))?;
+        let ca_key = KeyPair::from_pem(&key).map_err(|e| PkiError::Corrupt {
+            path: ca_key_path.clone(),
+            message: e.to_string(),
+        })?;
+        Ok(Pki {
+            dir: dir.to_path_buf(),
+            ca_cert_pem,
+            server_cert_pem: String::new(),
+            server_key_pem: String::new(),
+            tokens: BTreeMap::new(),
+            ca_key,
+        })
     }
 
     /// The CA as a signer. Its parameters are fixed, so rebuilding them from the kept key

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 mod admin;
 mod console;
+mod user;
 
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
@@ -39,6 +40,34 @@ enum Command {
     Node(NodeArgs),
     /// The virtctl verbs: start, stop, restart, pause, unpause, migrate, console.
     Vm(VmArgs),
+    /// Users of the API: `user add NAME` issues a client certificate and kubeconfig.
+    User {
+        #[command(subcommand)]
+        action: UserAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum UserAction {
+    /// Issue a client certificate signed by the cluster CA (CN = NAME, O = each --group),
+    /// write DATA_DIR/users/NAME.kubeconfig and print its path; with --role, also bind
+    /// that ClusterRole to the user (in --namespace, else cluster-wide) through the API
+    /// with DATA_DIR/admin.kubeconfig, so the server must be running.
+    Add {
+        name: String,
+        /// A group the user is in (repeatable).
+        #[arg(long = "group")]
+        groups: Vec<String>,
+        /// Where the role is bound (a RoleBinding); without it, a ClusterRoleBinding.
+        #[arg(long, short = 'n')]
+        namespace: Option<String>,
+        /// A ClusterRole to bind: edit, admin, view, kubevirt.io:edit, ...
+        #[arg(long)]
+        role: Option<String>,
+        /// The server's data dir, whose CA signs the certificate.
+        #[arg(long, default_value = "./virtplane-data")]
+        data_dir: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -213,6 +242,22 @@ fn main() -> ExitCode {
         Command::Server(args) => run_server(args),
         Command::Node(args) => run_node(args),
         Command::Vm(args) => run_vm(args),
+        Command::User {
+            action:
+                UserAction::Add {
+                    name,
+                    groups,
+                    namespace,
+                    role,
+                    data_dir,
+                },
+        } => user::add(user::AddUser {
+            name,
+            groups,
+            namespace,
+            role,
+            data_dir,
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
