@@ -208,7 +208,9 @@ fn parse_csv(text: &str) -> Result<Vec<Vec<String>>, (usize, String)> {
                 chars.next();
                 loop {
                     match chars.next() {
-                        None => return Err((line, "extraneous or missing \" in quoted-field".into())),
+                        None => {
+                            return Err((line, "extraneous or missing \" in quoted-field".into()))
+                        }
                         Some('"') if chars.peek() == Some(&'"') => {
                             chars.next();
                             field.push('"');
@@ -224,7 +226,9 @@ fn parse_csv(text: &str) -> Result<Vec<Vec<String>>, (usize, String)> {
                 }
                 match chars.peek() {
                     None | Some(',') | Some('\n') | Some('\r') => {}
-                    Some(_) => return Err((line, "extraneous or missing \" in quoted-field".into())),
+                    Some(_) => {
+                        return Err((line, "extraneous or missing \" in quoted-field".into()))
+                    }
                 }
             } else {
                 while let Some(&c) = chars.peek() {
@@ -282,7 +286,11 @@ mod tests {
         assert_eq!(
             names,
             [
-                ("t1", "alice", vec!["team-a".to_string(), "devs".to_string()]),
+                (
+                    "t1",
+                    "alice",
+                    vec!["team-a".to_string(), "devs".to_string()]
+                ),
                 ("t2", "bob", vec![]),
                 ("t3", "carol \"c\"", vec!["ops".to_string()]),
             ]
@@ -320,7 +328,11 @@ mod tests {
         assert_eq!(user.groups, ["devs", AUTHENTICATED_GROUP]);
         for bad in ["Bearer nope", "Basic tok", "tok", "Bearer "] {
             headers.insert(http::header::AUTHORIZATION, bad.parse().unwrap());
-            assert_eq!(auth.authenticate(&headers, None), Authentication::Failed, "{bad}");
+            assert_eq!(
+                auth.authenticate(&headers, None),
+                Authentication::Failed,
+                "{bad}"
+            );
         }
         let cert = ClientCertificateIdentity(UserInfo::new("bob", vec![]));
         let Authentication::User(user) = auth.authenticate(&headers, Some(&cert)) else {

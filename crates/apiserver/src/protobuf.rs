@@ -183,18 +183,12 @@ fn strings_of(bytes: &[u8]) -> Option<Vec<(u64, Value)>> {
 fn string_message(bytes: &[u8], names: &[(&str, bool)]) -> Option<Value> {
     let mut out = Map::new();
     for (number, value) in strings_of(bytes)? {
-        let Some((name, repeated)) = number
-            .checked_sub(1)
-            .and_then(|i| names.get(i as usize))
+        let Some((name, repeated)) = number.checked_sub(1).and_then(|i| names.get(i as usize))
         else {
             continue;
         };
         if *repeated {
-            if let Some(list) = out
-                .entry(*name)
-                .or_insert_with(|| json!([]))
-                .as_array_mut()
-            {
+            if let Some(list) = out.entry(*name).or_insert_with(|| json!([])).as_array_mut() {
                 list.push(value);
             }
         } else {

@@ -58,11 +58,7 @@ fn review_attributes(kind: &str, spec: &Value) -> Result<Attributes, Status> {
     let resource = spec.get("resourceAttributes").filter(|v| v.is_object());
     let non_resource = spec.get("nonResourceAttributes").filter(|v| v.is_object());
     let invalid = |error: FieldError| {
-        Status::invalid(
-            &GroupKind::new("authorization.k8s.io", kind),
-            "",
-            &[error],
-        )
+        Status::invalid(&GroupKind::new("authorization.k8s.io", kind), "", &[error])
     };
     match (resource, non_resource) {
         (Some(r), None) => Ok(Attributes::resource(
@@ -225,7 +221,8 @@ pub fn self_subject_rules_review(
             resource_rules.push(r);
         }
         if !rule.non_resource_urls.is_empty() {
-            non_resource_rules.push(json!({"verbs": rule.verbs, "nonResourceURLs": rule.non_resource_urls}));
+            non_resource_rules
+                .push(json!({"verbs": rule.verbs, "nonResourceURLs": rule.non_resource_urls}));
         }
     }
     let mut status = json!({"resourceRules": resource_rules, "nonResourceRules": non_resource_rules,
@@ -321,7 +318,12 @@ fn protobuf_review(body: &[u8], kind: &str) -> Option<Value> {
     for (number, field) in fields(spec_bytes)? {
         let Field::Bytes(bytes) = field else { continue };
         match number {
-            1 => _ = spec.insert("resourceAttributes".into(), string_message(bytes, &RESOURCE_ATTRIBUTES)?),
+            1 => {
+                _ = spec.insert(
+                    "resourceAttributes".into(),
+                    string_message(bytes, &RESOURCE_ATTRIBUTES)?,
+                )
+            }
             2 => {
                 _ = spec.insert(
                     "nonResourceAttributes".into(),
@@ -407,7 +409,10 @@ mod tests {
             body_json(&rules, "SelfSubjectRulesReview").unwrap(),
             json!({"spec": {"namespace": "default"}})
         );
-        assert_eq!(body_json(&wrapped(b""), "SelfSubjectReview").unwrap(), json!({}));
+        assert_eq!(
+            body_json(&wrapped(b""), "SelfSubjectReview").unwrap(),
+            json!({})
+        );
     }
 
     #[test]

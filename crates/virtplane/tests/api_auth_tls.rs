@@ -31,7 +31,10 @@ async fn client_certificate_and_bearer_token() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     // Bearer tokens from pki/tokens.json, over a connection without a client certificate,
     // each reading what its role lets it read (node agents read nodes, not namespaces).
-    for (user, path) in [("admin", NAMESPACES), ("system:node-joiner", "/api/v1/nodes")] {
+    for (user, path) in [
+        ("admin", NAMESPACES),
+        ("system:node-joiner", "/api/v1/nodes"),
+    ] {
         let token = api.token(user);
         let url = format!("{}{path}", api.url);
         let r = send(&api.anonymous, &url, Some(&format!("Bearer {token}"))).await;

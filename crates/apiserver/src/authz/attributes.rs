@@ -165,7 +165,11 @@ pub fn forbidden(user: &str, attrs: &Attributes, reason: &str) -> Status {
         message = format!("{message}: {reason}");
     }
     match &attrs.resource {
-        Some(r) => Status::forbidden(&GroupResource::new(&r.group, &r.resource), &r.name, &message),
+        Some(r) => Status::forbidden(
+            &GroupResource::new(&r.group, &r.resource),
+            &r.name,
+            &message,
+        ),
         None => {
             let mut status = Status::failure(403, "Forbidden", format!("forbidden: {message}"));
             status.details = Some(Box::new(StatusDetails::default()));
@@ -208,11 +212,24 @@ mod tests {
     fn attributes_as_kube_request_info() {
         let vms = "/apis/kubevirt.io/v1/namespaces/team-a/virtualmachines";
         assert_eq!(
-            resource(&attrs(Method::GET, &format!("{vms}?watch=true&fieldSelector=metadata.name%3Dvm1"))),
-            ("watch", "kubevirt.io", "virtualmachines", "", "team-a", "vm1")
+            resource(&attrs(
+                Method::GET,
+                &format!("{vms}?watch=true&fieldSelector=metadata.name%3Dvm1")
+            )),
+            (
+                "watch",
+                "kubevirt.io",
+                "virtualmachines",
+                "",
+                "team-a",
+                "vm1"
+            )
         );
         assert_eq!(
-            resource(&attrs(Method::GET, &format!("{vms}?fieldSelector=metadata.name!%3Dvm1"))),
+            resource(&attrs(
+                Method::GET,
+                &format!("{vms}?fieldSelector=metadata.name!%3Dvm1")
+            )),
             ("list", "kubevirt.io", "virtualmachines", "", "team-a", "")
         );
         assert_eq!(
@@ -220,7 +237,14 @@ mod tests {
                 Method::PUT,
                 "/apis/subresources.kubevirt.io/v1/namespaces/team-a/virtualmachines/vm1/start"
             )),
-            ("update", "subresources.kubevirt.io", "virtualmachines", "start", "team-a", "vm1")
+            (
+                "update",
+                "subresources.kubevirt.io",
+                "virtualmachines",
+                "start",
+                "team-a",
+                "vm1"
+            )
         );
         assert_eq!(
             resource(&attrs(Method::GET, "/api/v1/namespaces/team-a")),
@@ -236,12 +260,18 @@ mod tests {
             ("list", "kubevirt.io", "virtualmachines", "", "", "")
         );
         let health = attrs(Method::GET, "/healthz");
-        assert_eq!((health.verb.as_str(), health.path.as_str(), health.resource), ("get", "/healthz", None));
+        assert_eq!(
+            (health.verb.as_str(), health.path.as_str(), health.resource),
+            ("get", "/healthz", None)
+        );
     }
 
     #[test]
     fn forbidden_bodies_as_kube_apiserver_writes_them() {
-        let delete = attrs(Method::DELETE, "/apis/kubevirt.io/v1/namespaces/team-a/virtualmachines/x");
+        let delete = attrs(
+            Method::DELETE,
+            "/apis/kubevirt.io/v1/namespaces/team-a/virtualmachines/x",
+        );
         assert_eq!(
             forbidden("alice", &delete, "").to_json(),
             serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",

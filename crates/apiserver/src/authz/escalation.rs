@@ -113,59 +113,61 @@ pub fn guard(
     }
     let (authorizer, user) = (authorizer.clone(), user.clone());
     let (plural, namespace) = (plural.to_string(), namespace.to_string());
-    Some(WriteGuard(Arc::new(move |new: &Value, old: Option<&Value>| {
-        if old.is_some_and(|old| only_gc_fields_differ(new, old)) {
-            return Ok(());
-        }
-        let name = crate::object::name(new);
-        let refuse = |message: &str| Status::forbidden(&rbac_resource(&plural), name, message);
-        if roles {
-            let rules = RoleObject::from_json(new).rules;
-            confirm_no_escalation(&authorizer, &user, &namespace, &rules)
-                .map_err(|m| refuse(&m))?;
-            if plural == "clusterroles"
-                && (has_aggregation_rule(Some(new)) || has_aggregation_rule(old))
-                && confirm_no_escalation(&authorizer, &user, &namespace, &full_authority())
-                    .is_err()
-            {
-                return Err(refuse(
-                    "must have cluster-admin privileges to use the aggregationRule",
-                ));
+    Some(WriteGuard(Arc::new(
+        move |new: &Value, old: Option<&Value>| {
+            if old.is_some_and(|old| only_gc_fields_differ(new, old)) {
+                return Ok(());
             }
-            return Ok(());
-        }
-        // A binding: allowed to `bind` the role, or holding everything it grants.
-        let role_ref = crate::rbac::BindingObject::from_json(new).role_ref;
-        let resource = match role_ref.kind.as_str() {
-            "ClusterRole" => "clusterroles",
-            "Role" => "roles",
-            _ => "",
-        };
-        let bind = Attributes::resource(
-            "bind",
-            ResourceAttributes {
-                namespace: namespace.clone(),
-                group: role_ref.api_group.clone(),
-                version: String::new(),
-                resource: resource.into(),
-                subresource: String::new(),
-                name: role_ref.name.clone(),
-            },
-        );
-        if !resource.is_empty() && authorizer.allows(&user, &bind).is_ok() {
-            return Ok(());
-        }
-        let snapshot = authorizer.snapshot();
-        let rules = snapshot
-            .role_ref_rules(&role_ref.kind, &role_ref.name, &namespace)
-            .map_err(|_| {
-                let singular = if resource == "roles" {
-                    "role"
-                } else {
-                    "clusterrole"
-                };
-                Status::not_found(&GroupResource::new(GROUP, singular), &role_ref.name)
-            })?;
-        confirm_no_escalation(&authorizer, &user, &namespace, &rules).map_err(|m| refuse(&m))
-    })))
+            let name = crate::object::name(new);
+            let refuse = |message: &str| Status::forbidden(&rbac_resource(&plural), name, message);
+            if roles {
+                let rules = RoleObject::from_json(new).rules;
+                confirm_no_escalation(&authorizer, &user, &namespace, &rules)
+                    .map_err(|m| refuse(&m))?;
+                if plural == "clusterroles"
+                    && (has_aggregation_rule(Some(new)) || has_aggregation_rule(old))
+                    && confirm_no_escalation(&authorizer, &user, &namespace, &full_authority())
+                        .is_err()
+                {
+                    return Err(refuse(
+                        "must have cluster-admin privileges to use the aggregationRule",
+                    ));
+                }
+                return Ok(());
+            }
+            // A binding: allowed to `bind` the role, or holding everything it grants.
+            let role_ref = crate::rbac::BindingObject::from_json(new).role_ref;
+            let resource = match role_ref.kind.as_str() {
+                "ClusterRole" => "clusterroles",
+                "Role" => "roles",
+                _ => "",
+            };
+            let bind = Attributes::resource(
+                "bind",
+                ResourceAttributes {
+                    namespace: namespace.clone(),
+                    group: role_ref.api_group.clone(),
+                    version: String::new(),
+                    resource: resource.into(),
+                    subresource: String::new(),
+                    name: role_ref.name.clone(),
+                },
+            );
+            if !resource.is_empty() && authorizer.allows(&user, &bind).is_ok() {
+                return Ok(());
+            }
+            let snapshot = authorizer.snapshot();
+            let rules = snapshot
+                .role_ref_rules(&role_ref.kind, &role_ref.name, &namespace)
+                .map_err(|_| {
+                    let singular = if resource == "roles" {
+                        "role"
+                    } else {
+                        "clusterrole"
+                    };
+                    Status::not_found(&GroupResource::new(GROUP, singular), &role_ref.name)
+                })?;
+            confirm_no_escalation(&authorizer, &user, &namespace, &rules).map_err(|m| refuse(&m))
+        },
+    )))
 }

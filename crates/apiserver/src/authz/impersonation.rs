@@ -187,9 +187,11 @@ pub fn acting_user(
             }
             Request::User(name) => user.name = name.clone(),
             Request::Group(group) => user.groups.push(group.clone()),
-            Request::Extra { key, value } => {
-                user.extra.entry(key.clone()).or_default().push(value.clone())
-            }
+            Request::Extra { key, value } => user
+                .extra
+                .entry(key.clone())
+                .or_default()
+                .push(value.clone()),
             Request::Uid(uid) => user.uid = uid.clone(),
         }
     }
@@ -231,7 +233,9 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!(r.len(), 3);
-        assert!(matches!(&r[0], Request::ServiceAccount { namespace, name } if namespace == "ns" && name == "sa"));
+        assert!(
+            matches!(&r[0], Request::ServiceAccount { namespace, name } if namespace == "ns" && name == "sa")
+        );
         assert!(matches!(&r[2], Request::Extra { key, .. } if key == "scopes/x"));
         let err = requests(&headers(&[("Impersonate-Group", "devs")])).unwrap_err();
         assert_eq!(err.code, 400);

@@ -29,8 +29,8 @@ use crate::auth::{UserInfo, MASTERS_GROUP};
 use crate::rbac::PolicyRule;
 use crate::registry::{Change, Registry, WriteOptions};
 pub use attributes::{forbidden, Attributes, ResourceAttributes};
-pub use snapshot::Snapshot;
 use snapshot::Objects;
+pub use snapshot::Snapshot;
 
 const PREFIX: &str = "/registry/rbac.authorization.k8s.io/";
 /// The field manager of the aggregation controller's writes, as upstream.
@@ -138,7 +138,10 @@ impl Authorizer {
                 continue;
             }
             let snapshot = Snapshot::build(objects, last);
-            let needs_write = snapshot.aggregated.values().any(|(want, have)| want != have);
+            let needs_write = snapshot
+                .aggregated
+                .values()
+                .any(|(want, have)| want != have);
             self.publish(snapshot);
             if needs_write {
                 let current = self.snapshot();
@@ -166,8 +169,8 @@ impl Authorizer {
     /// in effect.
     pub async fn wait_for(&self, revision: i64) {
         let mut seen = self.revision.subscribe();
-        let _ = tokio::time::timeout(Duration::from_secs(5), seen.wait_for(|r| *r >= revision))
-            .await;
+        let _ =
+            tokio::time::timeout(Duration::from_secs(5), seen.wait_for(|r| *r >= revision)).await;
     }
 
     /// Whether `user` may do `attrs`; the `Err` is the reason of a refusal (empty, or

@@ -32,7 +32,11 @@ struct SubjectIndex {
 impl SubjectIndex {
     fn add(&mut self, subject: &Subject, binding_namespace: &str, index: usize) {
         match subject.kind.as_str() {
-            "User" => self.users.entry(subject.name.clone()).or_default().push(index),
+            "User" => self
+                .users
+                .entry(subject.name.clone())
+                .or_default()
+                .push(index),
             "Group" => self
                 .groups
                 .entry(subject.name.clone())
@@ -192,7 +196,8 @@ fn aggregate(
     visiting.push(name.to_string());
     let mut out: Vec<PolicyRule> = Vec::new();
     for selector in selectors {
-        let Ok(selector) = apimachinery::selector::LabelSelector::from_label_selector_json(selector)
+        let Ok(selector) =
+            apimachinery::selector::LabelSelector::from_label_selector_json(selector)
         else {
             continue;
         };
@@ -229,9 +234,7 @@ impl Snapshot {
                     roles.insert((role.namespace, role.name), Arc::new(role.rules));
                 }
                 Some("rolebindings") => bindings.push(BindingObject::from_json(obj)),
-                Some("clusterrolebindings") => {
-                    cluster_bindings.push(BindingObject::from_json(obj))
-                }
+                Some("clusterrolebindings") => cluster_bindings.push(BindingObject::from_json(obj)),
                 _ => {}
             }
         }
@@ -280,9 +283,11 @@ impl Snapshot {
         namespace: &str,
     ) -> Result<Arc<Vec<PolicyRule>>, String> {
         match kind {
-            "ClusterRole" => self.cluster_roles.get(name).cloned().ok_or_else(|| {
-                format!("clusterrole.rbac.authorization.k8s.io {name:?} not found")
-            }),
+            "ClusterRole" => {
+                self.cluster_roles.get(name).cloned().ok_or_else(|| {
+                    format!("clusterrole.rbac.authorization.k8s.io {name:?} not found")
+                })
+            }
             "Role" => self
                 .roles
                 .get(&(namespace.to_string(), name.to_string()))

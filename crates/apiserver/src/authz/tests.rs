@@ -14,7 +14,13 @@ fn cluster_role(name: &str, labels: Value, rules: Value) -> (String, Value) {
     )
 }
 
-fn binding(kind: &str, ns: &str, name: &str, role: (&str, &str), subjects: Value) -> (String, Value) {
+fn binding(
+    kind: &str,
+    ns: &str,
+    name: &str,
+    role: (&str, &str),
+    subjects: Value,
+) -> (String, Value) {
     let key = match kind {
         "rolebindings" => format!("{PREFIX}rolebindings/{ns}/{name}"),
         _ => format!("{PREFIX}clusterrolebindings/{name}"),
@@ -61,17 +67,38 @@ fn bindings_by_user_group_and_service_account() {
             json!({}),
             json!([{"verbs": ["get", "delete"], "apiGroups": ["kubevirt.io"], "resources": ["virtualmachines"]}]),
         ),
-        binding("rolebindings", "team-a", "alice", ("ClusterRole", "vm-editor"),
-                json!([{"kind": "User", "name": "alice"}])),
-        binding("rolebindings", "team-b", "devs", ("ClusterRole", "vm-editor"),
-                json!([{"kind": "Group", "name": "devs"}, {"kind": "ServiceAccount", "name": "robot"}])),
-        binding("clusterrolebindings", "", "ops", ("ClusterRole", "vm-editor"),
-                json!([{"kind": "Group", "name": "ops"}])),
+        binding(
+            "rolebindings",
+            "team-a",
+            "alice",
+            ("ClusterRole", "vm-editor"),
+            json!([{"kind": "User", "name": "alice"}]),
+        ),
+        binding(
+            "rolebindings",
+            "team-b",
+            "devs",
+            ("ClusterRole", "vm-editor"),
+            json!([{"kind": "Group", "name": "devs"}, {"kind": "ServiceAccount", "name": "robot"}]),
+        ),
+        binding(
+            "clusterrolebindings",
+            "",
+            "ops",
+            ("ClusterRole", "vm-editor"),
+            json!([{"kind": "Group", "name": "ops"}]),
+        ),
     ]);
     let alice = user("alice", &["system:authenticated"]);
-    assert!(az.allows(&alice, &vm_attrs("delete", "team-a", "x")).is_ok());
-    assert!(az.allows(&alice, &vm_attrs("delete", "team-b", "x")).is_err());
-    assert!(az.allows(&alice, &vm_attrs("create", "team-a", "")).is_err());
+    assert!(az
+        .allows(&alice, &vm_attrs("delete", "team-a", "x"))
+        .is_ok());
+    assert!(az
+        .allows(&alice, &vm_attrs("delete", "team-b", "x"))
+        .is_err());
+    assert!(az
+        .allows(&alice, &vm_attrs("create", "team-a", ""))
+        .is_err());
     let dev = user("bob", &["devs"]);
     assert!(az.allows(&dev, &vm_attrs("get", "team-b", "x")).is_ok());
     let robot = user("system:serviceaccount:team-b:robot", &[]);
@@ -88,7 +115,9 @@ fn bindings_by_user_group_and_service_account() {
         "RBAC: allowed by RoleBinding \"devs/team-b\" of ClusterRole \"vm-editor\" to Group \"devs\""
     );
     let masters = user("root", &["system:masters"]);
-    assert!(az.allows(&masters, &vm_attrs("deletecollection", "", "")).is_ok());
+    assert!(az
+        .allows(&masters, &vm_attrs("deletecollection", "", ""))
+        .is_ok());
 }
 
 #[test]
@@ -105,7 +134,10 @@ fn a_missing_role_is_the_reason() {
         az.allows(&alice, &vm_attrs("get", "team-a", "x")),
         Err("RBAC: clusterrole.rbac.authorization.k8s.io \"nope\" not found".to_string())
     );
-    assert_eq!(az.allows(&alice, &vm_attrs("get", "team-b", "x")), Err(String::new()));
+    assert_eq!(
+        az.allows(&alice, &vm_attrs("get", "team-b", "x")),
+        Err(String::new())
+    );
 }
 
 #[test]
@@ -131,8 +163,20 @@ fn aggregated_roles_gather_by_label_through_chains() {
             json!({"agg-admin": "true"}),
             json!([{"verbs": ["delete"], "apiGroups": ["kubevirt.io"], "resources": ["virtualmachines"]}]),
         ),
-        binding("rolebindings", "a", "x", ("ClusterRole", "admin"), json!([{"kind": "User", "name": "u"}])),
-        binding("rolebindings", "a", "y", ("ClusterRole", "edit"), json!([{"kind": "User", "name": "e"}])),
+        binding(
+            "rolebindings",
+            "a",
+            "x",
+            ("ClusterRole", "admin"),
+            json!([{"kind": "User", "name": "u"}]),
+        ),
+        binding(
+            "rolebindings",
+            "a",
+            "y",
+            ("ClusterRole", "edit"),
+            json!([{"kind": "User", "name": "e"}]),
+        ),
     ]);
     let admin = user("u", &[]);
     assert!(az.allows(&admin, &vm_attrs("create", "a", "")).is_ok());
@@ -154,7 +198,13 @@ fn escalation_message_as_kube() {
             json!({}),
             json!([{"verbs": ["get"], "apiGroups": ["kubevirt.io"], "resources": ["virtualmachines"]}]),
         ),
-        binding("rolebindings", "a", "x", ("ClusterRole", "reader"), json!([{"kind": "User", "name": "u"}])),
+        binding(
+            "rolebindings",
+            "a",
+            "x",
+            ("ClusterRole", "reader"),
+            json!([{"kind": "User", "name": "u"}]),
+        ),
     ]);
     let u = user("u", &["devs", "system:authenticated"]);
     let wanted = vec![PolicyRule::resources(

@@ -92,8 +92,17 @@ fn kube_roles() -> Vec<Value> {
             vec![urls(
                 &["get"],
                 &[
-                    "/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi",
-                    "/openapi/*", "/readyz", "/version", "/version/",
+                    "/api",
+                    "/api/*",
+                    "/apis",
+                    "/apis/*",
+                    "/healthz",
+                    "/livez",
+                    "/openapi",
+                    "/openapi/*",
+                    "/readyz",
+                    "/version",
+                    "/version/",
                 ],
             )],
         ),
@@ -123,7 +132,11 @@ fn kube_roles() -> Vec<Value> {
             kube_meta("system:auth-delegator", &[]),
             vec![
                 rule(&["create"], &["authentication.k8s.io"], &["tokenreviews"]),
-                rule(&["create"], &["authorization.k8s.io"], &["subjectaccessreviews"]),
+                rule(
+                    &["create"],
+                    &["authorization.k8s.io"],
+                    &["subjectaccessreviews"],
+                ),
             ],
         ),
         aggregated(kube_meta("admin", &[]), AGG_ADMIN),
@@ -147,7 +160,11 @@ fn kube_roles() -> Vec<Value> {
                     READ,
                     &[""],
                     &[
-                        "pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "secrets",
+                        "pods/attach",
+                        "pods/exec",
+                        "pods/portforward",
+                        "pods/proxy",
+                        "secrets",
                         "services/proxy",
                     ],
                 ),
@@ -155,15 +172,27 @@ fn kube_roles() -> Vec<Value> {
                 rule(
                     WRITE,
                     &[""],
-                    &["pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy"],
+                    &[
+                        "pods",
+                        "pods/attach",
+                        "pods/exec",
+                        "pods/portforward",
+                        "pods/proxy",
+                    ],
                 ),
                 rule(&["create"], &[""], &["pods/eviction"]),
                 rule(
                     WRITE,
                     &[""],
                     &[
-                        "configmaps", "events", "persistentvolumeclaims", "replicationcontrollers",
-                        "replicationcontrollers/scale", "secrets", "serviceaccounts", "services",
+                        "configmaps",
+                        "events",
+                        "persistentvolumeclaims",
+                        "replicationcontrollers",
+                        "replicationcontrollers/scale",
+                        "secrets",
+                        "serviceaccounts",
+                        "services",
                         "services/proxy",
                     ],
                 ),
@@ -172,8 +201,14 @@ fn kube_roles() -> Vec<Value> {
                     WRITE,
                     &["apps"],
                     &[
-                        "daemonsets", "deployments", "deployments/rollback", "deployments/scale",
-                        "replicasets", "replicasets/scale", "statefulsets", "statefulsets/scale",
+                        "daemonsets",
+                        "deployments",
+                        "deployments/rollback",
+                        "deployments/scale",
+                        "replicasets",
+                        "replicasets/scale",
+                        "statefulsets",
+                        "statefulsets/scale",
                     ],
                 ),
                 rule(WRITE, &["autoscaling"], &["horizontalpodautoscalers"]),
@@ -182,13 +217,23 @@ fn kube_roles() -> Vec<Value> {
                     WRITE,
                     &["extensions"],
                     &[
-                        "daemonsets", "deployments", "deployments/rollback", "deployments/scale",
-                        "ingresses", "networkpolicies", "replicasets", "replicasets/scale",
+                        "daemonsets",
+                        "deployments",
+                        "deployments/rollback",
+                        "deployments/scale",
+                        "ingresses",
+                        "networkpolicies",
+                        "replicasets",
+                        "replicasets/scale",
                         "replicationcontrollers/scale",
                     ],
                 ),
                 rule(WRITE, &["policy"], &["poddisruptionbudgets"]),
-                rule(WRITE, &["networking.k8s.io"], &["ingresses", "networkpolicies"]),
+                rule(
+                    WRITE,
+                    &["networking.k8s.io"],
+                    &["ingresses", "networkpolicies"],
+                ),
                 rule(WRITE, &["coordination.k8s.io"], &["leases"]),
             ],
         ),
@@ -199,9 +244,15 @@ fn kube_roles() -> Vec<Value> {
                     READ,
                     &[""],
                     &[
-                        "configmaps", "endpoints", "persistentvolumeclaims",
-                        "persistentvolumeclaims/status", "pods", "replicationcontrollers",
-                        "replicationcontrollers/scale", "serviceaccounts", "services",
+                        "configmaps",
+                        "endpoints",
+                        "persistentvolumeclaims",
+                        "persistentvolumeclaims/status",
+                        "pods",
+                        "replicationcontrollers",
+                        "replicationcontrollers/scale",
+                        "serviceaccounts",
+                        "services",
                         "services/status",
                     ],
                 ),
@@ -209,8 +260,14 @@ fn kube_roles() -> Vec<Value> {
                     READ,
                     &[""],
                     &[
-                        "bindings", "events", "limitranges", "namespaces/status", "pods/log",
-                        "pods/status", "replicationcontrollers/status", "resourcequotas",
+                        "bindings",
+                        "events",
+                        "limitranges",
+                        "namespaces/status",
+                        "pods/log",
+                        "pods/status",
+                        "replicationcontrollers/status",
+                        "resourcequotas",
                         "resourcequotas/status",
                     ],
                 ),
@@ -220,16 +277,27 @@ fn kube_roles() -> Vec<Value> {
                     READ,
                     &["apps"],
                     &[
-                        "controllerrevisions", "daemonsets", "daemonsets/status", "deployments",
-                        "deployments/scale", "deployments/status", "replicasets",
-                        "replicasets/scale", "replicasets/status", "statefulsets",
-                        "statefulsets/scale", "statefulsets/status",
+                        "controllerrevisions",
+                        "daemonsets",
+                        "daemonsets/status",
+                        "deployments",
+                        "deployments/scale",
+                        "deployments/status",
+                        "replicasets",
+                        "replicasets/scale",
+                        "replicasets/status",
+                        "statefulsets",
+                        "statefulsets/scale",
+                        "statefulsets/status",
                     ],
                 ),
                 rule(
                     READ,
                     &["autoscaling"],
-                    &["horizontalpodautoscalers", "horizontalpodautoscalers/status"],
+                    &[
+                        "horizontalpodautoscalers",
+                        "horizontalpodautoscalers/status",
+                    ],
                 ),
                 rule(
                     READ,
@@ -240,9 +308,17 @@ fn kube_roles() -> Vec<Value> {
                     READ,
                     &["extensions"],
                     &[
-                        "daemonsets", "daemonsets/status", "deployments", "deployments/scale",
-                        "deployments/status", "ingresses", "ingresses/status", "networkpolicies",
-                        "replicasets", "replicasets/scale", "replicasets/status",
+                        "daemonsets",
+                        "daemonsets/status",
+                        "deployments",
+                        "deployments/scale",
+                        "deployments/status",
+                        "ingresses",
+                        "ingresses/status",
+                        "networkpolicies",
+                        "replicasets",
+                        "replicasets/scale",
+                        "replicasets/status",
                         "replicationcontrollers/scale",
                     ],
                 ),
@@ -325,7 +401,9 @@ fn kubevirt_roles() -> Vec<Value> {
         "watch",
         "deletecollection",
     ];
-    let edit_verbs: &[&str] = &["get", "delete", "create", "update", "patch", "list", "watch"];
+    let edit_verbs: &[&str] = &[
+        "get", "delete", "create", "update", "patch", "list", "watch",
+    ];
     let writable = |verbs: &[&str]| -> Vec<Value> {
         vec![
             rule(verbs, &["kubevirt.io"], &core),
@@ -365,8 +443,16 @@ fn kubevirt_roles() -> Vec<Value> {
     admin.extend([
         rule(admin_verbs, &["pool.kubevirt.io"], &["virtualmachinepools"]),
         rule(admin_verbs, &["plugin.kubevirt.io"], &["plugins"]),
-        rule(admin_verbs, &["export.kubevirt.io"], &["virtualmachineexports"]),
-        rule(admin_verbs, &["clone.kubevirt.io"], &["virtualmachineclones"]),
+        rule(
+            admin_verbs,
+            &["export.kubevirt.io"],
+            &["virtualmachineexports"],
+        ),
+        rule(
+            admin_verbs,
+            &["clone.kubevirt.io"],
+            &["virtualmachineclones"],
+        ),
         rule(admin_verbs, &["instancetype.kubevirt.io"], &instancetypes),
         rule(&["get", "list"], &["kubevirt.io"], &["kubevirts"]),
         rule(
@@ -397,8 +483,16 @@ fn kubevirt_roles() -> Vec<Value> {
     ];
     edit.extend(writable(edit_verbs));
     edit.extend([
-        rule(edit_verbs, &["export.kubevirt.io"], &["virtualmachineexports"]),
-        rule(edit_verbs, &["clone.kubevirt.io"], &["virtualmachineclones"]),
+        rule(
+            edit_verbs,
+            &["export.kubevirt.io"],
+            &["virtualmachineexports"],
+        ),
+        rule(
+            edit_verbs,
+            &["clone.kubevirt.io"],
+            &["virtualmachineclones"],
+        ),
         rule(edit_verbs, &["instancetype.kubevirt.io"], &instancetypes),
         rule(edit_verbs, &["pool.kubevirt.io"], &["virtualmachinepools"]),
         rule(&["get", "list"], &["kubevirt.io"], &["kubevirts"]),
@@ -523,7 +617,11 @@ fn cdi_roles() -> Vec<Value> {
             ],
         ),
         rule(&["create"], &["cdi.kubevirt.io"], &["datavolumes/source"]),
-        rule(&["*"], &["upload.cdi.kubevirt.io"], &["uploadtokenrequests"]),
+        rule(
+            &["*"],
+            &["upload.cdi.kubevirt.io"],
+            &["uploadtokenrequests"],
+        ),
         rule(
             &["*"],
             &["forklift.cdi.kubevirt.io"],
@@ -567,7 +665,11 @@ fn cdi_roles() -> Vec<Value> {
         ),
         cluster_role(
             labelled("cdi.kubevirt.io:clone-sourcer", &[CDI_APP]),
-            vec![rule(&["create"], &["cdi.kubevirt.io"], &["datavolumes/source"])],
+            vec![rule(
+                &["create"],
+                &["cdi.kubevirt.io"],
+                &["datavolumes/source"],
+            )],
         ),
         cluster_role(
             labelled("cdi.kubevirt.io:config-reader", &[CDI_APP]),
@@ -601,7 +703,11 @@ fn node_role() -> Value {
                 &["kubevirt.io"],
                 &["virtualmachineinstances"],
             ),
-            rule(READ, &["kubevirt.io"], &["virtualmachineinstancemigrations"]),
+            rule(
+                READ,
+                &["kubevirt.io"],
+                &["virtualmachineinstancemigrations"],
+            ),
             rule(READ, &["kubevirt.io"], &["kubevirts"]),
         ],
     )
@@ -701,7 +807,10 @@ fn reconciled(existing: &Value, wanted: &Value) -> Option<Value> {
     let mut changed = false;
     // Labels and annotations the bootstrap object carries.
     for part in ["labels", "annotations"] {
-        if let Some(want) = wanted.pointer(&format!("/metadata/{part}")).and_then(Value::as_object) {
+        if let Some(want) = wanted
+            .pointer(&format!("/metadata/{part}"))
+            .and_then(Value::as_object)
+        {
             let meta = crate::object::meta_mut(&mut out);
             let map = meta.entry(part).or_insert_with(|| json!({}));
             if let Some(map) = map.as_object_mut() {
@@ -799,7 +908,10 @@ mod tests {
         );
         let mut existing = wanted.clone();
         assert!(reconciled(&existing, &wanted).is_none());
-        existing["rules"] = json!([rule(&["get"], &[""], &["b"]), rule(&["list"], &[""], &["c"])]);
+        existing["rules"] = json!([
+            rule(&["get"], &[""], &["b"]),
+            rule(&["list"], &[""], &["c"])
+        ]);
         let out = reconciled(&existing, &wanted).unwrap();
         assert_eq!(out["rules"].as_array().unwrap().len(), 3);
         existing["metadata"]["annotations"][AUTOUPDATE_ANNOTATION] = json!("false");

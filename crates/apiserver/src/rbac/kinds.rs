@@ -256,7 +256,12 @@ impl RoleHooks {
         let mut errors = Vec::new();
         if let Some(rules) = obj.get("rules").and_then(Value::as_array) {
             for (i, rule) in rules.iter().enumerate() {
-                rule_errors(rule, self.namespaced, &field::index("rules", i), &mut errors);
+                rule_errors(
+                    rule,
+                    self.namespaced,
+                    &field::index("rules", i),
+                    &mut errors,
+                );
             }
         }
         if !self.namespaced {
@@ -393,9 +398,7 @@ impl BindingHooks {
             match kind {
                 "ServiceAccount" => {
                     if !name.is_empty() {
-                        for message in
-                            apimachinery::meta_validation::is_dns1123_subdomain(name)
-                        {
+                        for message in apimachinery::meta_validation::is_dns1123_subdomain(name) {
                             errors.push(FieldError::invalid(
                                 field::child(&path, "name"),
                                 name,
@@ -489,8 +492,7 @@ fn string_list(description: &str) -> Value {
 /// OpenAPI schemas of the RBAC kinds, in kube-apiserver's components naming.
 pub fn schemas() -> Value {
     let meta = json!({"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "default": {}});
-    let list_meta =
-        json!({"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta", "default": {}});
+    let list_meta = json!({"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta", "default": {}});
     let type_meta = |kind: &str| {
         json!({
             "apiVersion": {"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."},
@@ -503,7 +505,8 @@ pub fn schemas() -> Value {
         }
         base
     };
-    let rule_ref = json!({"$ref": "#/components/schemas/io.k8s.api.rbac.v1.PolicyRule", "default": {}});
+    let rule_ref =
+        json!({"$ref": "#/components/schemas/io.k8s.api.rbac.v1.PolicyRule", "default": {}});
     let rules = json!({"type": "array", "description": "Rules holds all the PolicyRules for this role",
                        "items": rule_ref, "x-kubernetes-list-type": "atomic"});
     let subjects = json!({"type": "array", "description": "Subjects holds references to the objects the role applies to.",
@@ -680,9 +683,15 @@ mod tests {
         let binding = json!({"roleRef": {"kind": "ClusterRole", "name": "edit"},
             "subjects": [{"kind": "User", "name": "alice"}, {"kind": "User", "name": "bob"},
                          {"kind": "ServiceAccount", "name": "sa", "namespace": "ns"}]});
-        assert_eq!(computed_cell("Role", &binding, Value::Null), "ClusterRole/edit");
+        assert_eq!(
+            computed_cell("Role", &binding, Value::Null),
+            "ClusterRole/edit"
+        );
         assert_eq!(computed_cell("Users", &binding, Value::Null), "alice, bob");
         assert_eq!(computed_cell("Groups", &binding, Value::Null), "");
-        assert_eq!(computed_cell("ServiceAccounts", &binding, Value::Null), "ns/sa");
+        assert_eq!(
+            computed_cell("ServiceAccounts", &binding, Value::Null),
+            "ns/sa"
+        );
     }
 }

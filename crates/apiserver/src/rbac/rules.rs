@@ -267,7 +267,11 @@ mod tests {
         assert!(r.group_matches("kubevirt.io") && !r.group_matches(""));
         assert!(r.resource_matches("virtualmachines", ""));
         assert!(!r.resource_matches("virtualmachines/status", "status"));
-        let sub = rule(&["update"], &["*"], &["*/start", "virtualmachineinstances/console"]);
+        let sub = rule(
+            &["update"],
+            &["*"],
+            &["*/start", "virtualmachineinstances/console"],
+        );
         assert!(sub.resource_matches("virtualmachines/start", "start"));
         assert!(sub.resource_matches("virtualmachineinstances/console", "console"));
         assert!(!sub.resource_matches("virtualmachines", ""));
@@ -277,7 +281,11 @@ mod tests {
         assert!(r.name_matches(""));
         let urls = PolicyRule::urls(&["get"], &["/healthz", "/apis/*"]);
         assert!(urls.url_matches("/healthz") && urls.url_matches("/apis/kubevirt.io/v1"));
-        assert!(urls.url_matches("/apis/") && !urls.url_matches("/apis") && !urls.url_matches("/healthz/x"));
+        assert!(
+            urls.url_matches("/apis/")
+                && !urls.url_matches("/apis")
+                && !urls.url_matches("/healthz/x")
+        );
         assert!(PolicyRule::urls(&["*"], &["*"]).url_matches("/anything"));
     }
 
@@ -292,14 +300,22 @@ mod tests {
         let ok = vec![
             rule(&["get", "delete"], &["kubevirt.io"], &["virtualmachines"]),
             rule(&["get"], &[""], &["configmaps"]).named(&["a"]),
-            rule(&["update"], &["subresources.kubevirt.io"], &["virtualmachines/start"]),
+            rule(
+                &["update"],
+                &["subresources.kubevirt.io"],
+                &["virtualmachines/start"],
+            ),
             PolicyRule::urls(&["get"], &["/apis/kubevirt.io"]),
         ];
         assert_eq!(covers(&owner, &ok), (true, vec![]));
         // All names are more than two names; another verb is missing as itself.
         let more = vec![
             rule(&["get", "list"], &[""], &["configmaps"]),
-            rule(&["get"], &["kubevirt.io"], &["virtualmachines", "virtualmachineinstances"]),
+            rule(
+                &["get"],
+                &["kubevirt.io"],
+                &["virtualmachines", "virtualmachineinstances"],
+            ),
         ];
         let (covered, missing) = covers(&owner, &more);
         assert!(!covered);
@@ -311,7 +327,10 @@ mod tests {
             ]
         );
         // cluster-admin covers everything.
-        let admin = vec![rule(&["*"], &["*"], &["*"]), PolicyRule::urls(&["*"], &["*"])];
+        let admin = vec![
+            rule(&["*"], &["*"], &["*"]),
+            PolicyRule::urls(&["*"], &["*"]),
+        ];
         assert!(covers(&admin, &more).0 && covers(&admin, &ok).0);
         assert!(!covers(&ok, &admin).0);
     }
