@@ -8,9 +8,15 @@
 //! creates, then 32 concurrent clients, then LISTs of everything in one namespace/prefix.
 //! The phases alternate between the two systems so both see the same background load.
 //!
+//! Then the cost of authorization: the same concurrent creates as the admin (system:masters,
+//! which RBAC never looks further at) and as a user bound to `kubevirt.io:edit` through a
+//! RoleBinding (both with bearer tokens), in alternating rounds A B B A so that the growing
+//! store weighs on both alike.
+//!
 //! Knobs (environment): `VIRTPLANE_BIN` (default: the binary cargo built for this bench),
 //! `ETCD_BIN` (default: `etcd` on PATH), `BENCH_SEQ` (2000), `BENCH_CONCURRENT` (10000),
-//! `BENCH_CLIENTS` (32), `BENCH_LIST_RUNS` (5).
+//! `BENCH_CLIENTS` (32), `BENCH_LIST_RUNS` (5), `BENCH_RBAC` (creates per RBAC round, 5000;
+//! 0 skips the RBAC rounds).
 
 mod support;
 
@@ -31,6 +37,10 @@ use support::{knob, virtplane_binary};
 
 const NAMESPACE: &str = "bench";
 const SEQ_NAMESPACE: &str = "bench-seq";
+/// Where the RBAC rounds create, as the admin and as the kubevirt.io:edit user.
+const RBAC_NAMESPACES: [&str; 2] = ["bench-rbac-admin", "bench-rbac-edit"];
+const EDITOR: &str = "bench-editor";
+const EDITOR_TOKEN: &str = "bench-editor-token";
 const ETCD_PREFIX: &str = "/registry/kubevirt.io/virtualmachines/";
 
 fn main() -> ExitCode {
@@ -373,27 +383,60 @@ async fn lists(target: &Target, namespace: &str, runs: usize) -> Result<Lists> {
 // ---------------------------------------------------------------------------------------
 // Starting the two systems.
 
-async fn start_virtplane(dir: &Path, clients: usize) -> Result<(Proc, Target)> {
+/// The server, a target creating as the admin and one creating as a user bound to
+/// kubevirt.io:edit in `RBAC_NAMESPACES[1]` (a bearer token of `--token-auth-file`).
+async fn start_virtplane(dir: &Path, clients: usize) -> Result<(Proc, Target, Target)> {
+    let tokens = dir.join("tokens.csv");
+    std::fs::write(
+        &tokens,
+        format!("{EDITOR_TOKEN},{EDITOR},{EDITOR}-uid,\"bench-users\"\n"),
+    )?;
+    let tokens = tokens.to_string_lossy().into_owned();
     let server = Virtplane::start(Launch {
         data: dir.join("virtplane"),
         log: dir.join("virtplane.log"),
-        args: &["--no-node"],
+        args: &["--no-node", "--token-auth-file", &tokens],
         env: &[],
         nodes: 0,
         within: Duration::from_secs(60),
     })
     .await?;
-    for ns in [NAMESPACE, SEQ_NAMESPACE] {
+    for ns in [NAMESPACE, SEQ_NAMESPACE]
+        .into_iter()
+        .chain(RBAC_NAMESPACES)
+    {
         server.create_namespace(ns).await?;
     }
-    let clients = (0..clients)
-        .map(|_| server.client(Some(Duration::from_secs(120))))
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "bench-editor", "namespace": RBAC_NAMESPACES[1]},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kubevirt.io:edit"},
+        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": EDITOR}]});
+    server
+        .create(
+            &format!(
+                "/apis/rbac.authorization.k8s.io/v1/namespaces/{}/rolebindings",
+                RBAC_NAMESPACES[1]
+            ),
+            &binding,
+        )
+        .await?;
+    let timeout = Some(Duration::from_secs(120));
+    let admins = (0..clients)
+        .map(|_| server.client(timeout))
         .collect::<reqwest::Result<Vec<_>>>()?;
-    let target = Target::Virtplane {
-        url: server.url.clone(),
-        clients,
+    let editors = (0..clients)
+        .map(|_| server.client_with_token(EDITOR_TOKEN, timeout))
+        .collect::<Result<Vec<_>>>()?;
+    let url = server.url.clone();
+    let admin = Target::Virtplane {
+        url: url.clone(),
+        clients: admins,
     };
-    Ok((server.proc, target))
+    let editor = Target::Virtplane {
+        url,
+        clients: editors,
+    };
+    Ok((server.proc, admin, editor))
 }
 
 async fn start_etcd(dir: &Path, clients: usize) -> Result<(Proc, Target, String)> {
@@ -479,10 +522,11 @@ async fn run() -> Result<()> {
     let concurrent = knob::<usize>("BENCH_CONCURRENT", 10_000);
     let clients = knob::<usize>("BENCH_CLIENTS", 32).max(1);
     let list_runs = knob::<usize>("BENCH_LIST_RUNS", 5);
+    let rbac_round = knob::<usize>("BENCH_RBAC", 5000);
     let dir = tempfile::Builder::new().prefix("api-vs-etcd-").tempdir()?;
 
     let (etcd_proc, etcd, etcd_version) = start_etcd(dir.path(), clients).await?;
-    let (vp_proc, vp) = start_virtplane(dir.path(), clients).await?;
+    let (vp_proc, vp, vp_editor) = start_virtplane(dir.path(), clients).await?;
     let body_len = serde_json::to_vec(&vm("vm-00000"))?.len();
     eprintln!(
         "api_vs_etcd: {} vs {etcd_version}; VM body {body_len} B; {seq} sequential + {concurrent} creates with {clients} clients; data in {}",
@@ -540,7 +584,76 @@ async fn run() -> Result<()> {
         list_runs,
         settle,
     });
+    if rbac_round > 0 {
+        let rounds = rbac_rounds(&vp, &vp_editor, &vp_proc, rbac_round, clients).await?;
+        print_rbac(&rounds, rbac_round, clients);
+    }
     Ok(())
+}
+
+/// Creates/s (and p99) of each RBAC round: admin, editor, editor, admin.
+async fn rbac_rounds(
+    admin: &Target,
+    editor: &Target,
+    proc: &Proc,
+    per_round: usize,
+    clients: usize,
+) -> Result<Vec<(&'static str, Creates)>> {
+    let mut rounds = Vec::new();
+    for (round, (who, target, ns)) in [
+        ("cluster-admin", admin, RBAC_NAMESPACES[0]),
+        ("kubevirt.io:edit", editor, RBAC_NAMESPACES[1]),
+        ("kubevirt.io:edit", editor, RBAC_NAMESPACES[1]),
+        ("cluster-admin", admin, RBAC_NAMESPACES[0]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        eprintln!(
+            "  virtplane as {who}: {per_round} creates, {clients} clients (RBAC round {round})"
+        );
+        let result = creates(target, ns, &format!("r{round}"), per_round, clients).await?;
+        wait_idle(proc).await;
+        rounds.push((who, result));
+    }
+    Ok(rounds)
+}
+
+fn print_rbac(rounds: &[(&'static str, Creates)], per_round: usize, clients: usize) {
+    let mean = |who: &str, f: fn(&Creates) -> f64| {
+        let values: Vec<f64> = rounds
+            .iter()
+            .filter(|(w, _)| *w == who)
+            .map(|(_, c)| f(c))
+            .collect();
+        values.iter().sum::<f64>() / values.len().max(1) as f64
+    };
+    let admin = mean("cluster-admin", |c| c.per_second);
+    let edit = mean("kubevirt.io:edit", |c| c.per_second);
+    println!();
+    println!(
+        "authorization cost: {per_round} creates per round, {clients} clients, rounds A B B A (A: admin in system:masters, B: a user bound to kubevirt.io:edit by a RoleBinding; both bearer tokens)"
+    );
+    println!("| round | as | creates/s | p50 ms | p99 ms |");
+    println!("|---|---|---:|---:|---:|");
+    for (i, (who, c)) in rounds.iter().enumerate() {
+        println!(
+            "| {} | {who} | {:.0} | {:.2} | {:.2} |",
+            i + 1,
+            c.per_second,
+            c.p50_ms,
+            c.p99_ms
+        );
+    }
+    let loss = if admin > 0.0 {
+        (1.0 - edit / admin) * 100.0
+    } else {
+        0.0
+    };
+    let verdict = if loss <= 5.0 { "MET" } else { "NOT MET" };
+    println!(
+        "target: kubevirt.io:edit creates/s within 5% of cluster-admin's: {verdict} ({edit:.0}/s vs {admin:.0}/s, {loss:+.1}% lost)"
+    );
 }
 
 /// Everything one run measured; index 0 is virtplane, 1 is etcd.

@@ -454,11 +454,11 @@ impl ResourceHooks for BindingHooks {
     fn name_rule(&self) -> NameRule {
         NameRule::PathSegment
     }
-    fn default_on_create(&self, obj: &mut Value) {
+    /// Defaults are part of decoding, as for kube's built-in kinds: an update that only
+    /// omits a defaulted field is no change.
+    fn decode(&self, obj: &mut Value) -> Result<(), apimachinery::status::Status> {
         default_binding(obj);
-    }
-    fn default_on_update(&self, obj: &mut Value) {
-        default_binding(obj);
+        Ok(())
     }
     fn validate_create(&self, obj: &Value) -> Admission {
         admission(self.errors(obj))
@@ -643,7 +643,7 @@ mod tests {
         let hooks = BindingHooks { namespaced: true };
         let mut binding = json!({"roleRef": {"kind": "ClusterRole", "name": "edit"},
             "subjects": [{"kind": "User", "name": "alice"}, {"kind": "ServiceAccount", "name": "sa"}]});
-        hooks.default_on_create(&mut binding);
+        hooks.decode(&mut binding).unwrap();
         assert_eq!(binding["roleRef"]["apiGroup"], GROUP);
         assert_eq!(binding["subjects"][0]["apiGroup"], GROUP);
         assert!(binding["subjects"][1].get("apiGroup").is_none());

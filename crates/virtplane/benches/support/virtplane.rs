@@ -121,6 +121,38 @@ impl Virtplane {
         admin_client(&self.ca, &self.headers, timeout)
     }
 
+    /// Like `client`, with the bearer token of another user (from `--token-auth-file`).
+    #[allow(dead_code)] // api_vs_etcd's RBAC rounds
+    pub fn client_with_token(
+        &self,
+        token: &str,
+        timeout: Option<Duration>,
+    ) -> Result<reqwest::Client> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {token}").parse()?,
+        );
+        Ok(admin_client(&self.ca, &headers, timeout)?)
+    }
+
+    /// POSTs `body` to `path` as the admin; fails unless 201.
+    #[allow(dead_code)] // api_vs_etcd's RBAC rounds
+    pub async fn create(&self, path: &str, body: &Value) -> Result<()> {
+        let r = self
+            .client
+            .post(format!("{}{path}", self.url))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await?;
+        if r.status() != reqwest::StatusCode::CREATED {
+            let status = r.status();
+            bail!("POST {path} answered {status}: {}", r.text().await?);
+        }
+        Ok(())
+    }
+
     /// Waits until at least `nodes` nodes are Ready (none to wait for with 0).
     pub async fn wait_nodes_ready(&mut self, nodes: usize, deadline: Instant) -> Result<()> {
         if nodes == 0 {
