@@ -54,7 +54,7 @@ impl ResourceRequest<'_> {
         let info = self.reg.info;
         let guard = if crate::rbac::kinds::is_rbac(info.group, info.plural) {
             crate::authz::escalation::guard(
-                &self.authorizer,
+                self.authorizer,
                 self.user,
                 info.plural,
                 self.namespace().unwrap_or(""),

@@ -52,7 +52,10 @@ pub struct WriteOptions {
 /// A check a write passes after validation, with the object it would store and, for an
 /// update, the stored one; its error is the write's.
 #[derive(Clone)]
-pub struct WriteGuard(pub Arc<dyn Fn(&Value, Option<&Value>) -> Result<(), Status> + Send + Sync>);
+pub struct WriteGuard(pub Arc<GuardFn>);
+
+/// What a `WriteGuard` runs: (object to store, stored object) → ok, or the write's error.
+pub type GuardFn = dyn Fn(&Value, Option<&Value>) -> Result<(), Status> + Send + Sync;
 
 impl std::fmt::Debug for WriteGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
