@@ -16,7 +16,7 @@
 //! Knobs (environment): `VIRTPLANE_BIN` (default: the binary cargo built for this bench),
 //! `ETCD_BIN` (default: `etcd` on PATH), `BENCH_SEQ` (2000), `BENCH_CONCURRENT` (10000),
 //! `BENCH_CLIENTS` (32), `BENCH_LIST_RUNS` (5), `BENCH_RBAC` (creates per RBAC round, 5000;
-//! 0 skips the RBAC rounds).
+//! 0 skips the RBAC rounds), `BENCH_RBAC_REPEATS` (how many times A B B A runs, 1).
 
 mod support;
 
@@ -600,15 +600,14 @@ async fn rbac_rounds(
     clients: usize,
 ) -> Result<Vec<(&'static str, Creates)>> {
     let mut rounds = Vec::new();
-    for (round, (who, target, ns)) in [
+    let abba = [
         ("cluster-admin", admin, RBAC_NAMESPACES[0]),
         ("kubevirt.io:edit", editor, RBAC_NAMESPACES[1]),
         ("kubevirt.io:edit", editor, RBAC_NAMESPACES[1]),
         ("cluster-admin", admin, RBAC_NAMESPACES[0]),
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    ];
+    let repeats = knob::<usize>("BENCH_RBAC_REPEATS", 1).max(1);
+    for (round, (who, target, ns)) in std::iter::repeat_n(abba, repeats).flatten().enumerate() {
         eprintln!(
             "  virtplane as {who}: {per_round} creates, {clients} clients (RBAC round {round})"
         );
@@ -632,7 +631,7 @@ fn print_rbac(rounds: &[(&'static str, Creates)], per_round: usize, clients: usi
     let edit = mean("kubevirt.io:edit", |c| c.per_second);
     println!();
     println!(
-        "authorization cost: {per_round} creates per round, {clients} clients, rounds A B B A (A: admin in system:masters, B: a user bound to kubevirt.io:edit by a RoleBinding; both bearer tokens)"
+        "authorization cost: {per_round} creates per round, {clients} clients, rounds A B B A repeated (A: admin in system:masters, B: a user bound to kubevirt.io:edit by a RoleBinding; both bearer tokens)"
     );
     println!("| round | as | creates/s | p50 ms | p99 ms |");
     println!("|---|---|---:|---:|---:|");
