@@ -157,14 +157,17 @@ async fn ensure_namespaces(registry: &Registry) -> Result<(), ServerError> {
         field_manager: "virtplane".into(),
         ..Default::default()
     };
-    for name in core::SYSTEM_NAMESPACES {
+    for name in core::SYSTEM_NAMESPACES
+        .iter()
+        .chain(&core::INSTALL_NAMESPACES)
+    {
         let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
         match registry.create(&reg, None, obj, &options).await {
             Ok(_) => {}
             Err(status) if status.code == 409 => {}
             Err(status) => {
                 return Err(ServerError::Bootstrap {
-                    name: name.into(),
+                    name: name.to_string(),
                     status: Box::new(status),
                 })
             }

@@ -77,17 +77,9 @@ async fn wait_final(env: &Env, name: &str, within: Duration) -> Value {
     }
 }
 
-/// Creates the cluster's KubeVirt configuration (and its namespace) with these
-/// `spec.configuration.migrations`.
+/// Creates the cluster's KubeVirt configuration (in the `kubevirt` namespace the server
+/// makes at start) with these `spec.configuration.migrations`.
 async fn configure_migrations(env: &Env, migrations: Value) {
-    let ns = env
-        .api
-        .post(
-            "/api/v1/namespaces",
-            &json!({"metadata": {"name": "kubevirt"}}),
-        )
-        .await;
-    assert_eq!(ns.status, StatusCode::CREATED, "{}", ns.body);
     let kv = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "kubevirt"},
         "spec": {"configuration": {"migrations": migrations}}});
     let kv = env
