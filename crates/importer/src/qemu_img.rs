@@ -281,4 +281,70 @@ mod tests {
         assert!(short.contains("..."));
         assert_eq!(first_lines("a; b", 6), "a; b");
     }
+
+    /// A TCP server that accepts and never speaks: qemu-img's NBD client waits on it
+    /// forever, which makes a qemu-img that only cancellation or a timeout can end.
+    async fn silent_nbd() -> (String, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((tcp, _)) = listener.accept().await {
+                held.push(tcp);
+            }
+        });
+        (format!("nbd://127.0.0.1:{port}/"), task)
+    }
+
+    fn running_with(arg: &str) -> Vec<String> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .filter(|c| c.starts_with("qemu-img") && c.contains(arg))
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cancel_kills_a_running_convert() {
+        let (url, server) = silent_nbd().await;
+        let dir = tempfile::tempdir().unwrap();
+        let dst = dir.path().join("dst");
+        std::fs::File::create(&dst).unwrap().set_len(1 << 20).unwrap();
+        let cancel = CancellationToken::new();
+        let trigger = {
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                cancel.cancel();
+            })
+        };
+        let started = std::time::Instant::now();
+        let result = convert(Path::new(&url), Format::Qcow2, &dst, &cancel).await;
+        assert_eq!(result, Err(ImportError::Cancelled));
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(450) && took < Duration::from_secs(2), "{took:?}");
+        assert!(running_with(&url).is_empty(), "still running: {:?}", running_with(&url));
+        trigger.await.unwrap();
+        server.abort();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hung_metadata_read_times_out_as_permanent() {
+        let (url, server) = silent_nbd().await;
+        let started = std::time::Instant::now();
+        let result = run(
+            &["info".as_ref(), "-f".as_ref(), "qcow2".as_ref(), url.as_ref()],
+            &CancellationToken::new(),
+            Some(Duration::from_millis(300)),
+        )
+        .await;
+        match result {
+            Err(ImportError::Permanent(m)) => assert!(m.contains("did not finish"), "{m}"),
+            _ => panic!("expected a permanent timeout"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert!(running_with(&url).is_empty());
+        server.abort();
+    }
 }
