@@ -1,1 +1,238 @@
-fn main() {}
+//! Import throughput of a 1 GiB (virtual) qcow2 from a loopback HTTP server into a
+//! claim file, beside `curl -o scratch URL && qemu-img convert -O raw scratch target`
+//! of the same file from the same server in the same run.
+//!
+//! `cargo bench -p importer --bench import` (release). The image holds ROUNDS_MIB of
+//! random data in 1 MiB blocks at random places; the rest is unallocated. Three
+//! rounds each, interleaved; medians and their ratio are printed. Nothing is asserted.
+//! `IMPORTER_BENCH_DIR` picks where the files go (default: the system temp dir).
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::routing::get;
+use axum::Router;
+use bytes::Bytes;
+use importer::{import_http, CancellationToken, HttpSource, Progress, Target};
+use rand::{Rng, RngCore};
+
+const VIRTUAL: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+const DATA_MIB: usize = 320;
+const ROUNDS: usize = 3;
+
+fn run(cmd: &mut std::process::Command) {
+    let out = cmd.output().expect("command runs");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A 1 GiB raw file with DATA_MIB random 1 MiB blocks, and its qcow2.
+fn build(dir: &Path) -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::FileExt;
+    let raw = dir.join("source.raw");
+    let qcow2 = dir.join("source.qcow2");
+    let file = std::fs::File::create(&raw).unwrap();
+    file.set_len(VIRTUAL).unwrap();
+    let mut rng = rand::rng();
+    let mut blocks: Vec<u64> = (0..VIRTUAL / MIB).collect();
+    // A random choice of DATA_MIB distinct blocks.
+    for i in 0..DATA_MIB {
+        let j = rng.random_range(i..blocks.len());
+        blocks.swap(i, j);
+    }
+    let mut buf = vec![0u8; MIB as usize];
+    for &block in &blocks[..DATA_MIB] {
+        rng.fill_bytes(&mut buf);
+        file.write_all_at(&buf, block * MIB).unwrap();
+    }
+    file.sync_all().unwrap();
+    drop(file);
+    run(std::process::Command::new("qemu-img").args([
+        "convert",
+        "-f",
+        "raw",
+        "-O",
+        "qcow2",
+        raw.to_str().unwrap(),
+        qcow2.to_str().unwrap(),
+    ]));
+    (raw, qcow2)
+}
+
+/// Serves `image` at /image.qcow2 on its own runtime (so the server's threads are the
+/// same for both clients); returns the URL.
+fn serve(image: Bytes) -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let app = Router::new().route(
+                "/image.qcow2",
+                get(move || {
+                    let image = image.clone();
+                    async move { Body::from(image) }
+                }),
+            );
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    let addr = rx.recv().unwrap();
+    format!("http://{addr}/image.qcow2")
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn mb_per_s(bytes: u64, d: Duration) -> f64 {
+    bytes as f64 / 1e6 / d.as_secs_f64()
+}
+
+fn clear(paths: &[&Path]) {
+    for p in paths {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+fn main() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let base = std::env::var_os("IMPORTER_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = tempfile::tempdir_in(base).unwrap();
+    let started = Instant::now();
+    let (raw, qcow2) = build(dir.path());
+    let image = Bytes::from(std::fs::read(&qcow2).unwrap());
+    let size = image.len() as u64;
+    println!(
+        "image: {} MiB virtual, {DATA_MIB} MiB of random data, qcow2 {:.1} MiB (built in {:.1}s)",
+        VIRTUAL / MIB,
+        size as f64 / MIB as f64,
+        started.elapsed().as_secs_f64()
+    );
+    let url = serve(image);
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    let target = Target {
+        path: dir.path().join("disk.img"),
+        capacity_bytes: VIRTUAL,
+    };
+    let curl_scratch = dir.path().join("curl-scratch.qcow2");
+    let curl_target = dir.path().join("curl-disk.img");
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut ours = Vec::new();
+    let mut transfers = Vec::new();
+    let mut baseline = Vec::new();
+    let mut downloads = Vec::new();
+    for round in 0..ROUNDS {
+        clear(&[&target.path, &curl_target, &curl_scratch]);
+        let transferred: Mutex<Option<Instant>> = Mutex::new(None);
+        let progress = |p: Progress| {
+            if p.total_bytes == Some(p.read_bytes) {
+                *transferred.lock().unwrap() = Some(Instant::now());
+            }
+        };
+        let t = Instant::now();
+        let imported = rt
+            .block_on(import_http(
+                &HttpSource::new(url.clone()),
+                &target,
+                &scratch,
+                &progress,
+                &CancellationToken::new(),
+            ))
+            .expect("import");
+        let took = t.elapsed();
+        let transfer = transferred
+            .lock()
+            .unwrap()
+            .map(|at| at - t)
+            .unwrap_or_default();
+        assert_eq!(imported.virtual_size, VIRTUAL);
+        assert_eq!(imported.bytes_read, size);
+        if round == 0 {
+            run(std::process::Command::new("qemu-img").args([
+                "compare",
+                "-q",
+                "-f",
+                "raw",
+                "-F",
+                "raw",
+                raw.to_str().unwrap(),
+                target.path.to_str().unwrap(),
+            ]));
+        }
+        ours.push(took);
+        transfers.push(transfer);
+        clear(&[&target.path]);
+
+        let t = Instant::now();
+        run(std::process::Command::new("curl").args([
+            "-s",
+            "-f",
+            "-o",
+            curl_scratch.to_str().unwrap(),
+            &url,
+        ]));
+        let download = t.elapsed();
+        run(std::process::Command::new("qemu-img").args([
+            "convert",
+            "-O",
+            "raw",
+            curl_scratch.to_str().unwrap(),
+            curl_target.to_str().unwrap(),
+        ]));
+        let took_curl = t.elapsed();
+        baseline.push(took_curl);
+        downloads.push(download);
+        println!(
+            "round {}: import_http {:.3}s (transfer {:.3}s, convert {:.3}s) | curl + qemu-img {:.3}s (curl {:.3}s, convert {:.3}s)",
+            round + 1,
+            took.as_secs_f64(),
+            transfer.as_secs_f64(),
+            (took - transfer).as_secs_f64(),
+            took_curl.as_secs_f64(),
+            download.as_secs_f64(),
+            (took_curl - download).as_secs_f64(),
+        );
+        clear(&[&curl_target, &curl_scratch]);
+    }
+    let (ours, baseline) = (median(ours), median(baseline));
+    let (transfer, download) = (median(transfers), median(downloads));
+    println!(
+        "import_http:          median {:.3}s  {:.0} MB/s of qcow2, {:.0} MB/s of disk  (transfer {:.3}s)",
+        ours.as_secs_f64(),
+        mb_per_s(size, ours),
+        mb_per_s(VIRTUAL, ours),
+        transfer.as_secs_f64()
+    );
+    println!(
+        "curl | qemu-img:      median {:.3}s  {:.0} MB/s of qcow2, {:.0} MB/s of disk  (curl {:.3}s)",
+        baseline.as_secs_f64(),
+        mb_per_s(size, baseline),
+        mb_per_s(VIRTUAL, baseline),
+        download.as_secs_f64()
+    );
+    println!(
+        "ratio import_http / baseline: {:.3} (time; below 1 is faster)",
+        ours.as_secs_f64() / baseline.as_secs_f64()
+    );
+}

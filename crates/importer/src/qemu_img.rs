@@ -310,7 +310,10 @@ mod tests {
         let (url, server) = silent_nbd().await;
         let dir = tempfile::tempdir().unwrap();
         let dst = dir.path().join("dst");
-        std::fs::File::create(&dst).unwrap().set_len(1 << 20).unwrap();
+        std::fs::File::create(&dst)
+            .unwrap()
+            .set_len(1 << 20)
+            .unwrap();
         let cancel = CancellationToken::new();
         let trigger = {
             let cancel = cancel.clone();
@@ -323,8 +326,15 @@ mod tests {
         let result = convert(Path::new(&url), Format::Qcow2, &dst, &cancel).await;
         assert_eq!(result, Err(ImportError::Cancelled));
         let took = started.elapsed();
-        assert!(took >= Duration::from_millis(450) && took < Duration::from_secs(2), "{took:?}");
-        assert!(running_with(&url).is_empty(), "still running: {:?}", running_with(&url));
+        assert!(
+            took >= Duration::from_millis(450) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
+        assert!(
+            running_with(&url).is_empty(),
+            "still running: {:?}",
+            running_with(&url)
+        );
         trigger.await.unwrap();
         server.abort();
     }
@@ -334,7 +344,12 @@ mod tests {
         let (url, server) = silent_nbd().await;
         let started = std::time::Instant::now();
         let result = run(
-            &["info".as_ref(), "-f".as_ref(), "qcow2".as_ref(), url.as_ref()],
+            &[
+                "info".as_ref(),
+                "-f".as_ref(),
+                "qcow2".as_ref(),
+                url.as_ref(),
+            ],
             &CancellationToken::new(),
             Some(Duration::from_millis(300)),
         )

@@ -10,11 +10,7 @@ use importer::{
 };
 use support::*;
 
-async fn import(
-    source: &HttpSource,
-    claim: &Claim,
-    seen: &Seen,
-) -> Result<Imported, ImportError> {
+async fn import(source: &HttpSource, claim: &Claim, seen: &Seen) -> Result<Imported, ImportError> {
     let cb = seen.callback();
     import_http(
         source,
@@ -33,9 +29,13 @@ async fn imports(name: &str, format: Format, compression: Option<Compression>) {
     let server = serve().await;
     let claim = claim(8 * MIB);
     let seen = Seen::default();
-    let got = import(&HttpSource::new(server.url(&format!("/img/{name}"))), &claim, &seen)
-        .await
-        .unwrap();
+    let got = import(
+        &HttpSource::new(server.url(&format!("/img/{name}"))),
+        &claim,
+        &seen,
+    )
+    .await
+    .unwrap();
     let sent = f.images[name].len() as u64;
     assert_eq!(
         got,
@@ -91,12 +91,19 @@ async fn the_raw_target_stays_sparse() {
     use std::os::unix::fs::MetadataExt;
     let server = serve().await;
     let claim = claim(64 * MIB);
-    import(&HttpSource::new(server.url("/img/raw")), &claim, &Seen::default())
-        .await
-        .unwrap();
+    import(
+        &HttpSource::new(server.url("/img/raw")),
+        &claim,
+        &Seen::default(),
+    )
+    .await
+    .unwrap();
     let allocated = std::fs::metadata(&claim.target.path).unwrap().blocks() * 512;
     // Two thirds of the 4 MiB image are data; the other 60 MiB are holes.
-    assert!(allocated <= 3 * MIB + MIB / 2, "{allocated} bytes allocated");
+    assert!(
+        allocated <= 3 * MIB + MIB / 2,
+        "{allocated} bytes allocated"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,7 +192,10 @@ async fn basic_auth_is_sent_and_its_absence_is_permanent() {
     );
     source.basic_auth = Some((USER.into(), "wrong".into()));
     let err = import(&source, &claim, &Seen::default()).await.unwrap_err();
-    assert!(!err.is_transient() && err.to_string().contains("got 401"), "{err}");
+    assert!(
+        !err.is_transient() && err.to_string().contains("got 401"),
+        "{err}"
+    );
     source.basic_auth = Some((USER.into(), PASSWORD.into()));
     import(&source, &claim, &Seen::default()).await.unwrap();
     assert_holds(&claim.target, &f.raw);
@@ -228,7 +238,10 @@ async fn not_found_is_permanent_with_the_servers_answer() {
     )
     .await
     .unwrap_err();
-    assert!(!err.is_transient() && err.to_string().ends_with("Status: 403 Forbidden"), "{err}");
+    assert!(
+        !err.is_transient() && err.to_string().ends_with("Status: 403 Forbidden"),
+        "{err}"
+    );
     assert_empty(&claim.scratch);
 }
 
@@ -357,9 +370,13 @@ async fn an_image_larger_than_the_claim_fails_with_cdis_message() {
     }
     // One byte short is still too small.
     let claim = claim(IMAGE_LEN as u64 - 1);
-    let err = import(&HttpSource::new(server.url("/chunked/raw")), &claim, &Seen::default())
-        .await
-        .unwrap_err();
+    let err = import(
+        &HttpSource::new(server.url("/chunked/raw")),
+        &claim,
+        &Seen::default(),
+    )
+    .await
+    .unwrap_err();
     assert!(err.is_too_small(), "{err}");
     // Exactly the image's size fits.
     let claim = support::claim(IMAGE_LEN as u64);
@@ -465,7 +482,8 @@ async fn https_with_the_given_ca() {
     let err = import(&source, &claim, &Seen::default()).await.unwrap_err();
     assert!(!err.is_transient(), "{err}");
 
-    source.ca_pem = Some(b"-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n".to_vec());
+    source.ca_pem =
+        Some(b"-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n".to_vec());
     let err = import(&source, &claim, &Seen::default()).await.unwrap_err();
     assert!(!err.is_transient(), "{err}");
     source.ca_pem = Some(b"no pem at all".to_vec());

@@ -122,14 +122,15 @@ struct Served {
 
 impl Served {
     fn image(&self, name: &str) -> Result<Vec<u8>, StatusCode> {
-        self.images
-            .get(name)
-            .cloned()
-            .ok_or(StatusCode::NOT_FOUND)
+        self.images.get(name).cloned().ok_or(StatusCode::NOT_FOUND)
     }
 }
 
-async fn image(State(s): State<Served>, UrlPath(name): UrlPath<String>, headers: HeaderMap) -> Response {
+async fn image(
+    State(s): State<Served>,
+    UrlPath(name): UrlPath<String>,
+    headers: HeaderMap,
+) -> Response {
     s.requests.lock().unwrap().push(headers);
     match s.image(&name) {
         Ok(data) => data.into_response(),
@@ -155,15 +156,16 @@ async fn slow(State(s): State<Served>, UrlPath(name): UrlPath<String>) -> Respon
     match s.image(&name) {
         Ok(data) => {
             let len = data.len();
-            let chunks: Vec<Bytes> = data
-                .chunks(64 * 1024)
-                .map(Bytes::copy_from_slice)
-                .collect();
+            let chunks: Vec<Bytes> = data.chunks(64 * 1024).map(Bytes::copy_from_slice).collect();
             let stream = futures::stream::unfold(chunks.into_iter(), |mut it| async move {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 it.next().map(|c| (Ok::<_, std::io::Error>(c), it))
             });
-            ([(header::CONTENT_LENGTH, len.to_string())], Body::from_stream(stream)).into_response()
+            (
+                [(header::CONTENT_LENGTH, len.to_string())],
+                Body::from_stream(stream),
+            )
+                .into_response()
         }
         Err(code) => code.into_response(),
     }
@@ -261,10 +263,11 @@ pub async fn serve_tls() -> Server {
     let ca_cert = ca_params.self_signed(&ca_key).unwrap();
     let issuer = rcgen::Issuer::new(ca_params, ca_key);
     let leaf_key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&leaf_key, &issuer)
-        .unwrap();
+    let leaf =
+        rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&leaf_key, &issuer)
+            .unwrap();
     let key = rustls_pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
     let config = rustls::ServerConfig::builder()
         .with_no_client_auth()
@@ -401,7 +404,10 @@ pub fn assert_holds(target: &Target, image: &[u8]) {
         panic!("target differs from the image at byte {at}");
     }
     if let Some(at) = got[image.len()..].iter().position(|&b| b != 0) {
-        panic!("target not zero after the image, at byte {}", image.len() + at);
+        panic!(
+            "target not zero after the image, at byte {}",
+            image.len() + at
+        );
     }
 }
 
