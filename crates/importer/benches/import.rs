@@ -4,7 +4,7 @@
 //!
 //! `cargo bench -p importer --bench import` (release). The image holds ROUNDS_MIB of
 //! random data in 1 MiB blocks at random places; the rest is unallocated. Three
-//! rounds each, interleaved; medians and their ratio are printed. Nothing is asserted.
+//! rounds each after a warm-up round, interleaved; medians and their ratio are printed. Nothing is asserted.
 //! `IMPORTER_BENCH_DIR` picks where the files go (default: the system temp dir).
 
 use std::path::{Path, PathBuf};
@@ -92,6 +92,26 @@ fn serve(image: Bytes) -> String {
     format!("http://{addr}/image.qcow2")
 }
 
+/// CPU seconds used so far by this process and its waited-for children (the server
+/// thread counts for both contenders; qemu-img and curl are children).
+fn cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // Fields after the command name, which is in parentheses: utime is the 12th.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<u64> = after
+        .split(' ')
+        .skip(11)
+        .take(4)
+        .map(|f| f.parse().unwrap())
+        .collect();
+    fields.iter().sum::<u64>() as f64 / 100.0
+}
+
+fn median_f(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -101,10 +121,13 @@ fn mb_per_s(bytes: u64, d: Duration) -> f64 {
     bytes as f64 / 1e6 / d.as_secs_f64()
 }
 
+/// Removes the files and flushes dirty pages, so that every run starts from the same
+/// writeback state.
 fn clear(paths: &[&Path]) {
     for p in paths {
         let _ = std::fs::remove_file(p);
     }
+    run(&mut std::process::Command::new("sync"));
 }
 
 fn main() {
@@ -142,7 +165,10 @@ fn main() {
     let mut transfers = Vec::new();
     let mut baseline = Vec::new();
     let mut downloads = Vec::new();
-    for round in 0..ROUNDS {
+    let mut cpu_of_ours = Vec::new();
+    let mut cpu_of_baseline = Vec::new();
+    // Round 0 warms up (connections, page cache of the binaries) and is not counted.
+    for round in 0..=ROUNDS {
         clear(&[&target.path, &curl_target, &curl_scratch]);
         let transferred: Mutex<Option<Instant>> = Mutex::new(None);
         let progress = |p: Progress| {
@@ -150,6 +176,7 @@ fn main() {
                 *transferred.lock().unwrap() = Some(Instant::now());
             }
         };
+        let c = cpu();
         let t = Instant::now();
         let imported = rt
             .block_on(import_http(
@@ -161,6 +188,7 @@ fn main() {
             ))
             .expect("import");
         let took = t.elapsed();
+        let cpu_ours = cpu() - c;
         let transfer = transferred
             .lock()
             .unwrap()
@@ -169,6 +197,7 @@ fn main() {
         assert_eq!(imported.virtual_size, VIRTUAL);
         assert_eq!(imported.bytes_read, size);
         if round == 0 {
+            // The import is right: the disk equals the raw image it was made from.
             run(std::process::Command::new("qemu-img").args([
                 "compare",
                 "-q",
@@ -180,10 +209,14 @@ fn main() {
                 target.path.to_str().unwrap(),
             ]));
         }
-        ours.push(took);
-        transfers.push(transfer);
+        if round > 0 {
+            ours.push(took);
+            transfers.push(transfer);
+            cpu_of_ours.push(cpu_ours);
+        }
         clear(&[&target.path]);
 
+        let c = cpu();
         let t = Instant::now();
         run(std::process::Command::new("curl").args([
             "-s",
@@ -201,17 +234,24 @@ fn main() {
             curl_target.to_str().unwrap(),
         ]));
         let took_curl = t.elapsed();
-        baseline.push(took_curl);
-        downloads.push(download);
+        let cpu_curl = cpu() - c;
+        if round > 0 {
+            baseline.push(took_curl);
+            downloads.push(download);
+            cpu_of_baseline.push(cpu_curl);
+        }
         println!(
-            "round {}: import_http {:.3}s (transfer {:.3}s, convert {:.3}s) | curl + qemu-img {:.3}s (curl {:.3}s, convert {:.3}s)",
-            round + 1,
+            "round {}{}: import_http {:.3}s (transfer {:.3}s, convert {:.3}s; cpu {:.2}s) | curl + qemu-img {:.3}s (curl {:.3}s, convert {:.3}s; cpu {:.2}s)",
+            round,
+            if round == 0 { " (warm-up)" } else { "" },
             took.as_secs_f64(),
             transfer.as_secs_f64(),
             (took - transfer).as_secs_f64(),
+            cpu_ours,
             took_curl.as_secs_f64(),
             download.as_secs_f64(),
             (took_curl - download).as_secs_f64(),
+            cpu_curl,
         );
         clear(&[&curl_target, &curl_scratch]);
     }
@@ -235,4 +275,11 @@ fn main() {
         "ratio import_http / baseline: {:.3} (time; below 1 is faster)",
         ours.as_secs_f64() / baseline.as_secs_f64()
     );
+    let (cpu_ours, cpu_baseline) = (median_f(cpu_of_ours), median_f(cpu_of_baseline));
+    println!(
+        "cpu (median, server included on both sides): import_http {cpu_ours:.2}s, baseline {cpu_baseline:.2}s, ratio {:.3}",
+        cpu_ours / cpu_baseline
+    );
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("load average at the end: {}", load.trim());
 }

@@ -210,13 +210,17 @@ fn first_lines(text: &str, n: usize) -> String {
 }
 
 /// Converts `src` into the existing, zero-filled raw file `dst` (which is at least the
-/// image's virtual size), keeping `dst`'s zeros as holes.
+/// image's virtual size), keeping `dst`'s zeros as holes. With `direct`, the target is
+/// written with O_DIRECT (`-t none`), which made a durable import faster than writing
+/// through the page cache and syncing afterwards (benches/import.rs).
 pub(crate) async fn convert(
     src: &Path,
     format: Format,
     dst: &Path,
+    direct: bool,
     cancel: &CancellationToken,
 ) -> Result<(), ImportError> {
+    let cache = if direct { "none" } else { "writeback" };
     let out = run(
         &[
             "convert".as_ref(),
@@ -224,6 +228,8 @@ pub(crate) async fn convert(
             "--target-is-zero".as_ref(),
             // Out-of-order writes: the raw target does not care, and it is faster.
             "-W".as_ref(),
+            "-t".as_ref(),
+            cache.as_ref(),
             "-f".as_ref(),
             format.as_str().as_ref(),
             "-O".as_ref(),
@@ -323,7 +329,7 @@ mod tests {
             })
         };
         let started = std::time::Instant::now();
-        let result = convert(Path::new(&url), Format::Qcow2, &dst, &cancel).await;
+        let result = convert(Path::new(&url), Format::Qcow2, &dst, false, &cancel).await;
         assert_eq!(result, Err(ImportError::Cancelled));
         let took = started.elapsed();
         assert!(
@@ -361,5 +367,43 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(2));
         assert!(running_with(&url).is_empty());
         server.abort();
+    }
+
+    /// Both cache modes give the same disk (page cache where O_DIRECT is refused).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn converts_with_and_without_direct_io() {
+        let dir = tempfile::tempdir().unwrap();
+        let raw = dir.path().join("raw");
+        let data: Vec<u8> = (0..3 << 20).map(|i: u32| (i % 253) as u8).collect();
+        std::fs::write(&raw, &data).unwrap();
+        let qcow2 = dir.path().join("qcow2");
+        let made = tokio::process::Command::new(QEMU_IMG)
+            .args(["convert", "-f", "raw", "-O", "qcow2"])
+            .arg(&raw)
+            .arg(&qcow2)
+            .status()
+            .await
+            .unwrap();
+        assert!(made.success());
+        for direct in [false, true] {
+            let dst = dir.path().join(format!("dst-{direct}"));
+            std::fs::File::create(&dst)
+                .unwrap()
+                .set_len(4 << 20)
+                .unwrap();
+            convert(
+                &qcow2,
+                Format::Qcow2,
+                &dst,
+                direct,
+                &CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+            let got = std::fs::read(&dst).unwrap();
+            assert_eq!(got.len(), 4 << 20);
+            assert!(got[..data.len()] == data[..], "direct={direct}");
+            assert!(got[data.len()..].iter().all(|&b| b == 0));
+        }
     }
 }

@@ -87,23 +87,43 @@ async fn qcow2_xz_is_decompressed_and_converted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_raw_target_stays_sparse() {
+async fn the_target_stays_sparse() {
     use std::os::unix::fs::MetadataExt;
     let server = serve().await;
-    let claim = claim(64 * MIB);
-    import(
-        &HttpSource::new(server.url("/img/raw")),
-        &claim,
-        &Seen::default(),
-    )
-    .await
-    .unwrap();
-    let allocated = std::fs::metadata(&claim.target.path).unwrap().blocks() * 512;
-    // Two thirds of the 4 MiB image are data; the other 60 MiB are holes.
-    assert!(
-        allocated <= 3 * MIB + MIB / 2,
-        "{allocated} bytes allocated"
-    );
+    for name in ["raw", "raw.xz", "qcow2", "qcow2.gz"] {
+        let claim = claim(64 * MIB);
+        import(
+            &HttpSource::new(server.url(&format!("/img/{name}"))),
+            &claim,
+            &Seen::default(),
+        )
+        .await
+        .unwrap();
+        let allocated = std::fs::metadata(&claim.target.path).unwrap().blocks() * 512;
+        // Two thirds of the 4 MiB image are data; the other 60 MiB are holes.
+        assert!(
+            allocated <= 3 * MIB + MIB / 2,
+            "{name}: {allocated} bytes allocated"
+        );
+    }
+}
+
+/// The import runs on a spawned task (its future is Send), as the node agent runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_runs_on_a_spawned_task() {
+    let f = fixtures().await;
+    let server = serve().await;
+    let claim = claim(4 * MIB);
+    let source = HttpSource::new(server.url("/img/qcow2.xz"));
+    let target = claim.target.clone();
+    let scratch = claim.scratch.clone();
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(async move {
+        let progress = |_: importer::Progress| {};
+        import_http(&source, &target, &scratch, &progress, &cancel).await
+    });
+    task.await.unwrap().unwrap();
+    assert_holds(&claim.target, &f.raw);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
