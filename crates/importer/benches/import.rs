@@ -2,9 +2,13 @@
 //! claim file, beside `curl -o scratch URL && qemu-img convert -O raw scratch target`
 //! of the same file from the same server in the same run.
 //!
-//! `cargo bench -p importer --bench import` (release). The image holds ROUNDS_MIB of
+//! A third contender runs the same curl with qemu-img given import_http's flags
+//! (`-W -t none`), to tell the flags' share from the rest.
+//!
+//! `cargo bench -p importer --bench import` (release). The image holds DATA_MIB of
 //! random data in 1 MiB blocks at random places; the rest is unallocated. Three
-//! rounds each after a warm-up round, interleaved; medians and their ratio are printed. Nothing is asserted.
+//! rounds each after a warm-up round, interleaved; medians and ratios (wall time and
+//! CPU time) are printed. Nothing is asserted.
 //! `IMPORTER_BENCH_DIR` picks where the files go (default: the system temp dir).
 
 use std::path::{Path, PathBuf};
@@ -107,6 +111,52 @@ fn cpu() -> f64 {
     fields.iter().sum::<u64>() as f64 / 100.0
 }
 
+/// One `curl -o scratch URL && qemu-img convert [flags] -O raw scratch target` run.
+struct Baseline {
+    total: Duration,
+    download: Duration,
+    cpu: f64,
+}
+
+impl Baseline {
+    fn describe(&self) -> String {
+        format!(
+            "{:.3}s (curl {:.3}s, convert {:.3}s; cpu {:.2}s)",
+            self.total.as_secs_f64(),
+            self.download.as_secs_f64(),
+            (self.total - self.download).as_secs_f64(),
+            self.cpu
+        )
+    }
+}
+
+fn curl_then_convert(url: &str, scratch: &Path, target: &Path, flags: &[&str]) -> Baseline {
+    let c = cpu();
+    let t = Instant::now();
+    run(std::process::Command::new("curl").args([
+        "-s",
+        "-f",
+        "-o",
+        scratch.to_str().unwrap(),
+        url,
+    ]));
+    let download = t.elapsed();
+    run(std::process::Command::new("qemu-img")
+        .arg("convert")
+        .args(flags)
+        .args([
+            "-O",
+            "raw",
+            scratch.to_str().unwrap(),
+            target.to_str().unwrap(),
+        ]));
+    Baseline {
+        total: t.elapsed(),
+        download,
+        cpu: cpu() - c,
+    }
+}
+
 fn median_f(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -163,10 +213,9 @@ fn main() {
         .unwrap();
     let mut ours = Vec::new();
     let mut transfers = Vec::new();
-    let mut baseline = Vec::new();
-    let mut downloads = Vec::new();
     let mut cpu_of_ours = Vec::new();
-    let mut cpu_of_baseline = Vec::new();
+    let mut baseline = Vec::new();
+    let mut baseline_tuned = Vec::new();
     // Round 0 warms up (connections, page cache of the binaries) and is not counted.
     for round in 0..=ROUNDS {
         clear(&[&target.path, &curl_target, &curl_scratch]);
@@ -215,71 +264,54 @@ fn main() {
             cpu_of_ours.push(cpu_ours);
         }
         clear(&[&target.path]);
-
-        let c = cpu();
-        let t = Instant::now();
-        run(std::process::Command::new("curl").args([
-            "-s",
-            "-f",
-            "-o",
-            curl_scratch.to_str().unwrap(),
-            &url,
-        ]));
-        let download = t.elapsed();
-        run(std::process::Command::new("qemu-img").args([
-            "convert",
-            "-O",
-            "raw",
-            curl_scratch.to_str().unwrap(),
-            curl_target.to_str().unwrap(),
-        ]));
-        let took_curl = t.elapsed();
-        let cpu_curl = cpu() - c;
-        if round > 0 {
-            baseline.push(took_curl);
-            downloads.push(download);
-            cpu_of_baseline.push(cpu_curl);
-        }
+        let plain = curl_then_convert(&url, &curl_scratch, &curl_target, &[]);
+        clear(&[&curl_target, &curl_scratch]);
+        let tuned = curl_then_convert(&url, &curl_scratch, &curl_target, &["-W", "-t", "none"]);
+        clear(&[&curl_target, &curl_scratch]);
         println!(
-            "round {}{}: import_http {:.3}s (transfer {:.3}s, convert {:.3}s; cpu {:.2}s) | curl + qemu-img {:.3}s (curl {:.3}s, convert {:.3}s; cpu {:.2}s)",
+            "round {}{}: import_http {:.3}s (transfer {:.3}s, convert {:.3}s; cpu {:.2}s) | curl + qemu-img {} | same with -W -t none {}",
             round,
             if round == 0 { " (warm-up)" } else { "" },
             took.as_secs_f64(),
             transfer.as_secs_f64(),
             (took - transfer).as_secs_f64(),
             cpu_ours,
-            took_curl.as_secs_f64(),
-            download.as_secs_f64(),
-            (took_curl - download).as_secs_f64(),
-            cpu_curl,
+            plain.describe(),
+            tuned.describe(),
         );
-        clear(&[&curl_target, &curl_scratch]);
+        if round > 0 {
+            baseline.push(plain);
+            baseline_tuned.push(tuned);
+        }
     }
-    let (ours, baseline) = (median(ours), median(baseline));
-    let (transfer, download) = (median(transfers), median(downloads));
+    let (ours, transfer, cpu_ours) = (median(ours), median(transfers), median_f(cpu_of_ours));
     println!(
-        "import_http:          median {:.3}s  {:.0} MB/s of qcow2, {:.0} MB/s of disk  (transfer {:.3}s)",
+        "import_http:                    median {:.3}s  {:.0} MB/s of qcow2, {:.0} MB/s of disk  (transfer {:.3}s; cpu {cpu_ours:.2}s)",
         ours.as_secs_f64(),
         mb_per_s(size, ours),
         mb_per_s(VIRTUAL, ours),
         transfer.as_secs_f64()
     );
-    println!(
-        "curl | qemu-img:      median {:.3}s  {:.0} MB/s of qcow2, {:.0} MB/s of disk  (curl {:.3}s)",
-        baseline.as_secs_f64(),
-        mb_per_s(size, baseline),
-        mb_per_s(VIRTUAL, baseline),
-        download.as_secs_f64()
-    );
-    println!(
-        "ratio import_http / baseline: {:.3} (time; below 1 is faster)",
-        ours.as_secs_f64() / baseline.as_secs_f64()
-    );
-    let (cpu_ours, cpu_baseline) = (median_f(cpu_of_ours), median_f(cpu_of_baseline));
-    println!(
-        "cpu (median, server included on both sides): import_http {cpu_ours:.2}s, baseline {cpu_baseline:.2}s, ratio {:.3}",
-        cpu_ours / cpu_baseline
-    );
+    for (name, runs) in [
+        ("curl -o + qemu-img convert:", baseline),
+        ("the same with -W -t none:", baseline_tuned),
+    ] {
+        let total = median(runs.iter().map(|r| r.total).collect());
+        let download = median(runs.iter().map(|r| r.download).collect());
+        let cpu = median_f(runs.iter().map(|r| r.cpu).collect());
+        println!(
+            "{name:<31} median {:.3}s  {:.0} MB/s of qcow2, {:.0} MB/s of disk  (curl {:.3}s; cpu {cpu:.2}s)",
+            total.as_secs_f64(),
+            mb_per_s(size, total),
+            mb_per_s(VIRTUAL, total),
+            download.as_secs_f64()
+        );
+        println!(
+            "    ratio import_http / this: {:.3} in time, {:.3} in cpu (below 1: import_http is faster / cheaper)",
+            ours.as_secs_f64() / total.as_secs_f64(),
+            cpu_ours / cpu
+        );
+    }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("load average at the end: {}", load.trim());
 }
