@@ -12,7 +12,7 @@ pub enum PullError {
     /// the ones it got.
     #[error("unauthorized: authentication required: {registry} refused to serve {image} {}{}{}",
         match user { Some(u) => format!("with the credentials of {u:?}"), None => "to an anonymous client".to_string() },
-        if *token_flow { " (pull access denied: the repository does not exist or needs other credentials)" } else { "" },
+        match (*token_flow, user) { (false, _) => "", (true, None) => " (pull access denied: the repository does not exist or needs credentials)", (true, Some(_)) => " (pull access denied: the repository does not exist or these credentials may not pull it)" },
         detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
     Unauthorized {
         image: String,
