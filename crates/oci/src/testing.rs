@@ -145,6 +145,30 @@ fn signer() -> (String, Signer) {
     (ca_cert.pem(), signer)
 }
 
+/// A CA's PEM, and a certificate for 127.0.0.1 and localhost it signed (PEM) with its key.
+fn serving_certificate() -> (String, String, String) {
+    let ca_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("CA key");
+    let mut ca = CertificateParams::default();
+    ca.distinguished_name
+        .push(DnType::CommonName, "virtplane test registry CA");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_cert = ca.self_signed(&ca_key).expect("CA certificate");
+    let issuer = Issuer::new(ca, &ca_key);
+    let mut params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+        .expect("certificate names");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "127.0.0.1");
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).expect("serving key");
+    let cert = params
+        .signed_by(&key, &issuer)
+        .expect("serving certificate");
+    (ca_cert.pem(), cert.pem(), key.serialize_pem())
+}
+
 /// What the token service grants, and what it has seen.
 struct Tokens {
     users: BTreeMap<String, String>,
@@ -256,6 +280,10 @@ pub enum Auth {
 pub struct AuthRegistry {
     /// `127.0.0.1:PORT`.
     pub address: String,
+    /// `http://ADDRESS` or `https://ADDRESS`.
+    base: String,
+    /// The CA of a TLS registry's certificate.
+    pub ca_pem: Option<String>,
     binary: PathBuf,
     child: Child,
     dir: tempfile::TempDir,
@@ -323,6 +351,16 @@ impl AuthRegistry {
     /// Starts `docker-registry` (at `binary`) with `auth`, and the token service if it
     /// needs one, and waits until it answers.
     pub async fn start(binary: &Path, auth: Auth) -> AuthRegistry {
+        Self::start_with(binary, auth, false).await
+    }
+
+    /// Like `start`, serving HTTPS with a certificate for 127.0.0.1 from a throwaway CA
+    /// (`ca_pem`), which nothing trusts unless told to.
+    pub async fn start_tls(binary: &Path, auth: Auth) -> AuthRegistry {
+        Self::start_with(binary, auth, true).await
+    }
+
+    async fn start_with(binary: &Path, auth: Auth, tls: bool) -> AuthRegistry {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().expect("registry dir");
         let port = free_port();
@@ -384,15 +422,36 @@ impl AuthRegistry {
                 )
             }
         };
+        let mut http = reqwest::Client::builder();
+        let mut tls_config = String::new();
+        let mut ca_pem = None;
+        if tls {
+            let (ca, cert, key) = serving_certificate();
+            let (cert_path, key_path) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+            std::fs::write(&cert_path, cert).expect("TLS certificate");
+            std::fs::write(&key_path, key).expect("TLS key");
+            tls_config = format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                cert_path.display(),
+                key_path.display()
+            );
+            http = http.tls_certs_merge(
+                reqwest::Certificate::from_pem_bundle(ca.as_bytes()).expect("CA certificate"),
+            );
+            ca_pem = Some(ca);
+        }
         let config = format!(
-            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {address}\nauth:\n{auth_config}",
+            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {address}\n{tls_config}auth:\n{auth_config}",
             storage.display()
         );
         let config_path = dir.path().join("config.yml");
         std::fs::write(&config_path, config).expect("registry config");
         let child = spawn(binary, dir.path());
-        let http = reqwest::Client::builder().build().expect("HTTP client");
+        let http = http.build().expect("HTTP client");
+        let scheme = if tls { "https" } else { "http" };
         let registry = AuthRegistry {
+            base: format!("{scheme}://{address}"),
+            ca_pem,
             address,
             binary: binary.to_path_buf(),
             child,
@@ -409,11 +468,7 @@ impl AuthRegistry {
     async fn wait_ready(&self) {
         let started = Instant::now();
         loop {
-            let answer = self
-                .http
-                .get(format!("http://{}/v2/", self.address))
-                .send()
-                .await;
+            let answer = self.http.get(format!("{}/v2/", self.base)).send().await;
             if answer.is_ok_and(|r| r.status() == 401) {
                 return;
             }
@@ -484,7 +539,7 @@ impl AuthRegistry {
     async fn put_blob(&self, repository: &str, blob: &[u8]) -> String {
         let digest = digest_of(blob);
         let authorization = self.push_authorization(repository).unwrap_or_default();
-        let base = format!("http://{}", self.address);
+        let base = self.base.clone();
         let started = self
             .http
             .post(format!("{base}/v2/{repository}/blobs/uploads/"))
@@ -538,8 +593,8 @@ impl AuthRegistry {
         let put = self
             .http
             .put(format!(
-                "http://{}/v2/{repository}/manifests/{reference}",
-                self.address
+                "{}/v2/{repository}/manifests/{reference}",
+                self.base
             ))
             .header("authorization", &authorization)
             .header("content-type", media_type)

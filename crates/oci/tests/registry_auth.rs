@@ -419,3 +419,40 @@ async fn digests_are_pinned_after_the_first_pull() {
     assert!(matches!(gone, PullError::Transport { .. }), "{gone:?}");
     assert_words(&gone.to_string(), &[&image, "after 3 tries"]);
 }
+
+/// A registry whose certificate comes from a private CA: trusted when the pull brings
+/// the CA (as a DataVolume's certConfigMap does), refused with what to do otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_registry_with_a_ca_of_its_own() {
+    let Some(binary) = registry_or_skip("https_registry_with_a_ca_of_its_own") else {
+        return;
+    };
+    let registry = AuthRegistry::start_tls(&binary, Auth::Basic { users: users() }).await;
+    let address = registry.address.clone();
+    registry
+        .push_image(
+            "private/guest",
+            "v1",
+            &[("disk/disk.img", AMD64_DISK)],
+            "amd64",
+        )
+        .await;
+    let cache = tempfile::tempdir().unwrap();
+    // Not an insecure registry: its certificate is checked.
+    let puller = Puller::new(Config {
+        platform: Platform::new("linux", "amd64"),
+        ..Config::new(cache.path().to_path_buf(), vec![])
+    });
+    let image = format!("{address}/private/guest:v1");
+    let mut options = with(
+        from_secret(&address, "alice", "s3cret", &image),
+        PullPolicy::Always,
+    );
+    let untrusted = disk(&puller, &image, &options).await.unwrap_err();
+    assert_words(
+        &untrusted.to_string(),
+        &[&image, "certificate is not trusted", "SSL_CERT_FILE"],
+    );
+    options.ca_bundle = registry.ca_pem.clone().map(String::into_bytes);
+    assert_eq!(disk(&puller, &image, &options).await.unwrap(), AMD64_DISK);
+}

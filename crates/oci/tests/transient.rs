@@ -23,6 +23,8 @@ struct Fake {
     manifest_requests: AtomicUsize,
     /// Layer GETs whose body is cut off halfway.
     cut_layers: usize,
+    /// Every manifest GET is answered 403, as a registry that bans the client does.
+    forbidden: bool,
     layer_requests: AtomicUsize,
 }
 
@@ -30,6 +32,10 @@ async fn serve(State(fake): State<Arc<Fake>>, uri: Uri) -> Response {
     let path = uri.path();
     if path.ends_with("/manifests/latest") {
         let n = fake.manifest_requests.fetch_add(1, Ordering::SeqCst);
+        if fake.forbidden {
+            let body = json!({"errors": [{"code": "DENIED", "message": "requested access to the resource is denied"}]});
+            return (StatusCode::FORBIDDEN, axum::Json(body)).into_response();
+        }
         if n < fake.failing_manifests {
             return (StatusCode::SERVICE_UNAVAILABLE, "busy").into_response();
         }
@@ -109,6 +115,7 @@ async fn busy_registries_and_cut_bodies_are_retried() {
             failing_manifests: 2,
             manifest_requests: AtomicUsize::new(0),
             cut_layers: 1,
+            forbidden: false,
             layer_requests: AtomicUsize::new(0),
         },
         listener,
@@ -154,6 +161,7 @@ async fn a_registry_that_is_not_up_yet_is_waited_for() {
                 failing_manifests: 0,
                 manifest_requests: AtomicUsize::new(0),
                 cut_layers: 0,
+                forbidden: false,
                 layer_requests: AtomicUsize::new(0),
             },
             listener,
@@ -197,6 +205,7 @@ async fn concurrent_pulls_of_one_image_both_get_its_files() {
             failing_manifests: 0,
             manifest_requests: AtomicUsize::new(0),
             cut_layers: 0,
+            forbidden: false,
             layer_requests: AtomicUsize::new(0),
         },
         listener,
@@ -217,4 +226,39 @@ async fn concurrent_pulls_of_one_image_both_get_its_files() {
             "{files:?}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forbidden_is_reported_with_the_registry_words() {
+    let (manifest, layer, layer_digest) = image(&[("disk/disk.img", b"x")]);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let registry = listener.local_addr().unwrap().to_string();
+    let fake = start(
+        Fake {
+            manifest,
+            layer,
+            layer_digest,
+            failing_manifests: 0,
+            manifest_requests: AtomicUsize::new(0),
+            cut_layers: 0,
+            forbidden: true,
+            layer_requests: AtomicUsize::new(0),
+        },
+        listener,
+    )
+    .await;
+    let cache = tempfile::tempdir().unwrap();
+    let puller = puller(cache.path(), &registry);
+    let image = format!("{registry}/guest:latest");
+    let error = puller
+        .pull_disk(&image, &PullOptions::default(), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, oci::PullError::Denied { .. }), "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        format!("denied: {registry} answered 403 Forbidden for {image}: DENIED: requested access to the resource is denied")
+    );
+    // Not worth trying again.
+    assert_eq!(fake.manifest_requests.load(Ordering::SeqCst), 1);
 }
