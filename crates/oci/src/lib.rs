@@ -6,7 +6,10 @@
 //! can stay on it).
 //!
 //! `Puller::pull_disk` is what a containerDisk (and a `registry` DataVolume source)
-//! needs: image reference and credentials in, the path of the disk file out.
+//! needs: image reference and credentials in, the path of the disk file out
+//! (`Keyring::from_secret` reads the credentials from a pull secret). `PullOptions` may
+//! carry a progress callback and a CA bundle; dropping a pull's future stops it and
+//! removes what it had written.
 //!
 //! Own code rather than the `oci-client` crate: one puller serves every namespace of a
 //! node, and oci-client keeps one authentication per registry (the first one given wins)
@@ -31,6 +34,6 @@ pub use credentials::{
 };
 pub use error::PullError;
 pub use manifest::Platform;
-pub use puller::{Config, PullOptions, PullPolicy, Pulled, PulledDisk, Puller};
+pub use puller::{Config, Progress, PullOptions, PullPolicy, Pulled, PulledDisk, Puller};
 pub use reference::{Reference, ReferenceError, DOCKER_HUB, DOCKER_HUB_HOST};
 pub use transport::Retry;

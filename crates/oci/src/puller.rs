@@ -5,6 +5,7 @@
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use reqwest::header::{CONTENT_TYPE, RETRY_AFTER, WWW_AUTHENTICATE};
 use serde_json::Value;
@@ -77,6 +78,17 @@ impl PullPolicy {
     }
 }
 
+/// Told, as layers arrive, the bytes so far and the bytes of all the image's layers (a
+/// layer fetched again after a cut starts over). Not called for an image already here.
+#[derive(Clone)]
+pub struct Progress(pub Arc<dyn Fn(u64, u64) + Send + Sync>);
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Progress")
+    }
+}
+
 /// How one pull goes.
 #[derive(Clone, Debug, Default)]
 pub struct PullOptions {
@@ -85,6 +97,7 @@ pub struct PullOptions {
     pub policy: PullPolicy,
     /// PEM certificates trusted for this pull besides the node's trust store.
     pub ca_bundle: Option<Vec<u8>>,
+    pub progress: Option<Progress>,
 }
 
 /// Files taken out of an image.
@@ -112,6 +125,7 @@ struct Session<'a> {
     reference: &'a Reference,
     credentials: Option<&'a Credentials>,
     ca: Option<&'a [u8]>,
+    progress: Option<&'a Progress>,
 }
 
 impl Session<'_> {
@@ -619,6 +633,7 @@ impl Puller {
         s: &Session<'_>,
         layer: &Descriptor,
         file: &Path,
+        report: &(dyn Fn(u64) + Sync),
     ) -> Result<(), PullError> {
         let invalid = |message: String| PullError::Invalid {
             image: s.image.clone(),
@@ -655,6 +670,7 @@ impl Puller {
                         }
                         hash.update(&chunk);
                         out.write_all(&chunk).await.map_err(io)?;
+                        report(size);
                     }
                     Ok(None) => break Ok(()),
                     Err(e) => break Err(crate::transport::error_chain(&e)),
@@ -781,6 +797,7 @@ impl Puller {
                 reference: &reference,
                 credentials,
                 ca: options.ca_bundle.as_deref(),
+                progress: options.progress.as_ref(),
             };
             match self.pull_as(&session, wanted).await {
                 Ok(pulled) => return Ok(pulled),
@@ -811,30 +828,20 @@ impl Puller {
                 std::process::id(),
                 PULLS.fetch_add(1, Ordering::Relaxed)
             );
-            let staging = self.cache.join(format!(".{unique}"));
-            let blob = self.cache.join(format!(".{unique}.layer"));
-            std::fs::create_dir_all(&staging).map_err(io(&staging))?;
-            let unpacked = self
-                .unpack_layers(s, &layers, &blob, &staging)
-                .await
-                .and_then(|()| {
-                    std::fs::write(staging.join(".complete"), &digest).map_err(io(&staging))
-                });
-            let _ = std::fs::remove_file(&blob);
-            if let Err(e) = unpacked {
-                let _ = std::fs::remove_dir_all(&staging);
-                return Err(e);
-            }
-            match std::fs::rename(&staging, &dir) {
+            // Removed when the last user lets go: on failure, on cancellation (the
+            // future dropped, a layer still unpacking), or after a lost race.
+            let staging = Arc::new(Staging {
+                dir: self.cache.join(format!(".{unique}")),
+                layer: self.cache.join(format!(".{unique}.layer")),
+            });
+            std::fs::create_dir_all(&staging.dir).map_err(io(&staging.dir))?;
+            self.unpack_layers(s, &layers, &staging).await?;
+            std::fs::write(staging.dir.join(".complete"), &digest).map_err(io(&staging.dir))?;
+            match std::fs::rename(&staging.dir, &dir) {
                 Ok(()) => {}
                 // Another pull of the same image finished first; use that one.
-                Err(_) if dir.join(".complete").exists() => {
-                    let _ = std::fs::remove_dir_all(&staging);
-                }
-                Err(e) => {
-                    let _ = std::fs::remove_dir_all(&staging);
-                    return Err(io(&dir)(e));
-                }
+                Err(_) if dir.join(".complete").exists() => {}
+                Err(e) => return Err(io(&dir)(e)),
             }
         }
         self.remember(s.reference, &digest);
@@ -845,9 +852,10 @@ impl Puller {
         &self,
         s: &Session<'_>,
         layers: &[Descriptor],
-        blob: &Path,
-        into: &Path,
+        staging: &Arc<Staging>,
     ) -> Result<(), PullError> {
+        let total: u64 = layers.iter().filter_map(|l| l.size).sum();
+        let mut before = 0u64;
         for layer in layers {
             if layer.media_type.contains("zstd") {
                 return Err(PullError::Invalid {
@@ -858,9 +866,15 @@ impl Puller {
                     ),
                 });
             }
-            self.download(s, layer, blob).await?;
-            let (file, dir) = (blob.to_path_buf(), into.to_path_buf());
-            let unpacked = tokio::task::spawn_blocking(move || unpack(&file, &dir))
+            let report = |done: u64| {
+                if let Some(progress) = s.progress {
+                    (progress.0)(before + done, total.max(before + done));
+                }
+            };
+            self.download(s, layer, &staging.layer, &report).await?;
+            before += layer.size.unwrap_or_default();
+            let held = staging.clone();
+            let unpacked = tokio::task::spawn_blocking(move || unpack(&held.layer, &held.dir))
                 .await
                 .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
             unpacked.map_err(|e| PullError::Invalid {
@@ -908,6 +922,22 @@ impl Puller {
             digest: pulled.digest,
             image_id: pulled.image_id,
         })
+    }
+}
+
+/// A pull's staging dir and layer file, removed when dropped (a finished pull has renamed
+/// the dir into place already).
+struct Staging {
+    dir: PathBuf,
+    layer: PathBuf,
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.layer);
+        if self.dir.exists() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

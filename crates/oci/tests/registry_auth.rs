@@ -46,6 +46,7 @@ fn with(credentials: Vec<Credentials>, policy: PullPolicy) -> PullOptions {
         credentials,
         policy,
         ca_bundle: None,
+        progress: None,
     }
 }
 

@@ -25,6 +25,8 @@ struct Fake {
     cut_layers: usize,
     /// Every manifest GET is answered 403, as a registry that bans the client does.
     forbidden: bool,
+    /// Layer bodies stop halfway and never go on.
+    stall_layers: bool,
     layer_requests: AtomicUsize,
 }
 
@@ -55,6 +57,15 @@ async fn serve(State(fake): State<Arc<Fake>>, uri: Uri) -> Response {
     }
     if path.ends_with(&format!("/blobs/{}", fake.layer_digest)) {
         let n = fake.layer_requests.fetch_add(1, Ordering::SeqCst);
+        if fake.stall_layers {
+            let half: Result<Vec<u8>, std::io::Error> =
+                Ok(fake.layer[..fake.layer.len() / 2].to_vec());
+            let body = Body::from_stream(futures::StreamExt::chain(
+                futures::stream::iter(vec![half]),
+                futures::stream::pending(),
+            ));
+            return ([("content-length", fake.layer.len().to_string())], body).into_response();
+        }
         if n < fake.cut_layers {
             let half = fake.layer[..fake.layer.len() / 2].to_vec();
             let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
@@ -116,6 +127,7 @@ async fn busy_registries_and_cut_bodies_are_retried() {
             manifest_requests: AtomicUsize::new(0),
             cut_layers: 1,
             forbidden: false,
+            stall_layers: false,
             layer_requests: AtomicUsize::new(0),
         },
         listener,
@@ -123,8 +135,13 @@ async fn busy_registries_and_cut_bodies_are_retried() {
     .await;
     let cache = tempfile::tempdir().unwrap();
     let puller = puller(cache.path(), &registry);
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
     let options = PullOptions {
         policy: PullPolicy::Always,
+        progress: Some(oci::Progress(Arc::new(move |done, total| {
+            record.lock().unwrap().push((done, total));
+        }))),
         ..PullOptions::default()
     };
     let disk = puller
@@ -135,6 +152,15 @@ async fn busy_registries_and_cut_bodies_are_retried() {
     // 503, 503, 429, then the manifest; a cut layer, then the whole one.
     assert_eq!(fake.manifest_requests.load(Ordering::SeqCst), 4);
     assert_eq!(fake.layer_requests.load(Ordering::SeqCst), 2);
+    // Progress went up to the layer's size (and back down for the fetch after the cut).
+    let seen = seen.lock().unwrap().clone();
+    let size = fake.layer.len() as u64;
+    assert_eq!(seen.last(), Some(&(size, size)), "{seen:?}");
+    assert!(seen.iter().all(|(_, total)| *total == size), "{seen:?}");
+    assert!(
+        seen.iter().any(|(done, _)| *done < size / 2 + 1),
+        "{seen:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,6 +188,7 @@ async fn a_registry_that_is_not_up_yet_is_waited_for() {
                 manifest_requests: AtomicUsize::new(0),
                 cut_layers: 0,
                 forbidden: false,
+                stall_layers: false,
                 layer_requests: AtomicUsize::new(0),
             },
             listener,
@@ -206,6 +233,7 @@ async fn concurrent_pulls_of_one_image_both_get_its_files() {
             manifest_requests: AtomicUsize::new(0),
             cut_layers: 0,
             forbidden: false,
+            stall_layers: false,
             layer_requests: AtomicUsize::new(0),
         },
         listener,
@@ -242,6 +270,7 @@ async fn forbidden_is_reported_with_the_registry_words() {
             manifest_requests: AtomicUsize::new(0),
             cut_layers: 0,
             forbidden: true,
+            stall_layers: false,
             layer_requests: AtomicUsize::new(0),
         },
         listener,
@@ -261,4 +290,64 @@ async fn forbidden_is_reported_with_the_registry_words() {
     );
     // Not worth trying again.
     assert_eq!(fake.manifest_requests.load(Ordering::SeqCst), 1);
+}
+
+/// A pull given up mid-layer (its future dropped, as when a DataVolume is deleted during
+/// its import) leaves nothing behind in the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_pull_leaves_no_partial_files() {
+    let (manifest, layer, layer_digest) = image(&[("disk/disk.img", &[1u8; 200_000])]);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let registry = listener.local_addr().unwrap().to_string();
+    let fake = start(
+        Fake {
+            manifest,
+            layer,
+            layer_digest,
+            failing_manifests: 0,
+            manifest_requests: AtomicUsize::new(0),
+            cut_layers: 0,
+            forbidden: false,
+            stall_layers: true,
+            layer_requests: AtomicUsize::new(0),
+        },
+        listener,
+    )
+    .await;
+    let cache = tempfile::tempdir().unwrap();
+    let puller = Arc::new(puller(cache.path(), &registry));
+    let image = format!("{registry}/guest:latest");
+    let pulling = {
+        let puller = puller.clone();
+        tokio::spawn(async move {
+            puller
+                .pull_disk(&image, &PullOptions::default(), None)
+                .await
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fake.layer_requests.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the layer was never asked for");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let leftovers = || -> Vec<String> {
+        std::fs::read_dir(cache.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    // Half the layer arrived: the staging dir and the layer file are there.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !leftovers().iter().any(|n| n.ends_with(".layer")) {
+        assert!(
+            Instant::now() < deadline,
+            "no layer file: {:?}",
+            leftovers()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    pulling.abort();
+    let _ = pulling.await;
+    assert!(leftovers().is_empty(), "{:?}", leftovers());
 }

@@ -187,6 +187,7 @@ impl Qemu {
             credentials,
             policy,
             ca_bundle: None,
+            progress: None,
         };
         let pulled = match wanted {
             Wanted::Disk(path) => self
