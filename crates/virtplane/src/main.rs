@@ -536,6 +536,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
             node_monitor_grace_period: args.timing.node_monitor_grace_period,
             volume_pool: args.data_dir.join("volumes"),
             import_scratch: args.data_dir.join("import-scratch"),
+            insecure_registries: args.insecure_registries.clone(),
             migration_credentials: Some(issue),
         };
         tokio::spawn(controllers::run(client.clone(), controller_config));

@@ -64,13 +64,15 @@ struct Context {
     attempts: Backoff<String>,
 }
 
-/// Runs the controller; `scratch` is where images are staged while they are converted.
-pub async fn run(client: Client, scratch: PathBuf) {
+/// Runs the controller; `scratch` is where images are staged while they are converted,
+/// and where images of `registry` sources are pulled to (with `insecure_registries`).
+pub async fn run(client: Client, scratch: PathBuf, insecure_registries: Vec<String>) {
+    let registry = oci::Config::new(scratch.join("registry"), insecure_registries);
     let api = Api::<DynamicObject>::all_with(client.clone(), &data_volume_resource());
     let claims = Api::<DynamicObject>::all_with(client.clone(), &claim_resource());
     let ctx = Arc::new(Context {
         client,
-        transfers: Transfers::new(scratch, PARALLEL_TRANSFERS),
+        transfers: Transfers::new(scratch, PARALLEL_TRANSFERS, registry),
         backoff: Backoff::default(),
         retry_at: Default::default(),
         attempts: Backoff::new(Duration::from_secs(2), Duration::from_secs(300)),
@@ -341,14 +343,19 @@ async fn reconcile(dv: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
                 return Ok(Action::requeue(Duration::from_secs(5)));
             }
         },
-        Source::Registry(_) => {
-            let state = State::Failed {
-                transfer,
-                claim: Some(name),
-                message: "DataVolume source registry is not supported by virtplane yet".into(),
-            };
-            report(&api, &dv, &state, restarts).await?;
-            return Ok(Action::await_change());
+        Source::Registry(registry) => {
+            match sources::registry_pull(&ctx.client, &namespace, registry).await? {
+                Ok((image, options)) => Job::Registry { image, options },
+                Err(message) => {
+                    let state = State::Failed {
+                        transfer,
+                        claim: Some(name),
+                        message,
+                    };
+                    report(&api, &dv, &state, restarts).await?;
+                    return Ok(Action::await_change());
+                }
+            }
         }
         Source::Unsupported(_) => return Ok(Action::await_change()),
     };
