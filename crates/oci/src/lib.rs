@@ -36,4 +36,4 @@ pub use error::PullError;
 pub use manifest::Platform;
 pub use puller::{Config, Progress, PullOptions, PullPolicy, Pulled, PulledDisk, Puller};
 pub use reference::{Reference, ReferenceError, DOCKER_HUB, DOCKER_HUB_HOST};
-pub use transport::Retry;
+pub use transport::{tls_error, Retry};

@@ -66,6 +66,12 @@ pub(crate) fn error_chain(error: &reqwest::Error) -> String {
     text
 }
 
+/// The rustls error inside `error`, if any (how an HTTP client's TLS failure is told from
+/// other connection failures).
+pub fn tls_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    find_tls_error(error, 16)
+}
+
 /// The rustls error inside `error`, however deep: it travels inside (nested)
 /// `io::Error`s, whose `source()` skips the wrapped error itself.
 fn find_tls_error<'a>(

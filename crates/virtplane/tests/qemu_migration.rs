@@ -89,6 +89,22 @@ async fn configure_migrations(env: &Env, migrations: Value) {
     assert_eq!(kv.status, StatusCode::CREATED, "{}", kv.body);
 }
 
+/// The server's QEMU node and a second one, `node-b`, joined and Ready.
+async fn two_nodes(g: &qemu::Guests) -> (Cluster, NodeAgent) {
+    let cluster = Cluster::start(g, &[]).await;
+    let agent = NodeAgent::start(
+        cluster.server.data_dir(),
+        "node-b",
+        &["--hypervisor", "qemu", "--insecure-registry", &g.registry],
+    );
+    let base = cluster.env();
+    Env::new(&base.url, &base.data_dir, &base.host_disk_dir)
+        .on_node(&agent)
+        .wait_node_ready()
+        .await;
+    (cluster, agent)
+}
+
 fn migration(name: &str, vmi: &str) -> Value {
     json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
            "metadata": {"name": name}, "spec": {"vmiName": vmi}})
@@ -97,15 +113,9 @@ fn migration(name: &str, vmi: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_guest_moves_to_another_node_and_carries_on() {
     let Some(g) = guests() else { return };
-    let cluster = Cluster::start(g, &[]).await;
-    let agent = NodeAgent::start(
-        cluster.server.data_dir(),
-        "node-b",
-        &["--hypervisor", "qemu", "--insecure-registry", &g.registry],
-    );
+    let (cluster, agent) = two_nodes(g).await;
     let base = cluster.env();
     let on_b = Env::new(&base.url, &base.data_dir, &base.host_disk_dir).on_node(&agent);
-    on_b.wait_node_ready().await;
 
     let name = "mover";
     let mut vm = kernel_vm(
@@ -657,15 +667,9 @@ async fn a_source_agent_that_restarts_mid_way_ends_the_migration_in_a_defined_st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drained_node_moves_one_guest_live_and_restarts_the_other_elsewhere() {
     let Some(g) = guests() else { return };
-    let cluster = Cluster::start(g, &[]).await;
-    let agent = NodeAgent::start(
-        cluster.server.data_dir(),
-        "node-b",
-        &["--hypervisor", "qemu", "--insecure-registry", &g.registry],
-    );
+    let (cluster, agent) = two_nodes(g).await;
     let on_a = cluster.env();
     let on_b = Env::new(&on_a.url, &on_a.data_dir, &on_a.host_disk_dir).on_node(&agent);
-    on_b.wait_node_ready().await;
     let cordon = |on: bool| json!({"spec": {"unschedulable": on}});
     let node_b = format!("/api/v1/nodes/{}", on_b.node);
     on_a.api.merge(&node_b, &cordon(true)).await;
@@ -787,15 +791,9 @@ async fn a_drained_node_moves_one_guest_live_and_restarts_the_other_elsewhere() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migration_out_of_time_is_aborted_or_pauses_the_guest_when_allowed() {
     let Some(g) = guests() else { return };
-    let cluster = Cluster::start(g, &[]).await;
-    let agent = NodeAgent::start(
-        cluster.server.data_dir(),
-        "node-b",
-        &["--hypervisor", "qemu", "--insecure-registry", &g.registry],
-    );
+    let (cluster, agent) = two_nodes(g).await;
     let base = cluster.env();
     let on_b = Env::new(&base.url, &base.data_dir, &base.host_disk_dir).on_node(&agent);
-    on_b.wait_node_ready().await;
     configure_migrations(
         &base,
         json!({"bandwidthPerMigration": "8Mi", "completionTimeoutPerGiB": 1, "allowAutoConverge": false}),
