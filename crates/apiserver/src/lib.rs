@@ -24,6 +24,7 @@ mod review;
 mod stored;
 pub mod subresources;
 pub mod tls;
+pub mod upload;
 mod version;
 pub mod watch;
 mod yaml;
@@ -57,6 +58,12 @@ pub enum ServerError {
     Bootstrap {
         name: String,
         status: Box<apimachinery::status::Status>,
+    },
+    #[error("the upload directory {path}: {source}")]
+    Uploads {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
     },
 }
 
@@ -144,6 +151,14 @@ fn extra_resources() -> Vec<ExtraResource> {
         name: "selfsubjectaccessreviews",
         kind: "SelfSubjectAccessReview",
         namespaced: false,
+        verbs: &["create"],
+    });
+    extras.push(ExtraResource {
+        group: upload::GROUP,
+        version: upload::VERSION,
+        name: upload::RESOURCE,
+        kind: upload::KIND,
+        namespaced: true,
         verbs: &["create"],
     });
     extras
@@ -242,6 +257,21 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             name: "storageprofile/local".into(),
             status: Box::new(status),
         })?;
+    if let Err(status) = cdi::publish_upload_proxy(&registry, &url, &pki.ca_cert_pem).await {
+        tracing::warn!("cannot publish the upload proxy in CDIConfig config: {status}");
+    }
+    let uploads_dir = config.data_dir.join("uploads");
+    let uploads = Arc::new(
+        upload::Uploads::new(
+            registry.clone(),
+            pki.derived_secret(upload::token::KEY_PURPOSE),
+            &uploads_dir,
+        )
+        .map_err(|source| ServerError::Uploads {
+            path: uploads_dir,
+            source,
+        })?,
+    );
     let infos: Vec<&'static apimachinery::resource::ResourceInfo> =
         registry.registrations().iter().map(|r| r.info).collect();
     let server = Arc::new(http::ApiServer {
@@ -256,6 +286,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             takeovers: Default::default(),
         },
         write_gauge: config.store.write_gauge(),
+        uploads: uploads.clone(),
     });
     pki.write_kubeconfigs(&config.data_dir, &url)?;
     let component = auth::UserInfo {
@@ -269,6 +300,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         .layer(axum::Extension(tls::ClientCertificateIdentity(component)));
     tokio::spawn(tls::serve(listener, tls_config, http::router(server)));
     tokio::spawn(gc::run(registry.clone()));
+    tokio::spawn(uploads.sweep_periodically());
     tokio::spawn(compact_periodically(
         config.store.clone(),
         config.compaction_interval,

@@ -81,3 +81,20 @@ pub static STORAGE_PROFILE: ResourceInfo = ResourceInfo {
     printer_columns: &[AGE],
     schema_name: "io.kubevirt.cdi.v1beta1.StorageProfile",
 };
+
+/// CDI's cluster configuration, `config`: virtplane publishes the upload proxy's URL in
+/// its status (virtctl's image-upload reads it).
+pub static CDI_CONFIG: ResourceInfo = ResourceInfo {
+    group: GROUP,
+    version: VERSION,
+    kind: "CDIConfig",
+    list_kind: "CDIConfigList",
+    plural: "cdiconfigs",
+    singular: "cdiconfig",
+    short_names: &[],
+    categories: &[],
+    namespaced: false,
+    status_subresource: true,
+    printer_columns: &[AGE],
+    schema_name: "io.kubevirt.cdi.v1beta1.CDIConfig",
+};
