@@ -278,7 +278,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         registry: registry.clone(),
         authenticator: auth::Authenticator::new(pki.tokens.clone()),
         discovery: Discovery::new(infos.clone(), extra_resources()),
-        openapi: openapi::OpenApi::new(&infos, &components),
+        openapi: openapi::OpenApi::new(
+            &infos,
+            &[&kubevirt_api::cdi::resources::UPLOAD_TOKEN_REQUEST],
+            &components,
+        ),
         server_address,
         consoles: console::Consoles {
             local_nodes: config.local_nodes.clone(),

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 mod admin;
 mod console;
+mod upload;
 
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
@@ -39,6 +40,9 @@ enum Command {
     Node(NodeArgs),
     /// The virtctl verbs: start, stop, restart, pause, unpause, migrate, console.
     Vm(VmArgs),
+    /// virtctl's image-upload: stream a local disk image into a new (or existing)
+    /// DataVolume, e.g. `image-upload dv NAME --size=1Gi --image-path=disk.qcow2`.
+    ImageUpload(upload::ImageUploadArgs),
 }
 
 #[derive(Args)]
@@ -209,6 +213,7 @@ fn main() -> ExitCode {
         Command::Server(args) => run_server(args),
         Command::Node(args) => run_node(args),
         Command::Vm(args) => run_vm(args),
+        Command::ImageUpload(args) => runtime().and_then(|rt| rt.block_on(upload::run(args))),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
