@@ -416,7 +416,7 @@ async fn transfer(
             Attempt::Refused(code, text) if code == reqwest::StatusCode::UNAUTHORIZED => {
                 // On the first try a 401 is not an expired token.
                 if attempt == 1 || refreshes == 0 || attempt >= attempts {
-                    bar.abandon();
+                    end(&bar, false);
                     bail!(
                         "authentication failed: unexpected return value {}, {text}",
                         code.as_u16()
@@ -426,11 +426,11 @@ async fn transfer(
                 refreshes -= 1;
             }
             Attempt::Refused(code, text) => {
-                bar.abandon();
+                end(&bar, false);
                 bail!("unexpected return value {}, {text}", code.as_u16());
             }
             Attempt::Broken(e) if attempt >= attempts => {
-                bar.abandon();
+                end(&bar, false);
                 return Err(anyhow::Error::new(e))
                     .with_context(|| format!("error uploading image after {attempts} retries"));
             }
@@ -440,8 +440,20 @@ async fn transfer(
             }
         }
     }
-    bar.finish();
+    end(&bar, true);
     Ok(())
+}
+
+/// Leaves the bar as it stands, on a line of its own.
+fn end(bar: &indicatif::ProgressBar, done: bool) {
+    if done {
+        bar.finish();
+    } else {
+        bar.abandon();
+    }
+    if !bar.is_hidden() {
+        eprintln!();
+    }
 }
 
 async fn send(

@@ -308,7 +308,7 @@ impl Uploads {
         match self.upload(endpoint, &parts, body).await {
             Ok(()) => StatusCode::OK.into_response(),
             Err(answer) => {
-                if answer.code.is_server_error() {
+                if answer.code == StatusCode::INTERNAL_SERVER_ERROR {
                     tracing::warn!("upload: {}", answer.message);
                 } else {
                     tracing::info!("upload refused: {} {}", answer.code, answer.message);
