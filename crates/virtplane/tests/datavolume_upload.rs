@@ -7,8 +7,6 @@
 //! than the claim can hold and one cut short (nothing is left behind). The claim files
 //! are read back and compared with the image; `DIR/uploads` ends empty.
 
-// Only the image files are used here, not the server that serves them.
-#[allow(dead_code)]
 mod images;
 mod lifecycle;
 mod support;
