@@ -369,6 +369,23 @@ async fn the_http_flow_virtctl_follows_fills_the_claim() {
     let dv = wait_phase(&c, "async", "Succeeded").await;
     assert_eq!(running_message(&dv), "Upload Complete");
     holds_the_image(&c, "async").await;
+    // virtctl knows an upload claim, and waits for its end, by CDI's claim annotations.
+    let claim = c
+        .api
+        .get(&format!(
+            "/api/v1/namespaces/{NS}/persistentvolumeclaims/async"
+        ))
+        .await
+        .body;
+    let annotations = &claim["metadata"]["annotations"];
+    assert_eq!(
+        annotations["cdi.kubevirt.io/storage.upload.target"], "",
+        "{annotations}"
+    );
+    assert_eq!(
+        annotations["cdi.kubevirt.io/storage.pod.phase"], "Succeeded",
+        "{annotations}"
+    );
 
     // Sync: the answer comes once the DataVolume is Succeeded.
     create(&c, &data_volume("sync", json!({"upload": {}}), "16Mi")).await;

@@ -261,6 +261,7 @@ async fn reconcile(dv: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
             let state = match outcome {
                 Outcome::Done => {
                     ctx.attempts.succeeded(&uid);
+                    mark_claim_succeeded(&claims, &name).await?;
                     State::Succeeded {
                         transfer,
                         claim: name,
@@ -305,6 +306,7 @@ async fn reconcile(dv: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
     let job = match &source {
         Source::Blank => {
             // The volume controller allocated the claim's file sparse: it reads as zeros.
+            mark_claim_succeeded(&claims, &name).await?;
             report(
                 &api,
                 &dv,
@@ -381,6 +383,18 @@ fn lock_retry(
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// CDI's importer and upload pods leave their phase in this annotation of the claim;
+/// virtctl's image-upload waits for `Succeeded` there.
+const POD_PHASE: &str = "cdi.kubevirt.io/storage.pod.phase";
+/// What CDI marks the claim of an upload DataVolume with (virtctl checks it).
+const UPLOAD_TARGET: &str = "cdi.kubevirt.io/storage.upload.target";
+
+async fn mark_claim_succeeded(claims: &Api<DynamicObject>, name: &str) -> Result<(), Error> {
+    let patch = json!({"metadata": {"annotations": {POD_PHASE: "Succeeded"}}});
+    claims.patch(name, &params(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
 /// The claim a DataVolume creates: its name, owned by it, with CDI's labels.
 fn claim_for(
     dv: &DynamicObject,
@@ -411,5 +425,9 @@ fn claim_for(
         },
         "spec": spec.claim_spec(size, profile),
     });
+    let mut claim = claim;
+    if spec.origin == Origin::Source(Source::Upload) {
+        claim["metadata"]["annotations"][UPLOAD_TARGET] = json!("");
+    }
     Ok(serde_json::from_value(claim)?)
 }
