@@ -54,7 +54,8 @@ pub enum ServerError {
     },
     #[error("schema of {kind}: {message}")]
     Schema { kind: &'static str, message: String },
-    #[error("creating namespace {name}: {status}")]
+    /// `name` says what: `namespace/default`, `storageprofile/local`.
+    #[error("creating {name} at start: {status}")]
     Bootstrap {
         name: String,
         status: Box<apimachinery::status::Status>,
@@ -182,7 +183,7 @@ async fn ensure_namespaces(registry: &Registry) -> Result<(), ServerError> {
             Err(status) if status.code == 409 => {}
             Err(status) => {
                 return Err(ServerError::Bootstrap {
-                    name: name.to_string(),
+                    name: format!("namespace/{name}"),
                     status: Box::new(status),
                 })
             }

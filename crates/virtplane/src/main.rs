@@ -541,6 +541,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
             node_monitor_grace_period: args.timing.node_monitor_grace_period,
             volume_pool: args.data_dir.join("volumes"),
             import_scratch: args.data_dir.join("import-scratch"),
+            uploads: args.data_dir.join("uploads"),
             insecure_registries: args.insecure_registries.clone(),
             migration_credentials: Some(issue),
         };

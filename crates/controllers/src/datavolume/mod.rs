@@ -11,7 +11,7 @@ mod sources;
 mod status;
 mod transfers;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,11 +62,24 @@ struct Context {
     retry_at: std::sync::Mutex<std::collections::HashMap<String, Instant>>,
     /// Delays between transfer attempts.
     attempts: Backoff<String>,
+    /// Where the upload proxy puts the images it received (`DIR/uploads`).
+    uploads: PathBuf,
 }
 
-/// Runs the controller; `scratch` is where images are staged while they are converted,
-/// and where images of `registry` sources are pulled to (with `insecure_registries`).
-pub async fn run(client: Client, scratch: PathBuf, insecure_registries: Vec<String>) {
+/// The controller's directories.
+pub struct Dirs {
+    /// Where images are staged while they are converted, and where images of `registry`
+    /// sources are pulled to (`DIR/import-scratch`).
+    pub scratch: PathBuf,
+    /// Where the upload proxy leaves the images it received (`DIR/uploads`).
+    pub uploads: PathBuf,
+}
+
+/// Runs the controller; images of `registry` sources may come from `insecure_registries`.
+pub async fn run(client: Client, dirs: Dirs, insecure_registries: Vec<String>) {
+    let Dirs { scratch, uploads } = dirs;
+    // The upload proxy names files by their canonical path.
+    let uploads = std::fs::canonicalize(&uploads).unwrap_or(uploads);
     let registry = oci::Config::new(scratch.join("registry"), insecure_registries);
     let api = Api::<DynamicObject>::all_with(client.clone(), &data_volume_resource());
     let claims = Api::<DynamicObject>::all_with(client.clone(), &claim_resource());
@@ -76,6 +89,7 @@ pub async fn run(client: Client, scratch: PathBuf, insecure_registries: Vec<Stri
         backoff: Backoff::default(),
         retry_at: Default::default(),
         attempts: Backoff::new(Duration::from_secs(2), Duration::from_secs(300)),
+        uploads,
     });
     let controller = Controller::new_with(api, watcher::Config::default(), data_volume_resource())
         .owns_with(claims, claim_resource(), watcher::Config::default());
@@ -320,7 +334,11 @@ async fn reconcile(dv: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
             return Ok(Action::await_change());
         }
         Source::Upload => match dv.annotations().get(UPLOADED_IMAGE) {
-            Some(file) if std::path::Path::new(file).exists() => Job::Upload(PathBuf::from(file)),
+            // Admission keeps the annotation to the upload proxy; only its directory is
+            // taken all the same, since the file is removed once imported.
+            Some(file) if Path::new(file).starts_with(&ctx.uploads) && Path::new(file).exists() => {
+                Job::Upload(PathBuf::from(file))
+            }
             _ => {
                 report(&api, &dv, &State::UploadReady { claim: name }, restarts).await?;
                 return Ok(Action::await_change());
