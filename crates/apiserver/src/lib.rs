@@ -26,6 +26,7 @@ mod review;
 mod stored;
 pub mod subresources;
 pub mod tls;
+pub mod upload;
 mod version;
 pub mod watch;
 mod yaml;
@@ -57,10 +58,17 @@ pub enum ServerError {
     Schema { kind: &'static str, message: String },
     #[error("{0}")]
     TokenFile(#[from] auth::TokenFileError),
-    #[error("creating namespace {name}: {status}")]
+    /// `name` says what: `namespace/default`, `storageprofile/local`.
+    #[error("creating {name} at start: {status}")]
     Bootstrap {
         name: String,
         status: Box<apimachinery::status::Status>,
+    },
+    #[error("the upload directory {path}: {source}")]
+    Uploads {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
     },
 }
 
@@ -193,6 +201,14 @@ fn extra_resources() -> Vec<ExtraResource> {
             verbs: &["create"],
         });
     }
+    extras.push(ExtraResource {
+        group: upload::GROUP,
+        version: upload::VERSION,
+        name: upload::RESOURCE,
+        kind: upload::KIND,
+        namespaced: true,
+        verbs: &["create"],
+    });
     extras
 }
 
@@ -204,14 +220,17 @@ async fn ensure_namespaces(registry: &Registry) -> Result<(), ServerError> {
         field_manager: "virtplane".into(),
         ..Default::default()
     };
-    for name in core::SYSTEM_NAMESPACES {
+    for name in core::SYSTEM_NAMESPACES
+        .iter()
+        .chain(&core::INSTALL_NAMESPACES)
+    {
         let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
         match registry.create(&reg, None, obj, &options).await {
             Ok(_) => {}
             Err(status) if status.code == 409 => {}
             Err(status) => {
                 return Err(ServerError::Bootstrap {
-                    name: name.into(),
+                    name: format!("namespace/{name}"),
                     status: Box::new(status),
                 })
             }
@@ -286,6 +305,21 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             name: "storageprofile/local".into(),
             status: Box::new(status),
         })?;
+    if let Err(status) = cdi::publish_upload_proxy(&registry, &url, &pki.ca_cert_pem).await {
+        tracing::warn!("cannot publish the upload proxy in CDIConfig config: {status}");
+    }
+    let uploads_dir = config.data_dir.join("uploads");
+    let uploads = Arc::new(
+        upload::Uploads::new(
+            registry.clone(),
+            pki.derived_secret(upload::token::KEY_PURPOSE),
+            &uploads_dir,
+        )
+        .map_err(|source| ServerError::Uploads {
+            path: uploads_dir,
+            source,
+        })?,
+    );
     rbac::bootstrap::ensure(&registry)
         .await
         .map_err(|(name, status)| ServerError::Bootstrap {
@@ -309,7 +343,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         authenticator,
         authorizer,
         discovery: Discovery::new(infos.clone(), extra_resources()),
-        openapi: openapi::OpenApi::new(&infos, &components),
+        openapi: openapi::OpenApi::new(
+            &infos,
+            &[&kubevirt_api::cdi::resources::UPLOAD_TOKEN_REQUEST],
+            &components,
+        ),
         server_address,
         consoles: console::Consoles {
             local_nodes: config.local_nodes.clone(),
@@ -317,6 +355,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             takeovers: Default::default(),
         },
         write_gauge: config.store.write_gauge(),
+        uploads: uploads.clone(),
     });
     pki.write_kubeconfigs(&config.data_dir, &url)?;
     // The in-process identity of the controllers and local node agents: like
@@ -332,6 +371,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         .layer(axum::Extension(tls::ClientCertificateIdentity(component)));
     tokio::spawn(tls::serve(listener, tls_config, http::router(server)));
     tokio::spawn(gc::run(registry.clone()));
+    tokio::spawn(uploads.sweep_periodically());
     tokio::spawn(compact_periodically(
         config.store.clone(),
         config.compaction_interval,

@@ -69,6 +69,37 @@ fn operation(
     op
 }
 
+/// The paths of a kind that is only created (a review, a token request): POST to its
+/// collection.
+fn create_paths_for(info: &ResourceInfo, paths: &mut Map<String, Value>) {
+    let root = format!("/apis/{}/{}", info.group, info.version);
+    let mut params = query_parameters(&["dryRun", "fieldManager", "fieldValidation"]);
+    let collection = if info.namespaced {
+        params.push(parameter(
+            "namespace",
+            "path",
+            "object name and auth scope",
+            "string",
+        ));
+        format!("{root}/namespaces/{{namespace}}/{}", info.plural)
+    } else {
+        format!("{root}/{}", info.plural)
+    };
+    let kind = info.schema_name;
+    let body = json!({"application/json": {"schema": schema_ref(kind)}});
+    let mut post = operation(
+        info,
+        "post",
+        &format!("create{}", info.kind),
+        &[],
+        Some(body),
+        response(kind),
+    );
+    post["parameters"] = Value::Array(params);
+    post["responses"]["201"] = response(kind);
+    paths.insert(collection, json!({"post": post}));
+}
+
 fn paths_for(info: &ResourceInfo, paths: &mut Map<String, Value>) {
     let root = if info.group.is_empty() {
         format!("/api/{}", info.version)
@@ -186,23 +217,36 @@ fn collect_refs(value: &Value, out: &mut Vec<String>) {
 }
 
 impl OpenApi {
-    /// `components` holds every schema, keyed by the names `ResourceInfo::schema_name` uses.
-    pub fn new(infos: &[&'static ResourceInfo], components: &Map<String, Value>) -> Self {
-        let mut grouped: BTreeMap<(String, String), Vec<&ResourceInfo>> = BTreeMap::new();
-        for info in infos {
+    /// `components` holds every schema, keyed by the names `ResourceInfo::schema_name` uses;
+    /// `created_only` are kinds served only for create (without a List schema).
+    pub fn new(
+        infos: &[&'static ResourceInfo],
+        created_only: &[&'static ResourceInfo],
+        components: &Map<String, Value>,
+    ) -> Self {
+        let mut grouped: BTreeMap<(String, String), Vec<(&ResourceInfo, bool)>> = BTreeMap::new();
+        let all = infos
+            .iter()
+            .map(|i| (*i, false))
+            .chain(created_only.iter().map(|i| (*i, true)));
+        for (info, create_only) in all {
             grouped
                 .entry((info.group.to_string(), info.version.to_string()))
                 .or_default()
-                .push(info);
+                .push((info, create_only));
         }
         let mut documents = BTreeMap::new();
         for ((group, version), infos) in grouped {
             let mut paths = Map::new();
             let mut roots: Vec<String> = vec!["io.k8s.apimachinery.pkg.apis.meta.v1.Status".into()];
-            for info in &infos {
-                paths_for(info, &mut paths);
+            for (info, create_only) in &infos {
                 roots.push(info.schema_name.to_string());
-                roots.push(format!("{}List", info.schema_name));
+                if *create_only {
+                    create_paths_for(info, &mut paths);
+                } else {
+                    paths_for(info, &mut paths);
+                    roots.push(format!("{}List", info.schema_name));
+                }
             }
             let root_refs: Vec<&str> = roots.iter().map(String::as_str).collect();
             let schemas = reachable(components, &root_refs);

@@ -318,6 +318,18 @@ impl Pki {
         Ok((cert, key))
     }
 
+    /// A 32-byte secret for `purpose`, derived from the CA's private key (HMAC-SHA256 of
+    /// the purpose under the key's DER form): every server sharing the PKI derives the
+    /// same one, and nobody without the key can.
+    pub fn derived_secret(&self, purpose: &str) -> [u8; 32] {
+        use hmac::{Hmac, Mac};
+        let der = self.ca_key.serialize_der();
+        let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(&der)
+            .expect("HMAC takes keys of any length");
+        mac.update(purpose.as_bytes());
+        mac.finalize().into_bytes().into()
+    }
+
     /// The bearer token of the first user with this name.
     pub fn token_of(&self, user: &str) -> Option<&str> {
         self.tokens

@@ -30,6 +30,10 @@ pub struct Config {
     pub node_monitor_grace_period: Duration,
     /// Where claims' disk files live (`DIR/volumes`).
     pub volume_pool: std::path::PathBuf,
+    /// Where the upload proxy leaves uploaded images (`DIR/uploads`).
+    pub uploads: std::path::PathBuf,
+    /// Registries DataVolume `registry` sources may use over plain HTTP or unverified HTTPS.
+    pub insecure_registries: Vec<String>,
     /// Where DataVolume imports stage images while they convert them (`DIR/import-scratch`).
     pub import_scratch: std::path::PathBuf,
     /// Issues the TLS credentials of a migration whose target listens at these hosts
@@ -44,7 +48,14 @@ pub async fn run(client: kube::Client, config: Config) {
         scheduler::run(client.clone()),
         node_lifecycle::run(client.clone(), config.node_monitor_grace_period),
         volumes::run(client.clone(), config.volume_pool),
-        datavolume::run(client.clone(), config.import_scratch),
+        datavolume::run(
+            client.clone(),
+            datavolume::Dirs {
+                scratch: config.import_scratch,
+                uploads: config.uploads,
+            },
+            config.insecure_registries,
+        ),
         migration::run(client.clone(), config.migration_credentials),
         evacuation::run(client),
     );

@@ -174,11 +174,13 @@ pub async fn readiness(
                 }
             }
         }
-        let bound = pvcs
+        // A claim that does not exist is the VMI's error to report (ErrorPvcNotFound, as
+        // KubeVirt's VMI does); one that exists but is not bound is waited for.
+        let pending = pvcs
             .get_opt(&name)
             .await?
-            .is_some_and(|c| c.data.pointer("/status/phase") == Some(&json!("Bound")));
-        if !bound {
+            .is_some_and(|c| c.data.pointer("/status/phase") != Some(&json!("Bound")));
+        if pending {
             return Ok(Readiness::Waiting(format!(
                 "PVC {namespace}/{name} is not bound"
             )));

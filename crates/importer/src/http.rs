@@ -107,32 +107,11 @@ fn client(source: &HttpSource) -> Result<reqwest::Client, ImportError> {
     }
 }
 
-/// The rustls error inside `error`, however deep (it travels inside nested
-/// `io::Error`s, whose `source()` skips the wrapped error).
-fn find_tls_error<'a>(
-    error: &'a (dyn std::error::Error + 'static),
-    depth: usize,
-) -> Option<&'a rustls::Error> {
-    if depth == 0 {
-        return None;
-    }
-    if let Some(tls) = error.downcast_ref::<rustls::Error>() {
-        return Some(tls);
-    }
-    let unwrapped = error
-        .downcast_ref::<io::Error>()
-        .and_then(io::Error::get_ref)
-        .map(|inner| inner as &(dyn std::error::Error + 'static));
-    unwrapped
-        .and_then(|inner| find_tls_error(inner, depth - 1))
-        .or_else(|| find_tls_error(error.source()?, depth - 1))
-}
-
 /// A failed request: a refused certificate will be refused again; anything else on the
 /// way there (refused, reset, timed out, DNS) may well work later.
 fn request_error(e: &reqwest::Error) -> ImportError {
     let text = format!("{CONNECT}: HTTP request errored: {}", chain(e));
-    match find_tls_error(e, 16) {
+    match oci::tls_error(e) {
         Some(rustls::Error::InvalidCertificate(_)) => ImportError::Permanent(text),
         _ if e.is_builder() => ImportError::Permanent(text),
         _ => ImportError::Transient(text),

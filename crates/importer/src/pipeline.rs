@@ -82,6 +82,21 @@ pub(crate) async fn prepare_target(target: &Target) -> Result<File, ImportError>
     })
 }
 
+/// Whether `path` can be opened with O_DIRECT (not on tmpfs, for one), as CDI checks
+/// before choosing qemu-img's cache mode.
+async fn supports_direct_io(path: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = path.to_path_buf();
+    blocking(move || {
+        OpenOptions::new()
+            .write(true)
+            .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+            .open(&path)
+    })
+    .await
+    .is_ok()
+}
+
 /// Reads until `want` bytes or the end.
 async fn read_prefix<R: AsyncRead + Unpin + ?Sized>(
     reader: &mut R,
@@ -367,7 +382,8 @@ pub(crate) async fn convert_qcow2(
     }
     qemu_img::check(path, cancel).await?;
     let file = prepare_target(target).await?;
-    qemu_img::convert(path, Format::Qcow2, &target.path, cancel).await?;
+    let direct = supports_direct_io(&target.path).await;
+    qemu_img::convert(path, Format::Qcow2, &target.path, direct, cancel).await?;
     let capacity = target.capacity_bytes;
     blocking(move || {
         if file.metadata()?.len() != capacity {

@@ -123,8 +123,14 @@ mod tests {
         for i in 1..50 {
             r.update(i);
         }
+        // Skipped updates are not reported; a forced one is.
         r.force(30);
         r.force(100);
-        assert_eq!(*seen.lock().unwrap(), vec![0, 49, 100]);
+        // Never down, even when forced.
+        r.force(50);
+        assert_eq!(*seen.lock().unwrap(), vec![0, 30, 100, 100]);
+        std::thread::sleep(INTERVAL);
+        r.update(101);
+        assert_eq!(seen.lock().unwrap().last(), Some(&101));
     }
 }

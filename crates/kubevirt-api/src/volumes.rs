@@ -14,6 +14,11 @@ pub struct ContainerDisk {
     pub image: String,
     /// The disk's path inside the image (default: the one disk under `/disk/`).
     pub path: Option<String>,
+    /// A `kubernetes.io/dockerconfigjson` Secret in the VMI's namespace with credentials
+    /// for the image's registry.
+    pub image_pull_secret: Option<String>,
+    /// `Always`, `IfNotPresent` or `Never` (set by defaulting).
+    pub image_pull_policy: Option<String>,
 }
 
 /// `emptyDisk`.
@@ -168,7 +173,8 @@ mod tests {
             sources[0],
             &Source::ContainerDisk(ContainerDisk {
                 image: "r/i:1".into(),
-                path: Some("/disk/a.qcow2".into())
+                path: Some("/disk/a.qcow2".into()),
+                ..ContainerDisk::default()
             })
         );
         assert_eq!(

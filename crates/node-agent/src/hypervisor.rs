@@ -1,6 +1,7 @@
 //! What the agent asks of a hypervisor backend: the steps of a VMI's life, each answered
 //! with where things stand, so the agent only writes status and schedules re-checks.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -9,10 +10,21 @@ use kube::core::DynamicObject;
 
 use crate::volume_sources::VolumeSources;
 
+/// The images a VMI's disks and kernel were pulled as, each pinned by digest
+/// (`registry/repository@sha256:…`): recorded in its status, so that everything after
+/// (a start after an agent restart, a migration target) uses exactly those images.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImageIds {
+    /// By containerDisk volume name.
+    pub volumes: BTreeMap<String, String>,
+    /// The kernelBoot container's.
+    pub kernel: Option<String>,
+}
+
 /// Outcome of readying what a VMI needs before it can boot (images, disks, network).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Prepared {
-    Ready,
+    Ready(ImageIds),
     /// A failure the VMI reports as `Synchronized=False` with this reason (e.g. ErrImagePull).
     Failed {
         reason: String,

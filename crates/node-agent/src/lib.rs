@@ -5,7 +5,6 @@
 mod cloud_init;
 pub mod endpoint;
 pub mod hypervisor;
-mod images;
 mod migration;
 mod node;
 pub mod qemu_hv;

@@ -62,6 +62,13 @@ pub fn tuning(vmi: &DynamicObject, state: &MigrationState) -> Tuning {
         downtime_limit: Duration::from_millis(config["maxDowntimeMs"].as_u64().unwrap_or(30)),
         auto_converge: config["allowAutoConverge"] == json!(true),
         post_copy: config["allowPostCopy"] == json!(true),
+        // KubeVirt: workload disruption defaults to what post-copy is; without post-copy
+        // it means pausing the guest.
+        pause_to_converge: config["allowPostCopy"] != json!(true)
+            && config
+                .get("allowWorkloadDisruption")
+                .unwrap_or(&config["allowPostCopy"])
+                == &json!(true),
         progress_timeout: Duration::from_secs(seconds("progressTimeout", DEFAULT_PROGRESS_TIMEOUT)),
         completion_timeout: Duration::from_secs(
             seconds(
@@ -279,8 +286,15 @@ async fn send(
                     write_state(ctx, vmi, json!({"abortStatus": "Aborting"}), Value::Null).await?;
                 }
             }
-            if progress.post_copy && state.mode.as_deref() != Some("PostCopy") {
-                write_state(ctx, vmi, json!({"mode": "PostCopy"}), Value::Null).await?;
+            let mode = if progress.post_copy {
+                Some("PostCopy")
+            } else if progress.paused_guest {
+                Some("Paused")
+            } else {
+                None
+            };
+            if let Some(mode) = mode.filter(|m| state.mode.as_deref() != Some(*m)) {
+                write_state(ctx, vmi, json!({"mode": mode}), Value::Null).await?;
             }
             Ok(Action::requeue(Duration::from_millis(500)))
         }

@@ -166,7 +166,7 @@ impl Hypervisor for Sim {
                 message: format!("simulated failure to prepare the VMI ({reason})"),
                 reason,
             },
-            None => Prepared::Ready,
+            None => Prepared::Ready(Default::default()),
         }
     }
 

@@ -15,8 +15,10 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Map, Value};
 
-use crate::hypervisor::{GuestInfo, Hypervisor, Observed, PauseCause, Prepared, Started, Stopping};
-use crate::volume_sources::{SourceError, VolumeSources};
+use crate::hypervisor::{
+    GuestInfo, Hypervisor, ImageIds, Observed, PauseCause, Prepared, Started, Stopping,
+};
+use crate::volume_sources::{SourceError, SourceKind, VolumeSources};
 
 use kubevirt_api::meta::now;
 use kubevirt_api::names::annotations::{
@@ -290,7 +292,7 @@ fn running_status(
     list.retain(|c| c["type"] != "Synchronized");
     status.insert("conditions".into(), json!(list));
     status.extend(guest_status(info, accel));
-    status.insert("volumeStatus".into(), json!(volume_status(vmi)));
+    status.extend(image_status(vmi, &image_ids(vmi)));
     status
 }
 
@@ -310,6 +312,56 @@ pub(crate) fn guest_status(info: &GuestInfo, accel: Option<&str>) -> Map<String,
     }
     if !info.port_forwards.is_empty() {
         status.insert("portForwards".into(), json!(info.port_forwards));
+    }
+    status
+}
+
+/// The image IDs (`registry/repository@sha256:…`) the VMI's status records: each
+/// containerDisk's in `volumeStatus[].containerDiskVolume.imageID`, the kernelBoot
+/// container's in `kernelBootStatus.imageID` (a pod's `containerStatuses[].imageID`, put
+/// where KubeVirt keeps the rest of a containerDisk's details).
+pub(crate) fn image_ids(vmi: &DynamicObject) -> ImageIds {
+    let volumes = vmi
+        .data
+        .pointer("/status/volumeStatus")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            let id = v.pointer("/containerDiskVolume/imageID")?.as_str()?;
+            Some((v["name"].as_str()?.to_string(), id.to_string()))
+        })
+        .collect();
+    let kernel = vmi
+        .data
+        .pointer("/status/kernelBootStatus/imageID")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    ImageIds { volumes, kernel }
+}
+
+/// `volumeStatus` and, for a kernelBoot image, `kernelBootStatus`, with the image IDs.
+fn image_status(vmi: &DynamicObject, ids: &ImageIds) -> Map<String, Value> {
+    let mut status = Map::new();
+    let volumes: Vec<Value> = volume_status(vmi)
+        .into_iter()
+        .map(|mut v| {
+            if let Some(id) = v["name"].as_str().and_then(|n| ids.volumes.get(n)) {
+                v["containerDiskVolume"] = json!({"imageID": id});
+            }
+            v
+        })
+        .collect();
+    status.insert("volumeStatus".into(), json!(volumes));
+    if let Some(id) = &ids.kernel {
+        let mut kernel = vmi
+            .data
+            .pointer("/status/kernelBootStatus")
+            .cloned()
+            .filter(Value::is_object)
+            .unwrap_or_else(|| json!({}));
+        kernel["imageID"] = json!(id);
+        status.insert("kernelBootStatus".into(), kernel);
     }
     status
 }
@@ -408,10 +460,10 @@ async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
         VmiPhase::Scheduling => {
             let sources = match read_sources(&ctx.client, &vmi).await? {
                 Ok(sources) => sources,
-                Err(SourcesUnusable::Missing(message)) => {
+                Err(SourcesUnusable::Missing { reason, message }) => {
                     // Like a pod waiting for its volume: retried until the object exists.
                     let mut list = conditions(&vmi);
-                    set_condition(&mut list, "Synchronized", "False", "FailedMount", &message);
+                    set_condition(&mut list, "Synchronized", "False", reason, &message);
                     writer
                         .patch(json!({"status": {"conditions": list}}))
                         .await?;
@@ -428,7 +480,9 @@ async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
         VmiPhase::Scheduled => {
             let sources = match read_sources(&ctx.client, &vmi).await? {
                 Ok(sources) => sources,
-                Err(SourcesUnusable::Missing(message) | SourcesUnusable::Invalid(message)) => {
+                Err(
+                    SourcesUnusable::Missing { message, .. } | SourcesUnusable::Invalid(message),
+                ) => {
                     return writer
                         .patch(json!({"status": failed_status(&vmi, "FailedCreate", &message)}))
                         .await;
@@ -453,8 +507,12 @@ async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
 
 /// Why the ConfigMaps and Secrets of a VMI's volumes cannot be used (yet).
 enum SourcesUnusable {
-    /// An object does not exist: it may still be created.
-    Missing(String),
+    /// An object does not exist: it may still be created. The reason is the condition's:
+    /// `FailedMount` (a volume's object) or `ErrImagePull` (an imagePullSecret).
+    Missing {
+        reason: &'static str,
+        message: String,
+    },
     /// What they hold cannot become the volume (a sysprep source without an answer file).
     Invalid(String),
 }
@@ -467,8 +525,16 @@ async fn read_sources(
 ) -> Result<Result<VolumeSources, SourcesUnusable>, kube::Error> {
     let sources = match VolumeSources::read(client, vmi).await {
         Ok(sources) => sources,
-        Err(e @ SourceError::Missing { .. }) => {
-            return Ok(Err(SourcesUnusable::Missing(e.to_string())))
+        Err(e @ SourceError::Missing { kind, .. }) => {
+            let reason = if kind == SourceKind::PullSecret {
+                "ErrImagePull"
+            } else {
+                "FailedMount"
+            };
+            return Ok(Err(SourcesUnusable::Missing {
+                reason,
+                message: e.to_string(),
+            }));
         }
         Err(SourceError::Api { source, .. } | SourceError::ClaimApi { source, .. }) => {
             return Err(source)
@@ -486,7 +552,7 @@ pub(crate) async fn read_sources_for_target(
     vmi: &DynamicObject,
 ) -> Result<Result<VolumeSources, String>, kube::Error> {
     Ok(read_sources(client, vmi).await?.map_err(|e| match e {
-        SourcesUnusable::Missing(m) | SourcesUnusable::Invalid(m) => m,
+        SourcesUnusable::Missing { message, .. } | SourcesUnusable::Invalid(message) => message,
     }))
 }
 
@@ -510,11 +576,18 @@ async fn prepare(
     sources: &VolumeSources,
 ) -> Result<Action, kube::Error> {
     match hv.prepare(vmi, sources).await {
-        Prepared::Ready => {
+        Prepared::Ready(pulled) => {
             let mut status = enter_phase(vmi, VmiPhase::Scheduled);
             let mut list = conditions(vmi);
             list.retain(|c| c["type"] != "Synchronized");
             status.insert("conditions".into(), json!(list));
+            // The digests the images were pulled as, for the start and any migration.
+            let mut pins = image_ids(vmi);
+            pins.volumes.extend(pulled.volumes);
+            pins.kernel = pulled.kernel.or(pins.kernel);
+            if pins != ImageIds::default() {
+                status.extend(image_status(vmi, &pins));
+            }
             writer.patch(json!({"status": status})).await
         }
         Prepared::Failed { reason, message } => {
@@ -734,4 +807,56 @@ async fn set_paused(
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
     Ok(Action::requeue(Duration::from_millis(50)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn vmi(status: Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "v", "namespace": "default"},
+            "spec": {"domain": {"devices": {"disks": [
+                {"name": "root", "disk": {"bus": "virtio"}},
+                {"name": "seed", "disk": {"bus": "virtio"}}]}},
+                "volumes": [{"name": "root", "containerDisk": {"image": "quay.io/a/b:1"}},
+                            {"name": "seed", "cloudInitNoCloud": {"userData": "x"}}]},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn image_ids_round_trip_through_the_status() {
+        let id = format!("quay.io/a/b@{DIGEST}");
+        let ids = ImageIds {
+            volumes: [("root".to_string(), id.clone())].into(),
+            kernel: Some(format!("quay.io/k@{DIGEST}")),
+        };
+        let status = image_status(
+            &vmi(json!({"kernelBootStatus": {"kernelInfo": {"checksum": 1}}})),
+            &ids,
+        );
+        assert_eq!(
+            status["volumeStatus"],
+            json!([{"name": "root", "target": "vda", "containerDiskVolume": {"imageID": id}},
+                   {"name": "seed", "target": "vdb"}])
+        );
+        // KubeVirt's own kernelBootStatus fields stay.
+        assert_eq!(status["kernelBootStatus"]["kernelInfo"]["checksum"], 1);
+        let written = vmi(Value::Object(status));
+        assert_eq!(image_ids(&written), ids);
+        // A running status keeps them.
+        let running = running_status(
+            &written,
+            &GuestInfo::default(),
+            false,
+            None,
+            &VolumeSources::default(),
+        );
+        assert_eq!(image_ids(&vmi(Value::Object(running))), ids);
+    }
 }

@@ -1,6 +1,7 @@
 //! The ConfigMaps and Secrets a VMI's volumes name (sysprep answer files, cloud-init user
-//! and network data), read from the API when the VMI is prepared and again when it
-//! starts, as the kubelet mounts them into KubeVirt's launcher pod.
+//! and network data, the imagePullSecrets of containerDisks and kernelBoot), read from
+//! the API when the VMI is prepared and again when it starts, as the kubelet mounts them
+//! into KubeVirt's launcher pod (and reads the pod's imagePullSecrets).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -19,6 +20,8 @@ pub type Files = BTreeMap<String, Vec<u8>>;
 pub enum SourceKind {
     ConfigMap,
     Secret,
+    /// A Secret with registry credentials (`containerDisk.imagePullSecret`).
+    PullSecret,
 }
 
 impl SourceKind {
@@ -27,13 +30,14 @@ impl SourceKind {
         match self {
             SourceKind::ConfigMap => "configmap",
             SourceKind::Secret => "secret",
+            SourceKind::PullSecret => "imagePullSecret",
         }
     }
 
     fn resource(self) -> ApiResource {
         let (kind, plural) = match self {
             SourceKind::ConfigMap => ("ConfigMap", "configmaps"),
-            SourceKind::Secret => ("Secret", "secrets"),
+            SourceKind::Secret | SourceKind::PullSecret => ("Secret", "secrets"),
         };
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", kind), plural)
     }
@@ -120,6 +124,17 @@ fn volume_references(volume: &Value) -> Vec<Reference> {
         })
     };
     let mut out = Vec::new();
+    if let Some(name) = volume
+        .pointer("/containerDisk/imagePullSecret")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+    {
+        out.push(Reference {
+            kind: SourceKind::PullSecret,
+            name: name.to_string(),
+            volume: volume_name.to_string(),
+        });
+    }
     if let Some(sysprep) = volume.get("sysprep") {
         out.extend(named(SourceKind::ConfigMap, sysprep.get("configMap")));
         out.extend(named(SourceKind::Secret, sysprep.get("secret")));
@@ -134,13 +149,28 @@ fn volume_references(volume: &Value) -> Vec<Reference> {
     out
 }
 
-/// Every object the VMI's volumes refer to, in volume order.
+/// Every object the VMI's volumes refer to, in volume order, then the kernelBoot
+/// container's imagePullSecret (as volume `kernelBoot`).
 pub fn references(vmi: &DynamicObject) -> Vec<Reference> {
-    vmi.data
+    let mut out: Vec<Reference> = vmi
+        .data
         .pointer("/spec/volumes")
         .and_then(Value::as_array)
         .map(|volumes| volumes.iter().flat_map(volume_references).collect())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    if let Some(name) = vmi
+        .data
+        .pointer("/spec/domain/firmware/kernelBoot/container/imagePullSecret")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+    {
+        out.push(Reference {
+            kind: SourceKind::PullSecret,
+            name: name.to_string(),
+            volume: "kernelBoot".to_string(),
+        });
+    }
+    out
 }
 
 /// The files of a ConfigMap (`data` as is, `binaryData` decoded) or a Secret (`data`
@@ -165,7 +195,7 @@ fn files_of(kind: SourceKind, object: &DynamicObject) -> Files {
             .unwrap_or_default()
     };
     match kind {
-        SourceKind::Secret => decoded("data").into_iter().collect(),
+        SourceKind::Secret | SourceKind::PullSecret => decoded("data").into_iter().collect(),
         SourceKind::ConfigMap => {
             let mut files: Files = decoded("binaryData").into_iter().collect();
             if let Some(map) = object.data.get("data").and_then(Value::as_object) {
@@ -201,6 +231,8 @@ pub async fn read_secret(
 #[derive(Clone, Debug, Default)]
 pub struct VolumeSources {
     objects: HashMap<(SourceKind, String), Files>,
+    /// The `type` of each imagePullSecret, by name.
+    pull_secret_types: HashMap<String, String>,
     /// Each claim the volumes use, by name.
     claims: HashMap<String, Claim>,
     /// Whether each existing claim is ReadWriteMany (a disk several nodes may open).
@@ -212,6 +244,7 @@ impl VolumeSources {
     pub async fn read(client: &Client, vmi: &DynamicObject) -> Result<Self, SourceError> {
         let namespace = vmi.namespace().unwrap_or_default();
         let mut objects = HashMap::new();
+        let mut pull_secret_types = HashMap::new();
         for reference in references(vmi) {
             let key = (reference.kind, reference.name.clone());
             if objects.contains_key(&key) {
@@ -237,6 +270,10 @@ impl VolumeSources {
                     volume: reference.volume.clone(),
                     namespace: namespace.clone(),
                 })?;
+            if reference.kind == SourceKind::PullSecret {
+                let kind = object.data["type"].as_str().unwrap_or("Opaque");
+                pull_secret_types.insert(reference.name.clone(), kind.to_string());
+            }
             objects.insert(key, files_of(reference.kind, &object));
         }
         let api = Api::<DynamicObject>::namespaced_with(
@@ -269,6 +306,7 @@ impl VolumeSources {
         }
         Ok(VolumeSources {
             objects,
+            pull_secret_types,
             claims,
             shared,
         })
@@ -292,6 +330,7 @@ impl VolumeSources {
                 .into_iter()
                 .map(|(kind, name, files)| ((kind, name), files))
                 .collect(),
+            pull_secret_types: HashMap::new(),
             claims: HashMap::new(),
             shared: HashMap::new(),
         }
@@ -299,6 +338,16 @@ impl VolumeSources {
 
     pub fn get(&self, kind: SourceKind, name: &str) -> Option<&Files> {
         self.objects.get(&(kind, name.to_string()))
+    }
+
+    /// An imagePullSecret's type and files; `None` when it was not read.
+    pub fn pull_secret(&self, name: &str) -> Option<(&str, &Files)> {
+        let files = self.get(SourceKind::PullSecret, name)?;
+        let kind = self
+            .pull_secret_types
+            .get(name)
+            .map_or("Opaque", String::as_str);
+        Some((kind, files))
     }
 
     /// The files behind a sysprep volume source, with its kind and name.
@@ -331,13 +380,14 @@ mod tests {
 
     #[test]
     fn finds_every_reference() {
-        let vmi = vmi(json!([
-            {"name": "root", "containerDisk": {"image": "x"}},
+        let mut vmi = vmi(json!([
+            {"name": "root", "containerDisk": {"image": "x", "imagePullSecret": "regcred"}},
             {"name": "sysprep", "sysprep": {"configMap": {"name": "answers"}}},
             {"name": "ci", "cloudInitNoCloud": {"secretRef": {"name": "user"},
                                                "networkDataSecretRef": {"name": "net"}}},
             {"name": "cd", "cloudInitConfigDrive": {"userData": "inline"}}
         ]));
+        vmi.data["spec"]["domain"] = json!({"firmware": {"kernelBoot": {"container": {"image": "k", "imagePullSecret": "kernelcred"}}}});
         let found = references(&vmi);
         let found: Vec<(SourceKind, &str, &str)> = found
             .iter()
@@ -346,9 +396,11 @@ mod tests {
         assert_eq!(
             found,
             [
+                (SourceKind::PullSecret, "regcred", "root"),
                 (SourceKind::ConfigMap, "answers", "sysprep"),
                 (SourceKind::Secret, "user", "ci"),
-                (SourceKind::Secret, "net", "ci")
+                (SourceKind::Secret, "net", "ci"),
+                (SourceKind::PullSecret, "kernelcred", "kernelBoot")
             ]
         );
     }
@@ -382,6 +434,16 @@ mod tests {
         assert_eq!(
             error.to_string(),
             "volume sysprep: configmap \"answers\" not found in namespace default"
+        );
+        let error = SourceError::Missing {
+            kind: SourceKind::PullSecret,
+            name: "regcred".into(),
+            volume: "rootdisk".into(),
+            namespace: "default".into(),
+        };
+        assert_eq!(
+            error.to_string(),
+            "volume rootdisk: imagePullSecret \"regcred\" not found in namespace default"
         );
     }
 }

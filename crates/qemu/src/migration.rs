@@ -85,6 +85,10 @@ pub struct Tuning {
     /// Allow switching to post-copy when pre-copy does not finish in time (both sides
     /// must have it).
     pub post_copy: bool,
+    /// Without post-copy: pause the guest when pre-copy does not finish in time, so that
+    /// it converges (KubeVirt's `Paused` mode, `allowWorkloadDisruption`); the guest runs
+    /// again on the target, or on the source if the migration fails.
+    pub pause_to_converge: bool,
     /// Abort when the data still to send has not shrunk for this long.
     pub progress_timeout: Duration,
     /// Abort (or switch to post-copy, when allowed) after this long.
@@ -140,6 +144,8 @@ pub struct Progress {
     pub disk_copied: u64,
     /// `PreCopy` or `PostCopy`.
     pub post_copy: bool,
+    /// The source paused the guest so that the migration converges.
+    pub paused_guest: bool,
     pub error: Option<String>,
 }
 
@@ -156,6 +162,7 @@ impl Progress {
             transferred: u("/ram/transferred"),
             remaining: u("/ram/remaining"),
             disk_copied: 0,
+            paused_guest: false,
             error: reply["error-desc"].as_str().map(str::to_string),
         }
     }
@@ -312,6 +319,13 @@ pub async fn send(
         cancel_mirrors(&qmp, &plan.disks, true).await;
         // A cancel during the final stop leaves the vCPUs stopped until cancelled out.
         wait_not_active(&qmp).await;
+        // QEMU resumes a guest that ran when the migration began, not one paused to
+        // converge: that one is continued here.
+        if progress.borrow().paused_guest {
+            if let Err(e) = qmp.execute("cont", None).await {
+                tracing::warn!("cannot resume the guest paused for its migration: {e}");
+            }
+        }
     }
     result
 }
@@ -379,11 +393,13 @@ async fn drive(
     let mut least_remaining = u64::MAX;
     let mut last_progress = Instant::now();
     let mut post_copy = false;
+    let mut paused_guest = false;
     loop {
         let reply = qmp.execute("query-migrate", None).await?;
         let mut now = Progress::from_reply(&reply);
         now.disk_copied = progress.borrow().disk_copied;
         now.post_copy |= post_copy;
+        now.paused_guest = paused_guest;
         progress.send_replace(now.clone());
         match now.status.clone().unwrap_or(Status::None) {
             Status::Completed => return Ok(now),
@@ -431,6 +447,15 @@ async fn drive(
                     qmp.execute("migrate-start-postcopy", None).await?;
                     post_copy = true;
                 }
+                // Out of time with workload disruption allowed: a paused guest dirties
+                // nothing, so what is left goes; only a stall aborts it now.
+                Err(Failure::TooSlow(_)) if tuning.pause_to_converge && !paused_guest => {
+                    tracing::info!("migration did not converge in time: pausing the guest");
+                    qmp.execute("stop", None).await?;
+                    paused_guest = true;
+                    progress.send_modify(|p| p.paused_guest = true);
+                }
+                Err(Failure::TooSlow(_)) if paused_guest => {}
                 other => other?,
             }
         }

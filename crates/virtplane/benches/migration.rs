@@ -218,9 +218,9 @@ fn kubevirt(ns: &str, plural: &str) -> String {
 
 const KUBEVIRT_OBJECT: &str = "/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts/kubevirt";
 
-/// Namespace `kubevirt` and the KubeVirt object `kubevirt/kubevirt` with `migrations`.
-async fn create_kubevirt(server: &Virtplane, api: &Api, migrations: Value) -> Result<()> {
-    server.create_namespace("kubevirt").await?;
+/// The KubeVirt object `kubevirt/kubevirt` with `migrations` (the server makes the
+/// namespace at start).
+async fn create_kubevirt(api: &Api, migrations: Value) -> Result<()> {
     api.post(
         &kubevirt("kubevirt", "kubevirts"),
         &json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt",
@@ -1520,7 +1520,7 @@ async fn qemu_parts(dir: &Path, parts: &[u32], count: usize, timeout: Duration) 
     let mib = knob::<u64>("BENCH_DIRTY_MIB", 64).max(1);
     let warmup = Duration::from_millis(knob("BENCH_DIRTY_WARMUP_MS", 1000));
     let mut cluster = Cluster::start(dir, &registry, timeout).await?;
-    create_kubevirt(&cluster.server, &cluster.api, json!({"disableTLS": false})).await?;
+    create_kubevirt(&cluster.api, json!({"disableTLS": false})).await?;
     let boot = boot_vm(&mut cluster, &registry, timeout).await?;
     let (node, pid) = cluster.placement().await?;
     let agent_argv = cmdline(pid);
@@ -1699,7 +1699,6 @@ async fn drain(
     server.create_namespace(DRAIN_NS).await?;
     if let Some(n) = limits {
         create_kubevirt(
-            &server,
             &api,
             json!({"parallelMigrationsPerCluster": n, "parallelOutboundMigrationsPerNode": n}),
         )

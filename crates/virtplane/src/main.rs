@@ -8,6 +8,7 @@ use std::time::Duration;
 
 mod admin;
 mod console;
+mod upload;
 mod user;
 
 use anyhow::{bail, Context};
@@ -45,6 +46,9 @@ enum Command {
         #[command(subcommand)]
         action: UserAction,
     },
+    /// virtctl's image-upload: stream a local disk image into a new (or existing)
+    /// DataVolume, e.g. `image-upload dv NAME --size=1Gi --image-path=disk.qcow2`.
+    ImageUpload(upload::ImageUploadArgs),
 }
 
 #[derive(Subcommand)]
@@ -242,6 +246,7 @@ fn main() -> ExitCode {
         Command::Server(args) => run_server(args),
         Command::Node(args) => run_node(args),
         Command::Vm(args) => run_vm(args),
+        Command::ImageUpload(args) => runtime().and_then(|rt| rt.block_on(upload::run(args))),
         Command::User {
             action:
                 UserAction::Add {
@@ -586,6 +591,8 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
             node_monitor_grace_period: args.timing.node_monitor_grace_period,
             volume_pool: args.data_dir.join("volumes"),
             import_scratch: args.data_dir.join("import-scratch"),
+            uploads: args.data_dir.join("uploads"),
+            insecure_registries: args.insecure_registries.clone(),
             migration_credentials: Some(issue),
         };
         tokio::spawn(controllers::run(client.clone(), controller_config));

@@ -1,4 +1,5 @@
-//! Volumes whose data lives in ConfigMaps and Secrets (sysprep, cloud-init secretRef): a
+//! Volumes whose data lives in ConfigMaps and Secrets (sysprep, cloud-init secretRef, a
+//! containerDisk's imagePullSecret): a
 //! missing object is reported on the VMI and the VM until it is created, and a sysprep
 //! source without an answer file fails the VMI saying so. The node agent reads the
 //! objects whatever its hypervisor, so simulated nodes show it. Tier A.
@@ -113,6 +114,40 @@ async fn missing_objects_are_reported_until_they_exist() {
         )
         .await;
     c.wait_vmi_phase(NS, "linux", "Running").await;
+}
+
+#[tokio::test]
+async fn a_missing_image_pull_secret_is_reported_until_it_exists() {
+    let c = Cluster::start(1, &[]).await;
+    c.namespace(NS).await;
+    c.create_vm(
+        NS,
+        &vm_with_volume(
+            "private",
+            "Always",
+            json!({"name": "root", "disk": {"bus": "virtio"}}),
+            json!({"name": "root", "containerDisk": {"image": "quay.io/example/private:1",
+                                                     "imagePullSecret": "regcred"}}),
+        ),
+    )
+    .await;
+    let (reason, message) = unsynchronized(&c, "private").await;
+    assert_eq!(reason, "ErrImagePull");
+    assert_eq!(
+        message,
+        format!("volume root: imagePullSecret \"regcred\" not found in namespace {NS}")
+    );
+    c.wait_printable(NS, "private", "ErrImagePull").await;
+    let config = json!({"auths": {"quay.io": {"auth": "dXNlcjpwYXNz"}}}).to_string();
+    c.api
+        .create(
+            &format!("/api/v1/namespaces/{NS}/secrets"),
+            &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "regcred"},
+                    "type": "kubernetes.io/dockerconfigjson",
+                    "stringData": {".dockerconfigjson": config}}),
+        )
+        .await;
+    c.wait_vmi_phase(NS, "private", "Running").await;
 }
 
 #[tokio::test]

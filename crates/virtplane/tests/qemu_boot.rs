@@ -973,3 +973,71 @@ async fn data_volume_template_imports_the_disk_the_guest_boots_from() {
     );
     env.delete_vm(name).await;
 }
+
+/// A `registry` DataVolume source: the disk under `/disk/` of the containerDisk image
+/// becomes the claim's raw disk; a tag the registry does not have fails with its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_volume_from_a_registry_image() {
+    let Some(g) = guests() else { return };
+    let env = shared(g).await;
+    let dvs = format!(
+        "/apis/cdi.kubevirt.io/v1beta1/namespaces/{}/datavolumes",
+        qemu::NS
+    );
+    let dv = |name: &str, image: String| {
+        json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume", "metadata": {"name": name},
+               "spec": {"source": {"registry": {"url": format!("docker://{image}")}},
+                        "storage": {"resources": {"requests": {"storage": "128Mi"}}}}})
+    };
+    env.api
+        .create(&dvs, &dv("from-registry", g.disk_image()))
+        .await;
+    env.api
+        .create(
+            &dvs,
+            &dv("no-such-tag", format!("{}/guest:nope", g.registry)),
+        )
+        .await;
+    let final_phase = |r: &support::Reply| {
+        matches!(
+            r.body["status"]["phase"].as_str(),
+            Some("Succeeded" | "Failed")
+        )
+    };
+    let done = env
+        .api
+        .eventually(&format!("{dvs}/from-registry"), SHORT, final_phase)
+        .await
+        .body;
+    assert_eq!(done["status"]["phase"], "Succeeded", "{}", done["status"]);
+    let claim = env
+        .api
+        .get(&format!(
+            "/api/v1/namespaces/{}/persistentvolumeclaims/from-registry",
+            qemu::NS
+        ))
+        .await
+        .body;
+    let file = claim["metadata"]["annotations"]["virtplane.io/volume-path"]
+        .as_str()
+        .expect("volume path")
+        .to_string();
+    let disk = std::fs::read(g.dir.join("disk.img")).expect("the guest's raw disk");
+    let imported = std::fs::read(&file).expect("claim file");
+    assert_eq!(imported.len(), 128 << 20);
+    assert!(
+        imported[..disk.len()] == disk[..],
+        "the claim holds the image's disk"
+    );
+    let failed = env
+        .api
+        .eventually(&format!("{dvs}/no-such-tag"), SHORT, final_phase)
+        .await
+        .body;
+    assert_eq!(failed["status"]["phase"], "Failed", "{}", failed["status"]);
+    let message = support::condition(&failed, "Running")
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or("")
+        .to_string();
+    assert!(message.contains("manifest unknown"), "{message}");
+}

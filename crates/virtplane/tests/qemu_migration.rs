@@ -77,17 +77,9 @@ async fn wait_final(env: &Env, name: &str, within: Duration) -> Value {
     }
 }
 
-/// Creates the cluster's KubeVirt configuration (and its namespace) with these
-/// `spec.configuration.migrations`.
+/// Creates the cluster's KubeVirt configuration (in the `kubevirt` namespace the server
+/// makes at start) with these `spec.configuration.migrations`.
 async fn configure_migrations(env: &Env, migrations: Value) {
-    let ns = env
-        .api
-        .post(
-            "/api/v1/namespaces",
-            &json!({"metadata": {"name": "kubevirt"}}),
-        )
-        .await;
-    assert_eq!(ns.status, StatusCode::CREATED, "{}", ns.body);
     let kv = json!({"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "kubevirt"},
         "spec": {"configuration": {"migrations": migrations}}});
     let kv = env
@@ -95,6 +87,22 @@ async fn configure_migrations(env: &Env, migrations: Value) {
         .post("/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts", &kv)
         .await;
     assert_eq!(kv.status, StatusCode::CREATED, "{}", kv.body);
+}
+
+/// The server's QEMU node and a second one, `node-b`, joined and Ready.
+async fn two_nodes(g: &qemu::Guests) -> (Cluster, NodeAgent) {
+    let cluster = Cluster::start(g, &[]).await;
+    let agent = NodeAgent::start(
+        cluster.server.data_dir(),
+        "node-b",
+        &["--hypervisor", "qemu", "--insecure-registry", &g.registry],
+    );
+    let base = cluster.env();
+    Env::new(&base.url, &base.data_dir, &base.host_disk_dir)
+        .on_node(&agent)
+        .wait_node_ready()
+        .await;
+    (cluster, agent)
 }
 
 fn migration(name: &str, vmi: &str) -> Value {
@@ -105,15 +113,9 @@ fn migration(name: &str, vmi: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_guest_moves_to_another_node_and_carries_on() {
     let Some(g) = guests() else { return };
-    let cluster = Cluster::start(g, &[]).await;
-    let agent = NodeAgent::start(
-        cluster.server.data_dir(),
-        "node-b",
-        &["--hypervisor", "qemu", "--insecure-registry", &g.registry],
-    );
+    let (cluster, agent) = two_nodes(g).await;
     let base = cluster.env();
     let on_b = Env::new(&base.url, &base.data_dir, &base.host_disk_dir).on_node(&agent);
-    on_b.wait_node_ready().await;
 
     let name = "mover";
     let mut vm = kernel_vm(
@@ -665,15 +667,9 @@ async fn a_source_agent_that_restarts_mid_way_ends_the_migration_in_a_defined_st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drained_node_moves_one_guest_live_and_restarts_the_other_elsewhere() {
     let Some(g) = guests() else { return };
-    let cluster = Cluster::start(g, &[]).await;
-    let agent = NodeAgent::start(
-        cluster.server.data_dir(),
-        "node-b",
-        &["--hypervisor", "qemu", "--insecure-registry", &g.registry],
-    );
+    let (cluster, agent) = two_nodes(g).await;
     let on_a = cluster.env();
     let on_b = Env::new(&on_a.url, &on_a.data_dir, &on_a.host_disk_dir).on_node(&agent);
-    on_b.wait_node_ready().await;
     let cordon = |on: bool| json!({"spec": {"unschedulable": on}});
     let node_b = format!("/api/v1/nodes/{}", on_b.node);
     on_a.api.merge(&node_b, &cordon(true)).await;
@@ -785,4 +781,89 @@ async fn a_drained_node_moves_one_guest_live_and_restarts_the_other_elsewhere() 
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// KubeVirt's completion timeout on a real QEMU: a migration that cannot finish in time
+/// (its bandwidth capped, one second per GiB) is aborted with KubeVirt's reason and the
+/// guest runs on at the source; with `allowWorkloadDisruption` (here from a
+/// MigrationPolicy) and no post-copy the guest is paused instead, the migration finishes
+/// in mode `Paused`, and the guest runs again on the target without a reboot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_out_of_time_is_aborted_or_pauses_the_guest_when_allowed() {
+    let Some(g) = guests() else { return };
+    let (cluster, agent) = two_nodes(g).await;
+    let base = cluster.env();
+    let on_b = Env::new(&base.url, &base.data_dir, &base.host_disk_dir).on_node(&agent);
+    configure_migrations(
+        &base,
+        json!({"bandwidthPerMigration": "8Mi", "completionTimeoutPerGiB": 1, "allowAutoConverge": false}),
+    )
+    .await;
+    let name = "slowpoke";
+    let mut vm = kernel_vm(g, name, "Always", None);
+    vm["spec"]["template"]["metadata"]["labels"]["disruption"] = json!("allowed");
+    base.create_vm(&vm).await;
+    let vmi = base.wait_running(name).await;
+    let source = vmi["status"]["nodeName"]
+        .as_str()
+        .expect("node")
+        .to_string();
+    let (from, to) = if source == base.node {
+        (base, on_b)
+    } else {
+        (on_b, base)
+    };
+    from.wait_ready(name).await;
+
+    let created = from.api.post(VMIMS, &migration("out-of-time", name)).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let failed = wait_final(&from, "out-of-time", Duration::from_secs(120)).await;
+    assert_eq!(failed["status"]["phase"], "Failed", "{}", failed["status"]);
+    assert_eq!(
+        failed["status"]["migrationState"]["failureReason"],
+        "Live migration is not completed after 1 sec and has been aborted",
+        "{}",
+        failed["status"]
+    );
+    still_runs(&from, name, "after-timeout").await;
+    let mut console = from.console(name).await.expect("console");
+    console.send("\r").await;
+    let up_before = uptime(&mut console).await;
+    console.close().await;
+
+    let policy = json!({"apiVersion": "migrations.kubevirt.io/v1alpha1", "kind": "MigrationPolicy",
+        "metadata": {"name": "may-pause"},
+        "spec": {"selectors": {"virtualMachineInstanceSelector": {"disruption": "allowed"}},
+                 "allowWorkloadDisruption": true}});
+    let r = from
+        .api
+        .post(
+            "/apis/migrations.kubevirt.io/v1alpha1/migrationpolicies",
+            &policy,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let created = from.api.post(VMIMS, &migration("paused", name)).await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let done = wait_final(&from, "paused", Duration::from_secs(180)).await;
+    let state = &done["status"]["migrationState"];
+    assert_eq!(done["status"]["phase"], "Succeeded", "{}", done["status"]);
+    assert_eq!(state["mode"], "Paused", "{state}");
+    assert_eq!(state["migrationPolicyName"], "may-pause", "{state}");
+    assert_eq!(state["targetNode"], to.node, "{state}");
+    let vmi = to.vmi(name).await.expect("vmi");
+    assert!(
+        support::condition(&vmi, "Paused").is_none_or(|c| c["status"] != "True"),
+        "the guest runs again after its move: {}",
+        vmi["status"]
+    );
+    still_runs(&to, name, "after-pause").await;
+    let mut console = to.console(name).await.expect("console");
+    console.send("\r").await;
+    let up_after = uptime(&mut console).await;
+    console.close().await;
+    assert!(
+        up_after >= up_before,
+        "rebooted: up {up_before} s, then {up_after} s"
+    );
 }

@@ -14,7 +14,7 @@ mod persistent_volume_claim;
 mod secret;
 
 pub use config_data::data_count;
-pub use namespace::SYSTEM_NAMESPACES;
+pub use namespace::{INSTALL_NAMESPACES, SYSTEM_NAMESPACES};
 
 /// The core kinds with the hooks that govern their writes.
 pub fn registrations() -> Vec<(&'static ResourceInfo, Box<dyn ResourceHooks>)> {

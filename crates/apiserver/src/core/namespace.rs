@@ -41,6 +41,10 @@ pub static NAMESPACE: ResourceInfo = ResourceInfo {
 /// Namespaces that always exist and may not be deleted.
 pub const SYSTEM_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
 
+/// Namespaces an installation of KubeVirt brings (its configuration object lives in
+/// `kubevirt`): created at start, but not protected like the system ones.
+pub const INSTALL_NAMESPACES: [&str; 1] = ["kubevirt"];
+
 pub struct NamespaceHooks;
 
 impl ResourceHooks for NamespaceHooks {

@@ -45,6 +45,8 @@ pub struct ApiServer {
     /// Where writes are announced while they are being prepared, so the store's group
     /// commit can wait for them (`None` if the store does not batch).
     pub write_gauge: Option<store::WriteGauge>,
+    /// CDI's upload tokens and upload proxy.
+    pub uploads: Arc<crate::upload::Uploads>,
 }
 
 pub fn router(server: Arc<ApiServer>) -> Router {
@@ -61,8 +63,16 @@ async fn handle(State(server): State<Arc<ApiServer>>, request: Request) -> Respo
 impl ApiServer {
     async fn serve(&self, request: Request) -> Result<Response, Status> {
         let (parts, body) = request.into_parts();
+        // CDI's upload proxy: authenticated by the upload token alone, and its body
+        // streamed to disk rather than read whole.
+        if let Some(endpoint) = crate::upload::Endpoint::of_path(parts.uri.path()) {
+            return Ok(self.uploads.serve(endpoint, parts, body).await);
+        }
         let registry = &self.registry;
         let target = request::parse_path(parts.uri.path(), |g, v, p| {
+            if g == crate::upload::GROUP {
+                return p == crate::upload::RESOURCE;
+            }
             let g = if g == crate::subresources::GROUP {
                 "kubevirt.io"
             } else {

@@ -111,6 +111,16 @@ impl ApiServer {
                 _ => {}
             }
         }
+        if path.group == crate::upload::GROUP && path.resource == crate::upload::RESOURCE {
+            if path.version != crate::upload::VERSION {
+                return Err(not_found_path());
+            }
+            let request = self.uploads.token_request(verb, path, body)?;
+            return Ok(super::response::json_response(
+                http::StatusCode::CREATED,
+                &request,
+            ));
+        }
         if path.group == crate::subresources::GROUP && path.version == "v1" {
             return crate::subresources::handle(&self.registry, method, path, body).await;
         }

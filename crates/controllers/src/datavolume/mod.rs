@@ -11,7 +11,7 @@ mod sources;
 mod status;
 mod transfers;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,18 +62,34 @@ struct Context {
     retry_at: std::sync::Mutex<std::collections::HashMap<String, Instant>>,
     /// Delays between transfer attempts.
     attempts: Backoff<String>,
+    /// Where the upload proxy puts the images it received (`DIR/uploads`).
+    uploads: PathBuf,
 }
 
-/// Runs the controller; `scratch` is where images are staged while they are converted.
-pub async fn run(client: Client, scratch: PathBuf) {
+/// The controller's directories.
+pub struct Dirs {
+    /// Where images are staged while they are converted, and where images of `registry`
+    /// sources are pulled to (`DIR/import-scratch`).
+    pub scratch: PathBuf,
+    /// Where the upload proxy leaves the images it received (`DIR/uploads`).
+    pub uploads: PathBuf,
+}
+
+/// Runs the controller; images of `registry` sources may come from `insecure_registries`.
+pub async fn run(client: Client, dirs: Dirs, insecure_registries: Vec<String>) {
+    let Dirs { scratch, uploads } = dirs;
+    // The upload proxy names files by their canonical path.
+    let uploads = std::fs::canonicalize(&uploads).unwrap_or(uploads);
+    let registry = oci::Config::new(scratch.join("registry"), insecure_registries);
     let api = Api::<DynamicObject>::all_with(client.clone(), &data_volume_resource());
     let claims = Api::<DynamicObject>::all_with(client.clone(), &claim_resource());
     let ctx = Arc::new(Context {
         client,
-        transfers: Transfers::new(scratch, PARALLEL_TRANSFERS),
+        transfers: Transfers::new(scratch, PARALLEL_TRANSFERS, registry),
         backoff: Backoff::default(),
         retry_at: Default::default(),
         attempts: Backoff::new(Duration::from_secs(2), Duration::from_secs(300)),
+        uploads,
     });
     let controller = Controller::new_with(api, watcher::Config::default(), data_volume_resource())
         .owns_with(claims, claim_resource(), watcher::Config::default());
@@ -259,6 +275,7 @@ async fn reconcile(dv: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
             let state = match outcome {
                 Outcome::Done => {
                     ctx.attempts.succeeded(&uid);
+                    mark_claim_succeeded(&claims, &name).await?;
                     State::Succeeded {
                         transfer,
                         claim: name,
@@ -303,6 +320,7 @@ async fn reconcile(dv: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
     let job = match &source {
         Source::Blank => {
             // The volume controller allocated the claim's file sparse: it reads as zeros.
+            mark_claim_succeeded(&claims, &name).await?;
             report(
                 &api,
                 &dv,
@@ -316,7 +334,11 @@ async fn reconcile(dv: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
             return Ok(Action::await_change());
         }
         Source::Upload => match dv.annotations().get(UPLOADED_IMAGE) {
-            Some(file) if std::path::Path::new(file).exists() => Job::Upload(PathBuf::from(file)),
+            // Admission keeps the annotation to the upload proxy; only its directory is
+            // taken all the same, since the file is removed once imported.
+            Some(file) if Path::new(file).starts_with(&ctx.uploads) && Path::new(file).exists() => {
+                Job::Upload(PathBuf::from(file))
+            }
             _ => {
                 report(&api, &dv, &State::UploadReady { claim: name }, restarts).await?;
                 return Ok(Action::await_change());
@@ -341,14 +363,19 @@ async fn reconcile(dv: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
                 return Ok(Action::requeue(Duration::from_secs(5)));
             }
         },
-        Source::Registry(_) => {
-            let state = State::Failed {
-                transfer,
-                claim: Some(name),
-                message: "DataVolume source registry is not supported by virtplane yet".into(),
-            };
-            report(&api, &dv, &state, restarts).await?;
-            return Ok(Action::await_change());
+        Source::Registry(registry) => {
+            match sources::registry_pull(&ctx.client, &namespace, registry).await? {
+                Ok((image, options)) => Job::Registry { image, options },
+                Err(message) => {
+                    let state = State::Failed {
+                        transfer,
+                        claim: Some(name),
+                        message,
+                    };
+                    report(&api, &dv, &state, restarts).await?;
+                    return Ok(Action::await_change());
+                }
+            }
         }
         Source::Unsupported(_) => return Ok(Action::await_change()),
     };
@@ -372,6 +399,18 @@ fn lock_retry(
     ctx.retry_at
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// CDI's importer and upload pods leave their phase in this annotation of the claim;
+/// virtctl's image-upload waits for `Succeeded` there.
+const POD_PHASE: &str = "cdi.kubevirt.io/storage.pod.phase";
+/// What CDI marks the claim of an upload DataVolume with (virtctl checks it).
+const UPLOAD_TARGET: &str = "cdi.kubevirt.io/storage.upload.target";
+
+async fn mark_claim_succeeded(claims: &Api<DynamicObject>, name: &str) -> Result<(), Error> {
+    let patch = json!({"metadata": {"annotations": {POD_PHASE: "Succeeded"}}});
+    claims.patch(name, &params(), &Patch::Merge(&patch)).await?;
+    Ok(())
 }
 
 /// The claim a DataVolume creates: its name, owned by it, with CDI's labels.
@@ -404,5 +443,9 @@ fn claim_for(
         },
         "spec": spec.claim_spec(size, profile),
     });
+    let mut claim = claim;
+    if spec.origin == Origin::Source(Source::Upload) {
+        claim["metadata"]["annotations"][UPLOAD_TARGET] = json!("");
+    }
     Ok(serde_json::from_value(claim)?)
 }

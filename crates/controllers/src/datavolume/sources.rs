@@ -7,7 +7,7 @@ use base64::Engine as _;
 use importer::{HttpSource, Target};
 use kube::core::DynamicObject;
 use kube::{Api, Client, ResourceExt};
-use kubevirt_api::cdi::{ClaimProperties, ClaimRef, Http, Spec, STORAGE_CLASS};
+use kubevirt_api::cdi::{ClaimProperties, ClaimRef, Http, Registry, Spec, STORAGE_CLASS};
 use kubevirt_api::names::annotations::VOLUME_PATH;
 use kubevirt_api::quantity::Quantity;
 use serde_json::Value;
@@ -174,25 +174,108 @@ pub async fn http_source(
             }
         }
     }
-    if let Some(config_map) = &http.cert_config_map {
+    if let Some(name) = &http.cert_config_map {
+        match config_map_pem(client, namespace, name).await? {
+            Ok(pem) => source.ca_pem = Some(pem),
+            Err(message) => return Ok(Err(message)),
+        }
+    }
+    Ok(Ok(source))
+}
+
+/// The image of a `registry` source (`docker://` stripped) and how to pull it: the
+/// credentials of its `secretRef` (CDI's `accessKeyId`/`secretKey`, or a docker config
+/// Secret as for an imagePullSecret) and the CAs of its `certConfigMap`, or why they
+/// cannot be read.
+pub async fn registry_pull(
+    client: &Client,
+    namespace: &str,
+    registry: &Registry,
+) -> Result<Result<(String, oci::PullOptions), String>, Error> {
+    let image = registry
+        .url
+        .strip_prefix("docker://")
+        .unwrap_or(&registry.url)
+        .to_string();
+    let reference = match oci::Reference::parse(&image) {
+        Ok(reference) => reference,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    let mut options = oci::PullOptions {
+        policy: oci::PullPolicy::default_for(&reference),
+        ..Default::default()
+    };
+    if let Some(name) = &registry.secret_ref {
         let api = Api::<DynamicObject>::namespaced_with(
             client.clone(),
             namespace,
-            &core("ConfigMap", "configmaps"),
+            &core("Secret", "secrets"),
         );
-        let Some(config_map) = api.get_opt(config_map).await? else {
-            return Ok(Err(format!("configmap {namespace}/{config_map} not found")));
+        let Some(secret) = api.get_opt(name).await? else {
+            return Ok(Err(format!("secret {namespace}/{name} not found")));
         };
-        let pem: String = config_map
+        let data: std::collections::BTreeMap<String, Vec<u8>> = secret
             .data
             .get("data")
             .and_then(Value::as_object)
             .into_iter()
             .flatten()
-            .filter_map(|(_, v)| v.as_str())
-            .collect::<Vec<_>>()
-            .join("\n");
-        source.ca_pem = Some(pem.into_bytes());
+            .filter_map(|(k, v)| {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(v.as_str()?)
+                    .ok()?;
+                Some((k.clone(), bytes))
+            })
+            .collect();
+        let text = |key: &str| {
+            data.get(key)
+                .and_then(|b| String::from_utf8(b.clone()).ok())
+        };
+        options.credentials = match (text("accessKeyId"), text("secretKey")) {
+            (Some(user), Some(password)) => vec![oci::Credentials::new(user, password)],
+            _ => {
+                let kind = secret
+                    .data
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                match oci::Keyring::from_secret(kind, &data) {
+                    Ok(keyring) => keyring.lookup(&reference),
+                    Err(e) => return Ok(Err(format!("secret {namespace}/{name}: {e}"))),
+                }
+            }
+        };
     }
-    Ok(Ok(source))
+    if let Some(name) = &registry.cert_config_map {
+        match config_map_pem(client, namespace, name).await? {
+            Ok(pem) => options.ca_bundle = Some(pem),
+            Err(message) => return Ok(Err(message)),
+        }
+    }
+    Ok(Ok((image, options)))
+}
+
+/// The PEM certificates a ConfigMap holds (all its values).
+async fn config_map_pem(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Result<Vec<u8>, String>, Error> {
+    let api = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        namespace,
+        &core("ConfigMap", "configmaps"),
+    );
+    let Some(config_map) = api.get_opt(name).await? else {
+        return Ok(Err(format!("configmap {namespace}/{name} not found")));
+    };
+    let pem: Vec<&str> = config_map
+        .data
+        .get("data")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(|(_, v)| v.as_str())
+        .collect();
+    Ok(Ok(pem.join("\n").into_bytes()))
 }

@@ -17,6 +17,11 @@ pub enum Job {
     Clone(PathBuf),
     /// An image a client uploaded, spooled to this file (removed afterwards).
     Upload(PathBuf),
+    /// The disk under `/disk/` of an OCI image (as containerDisks are built).
+    Registry {
+        image: String,
+        options: oci::PullOptions,
+    },
 }
 
 /// How a finished transfer ended.
@@ -53,6 +58,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 pub struct Transfers {
     tasks: Mutex<HashMap<String, Task>>,
+    /// Pulls the images of `registry` sources.
+    puller: Arc<oci::Puller>,
     /// At most this many transfers move bytes at once; the others wait their turn.
     slots: Arc<Semaphore>,
     /// Where qcow2 and compressed images are staged (one subdirectory per transfer).
@@ -60,7 +67,8 @@ pub struct Transfers {
 }
 
 impl Transfers {
-    pub fn new(scratch: PathBuf, parallel: usize) -> Transfers {
+    /// `registry` is where pulled images are kept and which registries are insecure.
+    pub fn new(scratch: PathBuf, parallel: usize, registry: oci::Config) -> Transfers {
         // Nothing runs yet: whatever is in scratch was left by an earlier process.
         if let Err(e) = std::fs::remove_dir_all(&scratch) {
             if e.kind() != std::io::ErrorKind::NotFound {
@@ -72,6 +80,7 @@ impl Transfers {
         }
         Transfers {
             tasks: Mutex::new(HashMap::new()),
+            puller: Arc::new(oci::Puller::new(registry)),
             slots: Arc::new(Semaphore::new(parallel.max(1))),
             scratch,
         }
@@ -127,12 +136,13 @@ impl Transfers {
         );
         let scratch = self.scratch.join(uid);
         let slots = self.slots.clone();
+        let puller = self.puller.clone();
         let key = key.to_string();
         lock(&self.tasks).insert(uid.to_string(), task);
         tokio::spawn(async move {
             let ended = tokio::select! {
                 permit = slots.acquire_owned() => match permit {
-                    Ok(_permit) => run(job, &target, &scratch, &progress, &cancel).await,
+                    Ok(_permit) => run(job, &target, &scratch, &puller, &progress, &cancel).await,
                     Err(_) => Outcome::Cancelled,
                 },
                 () = cancel.cancelled() => Outcome::Cancelled,
@@ -160,6 +170,7 @@ async fn run(
     job: Job,
     target: &Target,
     scratch: &std::path::Path,
+    puller: &oci::Puller,
     progress: &Arc<Mutex<Progress>>,
     cancel: &CancellationToken,
 ) -> Outcome {
@@ -173,6 +184,27 @@ async fn run(
     let result = match job {
         Job::Http(source) => importer::import_http(&source, target, scratch, &report, cancel).await,
         Job::Clone(from) => importer::clone_file(&from, target, &report, cancel).await,
+        Job::Registry { image, mut options } => {
+            let shared = progress.clone();
+            options.progress = Some(oci::Progress(Arc::new(move |read, total| {
+                *lock(&shared) = Progress {
+                    read_bytes: read,
+                    total_bytes: Some(total),
+                };
+            })));
+            // Dropping the pull stops it and removes what it wrote.
+            let pulled = tokio::select! {
+                pulled = puller.pull_disk(&image, &options, None) => pulled,
+                () = cancel.cancelled() => return Outcome::Cancelled,
+            };
+            match pulled {
+                Ok(disk) => {
+                    importer::import_file(&disk.path, target, scratch, &report, cancel).await
+                }
+                // The puller has retried what may pass: what is left is the registry's answer.
+                Err(e) => return Outcome::Permanent(format!("Unable to pull {image}: {e}")),
+            }
+        }
         Job::Upload(file) => {
             let result = importer::import_file(&file, target, scratch, &report, cancel).await;
             // Kept for another attempt only when one may follow.

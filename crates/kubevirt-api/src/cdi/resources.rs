@@ -81,3 +81,37 @@ pub static STORAGE_PROFILE: ResourceInfo = ResourceInfo {
     printer_columns: &[AGE],
     schema_name: "io.kubevirt.cdi.v1beta1.StorageProfile",
 };
+
+/// CDI's cluster configuration, `config`: virtplane publishes the upload proxy's URL in
+/// its status (virtctl's image-upload reads it).
+pub static CDI_CONFIG: ResourceInfo = ResourceInfo {
+    group: GROUP,
+    version: VERSION,
+    kind: "CDIConfig",
+    list_kind: "CDIConfigList",
+    plural: "cdiconfigs",
+    singular: "cdiconfig",
+    short_names: &[],
+    categories: &[],
+    namespaced: false,
+    status_subresource: true,
+    printer_columns: &[AGE],
+    schema_name: "io.kubevirt.cdi.v1beta1.CDIConfig",
+};
+
+/// upload.cdi.kubevirt.io/v1beta1 UploadTokenRequest: served by the upload API (create
+/// only), not stored.
+pub static UPLOAD_TOKEN_REQUEST: ResourceInfo = ResourceInfo {
+    group: "upload.cdi.kubevirt.io",
+    version: "v1beta1",
+    kind: "UploadTokenRequest",
+    list_kind: "UploadTokenRequestList",
+    plural: "uploadtokenrequests",
+    singular: "uploadtokenrequest",
+    short_names: &["utr", "utrs"],
+    categories: &[],
+    namespaced: true,
+    status_subresource: false,
+    printer_columns: &[],
+    schema_name: "io.kubevirt.cdi.upload.v1beta1.UploadTokenRequest",
+};

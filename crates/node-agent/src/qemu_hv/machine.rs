@@ -101,10 +101,10 @@ impl Qemu {
                 Err(Prepared::Failed { reason, message }) => {
                     return Err(Started::Failed { reason, message })
                 }
-                Err(Prepared::Ready) => {}
+                Err(Prepared::Ready(_)) => {}
             }
         }
-        readied.kernel_boot = self.kernel_boot(vmi).await?;
+        readied.kernel_boot = self.kernel_boot(vmi, sources).await?;
         readied.firmware = match domain.pointer("/firmware/bootloader/efi") {
             None => None,
             Some(efi) => Some(self.efi_firmware(vmi, efi)?),

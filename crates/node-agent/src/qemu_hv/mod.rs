@@ -15,10 +15,9 @@ use serde_json::{json, Value};
 use tokio::sync::broadcast;
 
 use crate::hypervisor::{
-    Arrival, GuestInfo, Hypervisor, Incoming, MigrationSettings, Observed, PauseCause, Prepared,
-    Sending, Started, Stopping,
+    Arrival, GuestInfo, Hypervisor, ImageIds, Incoming, MigrationSettings, Observed, PauseCause,
+    Prepared, Sending, Started, Stopping,
 };
-use crate::images::Puller;
 use crate::volume_sources::VolumeSources;
 
 mod machine;
@@ -49,8 +48,9 @@ const OVMF_DIR: &str = "/usr/share/OVMF";
 /// A port forward handed out: (interface, ports entry name, node port, guest port).
 pub(super) type Forward = (String, String, u16, u16);
 
-/// Files taken out of an image (path inside it, path here), by (VMI uid, image, wanted paths).
-type Pulled = HashMap<(String, String, String), Vec<(String, PathBuf)>>;
+/// Files taken out of an image (path inside it, path here) and its image ID, by (VMI uid,
+/// image, wanted paths).
+type Pulled = HashMap<(String, String, String), (Vec<(String, PathBuf)>, String)>;
 
 struct Running {
     instance: Instance,
@@ -63,7 +63,7 @@ type Slot = Arc<tokio::sync::Mutex<Option<Running>>>;
 
 pub struct Qemu {
     config: QemuConfig,
-    puller: Puller,
+    puller: oci::Puller,
     /// By VMI uid. The map's lock is held only to find a slot, never across an await.
     slots: Mutex<HashMap<String, Slot>>,
     /// Port forwards handed out, by VMI uid.
@@ -71,6 +71,8 @@ pub struct Qemu {
     /// Files pulled for a VMI, by (uid, image, wanted paths): start asks for what prepare
     /// just pulled, and asking the registry again costs a round trip per image.
     pulled: Mutex<Pulled>,
+    /// The image IDs each VMI's disks and kernel were pulled as, by VMI uid.
+    image_ids: Mutex<HashMap<String, ImageIds>>,
     changes: broadcast::Sender<(String, String)>,
     /// Outgoing migrations, by VMI uid.
     outbound: Mutex<HashMap<String, migration::Outbound>>,
@@ -100,10 +102,10 @@ fn volumes(vmi: &DynamicObject) -> Vec<kubevirt_api::volumes::Volume> {
 
 impl Qemu {
     pub fn new(config: QemuConfig) -> Qemu {
-        let puller = Puller::new(
+        let puller = oci::Puller::new(oci::Config::new(
             config.image_cache.clone(),
             config.insecure_registries.clone(),
-        );
+        ));
         let (changes, _) = broadcast::channel(256);
         Qemu {
             config,
@@ -111,6 +113,7 @@ impl Qemu {
             slots: Mutex::new(HashMap::new()),
             forwards: Mutex::new(HashMap::new()),
             pulled: Mutex::new(HashMap::new()),
+            image_ids: Mutex::new(HashMap::new()),
             changes,
             outbound: Mutex::new(HashMap::new()),
         }
@@ -324,7 +327,7 @@ impl Hypervisor for Qemu {
                 return failure;
             }
         }
-        if let Err(Started::Failed { reason, message }) = self.kernel_boot(vmi).await {
+        if let Err(Started::Failed { reason, message }) = self.kernel_boot(vmi, sources).await {
             return Prepared::Failed { reason, message };
         }
         tracing::debug!(
@@ -333,7 +336,14 @@ impl Hypervisor for Qemu {
             vmi.name_any(),
             began.elapsed()
         );
-        Prepared::Ready
+        let ids = self
+            .image_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&vmi.uid().unwrap_or_default())
+            .cloned()
+            .unwrap_or_default();
+        Prepared::Ready(ids)
     }
 
     async fn start(&self, vmi: &DynamicObject, sources: &VolumeSources) -> Started {
@@ -565,6 +575,10 @@ impl Hypervisor for Qemu {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|(owner, _, _), _| *owner != uid);
+        self.image_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&uid);
         if let Err(e) = std::fs::remove_dir_all(self.dir(vmi)) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 tracing::warn!(

@@ -49,34 +49,180 @@ fn image_format(path: &Path) -> DiskFormat {
     }
 }
 
+/// The image of a containerDisk volume or of the kernelBoot container, with how to pull it.
+pub(super) struct ImageSource<'a> {
+    /// The containerDisk volume's name; `None` for the kernelBoot container.
+    pub volume: Option<&'a str>,
+    pub image: &'a str,
+    pub pull_secret: Option<&'a str>,
+    pub pull_policy: Option<&'a str>,
+}
+
+impl ImageSource<'_> {
+    /// The field an imagePullSecret goes in, for messages.
+    fn secret_field(&self) -> String {
+        match self.volume {
+            Some(name) => format!("the containerDisk of volume {name} an imagePullSecret"),
+            None => "kernelBoot.container an imagePullSecret".to_string(),
+        }
+    }
+
+    /// The image ID the VMI's status recorded for this image, if it is still this image.
+    fn pin(&self, vmi: &DynamicObject) -> Option<String> {
+        let ids = crate::vmi::image_ids(vmi);
+        let pin = match self.volume {
+            Some(name) => ids.volumes.get(name).cloned(),
+            None => ids.kernel,
+        }?;
+        let same = oci::Reference::parse(&pin)
+            .ok()
+            .zip(oci::Reference::parse(self.image).ok())
+            .is_some_and(|(p, i)| p.name() == i.name() && p.digest().is_some());
+        same.then_some(pin)
+    }
+}
+
+/// What a pull returns: the disk file, or the files under the wanted paths.
+pub(super) enum Wanted<'a> {
+    /// A containerDisk: the file at this path, or the one under `/disk/`.
+    Disk(Option<&'a str>),
+    Files(&'a [&'a str]),
+}
+
 impl Qemu {
-    /// Pulls `image` for a VMI once: later asks reuse the files (and digest) of the first.
-    async fn pull(
+    /// Pulls an image for a VMI once: later asks reuse the files of the first, and once
+    /// the VMI's status records the image ID it was pulled as, that image is pulled (a
+    /// start after an agent restart, a migration target). Fails with the kubelet's
+    /// reason and a message that says what to do.
+    pub(super) async fn pull(
         &self,
         vmi: &DynamicObject,
-        image: &str,
-        wanted: &[&str],
-    ) -> Result<Vec<(String, PathBuf)>, crate::images::ImageError> {
-        let key = (
-            vmi.uid().unwrap_or_default(),
-            image.to_string(),
-            wanted.join("\n"),
-        );
+        source: &ImageSource<'_>,
+        sources: &VolumeSources,
+        wanted: Wanted<'_>,
+    ) -> Result<Vec<(String, PathBuf)>, (&'static str, String)> {
+        let pin = source.pin(vmi);
+        let image = pin.as_deref().unwrap_or(source.image);
+        let wanted_key = match &wanted {
+            Wanted::Disk(path) => format!("disk:{}", path.unwrap_or("")),
+            Wanted::Files(files) => files.join("\n"),
+        };
+        let uid = vmi.uid().unwrap_or_default();
+        let key = (uid.clone(), image.to_string(), wanted_key);
         let known = self
             .pulled
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&key)
             .cloned();
-        if let Some(files) = known {
-            return Ok(files);
+        let (files, image_id) = match known {
+            Some(known) => known,
+            None => {
+                let pulled = self
+                    .pull_from_registry(vmi, source, image, pin.is_some(), sources, &wanted)
+                    .await?;
+                self.pulled
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key, pulled.clone());
+                pulled
+            }
+        };
+        let mut ids = self.image_ids.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = ids.entry(uid).or_default();
+        match source.volume {
+            Some(name) => {
+                entry.volumes.insert(name.to_string(), image_id);
+            }
+            None => entry.kernel = Some(image_id),
         }
-        let files = self.puller.pull(image, wanted).await?.files;
-        self.pulled
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key, files.clone());
         Ok(files)
+    }
+
+    async fn pull_from_registry(
+        &self,
+        vmi: &DynamicObject,
+        source: &ImageSource<'_>,
+        image: &str,
+        pinned: bool,
+        sources: &VolumeSources,
+        wanted: &Wanted<'_>,
+    ) -> Result<(Vec<(String, PathBuf)>, String), (&'static str, String)> {
+        let reference = oci::Reference::parse(image).map_err(|e| {
+            let e = oci::PullError::from(e);
+            (e.reason(), e.to_string())
+        })?;
+        let namespace = vmi.namespace().unwrap_or_default();
+        let credentials = match source.pull_secret {
+            None => Vec::new(),
+            Some(name) => {
+                // `VolumeSources::read` waits for a missing Secret, so it is here.
+                let (kind, files) = sources.pull_secret(name).ok_or_else(|| {
+                    (
+                        "ErrImagePull",
+                        format!("imagePullSecret {name:?} was not read"),
+                    )
+                })?;
+                oci::Keyring::from_secret(kind, files)
+                    .map_err(|e| {
+                        (
+                            "ErrImagePull",
+                            format!("imagePullSecret {name:?} in namespace {namespace}: {e}"),
+                        )
+                    })?
+                    .lookup(&reference)
+            }
+        };
+        let had_credentials = !credentials.is_empty();
+        let policy = if pinned {
+            // The VMI's own image: from the cache when it is there.
+            oci::PullPolicy::IfNotPresent
+        } else {
+            source
+                .pull_policy
+                .and_then(oci::PullPolicy::parse)
+                .unwrap_or_else(|| oci::PullPolicy::default_for(&reference))
+        };
+        let options = oci::PullOptions {
+            credentials,
+            policy,
+            ca_bundle: None,
+            progress: None,
+        };
+        let pulled = match wanted {
+            Wanted::Disk(path) => self
+                .puller
+                .pull_disk(image, &options, *path)
+                .await
+                .map(|disk| {
+                    (
+                        vec![(path.unwrap_or("/disk/").to_string(), disk.path)],
+                        disk.image_id,
+                    )
+                }),
+            Wanted::Files(files) => self
+                .puller
+                .pull(image, &options, files)
+                .await
+                .map(|p| (p.files, p.image_id)),
+        };
+        pulled.map_err(|e| {
+            let mut message = e.to_string();
+            if matches!(e, oci::PullError::Unauthorized { .. } | oci::PullError::Denied { .. }) {
+                let registry = reference.registry();
+                match source.pull_secret {
+                    None => message.push_str(&format!(
+                        "; to pull it with credentials, give {}: a kubernetes.io/dockerconfigjson Secret in namespace {namespace} with an entry for {registry} (kubectl create secret docker-registry NAME --docker-server={registry} --docker-username=USER --docker-password=PASSWORD)",
+                        source.secret_field()
+                    )),
+                    Some(name) if !had_credentials => message.push_str(&format!(
+                        "; imagePullSecret {name:?} has no credentials for {registry}"
+                    )),
+                    Some(name) => message.push_str(&format!(" (credentials from imagePullSecret {name:?})")),
+                }
+            }
+            (e.reason(), message)
+        })
     }
 
     /// Makes the file behind one volume ready and says where it is and in which format.
@@ -93,22 +239,20 @@ impl Qemu {
             volume.name.as_str()
         };
         if let Source::ContainerDisk(cd) = &volume.source {
-            let image = cd.image.as_str();
+            let image = ImageSource {
+                volume: Some(name),
+                image: &cd.image,
+                pull_secret: cd.image_pull_secret.as_deref().filter(|s| !s.is_empty()),
+                pull_policy: cd.image_pull_policy.as_deref(),
+            };
             let extracted = self
-                .pull(vmi, image, &["/disk/"])
+                .pull(vmi, &image, sources, Wanted::Disk(cd.path.as_deref()))
                 .await
-                .map_err(|e| failed("ErrImagePull", e.to_string()))?;
-            let wanted = cd.path.as_deref();
+                .map_err(|(reason, message)| failed(reason, message))?;
             let base = extracted
-                .iter()
-                .find(|(p, _)| wanted.is_none_or(|w| p == w))
+                .first()
                 .map(|(_, p)| p.clone())
-                .ok_or_else(|| {
-                    failed(
-                        "ErrImagePull",
-                        format!("image {image} has no disk under /disk/"),
-                    )
-                })?;
+                .ok_or_else(|| failed("ErrImagePull", format!("image {} has no disk", cd.image)))?;
             let overlay = dir.join(format!("{name}.qcow2"));
             if !overlay.exists() {
                 let base_text = base.display().to_string();
@@ -258,6 +402,7 @@ impl Qemu {
     pub(super) async fn kernel_boot(
         &self,
         vmi: &DynamicObject,
+        sources: &VolumeSources,
     ) -> Result<Option<KernelBoot>, Started> {
         let Some(kb) = spec(vmi).pointer("/domain/firmware/kernelBoot") else {
             return Ok(None);
@@ -271,10 +416,18 @@ impl Qemu {
         let initrd_path = container["initrdPath"].as_str();
         let mut wanted = vec![kernel_path];
         wanted.extend(initrd_path);
+        let source = ImageSource {
+            volume: None,
+            image,
+            pull_secret: container["imagePullSecret"]
+                .as_str()
+                .filter(|s| !s.is_empty()),
+            pull_policy: container["imagePullPolicy"].as_str(),
+        };
         let extracted = self
-            .pull(vmi, image, &wanted)
+            .pull(vmi, &source, sources, Wanted::Files(&wanted))
             .await
-            .map_err(|e| start_failed("ErrImagePull", e.to_string()))?;
+            .map_err(|(reason, message)| start_failed(reason, message))?;
         let find = |p: &str| {
             extracted
                 .iter()
@@ -298,5 +451,42 @@ impl Qemu {
             initrd,
             cmdline: args,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn a_recorded_image_id_pins_the_same_image_only() {
+        let vmi: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "v", "namespace": "default"},
+            "status": {"volumeStatus": [{"name": "root", "target": "vda",
+                "containerDiskVolume": {"imageID": format!("docker.io/library/fedora@{DIGEST}")}}],
+                "kernelBootStatus": {"imageID": "not a reference"}},
+        }))
+        .unwrap();
+        let source = |volume, image| ImageSource {
+            volume,
+            image,
+            pull_secret: None,
+            pull_policy: None,
+        };
+        assert_eq!(
+            source(Some("root"), "fedora:40").pin(&vmi),
+            Some(format!("docker.io/library/fedora@{DIGEST}"))
+        );
+        // Another image in the spec (or another volume): no pin.
+        assert_eq!(
+            source(Some("root"), "quay.io/containerdisks/fedora:40").pin(&vmi),
+            None
+        );
+        assert_eq!(source(Some("data"), "fedora:40").pin(&vmi), None);
+        assert_eq!(source(None, "fedora:40").pin(&vmi), None);
     }
 }
