@@ -257,7 +257,7 @@ fn parse_csv(text: &str) -> Result<Vec<Vec<String>>, (usize, String)> {
                     break;
                 }
                 None => break,
-                Some(_) => unreachable!("fields end at a separator"),
+                Some(other) => return Err((line, format!("unexpected {other:?} after a field"))),
             }
         }
         records.push(record);
