@@ -1,6 +1,9 @@
 //! Drives each VMI bound to one of our nodes: prepare (Scheduling → Scheduled), boot
 //! (→ Running), watch the guest (→ Succeeded/Failed), pause/unpause and soft reboot on
 //! request, and on deletion stop the guest and let the VMI go.
+//!
+//! Just over 800 lines: the one VMI state machine (each phase's step next to the next);
+//! migration, volume sources and the hypervisor already live in their own modules.
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -1,6 +1,10 @@
 //! The puller: resolves a reference to an image manifest (through an index, for this
 //! host's platform), authenticates as the registry asks, streams and verifies each
 //! layer, and unpacks it into the cache.
+//!
+//! Over 800 lines on purpose: one pull from reference to unpacked files (manifest, index,
+//! auth retries, layer streaming, unpacking, the cache index), each step calling the next;
+//! auth, transport, names and credentials are their own modules.
 
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};

@@ -7,6 +7,7 @@
 //! than the claim can hold and one cut short (nothing is left behind). The claim files
 //! are read back and compared with the image; `DIR/uploads` ends empty.
 
+mod cdi;
 mod images;
 mod lifecycle;
 mod support;
@@ -18,10 +19,9 @@ use images::{raw_image, Images, RAW_SIZE};
 use lifecycle::Cluster;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use support::{binary, condition, Reply};
+use support::{binary, Reply};
 
 const NS: &str = "uploads";
-const WAIT: Duration = Duration::from_secs(60);
 const DVS: &str = "/apis/cdi.kubevirt.io/v1beta1/namespaces/uploads/datavolumes";
 const TOKENS: &str = "/apis/upload.cdi.kubevirt.io/v1beta1/namespaces/uploads/uploadtokenrequests";
 const CLAIM_BYTES: u64 = 16 << 20;
@@ -35,41 +35,6 @@ async fn start() -> Option<(Cluster, Images)> {
 
 fn image(images: &Images, name: &str) -> PathBuf {
     images.dir.path().join(name)
-}
-
-fn data_volume(name: &str, source: Value, size: &str) -> Value {
-    json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
-           "metadata": {"name": name},
-           "spec": {"source": source, "storage": {"resources": {"requests": {"storage": size}}}}})
-}
-
-async fn create(c: &Cluster, dv: &Value) {
-    let r = c.api.post(DVS, dv).await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
-}
-
-/// Waits until the DataVolume is in `phase`; a final phase other than it fails the test.
-async fn wait_phase(c: &Cluster, name: &str, phase: &str) -> Value {
-    let path = format!("{DVS}/{name}");
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let dv = c.api.get(&path).await.body;
-        let now = dv["status"]["phase"].as_str().unwrap_or("").to_string();
-        if now == phase {
-            return dv;
-        }
-        assert!(
-            !["Succeeded", "Failed"].contains(&now.as_str()),
-            "DataVolume {name} is {now}, not {phase}: {}",
-            dv["status"]
-        );
-        assert!(
-            Instant::now() < deadline,
-            "DataVolume {name} never reached {phase}: {}",
-            dv["status"]
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// The claim's file holds the raw image at its start and is as long as the claim.
@@ -106,13 +71,6 @@ async fn holds_the_image(c: &Cluster, name: &str) {
         data[RAW_SIZE..].iter().all(|b| *b == 0),
         "{name}: zeros after the image"
     );
-}
-
-fn running_message(dv: &Value) -> String {
-    condition(dv, "Running")
-        .and_then(|c| c["message"].as_str())
-        .unwrap_or("")
-        .to_string()
 }
 
 /// What a `virtplane` command printed and how it ended.
@@ -256,13 +214,18 @@ async fn image_upload_fills_new_data_volumes_from_qcow2_xz_and_gzip_images() {
             dv["spec"]["storage"]["resources"]["requests"]["storage"],
             "16Mi"
         );
-        assert_eq!(running_message(&dv), "Upload Complete");
+        assert_eq!(cdi::running_message(&dv), "Upload Complete");
         holds_the_image(&c, name).await;
     }
     no_uploads_left(&c).await;
 
     // Into an existing upload DataVolume with --no-create; a filled one is refused.
-    create(&c, &data_volume("existing", json!({"upload": {}}), "16Mi")).await;
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume("existing", json!({"upload": {}}), "16Mi"),
+    )
+    .await;
     let qcow2 = image(&images, "disk.qcow2");
     let qcow2 = qcow2.to_str().unwrap();
     let run = virtplane(
@@ -351,8 +314,13 @@ async fn the_http_flow_virtctl_follows_fills_the_claim() {
     let qcow2 = image(&images, "disk.qcow2");
 
     // Async: the answer comes once the image is received; the import follows.
-    create(&c, &data_volume("async", json!({"upload": {}}), "16Mi")).await;
-    wait_phase(&c, "async", "UploadReady").await;
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume("async", json!({"upload": {}}), "16Mi"),
+    )
+    .await;
+    cdi::wait_phase(&c.api, NS, "async", "UploadReady").await;
     let t = token(&c, "async").await;
     let probe = proxy(
         &c,
@@ -366,8 +334,8 @@ async fn the_http_flow_virtctl_follows_fills_the_claim() {
     assert_eq!(probe.status, StatusCode::OK, "{}", probe.text);
     let r = post_file(&c, "/v1beta1/upload-async", &t, &qcow2).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
-    let dv = wait_phase(&c, "async", "Succeeded").await;
-    assert_eq!(running_message(&dv), "Upload Complete");
+    let dv = cdi::wait_phase(&c.api, NS, "async", "Succeeded").await;
+    assert_eq!(cdi::running_message(&dv), "Upload Complete");
     holds_the_image(&c, "async").await;
     // virtctl knows an upload claim, and waits for its end, by CDI's claim annotations.
     let claim = c
@@ -388,8 +356,13 @@ async fn the_http_flow_virtctl_follows_fills_the_claim() {
     );
 
     // Sync: the answer comes once the DataVolume is Succeeded.
-    create(&c, &data_volume("sync", json!({"upload": {}}), "16Mi")).await;
-    wait_phase(&c, "sync", "UploadReady").await;
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume("sync", json!({"upload": {}}), "16Mi"),
+    )
+    .await;
+    cdi::wait_phase(&c.api, NS, "sync", "UploadReady").await;
     let t = token(&c, "sync").await;
     let r = post_file(&c, "/v1beta1/upload", &t, &image(&images, "disk.raw")).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
@@ -398,7 +371,12 @@ async fn the_http_flow_virtctl_follows_fills_the_claim() {
     holds_the_image(&c, "sync").await;
 
     // A form, as a browser posts it (the proxy waits for the claim to be bound).
-    create(&c, &data_volume("form", json!({"upload": {}}), "16Mi")).await;
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume("form", json!({"upload": {}}), "16Mi"),
+    )
+    .await;
     let t = token(&c, "form").await;
     let mut body = b"--XyZ\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nhello\r\n--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"disk.qcow2\"\r\nContent-Type: application/octet-stream\r\n\r\n".to_vec();
     body.extend(std::fs::read(&qcow2).unwrap());
@@ -413,7 +391,7 @@ async fn the_http_flow_virtctl_follows_fills_the_claim() {
     )
     .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
-    wait_phase(&c, "form", "Succeeded").await;
+    cdi::wait_phase(&c.api, NS, "form", "Succeeded").await;
     holds_the_image(&c, "form").await;
 
     // CDIConfig says where the proxy is, for virtctl.
@@ -449,10 +427,20 @@ async fn uploads_are_refused_as_cdis_upload_proxy_refuses_them() {
         return;
     };
     let qcow2 = image(&images, "disk.qcow2");
-    create(&c, &data_volume("target", json!({"upload": {}}), "16Mi")).await;
-    create(&c, &data_volume("blank", json!({"blank": {}}), "16Mi")).await;
-    wait_phase(&c, "target", "UploadReady").await;
-    wait_phase(&c, "blank", "Succeeded").await;
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume("target", json!({"upload": {}}), "16Mi"),
+    )
+    .await;
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume("blank", json!({"blank": {}}), "16Mi"),
+    )
+    .await;
+    cdi::wait_phase(&c.api, NS, "target", "UploadReady").await;
+    cdi::wait_phase(&c.api, NS, "blank", "Succeeded").await;
 
     // The token request is an API request: strangers get 401.
     let stranger = c
@@ -572,7 +560,12 @@ async fn uploads_are_refused_as_cdis_upload_proxy_refuses_them() {
     );
 
     // Nobody else names a file for the DataVolume controller to import (and delete).
-    create(&c, &data_volume("sneaky", json!({"upload": {}}), "16Mi")).await;
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume("sneaky", json!({"upload": {}}), "16Mi"),
+    )
+    .await;
     let r = c
         .api
         .merge(
@@ -588,7 +581,7 @@ async fn uploads_are_refused_as_cdis_upload_proxy_refuses_them() {
         "{}",
         r.text
     );
-    let mut preset = data_volume("preset", json!({"upload": {}}), "16Mi");
+    let mut preset = cdi::data_volume("preset", json!({"upload": {}}), "16Mi");
     preset["metadata"]["annotations"] = json!({"virtplane.io/uploaded-image": "/etc/hostname"});
     assert_eq!(
         c.api.post(DVS, &preset).await.status,
@@ -613,7 +606,7 @@ async fn too_large_or_cut_short_uploads_fail_cleanly() {
     );
     let dv = c.api.get(&format!("{DVS}/small")).await.body;
     assert_eq!(dv["status"]["phase"], "Failed", "{}", dv["status"]);
-    assert!(running_message(&dv).contains("A larger PVC is required"));
+    assert!(cdi::running_message(&dv).contains("A larger PVC is required"));
 
     // More bytes than the claim can hold are refused while they come in.
     let big = tempfile::NamedTempFile::new().unwrap();
@@ -633,8 +626,13 @@ async fn too_large_or_cut_short_uploads_fail_cleanly() {
 
     // A body that breaks off midway leaves neither a file nor an annotation, and the
     // DataVolume still takes a whole upload afterwards.
-    create(&c, &data_volume("cut", json!({"upload": {}}), "16Mi")).await;
-    wait_phase(&c, "cut", "UploadReady").await;
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume("cut", json!({"upload": {}}), "16Mi"),
+    )
+    .await;
+    cdi::wait_phase(&c.api, NS, "cut", "UploadReady").await;
     let t = token(&c, "cut").await;
     let chunks: Vec<Result<bytes::Bytes, std::io::Error>> = vec![
         Ok(bytes::Bytes::from(vec![1u8; 1 << 20])),

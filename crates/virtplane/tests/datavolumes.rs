@@ -6,6 +6,7 @@
 //! name) must be ready before their VMI starts. Nodes are simulated; the claim files the
 //! server fills are read back and compared with the image.
 
+mod cdi;
 mod images;
 mod lifecycle;
 mod support;
@@ -24,12 +25,6 @@ const NS: &str = "images";
 const WAIT: Duration = Duration::from_secs(60);
 const DVS: &str = "/apis/cdi.kubevirt.io/v1beta1/namespaces/images/datavolumes";
 
-fn data_volume(name: &str, source: Value, size: &str) -> Value {
-    json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
-           "metadata": {"name": name},
-           "spec": {"source": source, "storage": {"resources": {"requests": {"storage": size}}}}})
-}
-
 fn http(url: String) -> Value {
     json!({"http": {"url": url}})
 }
@@ -39,42 +34,6 @@ async fn start() -> Option<(Cluster, Images)> {
     let cluster = Cluster::start(1, &[]).await;
     cluster.namespace(NS).await;
     Some((cluster, images))
-}
-
-async fn create(c: &Cluster, dv: &Value) {
-    let r = c.api.post(DVS, dv).await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-}
-
-/// Waits until the DataVolume is in `phase`; a final phase other than it fails the test.
-async fn wait_phase(c: &Cluster, name: &str, phase: &str) -> Value {
-    let path = format!("{DVS}/{name}");
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let dv = c.api.get(&path).await.body;
-        let now = dv["status"]["phase"].as_str().unwrap_or("").to_string();
-        if now == phase {
-            return dv;
-        }
-        assert!(
-            !(["Succeeded", "Failed"].contains(&now.as_str())),
-            "DataVolume {name} is {now}, not {phase}: {}",
-            dv["status"]
-        );
-        assert!(
-            Instant::now() < deadline,
-            "DataVolume {name} never reached {phase}: {}",
-            dv["status"]
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn running_message(dv: &Value) -> String {
-    condition(dv, "Running")
-        .and_then(|c| c["message"].as_str())
-        .unwrap_or("")
-        .to_string()
 }
 
 /// The claim of a DataVolume, and the file behind it.
@@ -135,14 +94,15 @@ async fn every_format_imports_into_a_claim_of_the_data_volumes_name() {
         ("gz", "disk.raw.gz"),
     ];
     for (name, file) in cases {
-        create(
-            &c,
-            &data_volume(name, http(format!("{}/images/{file}", images.url)), "16Mi"),
+        cdi::create(
+            &c.api,
+            NS,
+            &cdi::data_volume(name, http(format!("{}/images/{file}", images.url)), "16Mi"),
         )
         .await;
     }
     for (name, _) in cases {
-        let dv = wait_phase(&c, name, "Succeeded").await;
+        let dv = cdi::wait_phase(&c.api, NS, name, "Succeeded").await;
         assert_eq!(dv["status"]["progress"], "100.0%");
         assert_eq!(dv["status"]["claimName"], name);
         assert_eq!(
@@ -153,7 +113,7 @@ async fn every_format_imports_into_a_claim_of_the_data_volumes_name() {
             condition(&dv, "Bound").map(|r| r["message"].clone()),
             Some(json!(format!("PVC {name} Bound")))
         );
-        assert_eq!(running_message(&dv), "Import Complete");
+        assert_eq!(cdi::running_message(&dv), "Import Complete");
         holds_the_image(&c, name, 16 << 20).await;
     }
     let table = c
@@ -181,33 +141,38 @@ async fn bad_sources_fail_with_the_servers_answer_and_transient_errors_are_retri
         return;
     };
     let url = &images.url;
-    create(
-        &c,
-        &data_volume("missing", http(format!("{url}/images/nothing.img")), "16Mi"),
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume("missing", http(format!("{url}/images/nothing.img")), "16Mi"),
     )
     .await;
-    create(
-        &c,
-        &data_volume(
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume(
             "truncated",
             http(format!("{url}/images/truncated.qcow2")),
             "16Mi",
         ),
     )
     .await;
-    create(
-        &c,
-        &data_volume("too-small", http(format!("{url}/images/disk.qcow2")), "2Mi"),
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume("too-small", http(format!("{url}/images/disk.qcow2")), "2Mi"),
     )
     .await;
-    create(
-        &c,
-        &data_volume("flaky", http(format!("{url}/flaky/disk.raw")), "16Mi"),
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume("flaky", http(format!("{url}/flaky/disk.raw")), "16Mi"),
     )
     .await;
-    create(
-        &c,
-        &data_volume(
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume(
             "no-credentials",
             http(format!("{url}/auth/disk.raw")),
             "16Mi",
@@ -215,32 +180,32 @@ async fn bad_sources_fail_with_the_servers_answer_and_transient_errors_are_retri
     )
     .await;
 
-    let missing = wait_phase(&c, "missing", "Failed").await;
+    let missing = cdi::wait_phase(&c.api, NS, "missing", "Failed").await;
     assert!(
-        running_message(&missing).contains("404"),
+        cdi::running_message(&missing).contains("404"),
         "{}",
         missing["status"]
     );
-    let truncated = wait_phase(&c, "truncated", "Failed").await;
+    let truncated = cdi::wait_phase(&c.api, NS, "truncated", "Failed").await;
     assert!(
-        !running_message(&truncated).is_empty(),
+        !cdi::running_message(&truncated).is_empty(),
         "{}",
         truncated["status"]
     );
-    let small = wait_phase(&c, "too-small", "Failed").await;
+    let small = cdi::wait_phase(&c.api, NS, "too-small", "Failed").await;
     assert!(
-        running_message(&small).contains("A larger PVC is required"),
+        cdi::running_message(&small).contains("A larger PVC is required"),
         "{}",
         small["status"]
     );
-    let unauthorized = wait_phase(&c, "no-credentials", "Failed").await;
+    let unauthorized = cdi::wait_phase(&c.api, NS, "no-credentials", "Failed").await;
     assert!(
-        running_message(&unauthorized).contains("401"),
+        cdi::running_message(&unauthorized).contains("401"),
         "{}",
         unauthorized["status"]
     );
 
-    let flaky = wait_phase(&c, "flaky", "Succeeded").await;
+    let flaky = cdi::wait_phase(&c.api, NS, "flaky", "Succeeded").await;
     assert!(
         flaky["status"]["restartCount"]
             .as_i64()
@@ -259,14 +224,14 @@ async fn bad_sources_fail_with_the_servers_answer_and_transient_errors_are_retri
         .post(&format!("/api/v1/namespaces/{NS}/secrets"), &secret)
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-    let mut with_credentials = data_volume(
+    let mut with_credentials = cdi::data_volume(
         "with-credentials",
         http(format!("{url}/auth/disk.raw")),
         "16Mi",
     );
     with_credentials["spec"]["source"]["http"]["secretRef"] = json!("image-creds");
-    create(&c, &with_credentials).await;
-    wait_phase(&c, "with-credentials", "Succeeded").await;
+    cdi::create(&c.api, NS, &with_credentials).await;
+    cdi::wait_phase(&c.api, NS, "with-credentials", "Succeeded").await;
     holds_the_image(&c, "with-credentials", 16 << 20).await;
 }
 
@@ -275,19 +240,21 @@ async fn clones_blanks_and_data_sources() {
     let Some((c, images)) = start().await else {
         return;
     };
-    create(
-        &c,
-        &data_volume(
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume(
             "golden",
             http(format!("{}/images/disk.qcow2", images.url)),
             "16Mi",
         ),
     )
     .await;
-    wait_phase(&c, "golden", "Succeeded").await;
-    create(
-        &c,
-        &data_volume(
+    cdi::wait_phase(&c.api, NS, "golden", "Succeeded").await;
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume(
             "copy",
             json!({"pvc": {"namespace": NS, "name": "golden"}}),
             "32Mi",
@@ -295,20 +262,25 @@ async fn clones_blanks_and_data_sources() {
     )
     .await;
     // No size: the clone takes the source's.
-    let mut same_size = data_volume(
+    let mut same_size = cdi::data_volume(
         "same-size",
         json!({"pvc": {"namespace": NS, "name": "golden"}}),
         "1Mi",
     );
     same_size["spec"]["storage"] = json!({});
-    create(&c, &same_size).await;
-    create(&c, &data_volume("blank", json!({"blank": {}}), "8Mi")).await;
-    let copy = wait_phase(&c, "copy", "Succeeded").await;
-    assert_eq!(running_message(&copy), "Clone Complete");
+    cdi::create(&c.api, NS, &same_size).await;
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume("blank", json!({"blank": {}}), "8Mi"),
+    )
+    .await;
+    let copy = cdi::wait_phase(&c.api, NS, "copy", "Succeeded").await;
+    assert_eq!(cdi::running_message(&copy), "Clone Complete");
     holds_the_image(&c, "copy", 32 << 20).await;
-    wait_phase(&c, "same-size", "Succeeded").await;
+    cdi::wait_phase(&c.api, NS, "same-size", "Succeeded").await;
     holds_the_image(&c, "same-size", 16 << 20).await;
-    wait_phase(&c, "blank", "Succeeded").await;
+    cdi::wait_phase(&c.api, NS, "blank", "Succeeded").await;
     let (_, blank) = claim_of(&c, "blank").await;
     let zeros = std::fs::read(blank).expect("blank claim");
     assert!(zeros.len() == 8 << 20 && zeros.iter().all(|b| *b == 0));
@@ -360,8 +332,8 @@ async fn clones_blanks_and_data_sources() {
         .await;
     let by_ref = json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume", "metadata": {"name": "from-source"},
                         "spec": {"sourceRef": {"kind": "DataSource", "name": "os"}, "storage": {}}});
-    create(&c, &by_ref).await;
-    wait_phase(&c, "from-source", "Succeeded").await;
+    cdi::create(&c.api, NS, &by_ref).await;
+    cdi::wait_phase(&c.api, NS, "from-source", "Succeeded").await;
     holds_the_image(&c, "from-source", 16 << 20).await;
 
     // spec.storage takes its modes from the StorageProfile of the class; an
@@ -378,8 +350,13 @@ async fn clones_blanks_and_data_sources() {
     assert_eq!(claim["spec"]["storageClassName"], "local");
     let shared = json!({"spec": {"claimPropertySets": [{"accessModes": ["ReadWriteMany"], "volumeMode": "Filesystem"}]}});
     assert!(c.api.merge(profile_path, &shared).await.status.is_success());
-    create(&c, &data_volume("shared", json!({"blank": {}}), "8Mi")).await;
-    wait_phase(&c, "shared", "Succeeded").await;
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume("shared", json!({"blank": {}}), "8Mi"),
+    )
+    .await;
+    cdi::wait_phase(&c.api, NS, "shared", "Succeeded").await;
     let (claim, _) = claim_of(&c, "shared").await;
     assert_eq!(claim["spec"]["accessModes"], json!(["ReadWriteMany"]));
 
@@ -398,7 +375,7 @@ async fn clones_blanks_and_data_sources() {
     );
     let r = c
         .api
-        .post(DVS, &data_volume("taken", json!({"blank": {}}), "8Mi"))
+        .post(DVS, &cdi::data_volume("taken", json!({"blank": {}}), "8Mi"))
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
     assert!(
@@ -417,9 +394,10 @@ async fn progress_moves_and_a_delete_mid_import_stops_it() {
         return;
     };
     let mut watch = c.api.watch(&format!("{DVS}?watch=true")).await;
-    create(
-        &c,
-        &data_volume(
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume(
             "slow",
             http(format!("{}/slow/disk.raw", images.url)),
             "16Mi",
@@ -499,7 +477,7 @@ async fn a_vm_starts_once_its_data_volumes_are_ready() {
         "VirtualMachine"
     );
     assert_eq!(dv["metadata"]["ownerReferences"][0]["name"], "templated");
-    wait_phase(&c, "templated-root", "Succeeded").await;
+    cdi::wait_phase(&c.api, NS, "templated-root", "Succeeded").await;
     c.wait_vmi_phase(NS, "templated", "Running").await;
 
     // Stopping the VM keeps its DataVolume; deleting the VM takes it along.
@@ -541,7 +519,12 @@ async fn a_vm_starts_once_its_data_volumes_are_ready() {
     assert_eq!(ready["message"], "DataVolume images/later does not exist");
     assert_eq!(printable(&waiting), "WaitingForVolumeBinding");
     assert_eq!(c.get_vmi(NS, "waiting").await.status, StatusCode::NOT_FOUND);
-    create(&c, &data_volume("later", json!({"blank": {}}), "8Mi")).await;
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume("later", json!({"blank": {}}), "8Mi"),
+    )
+    .await;
     c.wait_vmi_phase(NS, "waiting", "Running").await;
     let started = c.api.get(&path).await.body;
     assert!(
@@ -573,9 +556,10 @@ async fn an_import_cut_by_a_server_crash_starts_again() {
     let Some((mut c, images)) = start().await else {
         return;
     };
-    create(
-        &c,
-        &data_volume(
+    cdi::create(
+        &c.api,
+        NS,
+        &cdi::data_volume(
             "interrupted",
             http(format!("{}/slow/disk.raw", images.url)),
             "16Mi",
@@ -593,7 +577,7 @@ async fn an_import_cut_by_a_server_crash_starts_again() {
     c.server.kill9();
     c.server.restart().await;
     c.api = support::api_for(&c.server);
-    let done = wait_phase(&c, "interrupted", "Succeeded").await;
+    let done = cdi::wait_phase(&c.api, NS, "interrupted", "Succeeded").await;
     assert!(
         done["status"]["restartCount"]
             .as_i64()
