@@ -316,18 +316,13 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
     let mut failure: Option<(&str, String)> = None;
     // Whether the volumes let the VM start, when it wants to or has DataVolumes to show.
     let wants_vmi = matches!(plan.action, VmiAction::Create { .. });
-    let looks_at_volumes = (wants_vmi || !templates.is_empty()) && vmi.is_none() && !deleting;
-    // Parsed once, when a VMI may be made of it or its volumes looked at.
-    let template = if wants_vmi || looks_at_volumes {
-        cached.spec_field("template")?
-    } else {
-        None
-    };
-    let volumes = match &template {
-        Some(template) if looks_at_volumes => {
-            vm_volumes::readiness(&ctx.client, &namespace, template).await?
+    let volumes = if (wants_vmi || !templates.is_empty()) && vmi.is_none() && !deleting {
+        match cached.spec_field("template")? {
+            Some(template) => vm_volumes::readiness(&ctx.client, &namespace, &template).await?,
+            None => Readiness::Ready,
         }
-        _ => Readiness::Ready,
+    } else {
+        Readiness::Ready
     };
     if volumes != Readiness::Ready {
         // Woken by the DataVolumes it owns; others (and claims) are looked at again soon.
@@ -337,8 +332,11 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
         VmiAction::None => {}
         VmiAction::Create { .. } if volumes != Readiness::Ready => {}
         VmiAction::Create { paused } => {
-            let body: DynamicObject =
-                serde_json::from_value(vmi_from_template(&vm, template.clone(), *paused))?;
+            let body: DynamicObject = serde_json::from_value(vmi_from_template(
+                &vm,
+                cached.spec_field("template")?,
+                *paused,
+            ))?;
             match vmis.create(&post_params(), &body).await {
                 Ok(_) => effect = Effect::Created,
                 // The cache had not seen a VMI that exists: report on that one.
