@@ -28,11 +28,14 @@ use qemu::migration::{Progress, Tuning};
 use serde_json::{json, Value};
 
 use crate::hypervisor::{Arrival, Hypervisor, Incoming, MigrationSettings, Sending};
-use crate::vmi::{vmi_resource, Context};
+use crate::vmi::{vmi_resource, Context, Wait};
 
 const MANAGER: &str = "virt-handler";
 /// How long a target waits for the last of a guest the source reports sent.
 const ARRIVAL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a target whose QEMU the source's stream ended waits for the source's reason
+/// before giving its own (the source may be gone).
+const SOURCE_VERDICT_GRACE: Duration = Duration::from_secs(5);
 
 /// KubeVirt's defaults (`KubeVirt.spec.configuration.migrations`).
 const DEFAULT_PROGRESS_TIMEOUT: u64 = 150;
@@ -426,8 +429,16 @@ pub async fn target(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action
             }
         };
     }
-    // Waiting for the guest: a target hypervisor that dies fails the migration at once.
+    // Waiting for the guest. A target hypervisor that dies before the source sends fails
+    // the migration at once; once the source is sending, its QEMU ending the stream (an
+    // abort, a timeout) ends ours too, and the source says why, so it gets a moment to.
     if let Arrival::Failed(e) = hv.arrival(&vmi).await {
+        if state.start_timestamp.is_some()
+            && ctx.waited(Wait::SourceVerdict, &vmi) < SOURCE_VERDICT_GRACE
+        {
+            return Ok(Action::requeue(Duration::from_millis(200)));
+        }
+        ctx.done_waiting(Wait::SourceVerdict, &vmi);
         write_state(
             &ctx,
             &vmi,
@@ -451,20 +462,10 @@ async fn take_over(
         Arrival::Waiting => {
             // The source says it sent everything; a guest that still has not arrived
             // after a while never will.
-            let key = vmi.uid().unwrap_or_default();
-            let since = *ctx
-                .awaiting
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(key)
-                .or_insert_with(std::time::Instant::now);
-            if since.elapsed() < ARRIVAL_TIMEOUT {
+            if ctx.waited(Wait::Arrival, vmi) < ARRIVAL_TIMEOUT {
                 return Ok(Action::requeue(Duration::from_millis(10)));
             }
-            ctx.awaiting
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&vmi.uid().unwrap_or_default());
+            ctx.done_waiting(Wait::Arrival, vmi);
             let e = format!(
                 "the source reported the guest sent, but it did not arrive within {ARRIVAL_TIMEOUT:?}"
             );
@@ -491,10 +492,7 @@ async fn take_over(
         }
         Arrival::Arrived => {}
     }
-    ctx.awaiting
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(&vmi.uid().unwrap_or_default());
+    ctx.done_waiting(Wait::Arrival, vmi);
     // The VMI is claimed first, guarded by the version that said the source let go: if
     // anyone failed the migration meanwhile, the claim conflicts and the guest is not run
     // here, so it never runs on both nodes.

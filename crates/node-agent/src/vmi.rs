@@ -5,7 +5,7 @@
 //! Just over 800 lines: the one VMI state machine (each phase's step next to the next);
 //! migration, volume sources and the hypervisor already live in their own modules.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,9 +44,37 @@ pub(crate) struct Context {
     pub(crate) hypervisor: Arc<dyn Hypervisor>,
     /// Retry delays of VMIs whose sync failed, by `namespace/name`.
     backoff: kubevirt_api::backoff::Backoff<String>,
-    /// Since when each migration target (by VMI uid) waits for a guest the source
-    /// reported sent.
-    pub(crate) awaiting: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
+    /// Since when a migration target has waited for something (see `Wait`).
+    awaiting: std::sync::Mutex<HashMap<(Wait, String), std::time::Instant>>,
+}
+
+/// What a migration target waits for, per VMI uid, with a deadline of its own.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Wait {
+    /// The last of a guest the source reported sent.
+    Arrival,
+    /// The source's word on why a migration broke off after its QEMU ended ours.
+    SourceVerdict,
+}
+
+impl Context {
+    /// How long this target has waited for `what` for `vmi` (zero on the first ask).
+    pub(crate) fn waited(&self, what: Wait, vmi: &DynamicObject) -> std::time::Duration {
+        let key = (what, vmi.uid().unwrap_or_default());
+        let mut awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
+        awaiting
+            .entry(key)
+            .or_insert_with(std::time::Instant::now)
+            .elapsed()
+    }
+
+    pub(crate) fn done_waiting(&self, what: Wait, vmi: &DynamicObject) {
+        let key = (what, vmi.uid().unwrap_or_default());
+        self.awaiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
+    }
 }
 
 pub(crate) fn vmi_resource() -> ApiResource {
