@@ -394,6 +394,7 @@ async fn drive(
     let mut last_progress = Instant::now();
     let mut post_copy = false;
     let mut paused_guest = false;
+    let mut continued = false;
     loop {
         let reply = qmp.execute("query-migrate", None).await?;
         let mut now = Progress::from_reply(&reply);
@@ -409,7 +410,10 @@ async fn drive(
                         .unwrap_or_else(|| "QEMU reports the migration failed".into()),
                 ))
             }
-            Status::PreSwitchover => {
+            // Once only: QEMU reports pre-switchover until its migration thread wakes, and a
+            // second continue that finds it completed is an error.
+            Status::PreSwitchover if !continued => {
+                continued = true;
                 // vCPUs stopped: the mirrors catch up and finish, then the last of RAM goes.
                 let copied = cancel_mirrors(qmp, &plan.disks, false).await;
                 if let Some(copied) = copied {

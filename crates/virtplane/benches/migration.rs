@@ -716,7 +716,7 @@ fn vm(registry: &str) -> Value {
                         "memory": {"guest": "256Mi"},
                         "devices": {"autoattachPodInterface": false},
                         "firmware": {"kernelBoot": {
-                            "kernelArgs": "console=ttyS0",
+                            "kernelArgs": "console=ttyS0 no_timer_check",
                             "container": {
                                 "image": format!("{registry}/guest-kernel:latest"),
                                 "kernelPath": "/boot/vmlinux",

@@ -905,7 +905,7 @@ pub fn kernel_vm(guests: &Guests, name: &str, strategy: &str, user_data: Option<
                     "terminationGracePeriodSeconds": 2,
                     "domain": {
                         "firmware": {"kernelBoot": {
-                            "kernelArgs": "console=ttyS0",
+                            "kernelArgs": "console=ttyS0 no_timer_check",
                             "container": {
                                 "image": guests.kernel_image(),
                                 "kernelPath": "/boot/vmlinux",
