@@ -5,6 +5,7 @@ pub mod field;
 pub mod go_base64;
 pub mod gojson;
 pub mod gonum;
+pub mod identity;
 pub mod jsonpath;
 pub mod meta_validation;
 pub mod names;

@@ -5,6 +5,7 @@ pub mod agent_dial;
 pub mod auth;
 pub mod authz;
 mod cdi;
+mod certificates;
 pub mod console;
 mod core;
 pub mod discovery;
@@ -114,6 +115,9 @@ fn components() -> Map<String, Value> {
     if let Value::Object(rbac) = rbac::kinds::schemas() {
         all.extend(rbac);
     }
+    if let Value::Object(csr) = certificates::schemas() {
+        all.extend(csr);
+    }
     all
 }
 
@@ -131,9 +135,17 @@ fn registrations(
         )
     };
     let mut out = Vec::new();
+    let csr: (
+        &'static apimachinery::resource::ResourceInfo,
+        Box<dyn registry::ResourceHooks>,
+    ) = (
+        &certificates::CERTIFICATE_SIGNING_REQUEST,
+        Box::new(certificates::CsrHooks),
+    );
     for (info, hooks) in core::registrations()
         .into_iter()
         .chain(rbac::kinds::registrations())
+        .chain([csr])
     {
         out.push(Registration {
             info,

@@ -57,8 +57,9 @@ const FFDHE2048: &str = "-----BEGIN DH PARAMETERS-----\nMIIBCAKCAQEA//////////+t
 
 pub const ADMIN_USER: &str = "admin";
 pub const ADMIN_GROUP: &str = "system:masters";
+/// The join credential's user: a member of `system:bootstrappers`, it may only ask for a
+/// node identity (a CertificateSigningRequest), as a kubelet's bootstrap token.
 pub const NODE_JOIN_USER: &str = "system:node-joiner";
-pub const NODES_GROUP: &str = "system:nodes";
 /// Who the API server is when it dials node agents for consoles (kube-apiserver's
 /// kubelet client certificate); agents let no one else in.
 pub const AGENT_CLIENT_USER: &str = "system:virtplane-apiserver";
@@ -130,6 +131,21 @@ fn leaf_params(common_name: &str, organizations: &[&str]) -> CertificateParams {
     params
 }
 
+fn random_serial() -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    // Positive, as DER integers for serials must be.
+    bytes[0] &= 0x7f;
+    bytes
+}
+
+fn join_groups() -> Vec<String> {
+    vec![
+        apimachinery::identity::BOOTSTRAPPERS_GROUP.into(),
+        "system:authenticated".into(),
+    ]
+}
+
 fn random_token() -> String {
     let mut bytes = [0u8; 24];
     rand::rng().fill_bytes(&mut bytes);
@@ -184,7 +200,7 @@ impl Pki {
                     TokenUser {
                         user: NODE_JOIN_USER.into(),
                         uid: None,
-                        groups: vec![NODES_GROUP.into(), "system:authenticated".into()],
+                        groups: join_groups(),
                     },
                 );
                 let text = serde_json::to_string_pretty(&tokens).unwrap_or_default();
@@ -192,6 +208,20 @@ impl Pki {
                 tokens
             }
         };
+
+        // Data dirs from before node identities gave the join token the nodes' group.
+        let mut tokens = tokens;
+        let mut migrated = false;
+        for user in tokens.values_mut() {
+            if user.user == NODE_JOIN_USER && user.groups != join_groups() {
+                user.groups = join_groups();
+                migrated = true;
+            }
+        }
+        if migrated {
+            let text = serde_json::to_string_pretty(&tokens).unwrap_or_default();
+            write_private(&tokens_path, &text)?;
+        }
 
         let mut pki = Pki {
             dir: dir.to_path_buf(),
@@ -271,6 +301,31 @@ impl Pki {
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer()?)?;
         Ok((cert.pem(), key.serialize_pem()))
+    }
+
+    /// A client certificate for the request (a PEM CSR, whose signature is checked), valid
+    /// from now for `lifetime`, with the subject the request asks for: the caller decides
+    /// whether that subject may be had.
+    pub fn sign_request(
+        &self,
+        request_pem: &str,
+        lifetime: std::time::Duration,
+    ) -> Result<String, PkiError> {
+        let mut request = rcgen::CertificateSigningRequestParams::from_pem(request_pem)?;
+        let now = time::OffsetDateTime::now_utc();
+        // A minute's slack for clocks a little behind ours.
+        request.params.not_before = now - time::Duration::minutes(1);
+        request.params.not_after = now + lifetime;
+        request.params.is_ca = IsCa::ExplicitNoCa;
+        request.params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        request.params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        request.params.subject_alt_names.clear();
+        request.params.serial_number = Some(rcgen::SerialNumber::from_slice(&random_serial()));
+        let cert = request.signed_by(&self.issuer()?)?;
+        Ok(cert.pem())
     }
 
     /// TLS credentials for one live migration, in the file names QEMU's `tls-creds-x509`

@@ -2,6 +2,7 @@
 //! against our own API: inside `virtplane server` they reach it in-process.
 
 mod cached;
+pub mod certificates;
 pub mod datavolume;
 pub mod evacuation;
 pub mod migration;
@@ -39,6 +40,8 @@ pub struct Config {
     /// Issues the TLS credentials of a migration whose target listens at these hosts
     /// (`None`: migrations run without TLS).
     pub migration_credentials: Option<migration::IssueCredentials>,
+    /// Signs approved client certificate requests (`None`: they stay unsigned).
+    pub certificate_signer: Option<certificates::SignRequest>,
 }
 
 /// Runs every controller until the process ends.
@@ -57,6 +60,7 @@ pub async fn run(client: kube::Client, config: Config) {
             config.insecure_registries,
         ),
         migration::run(client.clone(), config.migration_credentials),
+        certificates::run(client.clone(), config.certificate_signer),
         evacuation::run(client),
     );
 }

@@ -22,5 +22,6 @@ pub mod volumes;
 
 mod access;
 pub mod quantity;
+pub mod references;
 mod typecheck;
 mod validation;

@@ -2,6 +2,7 @@
 //! them through its phases with a hypervisor backend. One agent may serve several nodes
 //! (simulated nodes share one), with a single watch on VMIs.
 
+pub mod bootstrap;
 mod cloud_init;
 pub mod endpoint;
 pub mod hypervisor;

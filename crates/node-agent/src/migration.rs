@@ -342,7 +342,9 @@ fn let_go(ctx: Arc<Context>, vmi: DynamicObject) {
                         return;
                     }
                 }
+                // Gone, or no longer this node's to read: it runs elsewhere.
                 Ok(_) => break,
+                Err(kube::Error::Api(s)) if s.code == 403 => break,
                 Err(e) => tracing::warn!("looking at {} after its migration: {e}", vmi.name_any()),
             }
             tokio::time::sleep(delay).await;

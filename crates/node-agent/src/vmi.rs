@@ -178,6 +178,8 @@ async fn sweep(ctx: Arc<Context>) {
             );
             let vmi = match api.get_opt(&name).await {
                 Ok(vmi) => vmi,
+                // A node may read only the VMIs that concern it: this one went elsewhere.
+                Err(kube::Error::Api(s)) if s.code == 403 => None,
                 Err(e) => {
                     tracing::warn!("sweep: reading VMI {namespace}/{name}: {e}");
                     continue;

@@ -10,46 +10,19 @@ use base64::Engine;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client, ResourceExt};
 use kubevirt_api::names::annotations::VOLUME_PATH;
-use kubevirt_api::volumes::Volume;
 use serde_json::Value;
 
 /// The files a ConfigMap or Secret holds: its keys and their (decoded) values.
 pub type Files = BTreeMap<String, Vec<u8>>;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SourceKind {
-    ConfigMap,
-    Secret,
-    /// A Secret with registry credentials (`containerDisk.imagePullSecret`).
-    PullSecret,
-}
+pub use kubevirt_api::references::{Reference, SourceKind};
 
-impl SourceKind {
-    /// As kubectl and the kubelet name it in messages.
-    pub fn noun(self) -> &'static str {
-        match self {
-            SourceKind::ConfigMap => "configmap",
-            SourceKind::Secret => "secret",
-            SourceKind::PullSecret => "imagePullSecret",
-        }
-    }
-
-    fn resource(self) -> ApiResource {
-        let (kind, plural) = match self {
-            SourceKind::ConfigMap => ("ConfigMap", "configmaps"),
-            SourceKind::Secret | SourceKind::PullSecret => ("Secret", "secrets"),
-        };
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", kind), plural)
-    }
-}
-
-/// One object a volume refers to.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Reference {
-    pub kind: SourceKind,
-    pub name: String,
-    /// The VMI volume that names it.
-    pub volume: String,
+fn resource(kind: SourceKind) -> ApiResource {
+    let (kind, plural) = match kind {
+        SourceKind::ConfigMap => ("ConfigMap", "configmaps"),
+        SourceKind::Secret | SourceKind::PullSecret => ("Secret", "secrets"),
+    };
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", kind), plural)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -78,18 +51,6 @@ pub enum SourceError {
     },
 }
 
-/// The claims the VMI's volumes use (`persistentVolumeClaim`, `dataVolume`).
-fn claim_names(vmi: &DynamicObject) -> Vec<String> {
-    let spec = vmi.data.get("spec").unwrap_or(&Value::Null);
-    let mut names: Vec<String> = Volume::all_of(spec)
-        .iter()
-        .filter_map(|v| v.source.claim().map(str::to_string))
-        .collect();
-    let mut seen = std::collections::HashSet::new();
-    names.retain(|n| seen.insert(n.clone()));
-    names
-}
-
 /// What the API says about a claim a volume uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Claim {
@@ -109,68 +70,6 @@ fn claim_state(claim: Option<&DynamicObject>) -> Claim {
         Some(path) if bound => Claim::Bound(PathBuf::from(path)),
         _ => Claim::Unbound,
     }
-}
-
-/// The objects `volume` refers to: a sysprep source, a cloud-init secretRef and
-/// networkDataSecretRef.
-fn volume_references(volume: &Value) -> Vec<Reference> {
-    let volume_name = volume["name"].as_str().unwrap_or_default();
-    let named = |kind, source: Option<&Value>| {
-        let name = source?.get("name")?.as_str().filter(|n| !n.is_empty())?;
-        Some(Reference {
-            kind,
-            name: name.to_string(),
-            volume: volume_name.to_string(),
-        })
-    };
-    let mut out = Vec::new();
-    if let Some(name) = volume
-        .pointer("/containerDisk/imagePullSecret")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-    {
-        out.push(Reference {
-            kind: SourceKind::PullSecret,
-            name: name.to_string(),
-            volume: volume_name.to_string(),
-        });
-    }
-    if let Some(sysprep) = volume.get("sysprep") {
-        out.extend(named(SourceKind::ConfigMap, sysprep.get("configMap")));
-        out.extend(named(SourceKind::Secret, sysprep.get("secret")));
-    }
-    for cloud_init in ["cloudInitNoCloud", "cloudInitConfigDrive"] {
-        if let Some(source) = volume.get(cloud_init) {
-            for field in ["secretRef", "networkDataSecretRef"] {
-                out.extend(named(SourceKind::Secret, source.get(field)));
-            }
-        }
-    }
-    out
-}
-
-/// Every object the VMI's volumes refer to, in volume order, then the kernelBoot
-/// container's imagePullSecret (as volume `kernelBoot`).
-pub fn references(vmi: &DynamicObject) -> Vec<Reference> {
-    let mut out: Vec<Reference> = vmi
-        .data
-        .pointer("/spec/volumes")
-        .and_then(Value::as_array)
-        .map(|volumes| volumes.iter().flat_map(volume_references).collect())
-        .unwrap_or_default();
-    if let Some(name) = vmi
-        .data
-        .pointer("/spec/domain/firmware/kernelBoot/container/imagePullSecret")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-    {
-        out.push(Reference {
-            kind: SourceKind::PullSecret,
-            name: name.to_string(),
-            volume: "kernelBoot".to_string(),
-        });
-    }
-    out
 }
 
 /// The files of a ConfigMap (`data` as is, `binaryData` decoded) or a Secret (`data`
@@ -219,7 +118,7 @@ pub async fn read_secret(
     let api = Api::<DynamicObject>::namespaced_with(
         client.clone(),
         namespace,
-        &SourceKind::Secret.resource(),
+        &resource(SourceKind::Secret),
     );
     Ok(api
         .get_opt(name)
@@ -245,7 +144,7 @@ impl VolumeSources {
         let namespace = vmi.namespace().unwrap_or_default();
         let mut objects = HashMap::new();
         let mut pull_secret_types = HashMap::new();
-        for reference in references(vmi) {
+        for reference in kubevirt_api::references::of_vmi(&vmi.data) {
             let key = (reference.kind, reference.name.clone());
             if objects.contains_key(&key) {
                 continue;
@@ -253,7 +152,7 @@ impl VolumeSources {
             let api = Api::<DynamicObject>::namespaced_with(
                 client.clone(),
                 &namespace,
-                &reference.kind.resource(),
+                &resource(reference.kind),
             );
             let object = api
                 .get_opt(&reference.name)
@@ -286,7 +185,7 @@ impl VolumeSources {
         );
         let mut claims = HashMap::new();
         let mut shared = HashMap::new();
-        for name in claim_names(vmi) {
+        for name in kubevirt_api::references::claim_names(&vmi.data) {
             let claim = api
                 .get_opt(&name)
                 .await
@@ -368,42 +267,6 @@ impl VolumeSources {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    fn vmi(volumes: Value) -> DynamicObject {
-        serde_json::from_value(json!({
-            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-            "metadata": {"name": "v", "namespace": "default"},
-            "spec": {"volumes": volumes}
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn finds_every_reference() {
-        let mut vmi = vmi(json!([
-            {"name": "root", "containerDisk": {"image": "x", "imagePullSecret": "regcred"}},
-            {"name": "sysprep", "sysprep": {"configMap": {"name": "answers"}}},
-            {"name": "ci", "cloudInitNoCloud": {"secretRef": {"name": "user"},
-                                               "networkDataSecretRef": {"name": "net"}}},
-            {"name": "cd", "cloudInitConfigDrive": {"userData": "inline"}}
-        ]));
-        vmi.data["spec"]["domain"] = json!({"firmware": {"kernelBoot": {"container": {"image": "k", "imagePullSecret": "kernelcred"}}}});
-        let found = references(&vmi);
-        let found: Vec<(SourceKind, &str, &str)> = found
-            .iter()
-            .map(|r| (r.kind, r.name.as_str(), r.volume.as_str()))
-            .collect();
-        assert_eq!(
-            found,
-            [
-                (SourceKind::PullSecret, "regcred", "root"),
-                (SourceKind::ConfigMap, "answers", "sysprep"),
-                (SourceKind::Secret, "user", "ci"),
-                (SourceKind::Secret, "net", "ci"),
-                (SourceKind::PullSecret, "kernelcred", "kernelBoot")
-            ]
-        );
-    }
 
     #[test]
     fn files_decode_per_kind() {

@@ -408,9 +408,22 @@ fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         let kubeconfig_path = kubeconfig;
         let kubeconfig = kube::config::Kubeconfig::read_from(&kubeconfig_path)
             .with_context(|| format!("cannot read kubeconfig {}", kubeconfig_path.display()))?;
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig.clone(), &Default::default())
             .await
             .with_context(|| format!("kubeconfig {} is not usable", kubeconfig_path.display()))?;
+        // A join token only asks for the node's own identity, which the agent then uses;
+        // a kubeconfig with a client certificate is that identity already.
+        let config = if node_agent::bootstrap::has_client_certificate(&kubeconfig) {
+            config
+        } else {
+            let join = kube::Client::try_from(config).context("cannot build an API client")?;
+            let own = node_agent::bootstrap::node_kubeconfig(&kubeconfig, &join, &data_dir, &name)
+                .await
+                .with_context(|| format!("node {name} cannot obtain its identity with {}", kubeconfig_path.display()))?;
+            kube::Config::from_custom_kubeconfig(own, &Default::default())
+                .await
+                .context("the node's own kubeconfig is not usable")?
+        };
         // The agent's endpoint lets in only clients certified by the cluster CA.
         let Some(client_ca) = config.root_cert.clone() else {
             bail!(
@@ -587,6 +600,12 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
                 pki.issue_migration_credentials(hosts)
                     .map_err(|e| e.to_string())
             });
+        let pki = server.pki.clone();
+        let sign: controllers::certificates::SignRequest =
+            Arc::new(move |request: &str, lifetime| {
+                pki.sign_request(request, lifetime)
+                    .map_err(|e| e.to_string())
+            });
         let controller_config = controllers::Config {
             node_monitor_grace_period: args.timing.node_monitor_grace_period,
             volume_pool: args.data_dir.join("volumes"),
@@ -594,6 +613,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
             uploads: args.data_dir.join("uploads"),
             insecure_registries: args.insecure_registries.clone(),
             migration_credentials: Some(issue),
+            certificate_signer: Some(sign),
         };
         tokio::spawn(controllers::run(client.clone(), controller_config));
         if let Some(hypervisor) = local {

@@ -30,10 +30,13 @@ async fn client_certificate_and_bearer_token() {
     let r = send(&api.client, &url, None).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     // Bearer tokens from pki/tokens.json, over a connection without a client certificate,
-    // each reading what its role lets it read (node agents read nodes, not namespaces).
+    // each reading what its role lets it read (the join token: certificate requests only).
     for (user, path) in [
         ("admin", NAMESPACES),
-        ("system:node-joiner", "/api/v1/nodes"),
+        (
+            "system:node-joiner",
+            "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+        ),
     ] {
         let token = api.token(user);
         let url = format!("{}{path}", api.url);

@@ -170,7 +170,8 @@ async fn a_guest_that_crashes_after_running_is_restarted_at_once() {
     );
 }
 
-/// A `virtplane node` process, SIGKILLed when dropped.
+/// A `virtplane node` process, SIGKILLed when dropped, with its data (its identity)
+/// beside the server's.
 struct NodeProcess(Option<Child>);
 
 impl NodeProcess {
@@ -179,6 +180,8 @@ impl NodeProcess {
             .arg("node")
             .arg("--kubeconfig")
             .arg(c.server.data_dir().join("node-join.kubeconfig"))
+            .arg("--data-dir")
+            .arg(c.server.data_dir().join(format!("node-{name}")))
             .args(["--name", name, "--hypervisor", "sim"])
             .args(["--heartbeat-interval", "300ms"])
             .args(["--sim-boot-delay", "100ms", "--sim-stop-delay", "100ms"])

@@ -10,12 +10,13 @@
 //!
 //! One module per job: `snapshot` (the compiled view and the RBAC decision),
 //! `attributes` (what a request asks for, and the 403 kube writes when it may not),
-//! `impersonation` (`Impersonate-*` headers) and `escalation` (no one grants what they
-//! do not hold).
+//! `impersonation` (`Impersonate-*` headers), `escalation` (no one grants what they
+//! do not hold) and `node` (a node touches only its own objects).
 
 mod attributes;
 pub mod escalation;
 pub mod impersonation;
+pub mod node;
 mod snapshot;
 
 use std::sync::{Arc, RwLock};

@@ -105,7 +105,13 @@ impl ApiServer {
         };
         let query = Query::parse(parts.uri.query())?;
         let info = RequestInfo::new(&parts.method, parts.uri.path(), target, &query);
-        self.authorize(&user, &Attributes::of_request(&info, &query))?;
+        let attrs = Attributes::of_request(&info, &query);
+        self.authorize(&user, &attrs)?;
+        if let Some(node) = crate::authz::node::node_of(&user) {
+            crate::authz::node::authorize(registry, node, &attrs, &query)
+                .await
+                .map_err(|reason| crate::authz::forbidden(&user.name, &attrs, &reason))?;
+        }
         let accept = parts
             .headers
             .get(header::ACCEPT)

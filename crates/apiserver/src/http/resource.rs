@@ -63,6 +63,12 @@ impl ResourceRequest<'_> {
         } else {
             None
         };
+        let node_guard = crate::authz::node::node_of(self.user)
+            .and_then(|node| crate::authz::node::write_guard(node, info.group, info.plural));
+        let guard = match (guard, node_guard) {
+            (Some(a), Some(b)) => Some(a.and(b)),
+            (a, b) => a.or(b),
+        };
         Ok(WriteOptions {
             dry_run: self.query.dry_run,
             field_manager: field_manager(self.query, self.headers)?,

@@ -20,7 +20,10 @@ impl ApiServer {
         let (reg, info, namespace, body) = (&req.reg, req.reg.info, req.namespace(), req.body);
         let (kind, version, content_type) = (info.kind, info.version, &req.content_type);
         let format = req.negotiate(false)?;
-        let obj = negotiate::decode_body(content_type, body, kind, version)?;
+        let mut obj = negotiate::decode_body(content_type, body, kind, version)?;
+        if crate::certificates::is_csr(info) {
+            crate::certificates::set_requester(&mut obj, req.user);
+        }
         let outcome = self
             .registry
             .create(reg, namespace, obj, &req.write_options()?)

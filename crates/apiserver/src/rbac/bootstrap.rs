@@ -30,9 +30,18 @@ const WRITE: &[&str] = &["create", "update", "patch", "delete", "deletecollectio
 const READ: &[&str] = &["get", "list", "watch"];
 
 /// The group of virtplane's node agents (the node-join credential's group).
-pub const NODES_GROUP: &str = "system:nodes";
+pub use apimachinery::identity::NODES_GROUP;
 /// The ClusterRole node agents are bound to.
 pub const NODE_ROLE: &str = "system:virtplane:node";
+pub const NODE_BOOTSTRAPPER_ROLE: &str = "system:node-bootstrapper";
+/// Whoever holds `create` on this subresource has node client CSRs approved (kube's
+/// csrapproving controller asks the same question).
+pub const NODE_CLIENT_ROLE: &str =
+    "system:certificates.k8s.io:certificatesigningrequests:nodeclient";
+pub const SELF_NODE_CLIENT_ROLE: &str =
+    "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient";
+const CERTIFICATES_GROUP: &str = "certificates.k8s.io";
+use apimachinery::identity::BOOTSTRAPPERS_GROUP;
 
 fn rule(verbs: &[&str], groups: &[&str], resources: &[&str]) -> Value {
     json!({"verbs": verbs, "apiGroups": groups, "resources": resources})
@@ -687,8 +696,8 @@ fn cdi_roles() -> Vec<Value> {
 
 /// What virtplane's node agents do with the API: register and heart-beat their Node,
 /// run the VMIs placed on them and read what those use (kube's `system:node` and
-/// KubeVirt's virt-handler role, for this server's kinds). It does not yet restrict a
-/// node to its own objects (kube's Node authorizer and NodeRestriction admission).
+/// KubeVirt's virt-handler role, for this server's kinds). `authz::node` narrows it to
+/// the node's own objects, as kube's Node authorizer and NodeRestriction do.
 fn node_role() -> Value {
     cluster_role(
         kube_meta(NODE_ROLE, &[]),
@@ -699,21 +708,55 @@ fn node_role() -> Value {
                 &["nodes"],
             ),
             rule(&["update", "patch"], &[""], &["nodes/status"]),
-            rule(READ, &[""], &["secrets", "configmaps"]),
-            rule(&["get"], &[""], &["persistentvolumeclaims"]),
+            rule(
+                &["get"],
+                &[""],
+                &["secrets", "configmaps", "persistentvolumeclaims"],
+            ),
             rule(
                 &["get", "list", "watch", "update", "patch"],
                 &["kubevirt.io"],
-                &["virtualmachineinstances"],
+                &["virtualmachineinstances", "virtualmachineinstances/status"],
             ),
+            // Renewing its own certificate.
             rule(
-                READ,
-                &["kubevirt.io"],
-                &["virtualmachineinstancemigrations"],
+                &["create", "get", "list", "watch"],
+                &[CERTIFICATES_GROUP],
+                &["certificatesigningrequests"],
             ),
-            rule(READ, &["kubevirt.io"], &["kubevirts"]),
         ],
     )
+}
+
+/// The join credential's roles (kube's TLS bootstrap, as kubeadm binds them): ask for a
+/// node client certificate, and have such requests approved.
+fn bootstrap_roles() -> Vec<Value> {
+    vec![
+        cluster_role(
+            kube_meta(NODE_BOOTSTRAPPER_ROLE, &[]),
+            vec![rule(
+                &["create", "get", "list", "watch"],
+                &[CERTIFICATES_GROUP],
+                &["certificatesigningrequests"],
+            )],
+        ),
+        cluster_role(
+            kube_meta(NODE_CLIENT_ROLE, &[]),
+            vec![rule(
+                &["create"],
+                &[CERTIFICATES_GROUP],
+                &["certificatesigningrequests/nodeclient"],
+            )],
+        ),
+        cluster_role(
+            kube_meta(SELF_NODE_CLIENT_ROLE, &[]),
+            vec![rule(
+                &["create"],
+                &[CERTIFICATES_GROUP],
+                &["certificatesigningrequests/selfnodeclient"],
+            )],
+        ),
+    ]
 }
 
 /// Every bootstrap ClusterRole.
@@ -722,6 +765,7 @@ pub fn cluster_roles() -> Vec<Value> {
     all.extend(kubevirt_roles());
     all.extend(cdi_roles());
     all.push(node_role());
+    all.extend(bootstrap_roles());
     all
 }
 
@@ -767,6 +811,21 @@ pub fn cluster_role_bindings() -> Vec<Value> {
             &[authenticated, "system:serviceaccount"],
         ),
         binding(kube_meta(NODE_ROLE, &[]), NODE_ROLE, &[NODES_GROUP]),
+        binding(
+            kube_meta("virtplane:node-bootstrap", &[]),
+            NODE_BOOTSTRAPPER_ROLE,
+            &[BOOTSTRAPPERS_GROUP],
+        ),
+        binding(
+            kube_meta("virtplane:node-autoapprove-bootstrap", &[]),
+            NODE_CLIENT_ROLE,
+            &[BOOTSTRAPPERS_GROUP],
+        ),
+        binding(
+            kube_meta("virtplane:node-autoapprove-certificate-rotation", &[]),
+            SELF_NODE_CLIENT_ROLE,
+            &[NODES_GROUP],
+        ),
     ]
 }
 

@@ -57,6 +57,16 @@ pub struct WriteGuard(pub Arc<GuardFn>);
 /// What a `WriteGuard` runs: (object to store, stored object) → ok, or the write's error.
 pub type GuardFn = dyn Fn(&Value, Option<&Value>) -> Result<(), Status> + Send + Sync;
 
+impl WriteGuard {
+    /// Both checks, this one first.
+    pub fn and(self, then: WriteGuard) -> WriteGuard {
+        WriteGuard(Arc::new(move |new, old| {
+            (self.0)(new, old)?;
+            (then.0)(new, old)
+        }))
+    }
+}
+
 impl std::fmt::Debug for WriteGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("WriteGuard")
@@ -136,7 +146,7 @@ impl Registry {
         }
     }
 
-    fn list_prefix(info: &ResourceInfo, namespace: Option<&str>) -> String {
+    pub(crate) fn list_prefix(info: &ResourceInfo, namespace: Option<&str>) -> String {
         match namespace {
             Some(ns) if info.namespaced => format!("{}{ns}/", Self::resource_prefix(info)),
             _ => Self::resource_prefix(info),

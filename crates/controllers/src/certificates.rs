@@ -1,0 +1,338 @@
+//! The CSR controllers of kube-controller-manager, for the two client signers: node client
+//! requests (`kubernetes.io/kube-apiserver-client-kubelet`) are approved when their
+//! requester may create `certificatesigningrequests/nodeclient` (or `selfnodeclient`, for
+//! a node renewing its own identity), asked with a SubjectAccessReview as kube's
+//! csrapproving controller does; approved requests of either signer are signed with the
+//! cluster CA. Requests for other signers are left to whoever signs them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use apimachinery::identity::{
+    node_user, CLIENT_SIGNER, KUBELET_CLIENT_SIGNER, NODES_GROUP, NODE_USER_PREFIX,
+};
+use base64::Engine;
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use kubevirt_api::backoff::Backoff;
+use serde_json::{json, Value};
+
+use crate::Error;
+
+/// Signs a PEM certificate request for the given lifetime: the PEM certificate, or why not.
+pub type SignRequest = Arc<dyn Fn(&str, Duration) -> Result<String, String> + Send + Sync>;
+
+/// kube-controller-manager's `--cluster-signing-duration` default: a year.
+const MAX_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
+/// The usages a node client certificate may ask for.
+const NODE_CLIENT_USAGES: &[&str] = &["digital signature", "key encipherment", "client auth"];
+const MANAGER: &str = "certificatesigningrequest-controller";
+
+fn csr_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("certificates.k8s.io", "v1", "CertificateSigningRequest"),
+        "certificatesigningrequests",
+    )
+}
+
+fn review_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("authorization.k8s.io", "v1", "SubjectAccessReview"),
+        "subjectaccessreviews",
+    )
+}
+
+/// What a certificate request asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Subject {
+    pub common_name: String,
+    pub organizations: Vec<String>,
+    /// Whether it asks for subject alternative names (DNS, IP, e-mail, URI).
+    pub alternative_names: bool,
+}
+
+/// Reads the subject of a PEM request (its signature is checked when it is signed).
+pub fn subject(request_pem: &str) -> Result<Subject, String> {
+    use x509_parser::prelude::FromDer;
+    let (_, pem) = x509_parser::pem::parse_x509_pem(request_pem.as_bytes())
+        .map_err(|e| format!("not a PEM block: {e}"))?;
+    if pem.label != "CERTIFICATE REQUEST" {
+        return Err("PEM block type must be CERTIFICATE REQUEST".into());
+    }
+    let (_, request) =
+        x509_parser::certification_request::X509CertificationRequest::from_der(&pem.contents)
+            .map_err(|e| format!("not a certificate request: {e}"))?;
+    let info = &request.certification_request_info;
+    let text = |attr: &x509_parser::x509::AttributeTypeAndValue| {
+        attr.as_str().map(str::to_string).unwrap_or_default()
+    };
+    let alternative_names = request.requested_extensions().is_some_and(|mut exts| {
+        exts.any(|e| {
+            matches!(e, x509_parser::extensions::ParsedExtension::SubjectAlternativeName(san) if !san.general_names.is_empty())
+        })
+    });
+    Ok(Subject {
+        common_name: info.subject.iter_common_name().map(text).collect(),
+        organizations: info.subject.iter_organization().map(text).collect(),
+        alternative_names,
+    })
+}
+
+/// kube's `ValidateKubeletClientCSR`: the node a node client request is for, or why it
+/// is not one.
+pub fn node_client(subject: &Subject, usages: &[&str]) -> Result<String, String> {
+    let node = subject
+        .common_name
+        .strip_prefix(NODE_USER_PREFIX)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| format!("subject common name does not begin with {NODE_USER_PREFIX:?}"))?;
+    if subject.organizations != [NODES_GROUP] {
+        return Err(format!("subject organization is not {NODES_GROUP}"));
+    }
+    if subject.alternative_names {
+        return Err("subject alternative names are not allowed".into());
+    }
+    if !usages.contains(&"client auth") || usages.iter().any(|u| !NODE_CLIENT_USAGES.contains(u)) {
+        return Err(format!(
+            "usages must be among {NODE_CLIENT_USAGES:?} and include \"client auth\""
+        ));
+    }
+    Ok(node.to_string())
+}
+
+struct Context {
+    client: Client,
+    sign: Option<SignRequest>,
+    backoff: Backoff<String>,
+}
+
+pub async fn run(client: Client, sign: Option<SignRequest>) {
+    let api = Api::<DynamicObject>::all_with(client.clone(), &csr_resource());
+    let ctx = Arc::new(Context {
+        client,
+        sign,
+        backoff: Backoff::default(),
+    });
+    Controller::new_with(api, watcher::Config::default(), csr_resource())
+        .run(reconcile, error_policy, ctx.clone())
+        .for_each(|result| {
+            match result {
+                Ok((csr, _)) => ctx.backoff.succeeded(&csr.name),
+                Err(controller::Error::ObjectNotFound(csr)) => ctx.backoff.succeeded(&csr.name),
+                Err(controller::Error::ReconcilerFailed(..)) => {}
+                Err(e) => tracing::warn!("certificate controller: {e}"),
+            }
+            futures::future::ready(())
+        })
+        .await;
+}
+
+fn error_policy(csr: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
+    let retry = ctx.backoff.failed(csr.name_any());
+    tracing::warn!(
+        "certificate controller: sync of {} failed, retrying in {retry:?}: {error}",
+        csr.name_any()
+    );
+    Action::requeue(retry)
+}
+
+fn has_condition(csr: &Value, kind: &str) -> bool {
+    csr.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == kind && c["status"] == "True")
+        })
+}
+
+fn strings(value: &Value) -> Vec<&str> {
+    value
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+async fn reconcile(csr: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let obj = &csr.data;
+    let issued = obj
+        .pointer("/status/certificate")
+        .and_then(Value::as_str)
+        .is_some_and(|c| !c.is_empty());
+    if issued || has_condition(obj, "Denied") || has_condition(obj, "Failed") {
+        return Ok(Action::await_change());
+    }
+    let signer = obj["spec"]["signerName"].as_str().unwrap_or("");
+    if signer != KUBELET_CLIENT_SIGNER && signer != CLIENT_SIGNER {
+        return Ok(Action::await_change());
+    }
+    let request = obj["spec"]["request"]
+        .as_str()
+        .and_then(|r| base64::engine::general_purpose::STANDARD.decode(r).ok())
+        .and_then(|r| String::from_utf8(r).ok())
+        .unwrap_or_default();
+    let usages = strings(&obj["spec"]["usages"]);
+    let node = subject(&request).and_then(|s| node_client(&s, &usages));
+    if !has_condition(obj, "Approved") {
+        // Only node client requests are approved here; others wait for an administrator.
+        let node = match &node {
+            Ok(node) if signer == KUBELET_CLIENT_SIGNER => node.clone(),
+            _ => return Ok(Action::await_change()),
+        };
+        let requester = obj["spec"]["username"].as_str().unwrap_or("");
+        let subresource = if requester == node_user(&node) {
+            "selfnodeclient"
+        } else {
+            "nodeclient"
+        };
+        if !may_create(&ctx.client, obj, subresource).await? {
+            tracing::info!(
+                "certificate request {} of {requester}: not approved, {requester} may not create certificatesigningrequests/{subresource}",
+                csr.name_any()
+            );
+            return Ok(Action::await_change());
+        }
+        let approved = condition(
+            "Approved",
+            "AutoApproved",
+            "Auto approving kubelet client certificate after SubjectAccessReview.",
+        );
+        write_status(&ctx.client, &csr, json!({"conditions": [approved]})).await?;
+        return Ok(Action::await_change());
+    }
+    if signer == KUBELET_CLIENT_SIGNER {
+        if let Err(why) = node {
+            let failed = condition("Failed", "SignerValidationFailure", &why);
+            let mut conditions = obj["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            conditions.push(failed);
+            write_status(&ctx.client, &csr, json!({"conditions": conditions})).await?;
+            return Ok(Action::await_change());
+        }
+    }
+    let Some(sign) = &ctx.sign else {
+        return Ok(Action::await_change());
+    };
+    let lifetime = obj["spec"]["expirationSeconds"]
+        .as_u64()
+        .map(Duration::from_secs)
+        .unwrap_or(MAX_LIFETIME)
+        .min(MAX_LIFETIME);
+    match sign(&request, lifetime) {
+        Ok(pem) => {
+            let encoded = base64::engine::general_purpose::STANDARD.encode(pem);
+            write_status(&ctx.client, &csr, json!({"certificate": encoded})).await?;
+        }
+        Err(why) => {
+            let failed = condition("Failed", "SignerValidationFailure", &why);
+            let mut conditions = obj["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            conditions.push(failed);
+            write_status(&ctx.client, &csr, json!({"conditions": conditions})).await?;
+        }
+    }
+    Ok(Action::await_change())
+}
+
+fn condition(kind: &str, reason: &str, message: &str) -> Value {
+    let now = kubevirt_api::meta::now();
+    json!({"type": kind, "status": "True", "reason": reason, "message": message,
+           "lastUpdateTime": now, "lastTransitionTime": now})
+}
+
+/// Whether the request's requester may create `certificatesigningrequests/<subresource>`.
+async fn may_create(client: &Client, csr: &Value, subresource: &str) -> Result<bool, Error> {
+    let spec = &csr["spec"];
+    let mut review_spec = json!({
+        "user": spec["username"], "groups": spec["groups"],
+        "resourceAttributes": {"group": "certificates.k8s.io", "resource": "certificatesigningrequests",
+                               "subresource": subresource, "verb": "create"}});
+    for field in ["uid", "extra"] {
+        if !spec[field].is_null() {
+            review_spec[field] = spec[field].clone();
+        }
+    }
+    let review: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "metadata": {}, "spec": review_spec}))?;
+    let api = Api::<DynamicObject>::all_with(client.clone(), &review_resource());
+    let answer = api.create(&PostParams::default(), &review).await?;
+    Ok(answer.data.pointer("/status/allowed") == Some(&json!(true)))
+}
+
+async fn write_status(client: &Client, csr: &DynamicObject, status: Value) -> Result<(), Error> {
+    let api = Api::<DynamicObject>::all_with(client.clone(), &csr_resource());
+    let params = PatchParams {
+        field_manager: Some(MANAGER.into()),
+        ..Default::default()
+    };
+    let body = json!({"metadata": {"resourceVersion": csr.resource_version()}, "status": status});
+    api.patch_status(&csr.name_any(), &params, &Patch::Merge(&body))
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subject(cn: &str, orgs: &[&str]) -> Subject {
+        Subject {
+            common_name: cn.into(),
+            organizations: orgs.iter().map(|o| o.to_string()).collect(),
+            alternative_names: false,
+        }
+    }
+
+    #[test]
+    fn only_a_node_client_request_names_a_node() {
+        let usages = ["digital signature", "client auth"];
+        assert_eq!(
+            node_client(&subject("system:node:a", &["system:nodes"]), &usages),
+            Ok("a".into())
+        );
+        for bad in [
+            subject("alice", &["system:nodes"]),
+            subject("system:node:", &["system:nodes"]),
+            subject("system:node:a", &["system:masters"]),
+            subject("system:node:a", &["system:nodes", "system:masters"]),
+            Subject {
+                alternative_names: true,
+                ..subject("system:node:a", &["system:nodes"])
+            },
+        ] {
+            assert!(node_client(&bad, &usages).is_err(), "{bad:?}");
+        }
+        let ok = subject("system:node:a", &["system:nodes"]);
+        assert!(node_client(&ok, &["server auth", "client auth"]).is_err());
+        assert!(node_client(&ok, &["digital signature"]).is_err());
+    }
+
+    #[test]
+    fn the_subject_is_read_from_the_pem_request() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::default();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "system:node:a");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "system:nodes");
+        let pem = params.serialize_request(&key).unwrap().pem().unwrap();
+        assert_eq!(
+            super::subject(&pem).unwrap(),
+            subject("system:node:a", &["system:nodes"])
+        );
+        assert!(
+            super::subject("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+                .is_err()
+        );
+    }
+}
