@@ -205,13 +205,7 @@ async fn reconcile(csr: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
     }
     if signer == KUBELET_CLIENT_SIGNER {
         if let Err(why) = node {
-            let failed = condition("Failed", "SignerValidationFailure", &why);
-            let mut conditions = obj["status"]["conditions"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            conditions.push(failed);
-            write_status(&ctx.client, &csr, json!({"conditions": conditions})).await?;
+            fail(&ctx.client, &csr, &why).await?;
             return Ok(Action::await_change());
         }
     }
@@ -229,16 +223,20 @@ async fn reconcile(csr: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
             write_status(&ctx.client, &csr, json!({"certificate": encoded})).await?;
         }
         Err(why) => {
-            let failed = condition("Failed", "SignerValidationFailure", &why);
-            let mut conditions = obj["status"]["conditions"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            conditions.push(failed);
-            write_status(&ctx.client, &csr, json!({"conditions": conditions})).await?;
+            fail(&ctx.client, &csr, &why).await?;
         }
     }
     Ok(Action::await_change())
+}
+
+/// Adds the Failed condition the signer gives a request it will not sign.
+async fn fail(client: &Client, csr: &DynamicObject, why: &str) -> Result<(), Error> {
+    let mut conditions = csr.data["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    conditions.push(condition("Failed", "SignerValidationFailure", why));
+    write_status(client, csr, json!({"conditions": conditions})).await
 }
 
 fn condition(kind: &str, reason: &str, message: &str) -> Value {

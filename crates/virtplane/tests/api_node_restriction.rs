@@ -8,7 +8,6 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use base64::Engine;
@@ -20,37 +19,8 @@ const NS: &str = "default";
 const SECRETS: &str = "/api/v1/namespaces/default/secrets";
 const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 
-/// A `virtplane node` process (simulated guests), SIGKILLed when dropped.
-struct NodeProcess(Child);
-
-impl NodeProcess {
-    fn start(server: &TestServer, name: &str) -> NodeProcess {
-        let child = Command::new(support::binary())
-            .arg("node")
-            .arg("--kubeconfig")
-            .arg(server.data_dir().join("node-join.kubeconfig"))
-            .arg("--data-dir")
-            .arg(node_dir(server, name))
-            .args(["--name", name, "--hypervisor", "sim"])
-            .args(["--sim-boot-delay", "100ms", "--sim-stop-delay", "100ms"])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn virtplane node");
-        NodeProcess(child)
-    }
-}
-
-impl Drop for NodeProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn node_dir(server: &TestServer, name: &str) -> std::path::PathBuf {
-    server.data_dir().join(format!("node-{name}"))
+    NodeProcess::data_dir(server, name)
 }
 
 /// An `Api` whose client presents the identity in a kubeconfig the agent wrote.

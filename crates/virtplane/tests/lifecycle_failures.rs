@@ -6,13 +6,12 @@
 mod lifecycle;
 mod support;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use lifecycle::{events_until, node_ready, printable_trail, vm, Cluster};
 use serde_json::{json, Value};
-use support::{condition, printable, uid};
+use support::{condition, printable, uid, NodeProcess};
 
 const NS: &str = "fail";
 
@@ -170,43 +169,6 @@ async fn a_guest_that_crashes_after_running_is_restarted_at_once() {
     );
 }
 
-/// A `virtplane node` process, SIGKILLed when dropped, with its data (its identity)
-/// beside the server's.
-struct NodeProcess(Option<Child>);
-
-impl NodeProcess {
-    fn start(c: &Cluster, name: &str) -> NodeProcess {
-        let child = Command::new(support::binary())
-            .arg("node")
-            .arg("--kubeconfig")
-            .arg(c.server.data_dir().join("node-join.kubeconfig"))
-            .arg("--data-dir")
-            .arg(c.server.data_dir().join(format!("node-{name}")))
-            .args(["--name", name, "--hypervisor", "sim"])
-            .args(["--heartbeat-interval", "300ms"])
-            .args(["--sim-boot-delay", "100ms", "--sim-stop-delay", "100ms"])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn virtplane node");
-        NodeProcess(Some(child))
-    }
-
-    fn kill9(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            child.kill().expect("SIGKILL");
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for NodeProcess {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
 fn pinned(name: &str, strategy: &str) -> Value {
     let mut body = vm(name, Some(strategy), json!({}));
     body["spec"]["template"]["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": "edge-1"});
@@ -227,7 +189,7 @@ async fn a_lost_node_fails_its_vmis_and_no_vm_is_stuck() {
     )
     .await;
     c.namespace(NS).await;
-    let mut agent = NodeProcess::start(&c, "edge-1");
+    let mut agent = NodeProcess::start(&c.server, "edge-1");
     c.wait_nodes_ready(2).await;
     let node = c.api.get("/api/v1/nodes/edge-1").await.body;
     assert_eq!(

@@ -8,6 +8,7 @@
 
 mod api;
 mod kubeconfig;
+mod node;
 mod objects;
 mod replies;
 mod server;
@@ -17,6 +18,7 @@ use std::sync::{Mutex, OnceLock};
 
 pub use api::*;
 pub use kubeconfig::*;
+pub use node::*;
 pub use objects::*;
 pub use replies::*;
 pub use server::*;
