@@ -10,6 +10,7 @@ pub mod console;
 mod core;
 pub mod discovery;
 mod gc;
+mod health;
 pub mod http;
 mod kubevirt;
 pub mod negotiate;

@@ -255,6 +255,7 @@ fn percent_decode(segment: &str) -> String {
 #[derive(Debug, Default, Clone)]
 pub struct Query {
     pub watch: bool,
+    pub verbose: bool,
     pub label_selector: Option<String>,
     pub field_selector: Option<String>,
     pub limit: Option<usize>,
@@ -303,6 +304,8 @@ impl Query {
             let v = value.as_ref();
             match key.as_ref() {
                 "watch" => q.watch = parse_bool("watch", v)?,
+                // Health endpoints list their checks with `?verbose` (any value).
+                "verbose" => q.verbose = true,
                 "labelSelector" => q.label_selector = Some(v.to_string()),
                 "fieldSelector" => q.field_selector = Some(v.to_string()),
                 "limit" => {

@@ -138,6 +138,21 @@ pub fn load(conn: &Connection) -> rusqlite::Result<(Vec<KeyValue>, Revision)> {
     Ok((items, revision.max(newest_row)))
 }
 
+/// The revision on disk, as `load` computes it, without reading the values.
+pub fn revision(conn: &Connection) -> rusqlite::Result<Revision> {
+    let recorded: Revision = conn
+        .query_row(
+            "SELECT value FROM meta WHERE name = 'revision'",
+            [],
+            |row| row.get(0),
+        )
+        .optional()?
+        .unwrap_or(0);
+    let newest_row: Option<Revision> =
+        conn.query_row("SELECT max(mod_rev) FROM kv", [], |row| row.get(0))?;
+    Ok(recorded.max(newest_row.unwrap_or(0)))
+}
+
 /// Writes a staged batch into `tx`, and its revision where no row of it carries it.
 pub fn write(tx: &Transaction, staged: &StagedBatch) -> rusqlite::Result<()> {
     let mut upsert = tx.prepare_cached(UPSERT)?;

@@ -7,6 +7,11 @@
 //! that have not arrived yet (see [`WriteGauge`]) it waits up to `MAX_LINGER` for them, so
 //! they share the sync. A batch becomes visible to readers and watchers only after its
 //! commit, and callers are answered only after that.
+//!
+//! A failed write (a full disk) is answered as failed and leaves the store unhealthy
+//! (`health`) until a write reaches the disk again: the writer probes with an empty
+//! transaction every second meanwhile. A commit whose outcome is unknown stops all writes
+//! until the writer has read back from disk whether it landed and brought memory to match.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +38,8 @@ const MAX_BATCH: usize = 1000;
 const MAX_LINGER: Duration = Duration::from_millis(1);
 /// After this long without writes the WAL is checkpointed and truncated.
 const IDLE_CHECKPOINT: Duration = Duration::from_secs(5);
+/// How often an unhealthy writer tries whether the disk takes writes again.
+const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// WAL pages (4 KiB each) after which a commit checkpoints.
 const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
 /// How long open waits for another connection's lock before failing.
@@ -56,9 +63,12 @@ enum SqliteError {
     Spawn(#[source] std::io::Error),
     #[error("writing the batch failed")]
     Write(#[source] rusqlite::Error),
-    /// The commit may or may not be on disk, so the writer refuses further writes.
-    #[error("committing the batch failed; the store needs a restart")]
+    /// The commit may or may not be on disk, so the writer refuses further writes until
+    /// it has read back which.
+    #[error("committing the batch failed")]
     Commit(#[source] rusqlite::Error),
+    #[error("a commit's outcome is not known yet (the writer checks the disk again before taking writes)")]
+    Unresolved,
     #[error("the writer thread has stopped")]
     WriterGone,
 }
@@ -105,6 +115,8 @@ pub struct SqliteStore {
     index: Arc<MemoryStore>,
     requests: mpsc::Sender<Request>,
     counters: Arc<Counters>,
+    /// Why writes fail now, if they do (see the module comment).
+    unhealthy: Arc<std::sync::Mutex<Option<String>>>,
     gauge: WriteGauge,
     writer: Option<JoinHandle<()>>,
 }
@@ -119,12 +131,14 @@ impl SqliteStore {
         let counters = Arc::new(Counters::default());
         let (requests, queue) = mpsc::channel();
         let gauge = WriteGauge::default();
+        let unhealthy = Arc::new(std::sync::Mutex::new(None));
         let writer = Writer {
             conn,
             index: index.clone(),
             counters: counters.clone(),
             gauge: gauge.clone(),
-            failed: None,
+            unresolved: None,
+            unhealthy: unhealthy.clone(),
         };
         let writer = std::thread::Builder::new()
             .name("store-sqlite-writer".into())
@@ -134,6 +148,7 @@ impl SqliteStore {
             index,
             requests,
             counters,
+            unhealthy,
             gauge,
             writer: Some(writer),
         })
@@ -226,19 +241,28 @@ struct Writer {
     index: Arc<MemoryStore>,
     counters: Arc<Counters>,
     gauge: WriteGauge,
-    /// Set when a commit's outcome is unknown: memory may no longer match the disk, so every
-    /// later write is refused until the process restarts and reloads.
-    failed: Option<StoreError>,
+    /// A batch whose commit failed in a way that may or may not have reached the disk:
+    /// memory waits for the disk to say which, and no other write is taken meanwhile.
+    unresolved: Option<StagedBatch>,
+    /// Shared with the store: why writes fail now.
+    unhealthy: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Writer {
     fn run(mut self, queue: &mpsc::Receiver<Request>) {
         let mut dirty = false;
         loop {
-            let first = match queue.recv_timeout(IDLE_CHECKPOINT) {
+            let wait = if self.is_unhealthy() {
+                PROBE_INTERVAL
+            } else {
+                IDLE_CHECKPOINT
+            };
+            let first = match queue.recv_timeout(wait) {
                 Ok(request) => request,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if std::mem::take(&mut dirty) {
+                    if self.is_unhealthy() {
+                        self.probe();
+                    } else if std::mem::take(&mut dirty) {
                         self.checkpoint();
                     }
                     continue;
@@ -254,6 +278,17 @@ impl Writer {
                 return;
             }
         }
+    }
+
+    fn is_unhealthy(&self) -> bool {
+        self.unhealthy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    fn set_unhealthy(&self, why: Option<String>) {
+        *self.unhealthy.lock().unwrap_or_else(|p| p.into_inner()) = why;
     }
 
     /// Collects `first` and what follows it into `batch`: everything queued, then what
@@ -290,15 +325,72 @@ impl Writer {
     /// Stages, persists, publishes and answers one batch; true if anything was committed.
     fn write_batch(&mut self, batch: Vec<(WriteOp, oneshot::Sender<Result<KeyValue>>)>) -> bool {
         let (ops, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
-        let (outcomes, committed) = match &self.failed {
-            Some(err) => (vec![Err(err.clone()); ops.len()], false),
-            None => self.commit(ops),
+        let (outcomes, committed) = match self.resolve() {
+            Err(err) => (vec![Err(err); ops.len()], false),
+            Ok(()) => self.commit(ops),
         };
         for (reply, outcome) in replies.into_iter().zip(outcomes) {
             // The caller may have stopped waiting; its write stands anyway.
             let _ = reply.send(outcome);
         }
         committed
+    }
+
+    /// Settles a commit of unknown outcome by the revision on disk: the batch landed
+    /// (memory takes it) or it did not (memory is right as it is).
+    fn resolve(&mut self) -> Result<()> {
+        let Some(staged) = self.unresolved.take() else {
+            return Ok(());
+        };
+        let on_disk = match layout::revision(&self.conn) {
+            Ok(revision) => revision,
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot read the SQLite store's revision yet");
+                self.unresolved = Some(staged);
+                return Err(SqliteError::Unresolved.into());
+            }
+        };
+        if on_disk == staged.revision() && on_disk != self.index.current_revision() {
+            tracing::warn!("the batch whose commit failed is on disk after all: publishing it");
+            let writes = staged.events().len() as u64;
+            if let Err(err) = self.index.commit(staged) {
+                tracing::error!(error = %err, "SQLite store index diverged from disk");
+                return Err(err);
+            }
+            self.counters.transactions.fetch_add(1, Ordering::Relaxed);
+            self.counters.writes.fetch_add(writes, Ordering::Relaxed);
+        } else if on_disk != self.index.current_revision() {
+            tracing::error!(
+                on_disk,
+                in_memory = self.index.current_revision(),
+                "the SQLite store's revision on disk matches no known state"
+            );
+            self.unresolved = Some(staged);
+            return Err(SqliteError::Unresolved.into());
+        }
+        Ok(())
+    }
+
+    /// While unhealthy: settles an unknown commit and tries an empty write transaction,
+    /// which needs the disk to take a page again.
+    fn probe(&mut self) {
+        if self.resolve().is_err() {
+            return;
+        }
+        let mut probe = || -> rusqlite::Result<()> {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.execute("UPDATE meta SET value = value WHERE name = 'revision'", [])?;
+            tx.commit()
+        };
+        match probe() {
+            Ok(()) => {
+                tracing::info!("the SQLite store takes writes again");
+                self.set_unhealthy(None);
+            }
+            Err(err) => tracing::debug!(error = %err, "the SQLite store still cannot write"),
+        }
     }
 
     fn commit(&mut self, ops: Vec<WriteOp>) -> (Vec<Result<KeyValue>>, bool) {
@@ -310,21 +402,23 @@ impl Writer {
                 tracing::error!(error = %err, "SQLite store write failed");
                 let unknown_outcome = matches!(err, SqliteError::Commit(_));
                 let err = StoreError::from(err);
+                self.set_unhealthy(Some(err.to_string()));
                 if unknown_outcome {
-                    self.failed = Some(err.clone());
+                    self.unresolved = Some(staged);
                 }
                 return (vec![Err(err); count], false);
             }
             self.counters.transactions.fetch_add(1, Ordering::Relaxed);
             self.counters.writes.fetch_add(writes, Ordering::Relaxed);
+            self.set_unhealthy(None);
         }
         match self.index.commit(staged) {
             Ok(outcomes) => (outcomes, writes > 0),
             Err(err) => {
-                // Unreachable while this thread is the index's only writer; if it happens the
-                // disk is ahead of memory, so stop writing.
+                // Unreachable while this thread is the index's only writer; if it happens
+                // the disk is ahead of memory, and only a restart reloads it.
                 tracing::error!(error = %err, "SQLite store index diverged from disk");
-                self.failed = Some(err.clone());
+                self.set_unhealthy(Some(format!("the store needs a restart: {err}")));
                 (vec![Err(err); count], false)
             }
         }
@@ -399,6 +493,13 @@ impl Store for SqliteStore {
 
     fn write_gauge(&self) -> Option<WriteGauge> {
         Some(self.gauge.clone())
+    }
+
+    fn health(&self) -> std::result::Result<(), String> {
+        match &*self.unhealthy.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(why) => Err(why.clone()),
+            None => Ok(()),
+        }
     }
 
     /// Only the in-memory history is compacted: SQLite keeps no history.

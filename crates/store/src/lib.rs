@@ -135,4 +135,10 @@ pub trait Store: Send + Sync + 'static {
     fn write_gauge(&self) -> Option<WriteGauge> {
         None
     }
+
+    /// Whether the store can take writes now: the reason when it cannot (a full disk, a
+    /// commit whose outcome is not known yet, an unreachable quorum), for `/readyz`.
+    fn health(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use apimachinery::status::Status;
 use axum::extract::{Request, State};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::Router;
 use http::{header, HeaderValue, Method, StatusCode};
 
@@ -117,7 +117,11 @@ impl ApiServer {
             .get(header::ACCEPT)
             .and_then(|v| v.to_str().ok());
         match &info.target {
-            Target::Health(_) => Ok((StatusCode::OK, "ok").into_response()),
+            Target::Health(endpoint) => Ok(crate::health::answer(
+                endpoint,
+                self.registry.store.as_ref(),
+                &query,
+            )),
             Target::Version => Ok(json_response(StatusCode::OK, &crate::version::info())),
             Target::CoreVersions | Target::Groups => {
                 let core = info.target == Target::CoreVersions;

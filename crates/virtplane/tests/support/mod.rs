@@ -18,6 +18,7 @@ use std::sync::{Mutex, OnceLock};
 
 pub use api::*;
 pub use kubeconfig::*;
+#[allow(unused_imports)]
 pub use node::*;
 pub use objects::*;
 pub use replies::*;

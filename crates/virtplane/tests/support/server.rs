@@ -48,8 +48,19 @@ impl TestServer {
     }
 
     pub async fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> TestServer {
+        Self::start_prepared(args, env, |_| ()).await.0
+    }
+
+    /// A server whose data dir `prepare` sets up first (a small filesystem mounted on
+    /// it, say); what `prepare` returns is handed back beside the server.
+    pub async fn start_prepared<T>(
+        args: &[&str],
+        env: &[(&str, &str)],
+        prepare: impl FnOnce(&Path) -> T,
+    ) -> (TestServer, T) {
         install_crypto();
         let dir = tempfile::tempdir().expect("temp dir");
+        let prepared = prepare(dir.path());
         let port = free_port();
         let mut server = TestServer {
             dir,
@@ -63,7 +74,7 @@ impl TestServer {
                 .collect(),
         };
         server.launch().await;
-        server
+        (server, prepared)
     }
 
     async fn launch(&mut self) {
