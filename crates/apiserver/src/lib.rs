@@ -7,6 +7,7 @@ pub mod authz;
 mod cdi;
 mod certificates;
 pub mod console;
+mod coordination;
 mod core;
 pub mod discovery;
 mod gc;
@@ -119,6 +120,9 @@ fn components() -> Map<String, Value> {
     if let Value::Object(csr) = certificates::schemas() {
         all.extend(csr);
     }
+    if let Value::Object(lease) = coordination::schemas() {
+        all.extend(lease);
+    }
     all
 }
 
@@ -143,10 +147,14 @@ fn registrations(
         &certificates::CERTIFICATE_SIGNING_REQUEST,
         Box::new(certificates::CsrHooks),
     );
+    let lease: (
+        &'static apimachinery::resource::ResourceInfo,
+        Box<dyn registry::ResourceHooks>,
+    ) = (&coordination::LEASE, Box::new(coordination::LeaseHooks));
     for (info, hooks) in core::registrations()
         .into_iter()
         .chain(rbac::kinds::registrations())
-        .chain([csr])
+        .chain([csr, lease])
     {
         out.push(Registration {
             info,

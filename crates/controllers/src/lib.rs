@@ -5,6 +5,7 @@ mod cached;
 pub mod certificates;
 pub mod datavolume;
 pub mod evacuation;
+pub mod leader;
 pub mod migration;
 pub mod node_lifecycle;
 pub mod resources;

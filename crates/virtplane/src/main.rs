@@ -285,6 +285,21 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
+/// This server's name in leader elections, `HOST_RANDOM`, kept in `DIR/server-id` so that
+/// a restarted server takes its own lease back at once instead of waiting it out.
+fn server_identity(data_dir: &std::path::Path) -> anyhow::Result<String> {
+    let path = data_dir.join("server-id");
+    if let Ok(id) = std::fs::read_to_string(&path) {
+        if !id.trim().is_empty() {
+            return Ok(id.trim().to_string());
+        }
+    }
+    let id = format!("{}_{}", hostname(), uuid::Uuid::new_v4());
+    std::fs::write(&path, &id)
+        .with_context(|| format!("cannot write the server's identity to {}", path.display()))?;
+    Ok(id)
+}
+
 fn sim_hypervisor(args: &SimArgs) -> Arc<dyn node_agent::Hypervisor> {
     Arc::new(node_agent::sim::Sim::new(node_agent::sim::SimConfig {
         boot_delay: args.sim_boot_delay,
@@ -615,7 +630,22 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
             migration_credentials: Some(issue),
             certificate_signer: Some(sign),
         };
-        tokio::spawn(controllers::run(client.clone(), controller_config));
+        // The controllers run on the one server that holds the controller manager's
+        // lease (the only one, on SQLite).
+        let identity = server_identity(&args.data_dir)?;
+        let internal = server.internal.clone();
+        tokio::spawn(controllers::leader::run_elected(
+            client.clone(),
+            controllers::leader::Election::controller_manager(identity),
+            move || {
+                let (internal, config) = (internal.clone(), controller_config.clone());
+                async move {
+                    // Made on the term's runtime, which the lease's loss shuts down.
+                    let client = kube::Client::new(internal, "default");
+                    controllers::run(client, config).await
+                }
+            },
+        ));
         if let Some(hypervisor) = local {
             let name = node_name.clone();
             spawn_agent(
