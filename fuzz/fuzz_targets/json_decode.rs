@@ -62,7 +62,11 @@ fuzz_target!(|data: &[u8]| {
         _ => {
             defaults::default_vmim_on_create(&mut obj);
             let _ = admission::validate_vmim_create(&obj);
-            let _ = admission::check_migration_target(&obj, Some(&pruned), &[pruned.clone()]);
+            let _ = admission::check_migration_target(
+                &obj,
+                Some(&pruned),
+                std::slice::from_ref(&pruned),
+            );
             let _ = admission::validate_vmim_update(&pruned, &obj);
         }
     }
