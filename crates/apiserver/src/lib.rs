@@ -34,6 +34,13 @@ mod version;
 pub mod watch;
 mod yaml;
 
+/// The private body decoders, for the fuzz targets in `fuzz/` only.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::protobuf::decode_object as decode_protobuf;
+    pub use crate::yaml::{from_str as yaml_from_str, to_string as yaml_to_string};
+}
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -145,8 +145,10 @@ pub enum ApplyError {
     Conflicts(ApplyConflicts),
     /// 400: the request itself is unacceptable (managedFields sent, wrong type).
     BadRequest(String),
-    /// 500 without a reason, as upstream answers when the configuration does not fit the
-    /// schema (`failed to create typed patch object …`).
+    /// 400: the configuration does not fit the schema (`failed to create typed patch
+    /// object …`). Upstream answers 500 here, which is its bug (kubernetes#122480,
+    /// kubernetes#139253; the proposed fix answers 400 with the same message): the input
+    /// is the client's, so it gets a client error.
     Untypable(String),
 }
 
@@ -154,8 +156,7 @@ impl ApplyError {
     pub fn to_status(&self) -> Status {
         match self {
             ApplyError::Conflicts(c) => c.to_status(),
-            ApplyError::BadRequest(m) => Status::bad_request(m.clone()),
-            ApplyError::Untypable(m) => Status::failure(500, "", m.clone()),
+            ApplyError::BadRequest(m) | ApplyError::Untypable(m) => Status::bad_request(m.clone()),
         }
     }
 }

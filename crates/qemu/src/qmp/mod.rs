@@ -2,6 +2,8 @@
 //! matched to requests by id and events are broadcast; replies are kept as JSON so a field
 //! a QEMU version adds or drops never breaks decoding.
 
+pub mod wire;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,10 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::{broadcast, oneshot};
+
+use wire::{Line, Message};
 
 #[derive(Debug, thiserror::Error)]
 pub enum QmpError {
@@ -79,17 +83,23 @@ impl Qmp {
             }
         };
         let (read, write) = stream.into_split();
-        let mut lines = BufReader::new(read).lines();
+        let mut reader = BufReader::new(read);
         // QEMU greets at once; silence means another client holds the monitor.
-        let greeting = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
-            .await
-            .map_err(|_| QmpError::Timeout("greeting".into()))??
-            .ok_or(QmpError::Closed)?;
-        let greeting: Value =
-            serde_json::from_str(&greeting).map_err(|e| QmpError::Protocol(e.to_string()))?;
-        if greeting.get("QMP").is_none() {
+        let greeting = tokio::time::timeout(
+            Duration::from_secs(5),
+            wire::read_line(&mut reader, wire::MAX_LINE),
+        )
+        .await
+        .map_err(|_| QmpError::Timeout("greeting".into()))??;
+        let greeting = match greeting {
+            Line::Text(line) => line,
+            Line::TooLong => return Err(QmpError::Protocol("overlong greeting".into())),
+            Line::End => return Err(QmpError::Closed),
+        };
+        if !matches!(wire::parse_message(&greeting), Message::Greeting(_)) {
             return Err(QmpError::Protocol(format!(
-                "unexpected greeting {greeting}"
+                "unexpected greeting {}",
+                String::from_utf8_lossy(&greeting)
             )));
         }
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
@@ -98,29 +108,22 @@ impl Qmp {
         let reader_pending = pending.clone();
         let reader_events = events.clone();
         let reader = tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                let Ok(message) = serde_json::from_str::<Value>(&line) else {
-                    continue;
+            loop {
+                let line = match wire::read_line(&mut reader, wire::MAX_LINE).await {
+                    Ok(Line::Text(line)) => line,
+                    Ok(Line::TooLong) => {
+                        tracing::warn!("QMP: skipped a line over {} bytes", wire::MAX_LINE);
+                        continue;
+                    }
+                    Ok(Line::End) | Err(_) => break,
                 };
-                if message.get("event").is_some() {
-                    let _ = reader_events.send(message);
-                    continue;
-                }
-                let Some(id) = message.get("id").and_then(Value::as_u64) else {
-                    continue;
-                };
-                let reply = match (message.get("return"), message.get("error")) {
-                    (Some(value), _) => Ok(value.clone()),
-                    (None, Some(error)) => Err(QmpError::Command {
-                        class: error["class"]
-                            .as_str()
-                            .unwrap_or("GenericError")
-                            .to_string(),
-                        desc: error["desc"].as_str().unwrap_or("").to_string(),
-                    }),
-                    (None, None) => Err(QmpError::Protocol(format!(
-                        "reply without return or error: {message}"
-                    ))),
+                let (id, reply) = match wire::parse_message(&line) {
+                    Message::Event(event) => {
+                        let _ = reader_events.send(event);
+                        continue;
+                    }
+                    Message::Reply(id, reply) => (id, reply),
+                    Message::Greeting(_) | Message::Other => continue,
                 };
                 let waiter = reader_pending
                     .lock()
