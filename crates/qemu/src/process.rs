@@ -32,6 +32,41 @@ pub enum ProcessError {
     EarlyExit(String),
     #[error(transparent)]
     Qmp(#[from] QmpError),
+    /// The machine description cannot become a safe command line.
+    #[error("{0}")]
+    Refused(#[from] crate::machine::Refused),
+}
+
+/// The unprivileged identity a QEMU runs as. The agent switches to it between fork and
+/// exec, so QEMU never runs as root for an instant and needs no privilege of its own to
+/// drop (which `-sandbox …,elevateprivileges=deny` would forbid anyway).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunAs {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups (e.g. `kvm`, for /dev/kvm); every other group is dropped.
+    pub groups: Vec<u32>,
+}
+
+impl RunAs {
+    /// Makes `command` exec as this user.
+    fn apply(&self, command: &mut tokio::process::Command) {
+        use rustix::process::{Gid, Uid};
+        let groups: Vec<Gid> = self.groups.iter().map(|g| Gid::from_raw(*g)).collect();
+        let gid = Gid::from_raw(self.gid);
+        let uid = Uid::from_raw(self.uid);
+        // SAFETY: the closure runs in the forked child before exec and makes only raw
+        // system calls (setgroups, setgid, setuid) on values prepared before the fork:
+        // no allocation, no lock. Groups and gid go first: after setuid they cannot.
+        unsafe {
+            command.pre_exec(move || {
+                rustix::thread::set_thread_groups(&groups)?;
+                rustix::thread::set_thread_gid(gid)?;
+                rustix::thread::set_thread_uid(uid)?;
+                Ok(())
+            });
+        }
+    }
 }
 
 /// A running QEMU and its monitor.
@@ -91,11 +126,15 @@ impl Instance {
             source,
         })?;
         let _ = std::fs::remove_file(&spec.qmp_socket);
-        let mut argv = spec.argv();
+        let mut argv = spec.argv()?;
         if incoming {
             argv.extend(["-incoming".to_string(), "defer".to_string()]);
         }
-        let mut child = tokio::process::Command::new(binary)
+        let mut command = tokio::process::Command::new(binary);
+        if let Some(user) = &spec.run_as {
+            user.apply(&mut command);
+        }
+        let mut child = command
             .args(argv)
             .stdin(Stdio::null())
             .stdout(Stdio::from(log_file))

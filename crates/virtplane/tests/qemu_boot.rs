@@ -13,7 +13,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use qemu::{
-    add_volume, disk_vm, guests, host_port, kernel_vm, phase, shared, Env, BOOT, NODE, SHORT,
+    add_volume, disk_vm, guests, has_nic, host_port, kernel_vm, phase, proc_status, shared, Env,
+    BOOT, NODE, SHORT,
 };
 use serde_json::{json, Value};
 use support::{condition, printable, uid};
@@ -138,10 +139,17 @@ async fn kernel_boot_nocloud_empty_disk_and_port_forward() {
         argv.contains(&format!("-kernel {images}")) && argv.contains("/boot/vmlinux"),
         "{argv}"
     );
-    assert!(
-        argv.contains("-device rtl8139,netdev=net-default"),
-        "{argv}"
+    let argv = env.qemu_argv(name);
+    assert!(has_nic(&argv, "rtl8139"), "{argv:?}");
+    // Every QEMU runs under its seccomp sandbox.
+    let sandbox = argv.windows(2).find(|w| w[0] == "-sandbox");
+    assert_eq!(
+        sandbox.map(|w| w[1].as_str()),
+        Some(::qemu::sandbox::SANDBOX),
+        "{argv:?}"
     );
+    let pid = env.qemus(name)[0];
+    assert_eq!(proc_status(pid, "Seccomp").as_deref(), Some("2"));
     env.delete_vm(name).await;
 }
 
@@ -199,7 +207,9 @@ async fn domain_settings_reach_qemu_and_the_guest() {
         "{joined}"
     );
     assert!(
-        joined.contains(&format!("e1000,netdev=net-default,mac={mac}")),
+        qemu::json_args(&argv, "-device")
+            .iter()
+            .any(|d| d["driver"] == "e1000" && d["netdev"] == "net-default" && d["mac"] == mac),
         "{joined}"
     );
 
@@ -361,8 +371,8 @@ async fn container_disk_bios_q35_sata_boot_order_and_nocloud() {
     );
     let hello = env.hello(host_port(&vmi, 8080), SHORT).await;
     assert_eq!(hello.trim(), format!("hello from {name}"));
-    let argv = env.qemu_argv(name).join(" ");
-    assert!(argv.contains("-device e1000e,netdev=net-default"), "{argv}");
+    let argv = env.qemu_argv(name);
+    assert!(has_nic(&argv, "e1000e"), "{argv:?}");
     env.delete_vm(name).await;
 }
 

@@ -76,7 +76,9 @@ impl Qemu {
             dir: &dir,
         };
         let address = self.config.node_address.clone();
-        let (machine, forwards) = machine_spec(vmi, &host, &readied, &mut || free_port(&address))?;
+        let (mut machine, forwards) =
+            machine_spec(vmi, &host, &readied, &mut || free_port(&address))?;
+        machine.sandbox = self.config.sandbox;
         self.forwards
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -361,6 +363,9 @@ pub(super) fn machine_spec(
         qmp_socket: dir.join("qmp.sock"),
         vnc_socket: graphics.then(|| dir.join("vnc.sock")),
         pidfile: dir.join("qemu.pid"),
+        // How QEMU runs is the node's business, set by `Qemu::machine`.
+        sandbox: false,
+        run_as: None,
     };
     Ok((machine, forwards))
 }

@@ -41,6 +41,8 @@ pub struct QemuConfig {
     pub memory: i64,
     /// How guests' vCPUs run on this node (chosen with `qemu::accel::choose`).
     pub accel: Accel,
+    /// Whether QEMU runs under its seccomp sandbox (`qemu::sandbox::probe` said it can).
+    pub sandbox: bool,
 }
 
 const OVMF_DIR: &str = "/usr/share/OVMF";

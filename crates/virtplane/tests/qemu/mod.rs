@@ -200,6 +200,31 @@ fn cmdline(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The JSON values of a QEMU argv's `flag` arguments (`-device`, `-blockdev`, `-netdev`),
+/// which virtplane writes as JSON.
+pub fn json_args(argv: &[String], flag: &str) -> Vec<Value> {
+    argv.windows(2)
+        .filter(|w| w[0] == flag)
+        .map(|w| serde_json::from_str(&w[1]).unwrap_or_else(|e| panic!("{flag} {}: {e}", w[1])))
+        .collect()
+}
+
+/// Whether a QEMU argv has a NIC of `model` on the default (pod) network.
+pub fn has_nic(argv: &[String], model: &str) -> bool {
+    json_args(argv, "-device")
+        .iter()
+        .any(|d| d["driver"] == model && d["netdev"] == "net-default")
+}
+
+/// A line of /proc/PID/status (`Uid`, `Seccomp`), without its label.
+pub fn proc_status(pid: u32, field: &str) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().to_string())
+}
+
 /// Every QEMU process in /proc (zombies too) whose `-pidfile` argument satisfies `pidfile`.
 fn qemus_by_pidfile(pidfile: impl Fn(&str) -> bool) -> Vec<u32> {
     let mut found = Vec::new();
