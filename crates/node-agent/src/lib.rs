@@ -4,6 +4,7 @@
 
 mod cloud_init;
 pub mod endpoint;
+pub mod host_paths;
 pub mod hypervisor;
 mod migration;
 mod node;

@@ -180,6 +180,10 @@ struct NodeArgs {
     insecure_registries: Vec<String>,
     #[arg(long = "host-disk-dir")]
     host_disk_dirs: Vec<PathBuf>,
+    /// Where the files behind PersistentVolumeClaims may be, besides DATA_DIR/volumes
+    /// (the server's DIR/volumes, for a node sharing its host or storage).
+    #[arg(long = "claim-dir")]
+    claim_dirs: Vec<PathBuf>,
     /// As for `server`: `auto`, `kvm` or `tcg`.
     #[arg(long, default_value = "auto")]
     accel: qemu::AccelChoice,
@@ -301,6 +305,8 @@ struct HostSettings<'a> {
     data_dir: &'a std::path::Path,
     insecure_registries: &'a [String],
     host_disk_dirs: &'a [PathBuf],
+    /// Claim files may be in DATA_DIR/volumes and these.
+    claim_dirs: &'a [PathBuf],
     accel: qemu::AccelChoice,
     address: String,
 }
@@ -338,6 +344,9 @@ fn qemu_hypervisor(host: &HostSettings<'_>) -> anyhow::Result<Arc<dyn node_agent
             binary,
             insecure_registries: host.insecure_registries.to_vec(),
             host_disk_dirs: host.host_disk_dirs.to_vec(),
+            claim_dirs: std::iter::once(host.data_dir.join("volumes"))
+                .chain(host.claim_dirs.iter().cloned())
+                .collect(),
             node_address: host.address.clone(),
             millicpu: cpus * 1000,
             memory: host_memory(),
@@ -425,6 +434,7 @@ fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         data_dir: &data_dir,
         insecure_registries: &args.insecure_registries,
         host_disk_dirs: &args.host_disk_dirs,
+        claim_dirs: &args.claim_dirs,
         accel: args.accel,
         address: node_address.clone(),
     };
@@ -575,6 +585,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
         data_dir: &args.data_dir,
         insecure_registries: &args.insecure_registries,
         host_disk_dirs: &args.host_disk_dirs,
+        claim_dirs: &[],
         accel: args.accel,
         address: args.node_address.to_string(),
     };

@@ -577,6 +577,49 @@ async fn host_disk_inside_the_allowed_dir_and_rejected_outside() {
     vm["spec"]["template"]["spec"]["volumes"][0]["hostDisk"]["path"] = json!(sneaky);
     let r = env.post_vm(&vm).await;
     assert_eq!(r.status.as_u16(), 422, "{}", r.text);
+    let causes = support::causes(&r);
+    assert!(
+        causes
+            .iter()
+            .any(|(_, f, m)| f == field && m.contains("must not contain '..'")),
+        "{}",
+        r.text
+    );
+
+    // A symlink in the allowed dir that leads out of it passes admission (the path is
+    // fine as a string) but the node refuses it: the VMI fails saying where it leads,
+    // and the file it points at is untouched.
+    let secret = outside.path().join("secret.img");
+    std::fs::write(&secret, b"not a disk for guests").unwrap();
+    let link = env.host_disk_dir.join("link-out.img");
+    std::os::unix::fs::symlink(&secret, &link).unwrap();
+    let name = "hostdisk-link";
+    let mut vm = kernel_vm(g, name, "Always", None);
+    add_volume(
+        &mut vm,
+        json!({"name": "data", "disk": {"bus": "virtio"}}),
+        json!({"name": "data", "hostDisk": {"path": link, "type": "Disk"}}),
+    );
+    env.create_vm(&vm).await;
+    let vmi = env
+        .wait_vmi(name, SHORT, "Synchronized=False about the link", |v| {
+            v.and_then(|v| condition(v, "Synchronized"))
+                .is_some_and(|c| {
+                    c["status"] == "False"
+                        && c["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains("outside the directories this node allows"))
+                })
+        })
+        .await
+        .expect("VMI");
+    let message = condition(&vmi, "Synchronized").unwrap()["message"].clone();
+    let message = message.as_str().unwrap_or_default();
+    let resolved = secret.canonicalize().unwrap().display().to_string();
+    assert!(message.contains(&resolved), "{message}");
+    assert!(env.qemus(name).is_empty(), "a QEMU was started for {name}");
+    assert_eq!(std::fs::read(&secret).unwrap(), b"not a disk for guests");
+    env.delete_vm(name).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -68,8 +68,10 @@ impl Qemu {
         vmi: &DynamicObject,
         sources: &VolumeSources,
     ) -> Result<MachineSpec, Started> {
+        let dir = self
+            .checked_dir(vmi)
+            .map_err(|e| start_failed("FailedCreate", e))?;
         let readied = self.ready(vmi, sources).await?;
-        let dir = self.dir(vmi);
         let host = Host {
             accel: self.config.accel,
             address: &self.config.node_address,

@@ -74,7 +74,7 @@ impl Qemu {
         sources: &VolumeSources,
         settings: &MigrationSettings,
     ) -> Result<Incoming, String> {
-        let dir = self.dir(vmi);
+        let dir = self.checked_dir(vmi)?;
         let file = dir.join(LISTENING_FILE);
         let slot = self.slot(vmi);
         let mut running = slot.lock().await;

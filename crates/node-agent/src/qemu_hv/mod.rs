@@ -35,6 +35,9 @@ pub struct QemuConfig {
     pub binary: PathBuf,
     pub insecure_registries: Vec<String>,
     pub host_disk_dirs: Vec<PathBuf>,
+    /// Where the files behind PersistentVolumeClaims may be (the volume pool,
+    /// `DIR/volumes`); a claim whose published path leads elsewhere is not opened.
+    pub claim_dirs: Vec<PathBuf>,
     /// The address port forwards listen on.
     pub node_address: String,
     pub millicpu: i64,
@@ -128,6 +131,17 @@ impl Qemu {
 
     fn dir(&self, vmi: &DynamicObject) -> PathBuf {
         self.vmi_dir(&vmi.namespace().unwrap_or_default(), &vmi.name_any())
+    }
+
+    /// [`Self::dir`], checked before anything is created in it: the namespace and name
+    /// must each be one path component. The API server admits only DNS-1123 names; the
+    /// agent, which writes there as root, does not rely on it.
+    fn checked_dir(&self, vmi: &DynamicObject) -> Result<PathBuf, String> {
+        let namespace = vmi.namespace().unwrap_or_default();
+        let name = vmi.name_any();
+        crate::host_paths::component("namespace", &namespace)?;
+        crate::host_paths::component("VMI name", &name)?;
+        Ok(self.vmi_dir(&namespace, &name))
     }
 
     /// The slot of a VMI, created empty on first use.
@@ -320,7 +334,10 @@ impl Hypervisor for Qemu {
 
     async fn prepare(&self, vmi: &DynamicObject, sources: &VolumeSources) -> Prepared {
         let began = Instant::now();
-        let dir = self.dir(vmi);
+        let dir = match self.checked_dir(vmi) {
+            Ok(dir) => dir,
+            Err(e) => return failed("FailedCreate", e),
+        };
         if let Err(e) = std::fs::create_dir_all(&dir) {
             return failed("FailedCreate", format!("creating {}: {e}", dir.display()));
         }

@@ -9,6 +9,7 @@ use kubevirt_api::volumes::{Source, Volume};
 use qemu::{DiskFormat, KernelBoot};
 
 use super::{failed, spec, start_failed, Qemu};
+use crate::host_paths;
 use crate::hypervisor::{Prepared, Started};
 use crate::volume_sources::{Claim, VolumeSources};
 
@@ -238,6 +239,8 @@ impl Qemu {
         } else {
             volume.name.as_str()
         };
+        // The name becomes file names in the VMI's dir (`NAME.qcow2`, `NAME-seed.img`).
+        host_paths::component("volume name", name).map_err(|e| failed("FailedCreate", e))?;
         if let Source::ContainerDisk(cd) = &volume.source {
             let image = ImageSource {
                 volume: Some(name),
@@ -321,25 +324,20 @@ impl Qemu {
             return Ok((iso, DiskFormat::Raw));
         }
         if let Source::HostDisk(host) = &volume.source {
-            let path = PathBuf::from(&host.path);
-            let allowed = self
-                .config
-                .host_disk_dirs
-                .iter()
-                .any(|d| path.starts_with(d) && path != *d);
-            if !allowed
-                || path
-                    .components()
-                    .any(|c| matches!(c, std::path::Component::ParentDir))
-            {
-                return Err(failed(
+            // The file the spec's path leads to, symlinks followed, is the one QEMU gets:
+            // a link in an allowed dir that points out of it is refused like `..`.
+            let what = format!("hostDisk {}", host.path);
+            let path = host_paths::resolve_within(
+                &what,
+                Path::new(&host.path),
+                &self.config.host_disk_dirs,
+            )
+            .map_err(|e| {
+                failed(
                     "FailedCreate",
-                    format!(
-                        "hostDisk {} is outside the directories this node allows (--host-disk-dir)",
-                        path.display()
-                    ),
-                ));
-            }
+                    format!("volume {name}: {e} (--host-disk-dir)"),
+                )
+            })?;
             if !path.exists() {
                 if host.kind.as_deref() != Some("DiskOrCreate") {
                     return Err(failed(
@@ -352,9 +350,7 @@ impl Qemu {
                     .as_deref()
                     .and_then(quantity_bytes)
                     .unwrap_or(1 << 30);
-                let file =
-                    std::fs::File::create(&path).and_then(|f| f.set_len(capacity).map(|_| f));
-                file.map_err(|e| {
+                host_paths::create_new_file(&path, capacity).map_err(|e| {
                     failed(
                         "FailedCreate",
                         format!("creating hostDisk {}: {e}", path.display()),
@@ -367,7 +363,15 @@ impl Qemu {
         if let Some(claim) = volume.source.claim() {
             let namespace = vmi.namespace().unwrap_or_default();
             let path = match sources.claim(claim) {
-                Claim::Bound(path) if path.exists() => path.clone(),
+                // The path is the claim's `virtplane.io/volume-path` annotation, which
+                // anyone who may edit the claim can write: only a file in the volume
+                // pool is used, whatever the annotation says.
+                Claim::Bound(path) if path.exists() => host_paths::resolve_within(
+                    &format!("the disk {} of PVC {namespace}/{claim}", path.display()),
+                    path,
+                    &self.config.claim_dirs,
+                )
+                .map_err(|e| failed("FailedPvcNotFound", e))?,
                 Claim::Bound(path) => {
                     return Err(failed(
                         "FailedPvcNotFound",
