@@ -223,7 +223,7 @@ fn open(
         .join(target.name)
         .join(target.socket);
     // A blocking connect, but to a local listening socket: it does not wait.
-    let stream = std::os::unix::net::UnixStream::connect(&socket).map_err(|e| {
+    let stream = qemu::socket::connect_blocking(&socket).map_err(|e| {
         (
             http::StatusCode::NOT_FOUND,
             format!(

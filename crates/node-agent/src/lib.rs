@@ -9,6 +9,7 @@ pub mod hypervisor;
 mod migration;
 mod node;
 pub mod qemu_hv;
+pub mod qemu_user;
 mod seed;
 pub mod sim;
 mod sysprep;

@@ -10,6 +10,7 @@ pub mod process;
 pub mod qmp;
 pub mod run_state;
 pub mod sandbox;
+pub mod socket;
 
 pub use accel::{Accel, AccelChoice};
 pub use machine::Refused;

@@ -82,6 +82,19 @@ fn tail(path: &Path) -> String {
     lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
 }
 
+/// Whether process `pid` is the QEMU started with `-pidfile pidfile`. QEMU may write its
+/// own pidfile (it runs as the owner of the dir that holds it): a pid that names another
+/// process, which the agent as root would then signal, is not believed.
+fn is_qemu_of(pid: u32, pidfile: &Path) -> bool {
+    let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let wanted = pidfile.as_os_str().as_encoded_bytes();
+    let argv: Vec<&[u8]> = raw.split(|b| *b == 0).collect();
+    argv.windows(2)
+        .any(|w| w[0] == b"-pidfile" && w[1] == wanted)
+}
+
 fn alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
         && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
@@ -184,6 +197,13 @@ impl Instance {
     pub async fn adopt(pidfile: &Path, qmp_socket: &Path) -> Option<Instance> {
         let pid: u32 = std::fs::read_to_string(pidfile).ok()?.trim().parse().ok()?;
         if !alive(pid) {
+            return None;
+        }
+        if !is_qemu_of(pid, pidfile) {
+            tracing::warn!(
+                "{} names process {pid}, which is not the QEMU started with it: not adopted",
+                pidfile.display()
+            );
             return None;
         }
         let qmp = Qmp::connect(qmp_socket, Duration::from_secs(2))

@@ -105,6 +105,10 @@ struct ServerArgs {
     /// A directory hostDisk volumes may live in.
     #[arg(long = "host-disk-dir")]
     host_disk_dirs: Vec<PathBuf>,
+    /// When run as root, each VMI's QEMU runs as its own uid above this one (0: QEMU
+    /// runs as root); all QEMUs share this number as a group.
+    #[arg(long, default_value_t = node_agent::qemu_user::DEFAULT_BASE)]
+    qemu_uid_base: u32,
     /// How the local node runs guests' vCPUs: `kvm`, `tcg` (software emulation), or
     /// `auto` (KVM only when a probe guest really runs under it).
     #[arg(long, default_value = "auto")]
@@ -184,6 +188,10 @@ struct NodeArgs {
     /// (the server's DIR/volumes, for a node sharing its host or storage).
     #[arg(long = "claim-dir")]
     claim_dirs: Vec<PathBuf>,
+    /// When run as root, each VMI's QEMU runs as its own uid above this one (0: QEMU
+    /// runs as root); all QEMUs share this number as a group.
+    #[arg(long, default_value_t = node_agent::qemu_user::DEFAULT_BASE)]
+    qemu_uid_base: u32,
     /// As for `server`: `auto`, `kvm` or `tcg`.
     #[arg(long, default_value = "auto")]
     accel: qemu::AccelChoice,
@@ -307,6 +315,7 @@ struct HostSettings<'a> {
     host_disk_dirs: &'a [PathBuf],
     /// Claim files may be in DATA_DIR/volumes and these.
     claim_dirs: &'a [PathBuf],
+    qemu_uid_base: u32,
     accel: qemu::AccelChoice,
     address: String,
 }
@@ -352,6 +361,7 @@ fn qemu_hypervisor(host: &HostSettings<'_>) -> anyhow::Result<Arc<dyn node_agent
             memory: host_memory(),
             accel: chosen.accel,
             sandbox,
+            qemu_uid_base: host.qemu_uid_base,
         },
     )))
 }
@@ -435,6 +445,7 @@ fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         insecure_registries: &args.insecure_registries,
         host_disk_dirs: &args.host_disk_dirs,
         claim_dirs: &args.claim_dirs,
+        qemu_uid_base: args.qemu_uid_base,
         accel: args.accel,
         address: node_address.clone(),
     };
@@ -586,6 +597,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
         insecure_registries: &args.insecure_registries,
         host_disk_dirs: &args.host_disk_dirs,
         claim_dirs: &[],
+        qemu_uid_base: args.qemu_uid_base,
         accel: args.accel,
         address: args.node_address.to_string(),
     };

@@ -18,6 +18,7 @@ use crate::hypervisor::{
     Arrival, GuestInfo, Hypervisor, ImageIds, Incoming, MigrationSettings, Observed, PauseCause,
     Prepared, Sending, Started, Stopping,
 };
+use crate::qemu_user::{QemuUsers, RUN_DIR};
 use crate::volume_sources::VolumeSources;
 
 mod machine;
@@ -46,6 +47,9 @@ pub struct QemuConfig {
     pub accel: Accel,
     /// Whether QEMU runs under its seccomp sandbox (`qemu::sandbox::probe` said it can).
     pub sandbox: bool,
+    /// `--qemu-uid-base`: each VMI's QEMU runs as its own uid above it when the agent is
+    /// root (see `crate::qemu_user`); 0 keeps QEMU as the agent's user.
+    pub qemu_uid_base: u32,
 }
 
 const OVMF_DIR: &str = "/usr/share/OVMF";
@@ -68,6 +72,8 @@ type Slot = Arc<tokio::sync::Mutex<Option<Running>>>;
 
 pub struct Qemu {
     config: QemuConfig,
+    /// The per-VMI QEMU users, when the agent is root.
+    users: Option<QemuUsers>,
     puller: oci::Puller,
     /// By VMI uid. The map's lock is held only to find a slot, never across an await.
     slots: Mutex<HashMap<String, Slot>>,
@@ -112,7 +118,17 @@ impl Qemu {
             config.insecure_registries.clone(),
         ));
         let (changes, _) = broadcast::channel(256);
+        let users = QemuUsers::new(config.qemu_uid_base);
+        match &users {
+            Some(u) => tracing::info!(
+                "QEMU runs as one uid per VMI above {} (group {})",
+                config.qemu_uid_base,
+                u.group()
+            ),
+            None => tracing::info!("QEMU runs as the agent's own user"),
+        }
         Qemu {
+            users,
             config,
             puller,
             slots: Mutex::new(HashMap::new()),
@@ -144,6 +160,38 @@ impl Qemu {
         Ok(self.vmi_dir(&namespace, &name))
     }
 
+    /// Where QEMU keeps its sockets, pidfile and serial log: the one dir it may write.
+    fn run_dir(&self, namespace: &str, name: &str) -> PathBuf {
+        self.vmi_dir(namespace, name).join(RUN_DIR)
+    }
+
+    /// The VMI's own QEMU uid, its dir laid out for it (`None`: QEMU runs as the agent).
+    fn qemu_uid(&self, vmi: &DynamicObject) -> Result<Option<u32>, String> {
+        let Some(users) = &self.users else {
+            return Ok(None);
+        };
+        let dir = self.checked_dir(vmi)?;
+        users
+            .assign(&dir, &vmi.uid().unwrap_or_default())
+            .map(Some)
+            .map_err(|e| format!("giving the VMI its QEMU user: {e}"))
+    }
+
+    /// Gives `path` to the VMI's QEMU (see `QemuUsers::grant`); nothing without users.
+    fn grant(
+        &self,
+        vmi: &DynamicObject,
+        path: &std::path::Path,
+        read_only: bool,
+    ) -> Result<(), String> {
+        let (Some(users), Some(uid)) = (&self.users, self.qemu_uid(vmi)?) else {
+            return Ok(());
+        };
+        users
+            .grant(path, uid, read_only)
+            .map_err(|e| format!("giving {} to the VMI's QEMU: {e}", path.display()))
+    }
+
     /// The slot of a VMI, created empty on first use.
     fn slot(&self, vmi: &DynamicObject) -> Slot {
         self.slots
@@ -161,8 +209,8 @@ impl Qemu {
         vmi: &DynamicObject,
     ) -> Option<&'a mut Running> {
         if slot.is_none() {
-            let dir = self.dir(vmi);
-            let instance = Instance::adopt(&dir.join("qemu.pid"), &dir.join("qmp.sock")).await?;
+            let run = self.run_dir(&vmi.namespace().unwrap_or_default(), &vmi.name_any());
+            let instance = Instance::adopt(&run.join("qemu.pid"), &run.join("qmp.sock")).await?;
             tracing::info!(
                 "adopted QEMU {} of {}/{} ({})",
                 instance.pid,
@@ -321,7 +369,7 @@ impl Hypervisor for Qemu {
             "vnc" => "vnc.sock",
             _ => return None,
         };
-        Some(self.vmi_dir(namespace, name).join(file))
+        Some(self.run_dir(namespace, name).join(file))
     }
 
     fn capacity(&self) -> (i64, i64) {
@@ -340,6 +388,9 @@ impl Hypervisor for Qemu {
         };
         if let Err(e) = std::fs::create_dir_all(&dir) {
             return failed("FailedCreate", format!("creating {}: {e}", dir.display()));
+        }
+        if let Err(e) = self.qemu_uid(vmi) {
+            return failed("FailedCreate", e);
         }
         for volume in volumes(vmi) {
             if let Err(failure) = self.prepare_volume(vmi, &volume, sources).await {
@@ -556,7 +607,8 @@ impl Hypervisor for Qemu {
 
     async fn release_leftover(&self, namespace: &str, name: &str) {
         let dir = self.vmi_dir(namespace, name);
-        if let Some(instance) = Instance::adopt(&dir.join("qemu.pid"), &dir.join("qmp.sock")).await
+        let run = self.run_dir(namespace, name);
+        if let Some(instance) = Instance::adopt(&run.join("qemu.pid"), &run.join("qmp.sock")).await
         {
             tracing::info!(
                 "stopping leftover QEMU {} of {namespace}/{name}",

@@ -226,8 +226,37 @@ impl Qemu {
         })
     }
 
-    /// Makes the file behind one volume ready and says where it is and in which format.
+    /// Makes the file behind one volume ready, and the VMI's QEMU able to open it, and
+    /// says where it is and in which format.
     pub(super) async fn prepare_volume(
+        &self,
+        vmi: &DynamicObject,
+        volume: &Volume,
+        sources: &VolumeSources,
+    ) -> Result<(PathBuf, DiskFormat), Prepared> {
+        let (path, format) = self.volume_file(vmi, volume, sources).await?;
+        if let Some(users) = &self.users {
+            // Files outside the VMI's dir (a claim in DIR/volumes/<ns>, a hostDisk) need
+            // their dirs passable too.
+            let outside = !path.starts_with(self.dir(vmi));
+            if let (true, Some(parent)) = (outside, path.parent()) {
+                let passable = if matches!(volume.source, Source::HostDisk(_)) {
+                    users.pass_through_tree(parent)
+                } else {
+                    users.pass_through(parent)
+                };
+                passable
+                    .map_err(|e| failed("FailedCreate", format!("volume {}: {e}", volume.name)))?;
+            }
+            let read_only = matches!(volume.source, Source::Sysprep(_));
+            self.grant(vmi, &path, read_only)
+                .map_err(|e| failed("FailedCreate", format!("volume {}: {e}", volume.name)))?;
+        }
+        Ok((path, format))
+    }
+
+    /// The file behind one volume, made ready.
+    async fn volume_file(
         &self,
         vmi: &DynamicObject,
         volume: &Volume,

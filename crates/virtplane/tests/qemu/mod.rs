@@ -637,7 +637,7 @@ impl Env {
     }
 
     pub fn serial(&self, name: &str) -> String {
-        std::fs::read(self.vmi_dir(name).join("serial.log"))
+        std::fs::read(self.vmi_dir(name).join("run/serial.log"))
             .map(|b| String::from_utf8_lossy(&b).to_string())
             .unwrap_or_default()
     }
@@ -679,7 +679,7 @@ impl Env {
     }
 
     pub fn pidfile(&self, name: &str) -> PathBuf {
-        self.vmi_dir(name).join("qemu.pid")
+        self.vmi_dir(name).join("run/qemu.pid")
     }
 
     pub fn qemu_pid(&self, name: &str) -> Option<u32> {
@@ -712,7 +712,7 @@ impl Env {
             .map(|e| e.file_name().to_string_lossy().to_string())
             .collect();
         let qemu_log = std::fs::read(dir.join("qemu.log")).unwrap_or_default();
-        let serial = std::fs::read(dir.join("serial.log")).unwrap_or_default();
+        let serial = std::fs::read(dir.join("run/serial.log")).unwrap_or_default();
         format!(
             "-- {}: {files:?}\n-- qemu.log: {}\n-- serial.log (tail): {}",
             dir.display(),
