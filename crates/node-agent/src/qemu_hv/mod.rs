@@ -167,10 +167,14 @@ impl Qemu {
 
     /// The VMI's own QEMU uid, its dir laid out for it (`None`: QEMU runs as the agent).
     fn qemu_uid(&self, vmi: &DynamicObject) -> Result<Option<u32>, String> {
+        let dir = self.checked_dir(vmi)?;
         let Some(users) = &self.users else {
+            // The same layout, as the agent's own user.
+            let run = dir.join(RUN_DIR);
+            std::fs::create_dir_all(&run)
+                .map_err(|e| format!("creating {}: {e}", run.display()))?;
             return Ok(None);
         };
-        let dir = self.checked_dir(vmi)?;
         users
             .assign(&dir, &vmi.uid().unwrap_or_default())
             .map(Some)
