@@ -88,7 +88,7 @@ pub async fn serve(
     if let Some(find) = consoles.local_nodes.get(node) {
         let socket = find(namespace, name, which)
             .ok_or_else(|| bad_request(&format!("VMI {name} has no {which} on node {node}")))?;
-        let stream = UnixStream::connect(&socket).await.map_err(|e| {
+        let stream = qemu::socket::connect(&socket).await.map_err(|e| {
             bad_request(&format!("cannot connect to the {which} of VMI {name}: {e}"))
         })?;
         let claim = consoles.takeovers.claim(&socket);

@@ -58,7 +58,7 @@ pub struct EndpointConfig {
     /// The cluster CA (DER) the API server's client certificate must chain to.
     pub client_ca: Vec<Vec<u8>>,
     pub node_name: String,
-    /// `DIR/node/<node>`, holding `vmi/<ns>/<name>/{console,vnc}.sock`.
+    /// `DIR/node/<node>`, holding `vmi/<ns>/<name>/run/{console,vnc}.sock`.
     pub node_dir: PathBuf,
 }
 
@@ -221,9 +221,10 @@ fn open(
         .join("vmi")
         .join(target.namespace)
         .join(target.name)
+        .join(crate::qemu_user::RUN_DIR)
         .join(target.socket);
     // A blocking connect, but to a local listening socket: it does not wait.
-    let stream = std::os::unix::net::UnixStream::connect(&socket).map_err(|e| {
+    let stream = qemu::socket::connect_blocking(&socket).map_err(|e| {
         (
             http::StatusCode::NOT_FOUND,
             format!(

@@ -5,10 +5,12 @@
 pub mod bootstrap;
 mod cloud_init;
 pub mod endpoint;
+pub mod host_paths;
 pub mod hypervisor;
 mod migration;
 mod node;
 pub mod qemu_hv;
+pub mod qemu_user;
 mod seed;
 pub mod sim;
 mod sysprep;

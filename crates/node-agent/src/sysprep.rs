@@ -64,7 +64,9 @@ pub async fn write_iso(staging: &Path, iso: &Path, files: &Files) -> Result<(), 
     let _ = std::fs::remove_dir_all(staging);
     std::fs::create_dir_all(staging).map_err(|e| format!("creating {}: {e}", staging.display()))?;
     for (key, contents) in files {
-        // The API server admits only `[-._a-zA-Z0-9]+` keys not starting with `..`.
+        // The API server admits only `[-._a-zA-Z0-9]+` keys not starting with `..`; the
+        // key is still checked here, where it becomes a file name.
+        crate::host_paths::component("key", key)?;
         let path = staging.join(key);
         std::fs::write(&path, contents).map_err(|e| format!("writing {}: {e}", path.display()))?;
     }

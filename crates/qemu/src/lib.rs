@@ -9,12 +9,15 @@ pub mod migration;
 pub mod process;
 pub mod qmp;
 pub mod run_state;
+pub mod sandbox;
+pub mod socket;
 
 pub use accel::{Accel, AccelChoice};
+pub use machine::Refused;
 pub use machine::{
     Bus, CacheMode, Disk, DiskFormat, DiskMedia, Firmware, KernelBoot, MachineSpec, Nic, NicModel,
     PortForward, Protocol, WatchdogAction,
 };
-pub use process::{Instance, ProcessError};
+pub use process::{Instance, ProcessError, RunAs};
 pub use qmp::{Qmp, QmpError};
 pub use run_state::{RunState, RunStatus};

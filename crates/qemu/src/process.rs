@@ -32,6 +32,41 @@ pub enum ProcessError {
     EarlyExit(String),
     #[error(transparent)]
     Qmp(#[from] QmpError),
+    /// The machine description cannot become a safe command line.
+    #[error("{0}")]
+    Refused(#[from] crate::machine::Refused),
+}
+
+/// The unprivileged identity a QEMU runs as. The agent switches to it between fork and
+/// exec, so QEMU never runs as root for an instant and needs no privilege of its own to
+/// drop (which `-sandbox …,elevateprivileges=deny` would forbid anyway).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunAs {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups (e.g. `kvm`, for /dev/kvm); every other group is dropped.
+    pub groups: Vec<u32>,
+}
+
+impl RunAs {
+    /// Makes `command` exec as this user.
+    fn apply(&self, command: &mut tokio::process::Command) {
+        use rustix::process::{Gid, Uid};
+        let groups: Vec<Gid> = self.groups.iter().map(|g| Gid::from_raw(*g)).collect();
+        let gid = Gid::from_raw(self.gid);
+        let uid = Uid::from_raw(self.uid);
+        // SAFETY: the closure runs in the forked child before exec and makes only raw
+        // system calls (setgroups, setgid, setuid) on values prepared before the fork:
+        // no allocation, no lock. Groups and gid go first: after setuid they cannot.
+        unsafe {
+            command.pre_exec(move || {
+                rustix::thread::set_thread_groups(&groups)?;
+                rustix::thread::set_thread_gid(gid)?;
+                rustix::thread::set_thread_uid(uid)?;
+                Ok(())
+            });
+        }
+    }
 }
 
 /// A running QEMU and its monitor.
@@ -45,6 +80,19 @@ fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().rev().take(5).collect();
     lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+}
+
+/// Whether process `pid` is the QEMU started with `-pidfile pidfile`. QEMU may write its
+/// own pidfile (it runs as the owner of the dir that holds it): a pid that names another
+/// process, which the agent as root would then signal, is not believed.
+fn is_qemu_of(pid: u32, pidfile: &Path) -> bool {
+    let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let wanted = pidfile.as_os_str().as_encoded_bytes();
+    let argv: Vec<&[u8]> = raw.split(|b| *b == 0).collect();
+    argv.windows(2)
+        .any(|w| w[0] == b"-pidfile" && w[1] == wanted)
 }
 
 fn alive(pid: u32) -> bool {
@@ -91,11 +139,15 @@ impl Instance {
             source,
         })?;
         let _ = std::fs::remove_file(&spec.qmp_socket);
-        let mut argv = spec.argv();
+        let mut argv = spec.argv()?;
         if incoming {
             argv.extend(["-incoming".to_string(), "defer".to_string()]);
         }
-        let mut child = tokio::process::Command::new(binary)
+        let mut command = tokio::process::Command::new(binary);
+        if let Some(user) = &spec.run_as {
+            user.apply(&mut command);
+        }
+        let mut child = command
             .args(argv)
             .stdin(Stdio::null())
             .stdout(Stdio::from(log_file))
@@ -145,6 +197,13 @@ impl Instance {
     pub async fn adopt(pidfile: &Path, qmp_socket: &Path) -> Option<Instance> {
         let pid: u32 = std::fs::read_to_string(pidfile).ok()?.trim().parse().ok()?;
         if !alive(pid) {
+            return None;
+        }
+        if !is_qemu_of(pid, pidfile) {
+            tracing::warn!(
+                "{} names process {pid}, which is not the QEMU started with it: not adopted",
+                pidfile.display()
+            );
             return None;
         }
         let qmp = Qmp::connect(qmp_socket, Duration::from_secs(2))

@@ -673,7 +673,7 @@ impl Cluster {
     async fn placement(&self) -> Result<(String, u32)> {
         let vmi = self.vmi().await?;
         let node = str_at(&vmi, "/status/nodeName").to_string();
-        let pidfile = self.vmi_dir(&node).join("qemu.pid");
+        let pidfile = self.vmi_dir(&node).join("run/qemu.pid");
         let pid = std::fs::read_to_string(&pidfile)
             .with_context(|| format!("{}", pidfile.display()))?
             .trim()
@@ -793,7 +793,7 @@ async fn boot_vm(cluster: &mut Cluster, registry: &str, timeout: Duration) -> Re
                 && condition_true(&vmi, "LiveMigratable")
             {
                 wait_line(
-                    &cluster.vmi_dir(node).join("serial.log"),
+                    &cluster.vmi_dir(node).join("run/serial.log"),
                     READY,
                     deadline.saturating_duration_since(Instant::now()),
                 )
@@ -1219,7 +1219,7 @@ impl Context1 {
         let target_logs: Vec<(PathBuf, usize)> = [NODE_A, NODE_B]
             .iter()
             .map(|n| {
-                let log = self.cluster.vmi_dir(n).join("serial.log");
+                let log = self.cluster.vmi_dir(n).join("run/serial.log");
                 let len = file_len(&log);
                 (log, len)
             })
@@ -1252,7 +1252,7 @@ impl Context1 {
         };
         let (log, from) = target_logs
             .into_iter()
-            .find(|(l, _)| *l == self.cluster.vmi_dir(&run.to).join("serial.log"))
+            .find(|(l, _)| *l == self.cluster.vmi_dir(&run.to).join("run/serial.log"))
             .context("no console log for the target")?;
         let mut crash = None;
         if let Some(pid) = dirty {

@@ -323,8 +323,8 @@ async fn boot_vm(
     let dir = server.vmi_dir(name);
     let sent = create_vm(api, name, registry).await?;
     let waited = wait_boot(
-        &dir.join("qemu.pid"),
-        &dir.join("serial.log"),
+        &dir.join("run/qemu.pid"),
+        &dir.join("run/serial.log"),
         poll,
         timeout,
         || server.check_alive(),
@@ -337,7 +337,7 @@ async fn boot_vm(
             vmi_status(api, name).await
         ),
     };
-    let pid: u32 = std::fs::read_to_string(dir.join("qemu.pid"))?
+    let pid: u32 = std::fs::read_to_string(dir.join("run/qemu.pid"))?
         .trim()
         .parse()
         .context("qemu.pid")?;
@@ -359,7 +359,7 @@ async fn boot_vm(
 async fn delete_vms(server: &mut Server, api: &Api, names: &[String]) -> Result<()> {
     let mut pids = Vec::new();
     for name in names {
-        if let Some(pid) = std::fs::read_to_string(server.vmi_dir(name).join("qemu.pid"))
+        if let Some(pid) = std::fs::read_to_string(server.vmi_dir(name).join("run/qemu.pid"))
             .ok()
             .and_then(|p| p.trim().parse::<u32>().ok())
         {
@@ -469,7 +469,7 @@ async fn boot_bare(
     poll: Duration,
     timeout: Duration,
 ) -> Result<Times> {
-    std::fs::create_dir_all(run_dir)?;
+    std::fs::create_dir_all(run_dir.join("run"))?;
     let argv = bare_argv(agent_argv, agent_dir, run_dir, paused);
     let paused = paused && argv.iter().any(|a| a == "-S");
     let qmp = qmp_socket(&argv).context("the agent's QEMU has no -qmp unix: socket")?;
@@ -497,8 +497,8 @@ async fn boot_bare(
     });
     let mut exited = false;
     let result = wait_boot(
-        &run_dir.join("qemu.pid"),
-        &run_dir.join("serial.log"),
+        &run_dir.join("run/qemu.pid"),
+        &run_dir.join("run/serial.log"),
         poll,
         timeout,
         || {
@@ -642,8 +642,8 @@ async fn run() -> Result<()> {
     for name in &names {
         let dir = server.vmi_dir(name);
         let waited = wait_boot(
-            &dir.join("qemu.pid"),
-            &dir.join("serial.log"),
+            &dir.join("run/qemu.pid"),
+            &dir.join("run/serial.log"),
             poll,
             timeout * memory_vms as u32,
             || server.check_alive(),
@@ -660,7 +660,7 @@ async fn run() -> Result<()> {
     let rss_n = server.rss().await?;
     let qemu_rss: u64 = names
         .iter()
-        .filter_map(|n| std::fs::read_to_string(server.vmi_dir(n).join("qemu.pid")).ok())
+        .filter_map(|n| std::fs::read_to_string(server.vmi_dir(n).join("run/qemu.pid")).ok())
         .filter_map(|p| p.trim().parse().ok())
         .filter_map(rss)
         .sum();

@@ -105,6 +105,10 @@ struct ServerArgs {
     /// A directory hostDisk volumes may live in.
     #[arg(long = "host-disk-dir")]
     host_disk_dirs: Vec<PathBuf>,
+    /// When run as root, each VMI's QEMU runs as its own uid above this one (0: QEMU
+    /// runs as root); all QEMUs share this number as a group.
+    #[arg(long, default_value_t = node_agent::qemu_user::DEFAULT_BASE)]
+    qemu_uid_base: u32,
     /// How the local node runs guests' vCPUs: `kvm`, `tcg` (software emulation), or
     /// `auto` (KVM only when a probe guest really runs under it).
     #[arg(long, default_value = "auto")]
@@ -180,6 +184,14 @@ struct NodeArgs {
     insecure_registries: Vec<String>,
     #[arg(long = "host-disk-dir")]
     host_disk_dirs: Vec<PathBuf>,
+    /// Where the files behind PersistentVolumeClaims may be, besides DATA_DIR/volumes
+    /// (the server's DIR/volumes, for a node sharing its host or storage).
+    #[arg(long = "claim-dir")]
+    claim_dirs: Vec<PathBuf>,
+    /// When run as root, each VMI's QEMU runs as its own uid above this one (0: QEMU
+    /// runs as root); all QEMUs share this number as a group.
+    #[arg(long, default_value_t = node_agent::qemu_user::DEFAULT_BASE)]
+    qemu_uid_base: u32,
     /// As for `server`: `auto`, `kvm` or `tcg`.
     #[arg(long, default_value = "auto")]
     accel: qemu::AccelChoice,
@@ -316,6 +328,9 @@ struct HostSettings<'a> {
     data_dir: &'a std::path::Path,
     insecure_registries: &'a [String],
     host_disk_dirs: &'a [PathBuf],
+    /// Claim files may be in DATA_DIR/volumes and these.
+    claim_dirs: &'a [PathBuf],
+    qemu_uid_base: u32,
     accel: qemu::AccelChoice,
     address: String,
 }
@@ -345,6 +360,7 @@ fn qemu_hypervisor(host: &HostSettings<'_>) -> anyhow::Result<Arc<dyn node_agent
         chosen.accel,
         chosen.why
     );
+    let sandbox = qemu_sandbox(host.node_name, &binary);
     Ok(Arc::new(node_agent::qemu_hv::Qemu::new(
         node_agent::qemu_hv::QemuConfig {
             node_dir: host.data_dir.join("node").join(host.node_name),
@@ -352,12 +368,40 @@ fn qemu_hypervisor(host: &HostSettings<'_>) -> anyhow::Result<Arc<dyn node_agent
             binary,
             insecure_registries: host.insecure_registries.to_vec(),
             host_disk_dirs: host.host_disk_dirs.to_vec(),
+            claim_dirs: std::iter::once(host.data_dir.join("volumes"))
+                .chain(host.claim_dirs.iter().cloned())
+                .collect(),
             node_address: host.address.clone(),
             millicpu: cpus * 1000,
             memory: host_memory(),
             accel: chosen.accel,
+            sandbox,
+            qemu_uid_base: host.qemu_uid_base,
         },
     )))
+}
+
+/// Whether this host's QEMU can run under its seccomp sandbox. Like libvirt (and so
+/// KubeVirt, whose launcher leaves libvirt's `seccomp_sandbox` at its default), a QEMU
+/// built without seccomp still runs guests, unsandboxed; unlike libvirt, which says
+/// nothing, the node says so at error level at every start.
+fn qemu_sandbox(node: &str, binary: &std::path::Path) -> bool {
+    match qemu::sandbox::probe(binary) {
+        Ok(()) => {
+            tracing::info!(
+                "node {node}: QEMU runs under its seccomp sandbox (-sandbox {})",
+                qemu::sandbox::SANDBOX
+            );
+            true
+        }
+        Err(why) => {
+            tracing::error!(
+                "node {node}: {} CANNOT run under its seccomp sandbox ({why}): guests run WITHOUT -sandbox, so a guest that takes over its QEMU may start programs; install a QEMU built with seccomp (Debian's qemu-system-x86 is)",
+                binary.display()
+            );
+            false
+        }
+    }
 }
 
 /// The hypervisor a node runs, from `--hypervisor` (QEMU unless told otherwise).
@@ -415,6 +459,8 @@ fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         data_dir: &data_dir,
         insecure_registries: &args.insecure_registries,
         host_disk_dirs: &args.host_disk_dirs,
+        claim_dirs: &args.claim_dirs,
+        qemu_uid_base: args.qemu_uid_base,
         accel: args.accel,
         address: node_address.clone(),
     };
@@ -578,6 +624,8 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
         data_dir: &args.data_dir,
         insecure_registries: &args.insecure_registries,
         host_disk_dirs: &args.host_disk_dirs,
+        claim_dirs: &[],
+        qemu_uid_base: args.qemu_uid_base,
         accel: args.accel,
         address: args.node_address.to_string(),
     };

@@ -193,7 +193,12 @@ fn machine_type(spec: &Value, p: &str, out: &mut Causes) {
         return;
     }
     let allowed = emulated_machines(str_at(spec, &["architecture"]));
-    if !allowed.iter().any(|glob| glob_match(glob, machine)) {
+    // KubeVirt's globs (`q35*`) match `q35,smm=on` too, which libvirt then refuses; a
+    // virtplane node would hand it to QEMU's `-machine`, so only plain names pass here.
+    let plain = machine
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !plain || !allowed.iter().any(|glob| glob_match(glob, machine)) {
         let path = format!("{p}.domain.machine.type");
         out.add(
             ErrorType::Invalid,

@@ -1173,6 +1173,14 @@ fn rule_56_machine_types() {
     for ok in ["q35", "pc-q35-rhel9.4.0", "pc", "pc-i440fx-8.2"] {
         clean(&[("/domain/machine/type", json!(ok))]);
     }
+    // The globs match these too; they would set QEMU machine properties.
+    for bad in ["q35,memory-backend=x", "pc-q35 -device x", "q35\n"] {
+        expect(
+            &errors(&[("/domain/machine/type", json!(bad))]),
+            "spec.domain.machine.type",
+            &format!("spec.domain.machine.type is not supported: {bad} (allowed values: [q35* pc-q35* pc pc-i440fx*])"),
+        );
+    }
 }
 
 #[test]

@@ -20,6 +20,7 @@ use kubevirt_api::devices::{Binding, Devices, Media};
 use super::volumes::quantity_bytes;
 use super::{spec, start_failed, volumes, Forward, Qemu, OVMF_DIR};
 use crate::hypervisor::{Prepared, Started};
+use crate::qemu_user::RUN_DIR;
 use crate::volume_sources::VolumeSources;
 
 fn free_port(address: &str) -> Option<u16> {
@@ -68,15 +69,26 @@ impl Qemu {
         vmi: &DynamicObject,
         sources: &VolumeSources,
     ) -> Result<MachineSpec, Started> {
+        let dir = self
+            .checked_dir(vmi)
+            .map_err(|e| start_failed("FailedCreate", e))?;
         let readied = self.ready(vmi, sources).await?;
-        let dir = self.dir(vmi);
         let host = Host {
             accel: self.config.accel,
             address: &self.config.node_address,
             dir: &dir,
         };
         let address = self.config.node_address.clone();
-        let (machine, forwards) = machine_spec(vmi, &host, &readied, &mut || free_port(&address))?;
+        let (mut machine, forwards) =
+            machine_spec(vmi, &host, &readied, &mut || free_port(&address))?;
+        machine.sandbox = self.config.sandbox;
+        if let (Some(users), Some(uid)) = (
+            &self.users,
+            self.qemu_uid(vmi)
+                .map_err(|e| start_failed("FailedCreate", e))?,
+        ) {
+            machine.run_as = Some(users.run_as(uid));
+        }
         self.forwards
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -156,6 +168,8 @@ impl Qemu {
             std::fs::copy(&template, &vars)
                 .map_err(|e| start_failed("FailedCreate", format!("copying EFI variables: {e}")))?;
         }
+        self.grant(vmi, &vars, false)
+            .map_err(|e| start_failed("FailedCreate", e))?;
         Ok(Firmware::Efi {
             code,
             vars,
@@ -356,11 +370,15 @@ pub(super) fn machine_spec(
         nics,
         rng: devices.get("rng").is_some(),
         watchdog,
-        console_socket: dir.join("console.sock"),
-        console_log: dir.join("serial.log"),
-        qmp_socket: dir.join("qmp.sock"),
-        vnc_socket: graphics.then(|| dir.join("vnc.sock")),
-        pidfile: dir.join("qemu.pid"),
+        // In `run/`, the one dir QEMU may write (see `crate::qemu_user`).
+        console_socket: dir.join(RUN_DIR).join("console.sock"),
+        console_log: dir.join(RUN_DIR).join("serial.log"),
+        qmp_socket: dir.join(RUN_DIR).join("qmp.sock"),
+        vnc_socket: graphics.then(|| dir.join(RUN_DIR).join("vnc.sock")),
+        pidfile: dir.join(RUN_DIR).join("qemu.pid"),
+        // How QEMU runs is the node's business, set by `Qemu::machine`.
+        sandbox: false,
+        run_as: None,
     };
     Ok((machine, forwards))
 }

@@ -74,7 +74,7 @@ impl Qemu {
         sources: &VolumeSources,
         settings: &MigrationSettings,
     ) -> Result<Incoming, String> {
-        let dir = self.dir(vmi);
+        let dir = self.checked_dir(vmi)?;
         let file = dir.join(LISTENING_FILE);
         let slot = self.slot(vmi);
         let mut running = slot.lock().await;
@@ -90,6 +90,7 @@ impl Qemu {
             });
         }
         std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        self.qemu_uid(vmi)?;
         let tuning = &self.tuning_with_credentials(vmi, settings, Side::Target)?;
         let spec = match self.machine(vmi, sources).await {
             Ok(spec) => spec,
@@ -182,14 +183,18 @@ impl Qemu {
             Side::Source => &["ca-cert.pem", "client-cert.pem", "client-key.pem"],
         };
         // Ready-made DH parameters spare the target QEMU from generating them.
+        // QEMU reads them (its TLS object loads the dir), the agent writes them.
+        self.grant(vmi, &dir, true)?;
         if let (Side::Target, Some(dh)) = (side, credentials.get("dh-params.pem")) {
             write_private(&dir.join("dh-params.pem"), dh)?;
+            self.grant(vmi, &dir.join("dh-params.pem"), true)?;
         }
         for file in wanted {
             let pem = credentials
                 .get(*file)
                 .ok_or_else(|| format!("the migration's TLS credentials have no {file}"))?;
             write_private(&dir.join(file), pem)?;
+            self.grant(vmi, &dir.join(file), true)?;
         }
         tuning.tls = Some(qm::Tls { dir });
         Ok(tuning)

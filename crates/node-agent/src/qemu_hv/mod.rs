@@ -18,6 +18,7 @@ use crate::hypervisor::{
     Arrival, GuestInfo, Hypervisor, ImageIds, Incoming, MigrationSettings, Observed, PauseCause,
     Prepared, Sending, Started, Stopping,
 };
+use crate::qemu_user::{QemuUsers, RUN_DIR};
 use crate::volume_sources::VolumeSources;
 
 mod machine;
@@ -35,12 +36,20 @@ pub struct QemuConfig {
     pub binary: PathBuf,
     pub insecure_registries: Vec<String>,
     pub host_disk_dirs: Vec<PathBuf>,
+    /// Where the files behind PersistentVolumeClaims may be (the volume pool,
+    /// `DIR/volumes`); a claim whose published path leads elsewhere is not opened.
+    pub claim_dirs: Vec<PathBuf>,
     /// The address port forwards listen on.
     pub node_address: String,
     pub millicpu: i64,
     pub memory: i64,
     /// How guests' vCPUs run on this node (chosen with `qemu::accel::choose`).
     pub accel: Accel,
+    /// Whether QEMU runs under its seccomp sandbox (`qemu::sandbox::probe` said it can).
+    pub sandbox: bool,
+    /// `--qemu-uid-base`: each VMI's QEMU runs as its own uid above it when the agent is
+    /// root (see `crate::qemu_user`); 0 keeps QEMU as the agent's user.
+    pub qemu_uid_base: u32,
 }
 
 const OVMF_DIR: &str = "/usr/share/OVMF";
@@ -63,6 +72,8 @@ type Slot = Arc<tokio::sync::Mutex<Option<Running>>>;
 
 pub struct Qemu {
     config: QemuConfig,
+    /// The per-VMI QEMU users, when the agent is root.
+    users: Option<QemuUsers>,
     puller: oci::Puller,
     /// By VMI uid. The map's lock is held only to find a slot, never across an await.
     slots: Mutex<HashMap<String, Slot>>,
@@ -107,7 +118,17 @@ impl Qemu {
             config.insecure_registries.clone(),
         ));
         let (changes, _) = broadcast::channel(256);
+        let users = QemuUsers::new(config.qemu_uid_base);
+        match &users {
+            Some(u) => tracing::info!(
+                "QEMU runs as one uid per VMI above {} (group {})",
+                config.qemu_uid_base,
+                u.group()
+            ),
+            None => tracing::info!("QEMU runs as the agent's own user"),
+        }
         Qemu {
+            users,
             config,
             puller,
             slots: Mutex::new(HashMap::new()),
@@ -128,6 +149,53 @@ impl Qemu {
         self.vmi_dir(&vmi.namespace().unwrap_or_default(), &vmi.name_any())
     }
 
+    /// [`Self::dir`], checked before anything is created in it: the namespace and name
+    /// must each be one path component. The API server admits only DNS-1123 names; the
+    /// agent, which writes there as root, does not rely on it.
+    fn checked_dir(&self, vmi: &DynamicObject) -> Result<PathBuf, String> {
+        let namespace = vmi.namespace().unwrap_or_default();
+        let name = vmi.name_any();
+        crate::host_paths::component("namespace", &namespace)?;
+        crate::host_paths::component("VMI name", &name)?;
+        Ok(self.vmi_dir(&namespace, &name))
+    }
+
+    /// Where QEMU keeps its sockets, pidfile and serial log: the one dir it may write.
+    fn run_dir(&self, namespace: &str, name: &str) -> PathBuf {
+        self.vmi_dir(namespace, name).join(RUN_DIR)
+    }
+
+    /// The VMI's own QEMU uid, its dir laid out for it (`None`: QEMU runs as the agent).
+    fn qemu_uid(&self, vmi: &DynamicObject) -> Result<Option<u32>, String> {
+        let dir = self.checked_dir(vmi)?;
+        let Some(users) = &self.users else {
+            // The same layout, as the agent's own user.
+            let run = dir.join(RUN_DIR);
+            std::fs::create_dir_all(&run)
+                .map_err(|e| format!("creating {}: {e}", run.display()))?;
+            return Ok(None);
+        };
+        users
+            .assign(&dir, &vmi.uid().unwrap_or_default())
+            .map(Some)
+            .map_err(|e| format!("giving the VMI its QEMU user: {e}"))
+    }
+
+    /// Gives `path` to the VMI's QEMU (see `QemuUsers::grant`); nothing without users.
+    fn grant(
+        &self,
+        vmi: &DynamicObject,
+        path: &std::path::Path,
+        read_only: bool,
+    ) -> Result<(), String> {
+        let (Some(users), Some(uid)) = (&self.users, self.qemu_uid(vmi)?) else {
+            return Ok(());
+        };
+        users
+            .grant(path, uid, read_only)
+            .map_err(|e| format!("giving {} to the VMI's QEMU: {e}", path.display()))
+    }
+
     /// The slot of a VMI, created empty on first use.
     fn slot(&self, vmi: &DynamicObject) -> Slot {
         self.slots
@@ -145,8 +213,8 @@ impl Qemu {
         vmi: &DynamicObject,
     ) -> Option<&'a mut Running> {
         if slot.is_none() {
-            let dir = self.dir(vmi);
-            let instance = Instance::adopt(&dir.join("qemu.pid"), &dir.join("qmp.sock")).await?;
+            let run = self.run_dir(&vmi.namespace().unwrap_or_default(), &vmi.name_any());
+            let instance = Instance::adopt(&run.join("qemu.pid"), &run.join("qmp.sock")).await?;
             tracing::info!(
                 "adopted QEMU {} of {}/{} ({})",
                 instance.pid,
@@ -305,7 +373,7 @@ impl Hypervisor for Qemu {
             "vnc" => "vnc.sock",
             _ => return None,
         };
-        Some(self.vmi_dir(namespace, name).join(file))
+        Some(self.run_dir(namespace, name).join(file))
     }
 
     fn capacity(&self) -> (i64, i64) {
@@ -318,9 +386,15 @@ impl Hypervisor for Qemu {
 
     async fn prepare(&self, vmi: &DynamicObject, sources: &VolumeSources) -> Prepared {
         let began = Instant::now();
-        let dir = self.dir(vmi);
+        let dir = match self.checked_dir(vmi) {
+            Ok(dir) => dir,
+            Err(e) => return failed("FailedCreate", e),
+        };
         if let Err(e) = std::fs::create_dir_all(&dir) {
             return failed("FailedCreate", format!("creating {}: {e}", dir.display()));
+        }
+        if let Err(e) = self.qemu_uid(vmi) {
+            return failed("FailedCreate", e);
         }
         for volume in volumes(vmi) {
             if let Err(failure) = self.prepare_volume(vmi, &volume, sources).await {
@@ -537,7 +611,8 @@ impl Hypervisor for Qemu {
 
     async fn release_leftover(&self, namespace: &str, name: &str) {
         let dir = self.vmi_dir(namespace, name);
-        if let Some(instance) = Instance::adopt(&dir.join("qemu.pid"), &dir.join("qmp.sock")).await
+        let run = self.run_dir(namespace, name);
+        if let Some(instance) = Instance::adopt(&run.join("qemu.pid"), &run.join("qmp.sock")).await
         {
             tracing::info!(
                 "stopping leftover QEMU {} of {namespace}/{name}",

@@ -9,6 +9,7 @@ use kubevirt_api::volumes::{Source, Volume};
 use qemu::{DiskFormat, KernelBoot};
 
 use super::{failed, spec, start_failed, Qemu};
+use crate::host_paths;
 use crate::hypervisor::{Prepared, Started};
 use crate::volume_sources::{Claim, VolumeSources};
 
@@ -225,8 +226,37 @@ impl Qemu {
         })
     }
 
-    /// Makes the file behind one volume ready and says where it is and in which format.
+    /// Makes the file behind one volume ready, and the VMI's QEMU able to open it, and
+    /// says where it is and in which format.
     pub(super) async fn prepare_volume(
+        &self,
+        vmi: &DynamicObject,
+        volume: &Volume,
+        sources: &VolumeSources,
+    ) -> Result<(PathBuf, DiskFormat), Prepared> {
+        let (path, format) = self.volume_file(vmi, volume, sources).await?;
+        if let Some(users) = &self.users {
+            // Files outside the VMI's dir (a claim in DIR/volumes/<ns>, a hostDisk) need
+            // their dirs passable too.
+            let outside = !path.starts_with(self.dir(vmi));
+            if let (true, Some(parent)) = (outside, path.parent()) {
+                let passable = if matches!(volume.source, Source::HostDisk(_)) {
+                    users.pass_through_tree(parent)
+                } else {
+                    users.pass_through(parent)
+                };
+                passable
+                    .map_err(|e| failed("FailedCreate", format!("volume {}: {e}", volume.name)))?;
+            }
+            let read_only = matches!(volume.source, Source::Sysprep(_));
+            self.grant(vmi, &path, read_only)
+                .map_err(|e| failed("FailedCreate", format!("volume {}: {e}", volume.name)))?;
+        }
+        Ok((path, format))
+    }
+
+    /// The file behind one volume, made ready.
+    async fn volume_file(
         &self,
         vmi: &DynamicObject,
         volume: &Volume,
@@ -238,6 +268,8 @@ impl Qemu {
         } else {
             volume.name.as_str()
         };
+        // The name becomes file names in the VMI's dir (`NAME.qcow2`, `NAME-seed.img`).
+        host_paths::component("volume name", name).map_err(|e| failed("FailedCreate", e))?;
         if let Source::ContainerDisk(cd) = &volume.source {
             let image = ImageSource {
                 volume: Some(name),
@@ -321,25 +353,20 @@ impl Qemu {
             return Ok((iso, DiskFormat::Raw));
         }
         if let Source::HostDisk(host) = &volume.source {
-            let path = PathBuf::from(&host.path);
-            let allowed = self
-                .config
-                .host_disk_dirs
-                .iter()
-                .any(|d| path.starts_with(d) && path != *d);
-            if !allowed
-                || path
-                    .components()
-                    .any(|c| matches!(c, std::path::Component::ParentDir))
-            {
-                return Err(failed(
+            // The file the spec's path leads to, symlinks followed, is the one QEMU gets:
+            // a link in an allowed dir that points out of it is refused like `..`.
+            let what = format!("hostDisk {}", host.path);
+            let path = host_paths::resolve_within(
+                &what,
+                Path::new(&host.path),
+                &self.config.host_disk_dirs,
+            )
+            .map_err(|e| {
+                failed(
                     "FailedCreate",
-                    format!(
-                        "hostDisk {} is outside the directories this node allows (--host-disk-dir)",
-                        path.display()
-                    ),
-                ));
-            }
+                    format!("volume {name}: {e} (--host-disk-dir)"),
+                )
+            })?;
             if !path.exists() {
                 if host.kind.as_deref() != Some("DiskOrCreate") {
                     return Err(failed(
@@ -352,9 +379,7 @@ impl Qemu {
                     .as_deref()
                     .and_then(quantity_bytes)
                     .unwrap_or(1 << 30);
-                let file =
-                    std::fs::File::create(&path).and_then(|f| f.set_len(capacity).map(|_| f));
-                file.map_err(|e| {
+                host_paths::create_new_file(&path, capacity).map_err(|e| {
                     failed(
                         "FailedCreate",
                         format!("creating hostDisk {}: {e}", path.display()),
@@ -367,7 +392,15 @@ impl Qemu {
         if let Some(claim) = volume.source.claim() {
             let namespace = vmi.namespace().unwrap_or_default();
             let path = match sources.claim(claim) {
-                Claim::Bound(path) if path.exists() => path.clone(),
+                // The path is the claim's `virtplane.io/volume-path` annotation, which
+                // anyone who may edit the claim can write: only a file in the volume
+                // pool is used, whatever the annotation says.
+                Claim::Bound(path) if path.exists() => host_paths::resolve_within(
+                    &format!("the disk {} of PVC {namespace}/{claim}", path.display()),
+                    path,
+                    &self.config.claim_dirs,
+                )
+                .map_err(|e| failed("FailedPvcNotFound", e))?,
                 Claim::Bound(path) => {
                     return Err(failed(
                         "FailedPvcNotFound",

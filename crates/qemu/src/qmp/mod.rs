@@ -13,7 +13,6 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
-use tokio::net::UnixStream;
 use tokio::sync::{broadcast, oneshot};
 
 use wire::{Line, Message};
@@ -71,7 +70,7 @@ impl Qmp {
     pub async fn connect(path: &Path, wait: Duration) -> Result<Qmp, QmpError> {
         let deadline = tokio::time::Instant::now() + wait;
         let stream = loop {
-            match UnixStream::connect(path).await {
+            match crate::socket::connect(path).await {
                 Ok(s) => break s,
                 Err(e) if tokio::time::Instant::now() >= deadline => {
                     return Err(QmpError::Connect {

@@ -200,6 +200,31 @@ fn cmdline(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The JSON values of a QEMU argv's `flag` arguments (`-device`, `-blockdev`, `-netdev`),
+/// which virtplane writes as JSON.
+pub fn json_args(argv: &[String], flag: &str) -> Vec<Value> {
+    argv.windows(2)
+        .filter(|w| w[0] == flag)
+        .map(|w| serde_json::from_str(&w[1]).unwrap_or_else(|e| panic!("{flag} {}: {e}", w[1])))
+        .collect()
+}
+
+/// Whether a QEMU argv has a NIC of `model` on the default (pod) network.
+pub fn has_nic(argv: &[String], model: &str) -> bool {
+    json_args(argv, "-device")
+        .iter()
+        .any(|d| d["driver"] == model && d["netdev"] == "net-default")
+}
+
+/// A line of /proc/PID/status (`Uid`, `Seccomp`), without its label.
+pub fn proc_status(pid: u32, field: &str) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().to_string())
+}
+
 /// Every QEMU process in /proc (zombies too) whose `-pidfile` argument satisfies `pidfile`.
 fn qemus_by_pidfile(pidfile: impl Fn(&str) -> bool) -> Vec<u32> {
     let mut found = Vec::new();
@@ -612,7 +637,7 @@ impl Env {
     }
 
     pub fn serial(&self, name: &str) -> String {
-        std::fs::read(self.vmi_dir(name).join("serial.log"))
+        std::fs::read(self.vmi_dir(name).join("run/serial.log"))
             .map(|b| String::from_utf8_lossy(&b).to_string())
             .unwrap_or_default()
     }
@@ -654,7 +679,7 @@ impl Env {
     }
 
     pub fn pidfile(&self, name: &str) -> PathBuf {
-        self.vmi_dir(name).join("qemu.pid")
+        self.vmi_dir(name).join("run/qemu.pid")
     }
 
     pub fn qemu_pid(&self, name: &str) -> Option<u32> {
@@ -687,7 +712,7 @@ impl Env {
             .map(|e| e.file_name().to_string_lossy().to_string())
             .collect();
         let qemu_log = std::fs::read(dir.join("qemu.log")).unwrap_or_default();
-        let serial = std::fs::read(dir.join("serial.log")).unwrap_or_default();
+        let serial = std::fs::read(dir.join("run/serial.log")).unwrap_or_default();
         format!(
             "-- {}: {files:?}\n-- qemu.log: {}\n-- serial.log (tail): {}",
             dir.display(),

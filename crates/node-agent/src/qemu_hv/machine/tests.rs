@@ -56,11 +56,17 @@ fn an_empty_domain_gets_the_defaults() {
     assert_eq!(m.memory_mib, 128);
     assert_eq!(m.firmware, Firmware::Bios);
     assert!(m.acpi && !m.smm);
+    // QEMU's own files are in run/, the one dir it may write.
     assert_eq!(
         m.vnc_socket,
-        Some(PathBuf::from("/run/vmi/ns/vm1/vnc.sock"))
+        Some(PathBuf::from("/run/vmi/ns/vm1/run/vnc.sock"))
     );
-    assert_eq!(m.qmp_socket, PathBuf::from("/run/vmi/ns/vm1/qmp.sock"));
+    for file in [&m.qmp_socket, &m.console_socket, &m.console_log, &m.pidfile] {
+        assert_eq!(file.parent(), Some(Path::new("/run/vmi/ns/vm1/run")));
+    }
+    // How QEMU runs is set by the node, not by the spec's translation.
+    assert!(!m.sandbox && m.run_as.is_none());
+    assert_eq!(m.qmp_socket, PathBuf::from("/run/vmi/ns/vm1/run/qmp.sock"));
     assert!(forwards.is_empty());
 }
 
