@@ -11,6 +11,7 @@ pub mod discovery;
 mod gc;
 pub mod http;
 mod kubevirt;
+pub mod limits;
 pub mod negotiate;
 pub mod object;
 mod openapi;
@@ -87,6 +88,8 @@ pub struct ServerConfig {
     /// kube-apiserver's `--token-auth-file`: bearer tokens in CSV
     /// (`token,user,uid,"group1,group2"`).
     pub token_auth_file: Option<PathBuf>,
+    /// In-flight budgets, request timeout, watches per user.
+    pub limits: limits::LimitsConfig,
 }
 
 /// A server that is listening; dropping it does not stop it.
@@ -356,6 +359,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         },
         write_gauge: config.store.write_gauge(),
         uploads: uploads.clone(),
+        limits: limits::Limits::new(&config.limits),
     });
     pki.write_kubeconfigs(&config.data_dir, &url)?;
     // The in-process identity of the controllers and local node agents: like

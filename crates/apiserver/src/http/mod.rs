@@ -17,9 +17,10 @@ use crate::auth::{Authentication, Authenticator, UserInfo};
 use crate::authz::{Attributes, Authorizer};
 use crate::discovery::Discovery;
 use crate::registry::Registry;
-use crate::request::{self, Query, RequestInfo, Target};
+use crate::request::{self, Query, RequestInfo, Target, Verb};
 use crate::tls::ClientCertificateIdentity;
 
+mod guarded;
 mod read;
 mod resource;
 mod response;
@@ -47,6 +48,8 @@ pub struct ApiServer {
     pub write_gauge: Option<store::WriteGauge>,
     /// CDI's upload tokens and upload proxy.
     pub uploads: Arc<crate::upload::Uploads>,
+    /// In-flight budgets, the request timeout and the watch count per user.
+    pub limits: crate::limits::Limits,
 }
 
 pub fn router(server: Arc<ApiServer>) -> Router {
@@ -105,7 +108,44 @@ impl ApiServer {
         };
         let query = Query::parse(parts.uri.query())?;
         let info = RequestInfo::new(&parts.method, parts.uri.path(), target, &query);
+        // kube's order: max-in-flight after impersonation, before authorization.
+        let long_running = crate::limits::is_long_running(&info);
+        let _in_flight = match long_running {
+            true => None,
+            false => self.limits.admit(&user, &info)?,
+        };
         self.authorize(&user, &Attributes::of_request(&info, &query))?;
+        if long_running {
+            let watch_slot = match info.verb {
+                Verb::Watch => self.limits.admit_watch(&user)?,
+                _ => None,
+            };
+            let response = self.dispatch(parts, body, &info, &query, &user).await?;
+            // The watch keeps its place until the client or the server ends it.
+            return Ok(match watch_slot {
+                Some(slot) => guarded::hold(response, slot),
+                None => response,
+            });
+        }
+        let dispatch = self.dispatch(parts, body, &info, &query, &user);
+        match tokio::time::timeout(self.limits.request_timeout, dispatch).await {
+            Ok(result) => result,
+            // The message of kube's request-deadline: what clients and people grep for.
+            Err(_) => Err(Status::timeout(
+                "request did not complete within requested timeout - context deadline exceeded",
+            )),
+        }
+    }
+
+    /// Answers an authenticated, authorized request.
+    async fn dispatch(
+        &self,
+        parts: http::request::Parts,
+        body: axum::body::Body,
+        info: &RequestInfo,
+        query: &Query,
+        user: &UserInfo,
+    ) -> Result<Response, Status> {
         let accept = parts
             .headers
             .get(header::ACCEPT)
@@ -161,11 +201,9 @@ impl ApiServer {
                 crate::console::serve(&self.registry, &self.consoles, parts, path).await
             }
             Target::Resource(path) if crate::rbac::kinds::is_rbac(&path.group, &path.resource) => {
-                let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
-                    .await
-                    .map_err(|_| Status::request_too_large(MAX_BODY_BYTES))?;
+                let body = read_body(body).await?;
                 let response = self
-                    .serve_resource(&parts, &info.verb, path, &query, &body, &user)
+                    .serve_resource(&parts, &info.verb, path, query, &body, user)
                     .await?;
                 // Whoever changed a role or binding sees the change on their next request.
                 if info.verb.writes() && response.status().is_success() {
@@ -177,10 +215,8 @@ impl ApiServer {
             }
             Target::Resource(path) => {
                 let serve = async {
-                    let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
-                        .await
-                        .map_err(|_| Status::request_too_large(MAX_BODY_BYTES))?;
-                    self.serve_resource(&parts, &info.verb, path, &query, &body, &user)
+                    let body = read_body(body).await?;
+                    self.serve_resource(&parts, &info.verb, path, query, &body, user)
                         .await
                 };
                 match &self.write_gauge {
@@ -197,4 +233,20 @@ impl ApiServer {
             .allows(user, attrs)
             .map_err(|reason| crate::authz::forbidden(&user.name, attrs, &reason))
     }
+}
+
+/// The whole body, at most `MAX_BODY_BYTES` (413 beyond, as kube-apiserver).
+async fn read_body(body: axum::body::Body) -> Result<bytes::Bytes, Status> {
+    axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|e| {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            if too_large {
+                Status::request_too_large(MAX_BODY_BYTES)
+            } else {
+                // The client went away or broke the framing mid-body.
+                Status::bad_request(format!("reading the request body: {e}"))
+            }
+        })
 }
