@@ -2,6 +2,7 @@
 //! HTTPS, on any `store::Store`.
 
 pub mod agent_dial;
+pub mod audit;
 pub mod auth;
 pub mod authz;
 mod cdi;
@@ -57,8 +58,11 @@ pub enum ServerError {
     },
     #[error("schema of {kind}: {message}")]
     Schema { kind: &'static str, message: String },
-    #[error("{0}")]
+    // Transparent: main prints the source chain, which would say it twice.
+    #[error(transparent)]
     TokenFile(#[from] auth::TokenFileError),
+    #[error(transparent)]
+    Audit(#[from] audit::AuditError),
     /// `name` says what: `namespace/default`, `storageprofile/local`.
     #[error("creating {name} at start: {status}")]
     Bootstrap {
@@ -90,6 +94,10 @@ pub struct ServerConfig {
     pub token_auth_file: Option<PathBuf>,
     /// In-flight budgets, request timeout, watches per user.
     pub limits: limits::LimitsConfig,
+    /// `--audit-log`: where audit events go (`-`: standard output).
+    pub audit_log: Option<PathBuf>,
+    /// `--audit-policy`: which requests are logged, at what level.
+    pub audit_policy: Option<PathBuf>,
 }
 
 /// A server that is listening; dropping it does not stop it.
@@ -103,6 +111,16 @@ pub struct RunningServer {
     pub url: String,
     /// The cluster CA, for what the server's controllers sign (migration credentials).
     pub pki: Arc<pki::Pki>,
+    api: Arc<http::ApiServer>,
+}
+
+impl RunningServer {
+    /// Before the process exits: writes out what the audit log still holds.
+    pub async fn shutdown(&self) {
+        if let Some(audit) = &self.api.audit {
+            audit.flush().await;
+        }
+    }
 }
 
 /// Every schema the server knows, in OpenAPI components form.
@@ -258,6 +276,9 @@ async fn compact_periodically(store: Arc<dyn Store>, interval: Duration) {
 /// Starts serving: certificates and kubeconfigs in the data dir, the HTTPS listener,
 /// and the in-process garbage collector.
 pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
+    // First: a bad audit policy stops the server before it writes or listens anywhere.
+    let auditor =
+        audit::Auditor::from_flags(config.audit_log.as_deref(), config.audit_policy.as_deref())?;
     let hostname = std::fs::read_to_string("/etc/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
@@ -360,6 +381,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         write_gauge: config.store.write_gauge(),
         uploads: uploads.clone(),
         limits: limits::Limits::new(&config.limits),
+        audit: auditor,
     });
     pki.write_kubeconfigs(&config.data_dir, &url)?;
     // The in-process identity of the controllers and local node agents: like
@@ -373,7 +395,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     );
     let internal = http::router(server.clone())
         .layer(axum::Extension(tls::ClientCertificateIdentity(component)));
-    tokio::spawn(tls::serve(listener, tls_config, http::router(server)));
+    tokio::spawn(tls::serve(
+        listener,
+        tls_config,
+        http::router(server.clone()),
+    ));
     tokio::spawn(gc::run(registry.clone()));
     tokio::spawn(uploads.sweep_periodically());
     tokio::spawn(compact_periodically(
@@ -386,5 +412,6 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         local_addr,
         url,
         pki: Arc::new(pki),
+        api: server,
     })
 }

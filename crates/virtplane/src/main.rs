@@ -128,6 +128,14 @@ struct ServerArgs {
     token_auth_file: Option<PathBuf>,
     #[command(flatten)]
     limits: LimitArgs,
+    /// Write kube-apiserver's audit events (audit.k8s.io/v1 Event, one JSON line each)
+    /// to FILE (`-`: standard output); needs --audit-policy.
+    #[arg(long, visible_alias = "audit-log-path", value_name = "FILE")]
+    audit_log: Option<PathBuf>,
+    /// Which requests the audit log records, at what level: an audit.k8s.io/v1 Policy
+    /// (YAML or JSON), as kube-apiserver's --audit-policy-file.
+    #[arg(long, visible_alias = "audit-policy-file", value_name = "FILE")]
+    audit_policy: Option<PathBuf>,
 }
 
 /// kube-apiserver's request limits.
@@ -615,6 +623,8 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
             host_disk_dirs: args.host_disk_dirs.clone(),
             token_auth_file: args.token_auth_file.clone(),
             limits: args.limits.config(),
+            audit_log: args.audit_log.clone(),
+            audit_policy: args.audit_policy.clone(),
         })
         .await?;
         let client = kube::Client::new(server.internal.clone(), "default");
@@ -661,6 +671,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
         tokio::signal::ctrl_c()
             .await
             .context("waiting for Ctrl-C")?;
+        server.shutdown().await;
         Ok(())
     })
 }

@@ -8,7 +8,7 @@ use axum::body::{Body, Bytes, HttpBody};
 use axum::response::Response;
 
 /// `response` with `guard` dropped when its body is (sent whole, or the client gone).
-pub(super) fn hold<G: Send + Unpin + 'static>(response: Response, guard: G) -> Response {
+pub(crate) fn hold<G: Send + Unpin + 'static>(response: Response, guard: G) -> Response {
     response.map(|body| {
         Body::new(Guarded {
             body,
