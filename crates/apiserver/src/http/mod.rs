@@ -118,15 +118,12 @@ impl ApiServer {
         // What the request asks for, as authorization and the audit policy see it (a bad
         // query is refused below, after impersonation, as before).
         let query = Query::parse(parts.uri.query());
-        let info = target.map(|target| {
-            let query = query.as_ref().ok().cloned().unwrap_or_default();
-            RequestInfo::new(&parts.method, parts.uri.path(), target, &query)
-        });
+        let no_query = Query::default();
+        let seen = query.as_ref().unwrap_or(&no_query);
+        let info =
+            target.map(|target| RequestInfo::new(&parts.method, parts.uri.path(), target, seen));
         let attrs = match &info {
-            Some(info) => {
-                let query = query.as_ref().ok().cloned().unwrap_or_default();
-                Attributes::of_request(info, &query)
-            }
+            Some(info) => Attributes::of_request(info, seen),
             None => Attributes::non_resource(
                 &parts.method.as_str().to_ascii_lowercase(),
                 parts.uri.path(),
