@@ -369,6 +369,20 @@ impl Status {
         )
     }
 
+    /// `NewTooManyRequests`: the message as given, and when to try again.
+    pub fn too_many_requests(message: impl Into<String>, retry_after_seconds: i32) -> Self {
+        Status::failure(429, "TooManyRequests", message).with_details(StatusDetails {
+            retry_after_seconds: Some(retry_after_seconds),
+            ..Default::default()
+        })
+    }
+
+    /// `NewTimeoutError(message, 0)`: "Timeout: " and the message, with empty details.
+    pub fn timeout(message: &str) -> Self {
+        Status::failure(504, "Timeout", format!("Timeout: {message}"))
+            .with_details(StatusDetails::default())
+    }
+
     pub fn too_large_resource_version(requested: i64, current: i64) -> Self {
         Status::failure(
             504,

@@ -2,6 +2,7 @@
 //! HTTPS, on any `store::Store`.
 
 pub mod agent_dial;
+pub mod audit;
 pub mod auth;
 pub mod authz;
 mod cdi;
@@ -14,6 +15,7 @@ mod gc;
 mod health;
 pub mod http;
 mod kubevirt;
+pub mod limits;
 pub mod negotiate;
 pub mod object;
 mod openapi;
@@ -66,8 +68,11 @@ pub enum ServerError {
     },
     #[error("schema of {kind}: {message}")]
     Schema { kind: &'static str, message: String },
-    #[error("{0}")]
+    // Transparent: main prints the source chain, which would say it twice.
+    #[error(transparent)]
     TokenFile(#[from] auth::TokenFileError),
+    #[error(transparent)]
+    Audit(#[from] audit::AuditError),
     /// `name` says what: `namespace/default`, `storageprofile/local`.
     #[error("creating {name} at start: {status}")]
     Bootstrap {
@@ -97,6 +102,12 @@ pub struct ServerConfig {
     /// kube-apiserver's `--token-auth-file`: bearer tokens in CSV
     /// (`token,user,uid,"group1,group2"`).
     pub token_auth_file: Option<PathBuf>,
+    /// In-flight budgets, request timeout, watches per user.
+    pub limits: limits::LimitsConfig,
+    /// `--audit-log`: where audit events go (`-`: standard output).
+    pub audit_log: Option<PathBuf>,
+    /// `--audit-policy`: which requests are logged, at what level.
+    pub audit_policy: Option<PathBuf>,
 }
 
 /// A server that is listening; dropping it does not stop it.
@@ -110,6 +121,16 @@ pub struct RunningServer {
     pub url: String,
     /// The cluster CA, for what the server's controllers sign (migration credentials).
     pub pki: Arc<pki::Pki>,
+    api: Arc<http::ApiServer>,
+}
+
+impl RunningServer {
+    /// Before the process exits: writes out what the audit log still holds.
+    pub async fn shutdown(&self) {
+        if let Some(audit) = &self.api.audit {
+            audit.flush().await;
+        }
+    }
 }
 
 /// Every schema the server knows, in OpenAPI components form.
@@ -283,6 +304,9 @@ async fn compact_periodically(store: Arc<dyn Store>, interval: Duration) {
 /// Starts serving: certificates and kubeconfigs in the data dir, the HTTPS listener,
 /// and the in-process garbage collector.
 pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
+    // First: a bad audit policy stops the server before it writes or listens anywhere.
+    let auditor =
+        audit::Auditor::from_flags(config.audit_log.as_deref(), config.audit_policy.as_deref())?;
     let hostname = std::fs::read_to_string("/etc/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default();
@@ -384,6 +408,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         },
         write_gauge: config.store.write_gauge(),
         uploads: uploads.clone(),
+        limits: limits::Limits::new(&config.limits),
+        audit: auditor,
     });
     pki.write_kubeconfigs(&config.data_dir, &url)?;
     // The in-process identity of the controllers and local node agents: like
@@ -397,7 +423,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     );
     let internal = http::router(server.clone())
         .layer(axum::Extension(tls::ClientCertificateIdentity(component)));
-    tokio::spawn(tls::serve(listener, tls_config, http::router(server)));
+    tokio::spawn(tls::serve(
+        listener,
+        tls_config,
+        http::router(server.clone()),
+    ));
     tokio::spawn(gc::run(registry.clone()));
     tokio::spawn(uploads.sweep_periodically());
     tokio::spawn(compact_periodically(
@@ -410,5 +440,6 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         local_addr,
         url,
         pki: Arc::new(pki),
+        api: server,
     })
 }

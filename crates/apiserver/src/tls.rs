@@ -2,7 +2,10 @@
 //! the others), client certificates become request identities, and every connection is
 //! served by hyper with HTTP/1.1 upgrades (websockets) and HTTP/2.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -10,6 +13,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -17,6 +21,10 @@ use crate::auth::UserInfo;
 use crate::pki::Pki;
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request's headers (kube-apiserver's
+/// `ReadHeaderTimeout`): a client that trickles them, or holds an idle keep-alive
+/// connection that long, is disconnected. Bodies are bounded by `--request-timeout`.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(32);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -31,6 +39,10 @@ pub enum TlsError {
 /// The identity proven by a verified client certificate: CN is the user, O the groups.
 #[derive(Clone, Debug)]
 pub struct ClientCertificateIdentity(pub UserInfo);
+
+/// The address a request came from (the audit log's `sourceIPs`).
+#[derive(Clone, Copy, Debug)]
+pub struct PeerAddress(pub std::net::SocketAddr);
 
 /// A server configuration that asks for (but does not require) a client certificate
 /// signed by our CA.
@@ -109,6 +121,7 @@ pub async fn serve(listener: TcpListener, config: Arc<ServerConfig>, app: Router
                 .map(ClientCertificateIdentity);
             let service = hyper::service::service_fn(
                 move |mut request: hyper::Request<hyper::body::Incoming>| {
+                    request.extensions_mut().insert(PeerAddress(peer));
                     if let Some(identity) = &identity {
                         request.extensions_mut().insert(identity.clone());
                     }
@@ -118,14 +131,94 @@ pub async fn serve(listener: TcpListener, config: Arc<ServerConfig>, app: Router
                     }
                 },
             );
-            let builder =
+            let mut builder =
                 hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            builder
+                .http1()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT);
             if let Err(e) = builder
-                .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tls), service)
+                .serve_connection_with_upgrades(
+                    hyper_util::rt::TokioIo::new(FirstByteDeadline::new(tls)),
+                    service,
+                )
                 .await
             {
                 tracing::debug!("connection from {peer} ended: {e}");
             }
         });
+    }
+}
+
+/// A connection that must send its first byte within `HEADER_READ_TIMEOUT` of the
+/// handshake. hyper's header timeout starts once it knows the protocol, which it learns
+/// from the first bytes; a client that sends none would otherwise hold the connection.
+struct FirstByteDeadline<I> {
+    io: I,
+    /// Until the first byte.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<I> FirstByteDeadline<I> {
+    fn new(io: I) -> Self {
+        FirstByteDeadline {
+            io,
+            deadline: Some(Box::pin(tokio::time::sleep(HEADER_READ_TIMEOUT))),
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for FirstByteDeadline<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        if let Some(deadline) = &mut this.deadline {
+            match polled {
+                Poll::Ready(Ok(())) if buf.filled().len() > before => this.deadline = None,
+                Poll::Pending if deadline.as_mut().poll(cx).is_ready() => {
+                    return Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "no request within the header timeout",
+                    )));
+                }
+                _ => {}
+            }
+        }
+        polled
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for FirstByteDeadline<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
     }
 }

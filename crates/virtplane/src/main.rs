@@ -130,6 +130,50 @@ struct ServerArgs {
     /// `token,user,uid,"group1,group2"`.
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
+    #[command(flatten)]
+    limits: LimitArgs,
+    /// Write kube-apiserver's audit events (audit.k8s.io/v1 Event, one JSON line each)
+    /// to FILE (`-`: standard output); needs --audit-policy.
+    #[arg(long, visible_alias = "audit-log-path", value_name = "FILE")]
+    audit_log: Option<PathBuf>,
+    /// Which requests the audit log records, at what level: an audit.k8s.io/v1 Policy
+    /// (YAML or JSON), as kube-apiserver's --audit-policy-file.
+    #[arg(long, visible_alias = "audit-policy-file", value_name = "FILE")]
+    audit_policy: Option<PathBuf>,
+}
+
+/// kube-apiserver's request limits.
+#[derive(Args, Clone)]
+struct LimitArgs {
+    /// Read-only requests (get, list) served at once, as kube-apiserver (0: no limit);
+    /// beyond it 429 with Retry-After. Watches and websockets are not counted. One
+    /// user holds at most an equal share among the users holding slots (at most half);
+    /// system:masters members are never refused.
+    #[arg(long, default_value_t = apiserver::limits::DEFAULT_MAX_REQUESTS_INFLIGHT)]
+    max_requests_inflight: usize,
+    /// Mutating requests (create, update, patch, delete, ...) served at once, shared
+    /// the same way (0: no limit).
+    #[arg(long, default_value_t = apiserver::limits::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT)]
+    max_mutating_requests_inflight: usize,
+    /// How long a request that is not long-running may take, body included, before
+    /// it is answered 504 Timeout.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    request_timeout: Duration,
+    /// Watches one user may have open at once (0: no limit); system:masters members
+    /// are not counted.
+    #[arg(long, default_value_t = apiserver::limits::DEFAULT_MAX_WATCHES_PER_USER)]
+    max_watches_per_user: usize,
+}
+
+impl LimitArgs {
+    fn config(&self) -> apiserver::limits::LimitsConfig {
+        apiserver::limits::LimitsConfig {
+            max_requests_inflight: self.max_requests_inflight,
+            max_mutating_requests_inflight: self.max_mutating_requests_inflight,
+            max_watches_per_user: self.max_watches_per_user,
+            request_timeout: self.request_timeout,
+        }
+    }
 }
 
 /// How simulated nodes behave.
@@ -654,6 +698,9 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
             local_nodes,
             host_disk_dirs: args.host_disk_dirs.clone(),
             token_auth_file: args.token_auth_file.clone(),
+            limits: args.limits.config(),
+            audit_log: args.audit_log.clone(),
+            audit_policy: args.audit_policy.clone(),
         })
         .await?;
         let client = kube::Client::new(server.internal.clone(), "default");
@@ -722,6 +769,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
         tokio::signal::ctrl_c()
             .await
             .context("waiting for Ctrl-C")?;
+        server.shutdown().await;
         Ok(())
     })
 }

@@ -13,19 +13,22 @@ use axum::response::Response;
 use axum::Router;
 use http::{header, HeaderValue, Method, StatusCode};
 
+use crate::audit::{Trail, AUDIT_ID_HEADER};
 use crate::auth::{Authentication, Authenticator, UserInfo};
 use crate::authz::{Attributes, Authorizer};
 use crate::discovery::Discovery;
 use crate::registry::Registry;
-use crate::request::{self, Query, RequestInfo, Target};
-use crate::tls::ClientCertificateIdentity;
+use crate::request::{self, Query, RequestInfo, Target, Verb};
+use crate::tls::{ClientCertificateIdentity, PeerAddress};
 
+mod guarded;
 mod read;
 mod resource;
 mod response;
 mod stream;
 mod write;
 
+pub(crate) use guarded::hold;
 pub use response::status_response;
 use response::{json_response, not_found_path};
 
@@ -47,6 +50,10 @@ pub struct ApiServer {
     pub write_gauge: Option<store::WriteGauge>,
     /// CDI's upload tokens and upload proxy.
     pub uploads: Arc<crate::upload::Uploads>,
+    /// In-flight budgets, the request timeout and the watch count per user.
+    pub limits: crate::limits::Limits,
+    /// The audit log, when `--audit-log` and `--audit-policy` are given.
+    pub audit: Option<crate::audit::Auditor>,
 }
 
 pub fn router(server: Arc<ApiServer>) -> Router {
@@ -54,16 +61,32 @@ pub fn router(server: Arc<ApiServer>) -> Router {
 }
 
 async fn handle(State(server): State<Arc<ApiServer>>, request: Request) -> Response {
-    match server.serve(request).await {
-        Ok(response) => response,
-        Err(status) => status_response(&status),
-    }
+    server.handle(request).await
 }
 
 impl ApiServer {
-    async fn serve(&self, request: Request) -> Result<Response, Status> {
+    /// kube-apiserver's outer filters: every answer names its audit ID, and the audit
+    /// log gets the request's events.
+    async fn handle(&self, request: Request) -> Response {
+        let peer = request.extensions().get::<PeerAddress>().map(|p| p.0.ip());
+        let mut trail = Trail::begin(request.headers(), request.uri(), peer, self.audit.is_some());
+        let (mut response, failure) = match self.serve(request, &mut trail).await {
+            Ok(response) => (response, None),
+            Err(status) => (status_response(&status), Some(status)),
+        };
+        if let Some(id) = trail.id_header() {
+            response.headers_mut().insert(AUDIT_ID_HEADER, id);
+        }
+        match &self.audit {
+            Some(audit) => audit.finish(trail, response, failure.as_ref()).await,
+            None => response,
+        }
+    }
+
+    async fn serve(&self, request: Request, trail: &mut Trail) -> Result<Response, Status> {
         let (parts, body) = request.into_parts();
-        // CDI's upload proxy: authenticated by the upload token alone, and its body
+        // CDI's upload proxy (a service of its own upstream, not audited by
+        // kube-apiserver): authenticated by the upload token alone, and its body
         // streamed to disk rather than read whole.
         if let Some(endpoint) = crate::upload::Endpoint::of_path(parts.uri.path()) {
             return Ok(self.uploads.serve(endpoint, parts, body).await);
@@ -86,32 +109,94 @@ impl ApiServer {
         // anonymous authenticator would be configured to let them in (health, version).
         let certificate = parts.extensions.get::<ClientCertificateIdentity>();
         let user = match self.authenticator.authenticate(&parts.headers, certificate) {
-            Authentication::User(user) => user,
+            Authentication::User(user) => Some(user),
             Authentication::None if matches!(target, Some(Target::Health(_) | Target::Version)) => {
-                UserInfo::anonymous()
+                Some(UserInfo::anonymous())
             }
-            Authentication::None | Authentication::Failed => return Err(Status::unauthorized()),
+            Authentication::None | Authentication::Failed => None,
         };
-        let user =
-            crate::authz::impersonation::acting_user(&self.authorizer, user, &parts.headers)?;
-        let Some(target) = target else {
-            // Still authorized first, as a non-resource path: 403 unless one may see it.
-            let attrs = Attributes::non_resource(
+        // What the request asks for, as authorization and the audit policy see it (a bad
+        // query is refused below, after impersonation, as before).
+        let query = Query::parse(parts.uri.query());
+        let no_query = Query::default();
+        let seen = query.as_ref().unwrap_or(&no_query);
+        let info =
+            target.map(|target| RequestInfo::new(&parts.method, parts.uri.path(), target, seen));
+        let attrs = match &info {
+            Some(info) => Attributes::of_request(info, seen),
+            None => Attributes::non_resource(
                 &parts.method.as_str().to_ascii_lowercase(),
                 parts.uri.path(),
-            );
-            self.authorize(&user, &attrs)?;
+            ),
+        };
+        if let Some(audit) = &self.audit {
+            audit.begin(trail, user.as_ref(), &attrs);
+        }
+        let Some(user) = user else {
+            return Err(Status::unauthorized());
+        };
+        let authenticated = trail.audited().then(|| user.clone());
+        let user =
+            crate::authz::impersonation::acting_user(&self.authorizer, user, &parts.headers)?;
+        if authenticated.is_some_and(|a| a != user) {
+            trail.impersonating(&user);
+        }
+        let Some(info) = info else {
+            // Still authorized first, as a non-resource path: 403 unless one may see it.
+            self.authorize(&user, &attrs, trail)?;
             return Err(not_found_path());
         };
-        let query = Query::parse(parts.uri.query())?;
-        let info = RequestInfo::new(&parts.method, parts.uri.path(), target, &query);
-        let attrs = Attributes::of_request(&info, &query);
-        self.authorize(&user, &attrs)?;
+        let query = query?;
+        // kube's order: max-in-flight after impersonation, before authorization.
+        let long_running = crate::limits::is_long_running(&info);
+        let _in_flight = match long_running {
+            true => None,
+            false => self.limits.admit(&user, &info)?,
+        };
+        self.authorize(&user, &attrs, trail)?;
         if let Some(node) = crate::authz::node::node_of(&user) {
-            crate::authz::node::authorize(registry, node, &attrs, &query)
-                .await
-                .map_err(|reason| crate::authz::forbidden(&user.name, &attrs, &reason))?;
+            if let Err(reason) =
+                crate::authz::node::authorize(&self.registry, node, &attrs, &query).await
+            {
+                trail.decision(false, &reason);
+                return Err(crate::authz::forbidden(&user.name, &attrs, &reason));
+            }
         }
+        if long_running {
+            trail.long_running();
+            let watch_slot = match info.verb {
+                Verb::Watch => self.limits.admit_watch(&user)?,
+                _ => None,
+            };
+            let response = self
+                .dispatch(parts, body, &info, &query, &user, trail)
+                .await?;
+            // The watch keeps its place until the client or the server ends it.
+            return Ok(match watch_slot {
+                Some(slot) => guarded::hold(response, slot),
+                None => response,
+            });
+        }
+        let dispatch = self.dispatch(parts, body, &info, &query, &user, trail);
+        match tokio::time::timeout(self.limits.request_timeout, dispatch).await {
+            Ok(result) => result,
+            // The message of kube's request-deadline: what clients and people grep for.
+            Err(_) => Err(Status::timeout(
+                "request did not complete within requested timeout - context deadline exceeded",
+            )),
+        }
+    }
+
+    /// Answers an authenticated, authorized request.
+    async fn dispatch(
+        &self,
+        parts: http::request::Parts,
+        body: axum::body::Body,
+        info: &RequestInfo,
+        query: &Query,
+        user: &UserInfo,
+        trail: &mut Trail,
+    ) -> Result<Response, Status> {
         let accept = parts
             .headers
             .get(header::ACCEPT)
@@ -120,7 +205,7 @@ impl ApiServer {
             Target::Health(endpoint) => Ok(crate::health::answer(
                 endpoint,
                 self.registry.store.as_ref(),
-                &query,
+                query,
             )),
             Target::Version => Ok(json_response(StatusCode::OK, &crate::version::info())),
             Target::CoreVersions | Target::Groups => {
@@ -171,11 +256,10 @@ impl ApiServer {
                 crate::console::serve(&self.registry, &self.consoles, parts, path).await
             }
             Target::Resource(path) if crate::rbac::kinds::is_rbac(&path.group, &path.resource) => {
-                let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
-                    .await
-                    .map_err(|_| Status::request_too_large(MAX_BODY_BYTES))?;
+                let kind = self.kind_of(path, trail);
+                let body = read_body(body, &parts.headers, kind, trail).await?;
                 let response = self
-                    .serve_resource(&parts, &info.verb, path, &query, &body, &user)
+                    .serve_resource(&parts, &info.verb, path, query, &body, user)
                     .await?;
                 // Whoever changed a role or binding sees the change on their next request.
                 if info.verb.writes() && response.status().is_success() {
@@ -187,10 +271,9 @@ impl ApiServer {
             }
             Target::Resource(path) => {
                 let serve = async {
-                    let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
-                        .await
-                        .map_err(|_| Status::request_too_large(MAX_BODY_BYTES))?;
-                    self.serve_resource(&parts, &info.verb, path, &query, &body, &user)
+                    let kind = self.kind_of(path, trail);
+                    let body = read_body(body, &parts.headers, kind, trail).await?;
+                    self.serve_resource(&parts, &info.verb, path, query, &body, user)
                         .await
                 };
                 match &self.write_gauge {
@@ -201,10 +284,59 @@ impl ApiServer {
         }
     }
 
-    /// kube-apiserver's authorization filter: a 403 unless the user may.
-    fn authorize(&self, user: &UserInfo, attrs: &Attributes) -> Result<(), Status> {
-        self.authorizer
-            .allows(user, attrs)
-            .map_err(|reason| crate::authz::forbidden(&user.name, attrs, &reason))
+    /// The kind a resource path's body holds, for the audit log ("" when not audited
+    /// or not registered).
+    fn kind_of(&self, path: &request::ResourcePath, trail: &Trail) -> &'static str {
+        if !trail.audited() {
+            return "";
+        }
+        self.registry
+            .find(&path.group, &path.version, &path.resource)
+            .map_or("", |r| r.info.kind)
     }
+
+    /// kube-apiserver's authorization filter: a 403 unless the user may; the decision
+    /// and its reason go into the audit log.
+    fn authorize(
+        &self,
+        user: &UserInfo,
+        attrs: &Attributes,
+        trail: &mut Trail,
+    ) -> Result<(), Status> {
+        if !trail.audited() {
+            return self
+                .authorizer
+                .allows(user, attrs)
+                .map_err(|reason| crate::authz::forbidden(&user.name, attrs, &reason));
+        }
+        let decision = self.authorizer.decide(user, attrs);
+        trail.decision(decision.allowed, &decision.reason);
+        match decision.allowed {
+            true => Ok(()),
+            false => Err(crate::authz::forbidden(&user.name, attrs, &decision.reason)),
+        }
+    }
+}
+
+/// The whole body, at most `MAX_BODY_BYTES` (413 beyond, as kube-apiserver).
+async fn read_body(
+    body: axum::body::Body,
+    headers: &http::HeaderMap,
+    kind: &'static str,
+    trail: &mut Trail,
+) -> Result<bytes::Bytes, Status> {
+    let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|e| {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            if too_large {
+                Status::request_too_large(MAX_BODY_BYTES)
+            } else {
+                // The client went away or broke the framing mid-body.
+                Status::bad_request(format!("reading the request body: {e}"))
+            }
+        })?;
+    trail.request_body(&bytes, headers, kind);
+    Ok(bytes)
 }

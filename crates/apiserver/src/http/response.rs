@@ -23,9 +23,17 @@ pub(super) fn json_bytes_response(code: StatusCode, body: Vec<u8>) -> Response {
     response
 }
 
+/// A failure as kube-apiserver writes it, with `Retry-After` when the Status says when.
 pub fn status_response(status: &Status) -> Response {
     let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    json_response(code, &status.to_json())
+    let mut response = json_response(code, &status.to_json());
+    let retry_after = status.details.as_ref().and_then(|d| d.retry_after_seconds);
+    if let Some(seconds) = retry_after.filter(|s| *s > 0) {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
 }
 
 pub(super) fn not_found_path() -> Status {
