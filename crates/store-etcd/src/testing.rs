@@ -55,19 +55,52 @@ pub struct EtcdServer {
     pub url: String,
     child: Child,
     dir: tempfile::TempDir,
+    /// What clients present to this etcd (empty without TLS).
+    client_tls: TlsFiles,
+}
+
+/// TLS for a test etcd: its serving certificate, and the CA its clients' certificates
+/// must chain to (`--client-cert-auth`).
+pub struct ServerTls {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub client_ca_file: PathBuf,
+    /// What the store presents and trusts.
+    pub client: TlsFiles,
 }
 
 impl EtcdServer {
     /// Starts etcd and waits until it answers a read.
     pub async fn start(binary: &Path) -> EtcdServer {
+        Self::start_with(binary, None).await
+    }
+
+    /// Starts etcd serving HTTPS and requiring client certificates.
+    pub async fn start_tls(binary: &Path, tls: ServerTls) -> EtcdServer {
+        Self::start_with(binary, Some(tls)).await
+    }
+
+    async fn start_with(binary: &Path, tls: Option<ServerTls>) -> EtcdServer {
         let dir = tempfile::Builder::new()
             .prefix("store-etcd-")
             .tempdir()
             .expect("temp dir");
-        let url = format!("http://127.0.0.1:{}", free_port());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://127.0.0.1:{}", free_port());
         let peer = format!("http://127.0.0.1:{}", free_port());
         let log = std::fs::File::create(dir.path().join("etcd.log")).expect("etcd log");
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        if let Some(tls) = &tls {
+            command
+                .arg(format!("--cert-file={}", tls.cert_file.display()))
+                .arg(format!("--key-file={}", tls.key_file.display()))
+                .arg(format!(
+                    "--trusted-ca-file={}",
+                    tls.client_ca_file.display()
+                ))
+                .arg("--client-cert-auth");
+        }
+        let child = command
             .arg("--name=test")
             .arg(format!("--data-dir={}", dir.path().join("data").display()))
             .arg(format!("--listen-client-urls={url}"))
@@ -81,7 +114,13 @@ impl EtcdServer {
             .stderr(log)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-        let mut server = EtcdServer { url, child, dir };
+        let client_tls = tls.map(|t| t.client).unwrap_or_default();
+        let mut server = EtcdServer {
+            url,
+            child,
+            dir,
+            client_tls,
+        };
         server.wait_ready().await;
         server
     }
@@ -109,7 +148,7 @@ impl EtcdServer {
     pub fn config(&self, prefix: &str) -> EtcdConfig {
         EtcdConfig {
             endpoints: vec![self.url.clone()],
-            tls: TlsFiles::default(),
+            tls: self.client_tls.clone(),
             layout: Layout::new("", prefix),
         }
     }
