@@ -8,6 +8,7 @@ use std::time::Duration;
 
 mod admin;
 mod console;
+mod store_choice;
 mod upload;
 mod user;
 
@@ -121,6 +122,8 @@ struct ServerArgs {
     sim: SimArgs,
     #[command(flatten)]
     timing: TimingArgs,
+    #[command(flatten)]
+    etcd: store_choice::EtcdArgs,
     /// How often store history is compacted, as kube-apiserver's
     /// --etcd-compaction-interval: watches and continue tokens older than the previous
     /// compaction get 410 Gone and clients re-list.
@@ -650,18 +653,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
     // QEMU processes and the agent after a restart find their files by absolute path.
     args.data_dir = std::fs::canonicalize(&args.data_dir)
         .with_context(|| format!("cannot resolve data dir {}", args.data_dir.display()))?;
-    if args.store != "sqlite" {
-        if args.store.starts_with("etcd=") {
-            bail!(
-                "--store {}: the etcd backend is not built yet; use the default SQLite store (omit --store)",
-                args.store
-            );
-        }
-        bail!(
-            "--store {}: unknown store; use `sqlite` or `etcd=URL[,URL...]`",
-            args.store
-        );
-    }
+    let store_choice = store_choice::StoreChoice::parse(&args.store)?;
     let node_name = args.node_name.clone().unwrap_or_else(hostname);
     let host = HostSettings {
         node_name: &node_name,
@@ -687,13 +679,11 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
         local_nodes.insert(node_name.clone(), find);
     }
     runtime()?.block_on(async move {
-        let db = args.data_dir.join("state.db");
-        let store = store_sqlite::SqliteStore::open(&db)
-            .with_context(|| format!("cannot open the store at {}", db.display()))?;
+        let store = store_choice.open(&args.data_dir, &args.etcd).await?;
         let server = apiserver::start(apiserver::ServerConfig {
             data_dir: args.data_dir.clone(),
             listen: args.listen,
-            store: Arc::new(store),
+            store,
             compaction_interval: args.compaction_interval,
             local_nodes,
             host_disk_dirs: args.host_disk_dirs.clone(),

@@ -1,0 +1,166 @@
+//! A throwaway single-member etcd for tests: free loopback ports, a temp data dir, killed
+//! on drop. Without an `etcd` binary a test skips loudly, unless CI (or
+//! `VIRTPLANE_REQUIRE_QEMU=1`, which the project's tests take as "run everything") is set.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::{EtcdConfig, EtcdStore, Layout, TlsFiles};
+
+/// How long a fresh etcd may take to answer.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Whether a test that cannot run must fail rather than skip.
+pub fn required() -> bool {
+    let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty() && v != "0");
+    set("VIRTPLANE_REQUIRE_QEMU") || set("CI")
+}
+
+/// `etcd` from `ETCD_BIN`, PATH or /usr/bin.
+pub fn etcd_binary() -> Option<PathBuf> {
+    if let Some(bin) = std::env::var_os("ETCD_BIN") {
+        return Some(PathBuf::from(bin));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/bin")])
+        .map(|dir| dir.join("etcd"))
+        .find(|p| p.is_file())
+}
+
+/// The etcd binary, or `None` after saying why the test is skipped (a panic when required).
+pub fn etcd_or_skip(test: &str) -> Option<PathBuf> {
+    if let Some(bin) = etcd_binary() {
+        return Some(bin);
+    }
+    let why = "etcd is not installed (Debian package etcd-server; `scripts/install-deps test` installs it)";
+    if required() {
+        panic!("{test}: {why}, and VIRTPLANE_REQUIRE_QEMU or CI is set");
+    }
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
+    None
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+pub struct EtcdServer {
+    pub url: String,
+    child: Child,
+    dir: tempfile::TempDir,
+    /// What clients present to this etcd (empty without TLS).
+    client_tls: TlsFiles,
+}
+
+/// TLS for a test etcd: its serving certificate, and the CA its clients' certificates
+/// must chain to (`--client-cert-auth`).
+pub struct ServerTls {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub client_ca_file: PathBuf,
+    /// What the store presents and trusts.
+    pub client: TlsFiles,
+}
+
+impl EtcdServer {
+    /// Starts etcd and waits until it answers a read.
+    pub async fn start(binary: &Path) -> EtcdServer {
+        Self::start_with(binary, None).await
+    }
+
+    /// Starts etcd serving HTTPS and requiring client certificates.
+    pub async fn start_tls(binary: &Path, tls: ServerTls) -> EtcdServer {
+        Self::start_with(binary, Some(tls)).await
+    }
+
+    async fn start_with(binary: &Path, tls: Option<ServerTls>) -> EtcdServer {
+        let dir = tempfile::Builder::new()
+            .prefix("store-etcd-")
+            .tempdir()
+            .expect("temp dir");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://127.0.0.1:{}", free_port());
+        let peer = format!("http://127.0.0.1:{}", free_port());
+        let log = std::fs::File::create(dir.path().join("etcd.log")).expect("etcd log");
+        let mut command = Command::new(binary);
+        if let Some(tls) = &tls {
+            command
+                .arg(format!("--cert-file={}", tls.cert_file.display()))
+                .arg(format!("--key-file={}", tls.key_file.display()))
+                .arg(format!(
+                    "--trusted-ca-file={}",
+                    tls.client_ca_file.display()
+                ))
+                .arg("--client-cert-auth");
+        }
+        let child = command
+            .arg("--name=test")
+            .arg(format!("--data-dir={}", dir.path().join("data").display()))
+            .arg(format!("--listen-client-urls={url}"))
+            .arg(format!("--advertise-client-urls={url}"))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster=test={peer}"))
+            .args(["--logger=zap", "--log-level=warn"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("etcd log"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+        let client_tls = tls.map(|t| t.client).unwrap_or_default();
+        let mut server = EtcdServer {
+            url,
+            child,
+            dir,
+            client_tls,
+        };
+        server.wait_ready().await;
+        server
+    }
+
+    async fn wait_ready(&mut self) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("etcd exited ({status}); log: {}", self.log());
+            }
+            if EtcdStore::connect(self.config("/ready-probe"))
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!("etcd never answered on {}; log: {}", self.url, self.log());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A store config for this etcd with every key under `prefix` (an isolated namespace).
+    pub fn config(&self, prefix: &str) -> EtcdConfig {
+        EtcdConfig {
+            endpoints: vec![self.url.clone()],
+            tls: self.client_tls.clone(),
+            layout: Layout::new("", prefix),
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
