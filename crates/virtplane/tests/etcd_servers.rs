@@ -1,0 +1,137 @@
+//! Two `virtplane server` processes on one real etcd, as a user runs them: the second
+//! shares the first's PKI (a copy of `DIR/pki`), so the first one's admin kubeconfig works
+//! against both; a watch on one server sees a VM created through the other; the
+//! controllers run on one server only (the Lease holder); and when that server is killed,
+//! the other takes the lease over and its controllers act (a deleted VMI of an `Always` VM
+//! comes back). Skipped loudly without etcd; failed instead under CI or
+//! VIRTPLANE_REQUIRE_QEMU.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use store_etcd::testing::{etcd_or_skip, EtcdServer};
+use support::*;
+
+const NS: &str = "default";
+const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/virtplane-controller-manager";
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read pki") {
+        let entry = entry.expect("entry");
+        std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy");
+    }
+}
+
+fn identity(server: &TestServer) -> String {
+    std::fs::read_to_string(server.data_dir().join("server-id"))
+        .expect("server-id")
+        .trim()
+        .to_string()
+}
+
+async fn holder(api: &Api) -> String {
+    let lease = api.get(LEASE).await.body;
+    lease["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+async fn running_vmi(api: &Api, name: &str, within: Duration) -> Value {
+    api.eventually(&item(NS, "virtualmachineinstances", name), within, |r| {
+        r.body["status"]["phase"] == "Running"
+    })
+    .await
+    .body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_serve_one_api_and_the_survivor_takes_over_the_controllers() {
+    let Some(binary) = etcd_or_skip("etcd_servers") else {
+        return;
+    };
+    let etcd = EtcdServer::start(&binary).await;
+    let store_flag = format!("etcd={}", etcd.url);
+    let mut first = TestServer::start_with(&["--no-node", "--store", &store_flag]).await;
+    let on_first = api_for(&first);
+    on_first
+        .eventually(LEASE, Duration::from_secs(30), |r| r.status == 200)
+        .await;
+    assert_eq!(holder(&on_first).await, identity(&first));
+
+    let pki = first.data_dir().join("pki");
+    let (second, ()) = TestServer::start_prepared(
+        &["--no-node", "--sim-nodes", "2", "--store", &store_flag],
+        &[],
+        |dir| copy_dir(&pki, &dir.join("pki")),
+    )
+    .await;
+    // The first server's credentials, against the second server.
+    let on_second = Api::connect(&second.url, first.data_dir());
+    assert_eq!(on_second.get("/api/v1/nodes").await.status, 200);
+    assert_ne!(identity(&first), identity(&second));
+
+    // A watch on the first server sees what is written through the second.
+    let listed = on_first.get(&coll(NS, "virtualmachines")).await.body;
+    let from = listed["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("0")
+        .to_string();
+    let mut watch = on_first
+        .watch(&format!(
+            "{}?watch=true&resourceVersion={from}",
+            coll(NS, "virtualmachines")
+        ))
+        .await;
+    let mut body = vm("always");
+    body["spec"].as_object_mut().unwrap().remove("running");
+    body["spec"]["runStrategy"] = json!("Always");
+    on_second.create(&coll(NS, "virtualmachines"), &body).await;
+    let added = watch
+        .until(|e| e["type"] == "ADDED" && e["object"]["metadata"]["name"] == "always")
+        .await;
+    assert_eq!(added["object"]["spec"]["runStrategy"], "Always");
+
+    // The first server's controllers start it on the second server's nodes.
+    let vmi = running_vmi(&on_second, "always", Duration::from_secs(60)).await;
+    assert!(
+        vmi["status"]["nodeName"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("sim-node-")),
+        "{vmi}"
+    );
+    assert_eq!(holder(&on_second).await, identity(&first));
+
+    // The holder dies: the survivor takes the lease, and its controllers act.
+    first.kill9();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while holder(&on_second).await != identity(&second) {
+        assert!(Instant::now() < deadline, "the second server never took the lease");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let lease = on_second.get(LEASE).await.body;
+    assert_eq!(lease["spec"]["leaseTransitions"], 1, "{lease}");
+    let old_uid = uid(&vmi);
+    let r = on_second
+        .delete(&item(NS, "virtualmachineinstances", "always"), None)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = on_second
+            .get(&item(NS, "virtualmachineinstances", "always"))
+            .await;
+        if r.status == 200 && uid(&r.body) != old_uid && r.body["status"]["phase"] == "Running" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the survivor's controllers never started the VM again: {}",
+            r.body
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
