@@ -102,6 +102,8 @@ pub struct ServerConfig {
     /// kube-apiserver's `--token-auth-file`: bearer tokens in CSV
     /// (`token,user,uid,"group1,group2"`).
     pub token_auth_file: Option<PathBuf>,
+    /// The PKI's directory (`--pki-dir`; `DIR/pki` when not given).
+    pub pki_dir: Option<PathBuf>,
     /// In-flight budgets, request timeout, watches per user.
     pub limits: limits::LimitsConfig,
     /// `--audit-log`: where audit events go (`-`: standard output).
@@ -314,7 +316,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     if !hostname.is_empty() {
         hosts.push(hostname);
     }
-    let pki = pki::Pki::load_or_create(&config.data_dir.join("pki"), &hosts)?;
+    let pki_dir = config
+        .pki_dir
+        .clone()
+        .unwrap_or_else(|| config.data_dir.join("pki"));
+    let pki = pki::Pki::load_or_create(&pki_dir, &hosts)?;
     let tls_config = tls::server_config(&pki)?;
     let (agent_cert, agent_key) = pki.agent_client_certificate()?;
     let agents = agent_dial::AgentDialer::new(&agent_cert, &agent_key)?;

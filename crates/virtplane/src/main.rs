@@ -133,6 +133,10 @@ struct ServerArgs {
     /// `token,user,uid,"group1,group2"`.
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
+    /// Where the cluster CA, the serving certificate and the tokens are kept (default
+    /// DIR/pki). Servers that share one store share one PKI: give each the same.
+    #[arg(long)]
+    pki_dir: Option<PathBuf>,
     #[command(flatten)]
     limits: LimitArgs,
     /// Write kube-apiserver's audit events (audit.k8s.io/v1 Event, one JSON line each)
@@ -688,6 +692,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
             local_nodes,
             host_disk_dirs: args.host_disk_dirs.clone(),
             token_auth_file: args.token_auth_file.clone(),
+            pki_dir: args.pki_dir.clone(),
             limits: args.limits.config(),
             audit_log: args.audit_log.clone(),
             audit_policy: args.audit_policy.clone(),

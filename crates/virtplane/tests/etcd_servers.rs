@@ -1,5 +1,5 @@
 //! Two `virtplane server` processes on one real etcd, as a user runs them: the second
-//! shares the first's PKI (a copy of `DIR/pki`), so the first one's admin kubeconfig works
+//! shares the first's PKI (`--pki-dir`), so the first one's admin kubeconfig works
 //! against both; a watch on one server sees a VM created through the other; the
 //! controllers run on one server only (the Lease holder); and when that server is killed,
 //! the other takes the lease over and its controllers act (a deleted VMI of an `Always` VM
@@ -15,15 +15,8 @@ use store_etcd::testing::{etcd_or_skip, EtcdServer};
 use support::*;
 
 const NS: &str = "default";
-const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/virtplane-controller-manager";
-
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read pki") {
-        let entry = entry.expect("entry");
-        std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy");
-    }
-}
+const LEASE: &str =
+    "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/virtplane-controller-manager";
 
 fn identity(server: &TestServer) -> String {
     std::fs::read_to_string(server.data_dir().join("server-id"))
@@ -63,11 +56,16 @@ async fn two_servers_serve_one_api_and_the_survivor_takes_over_the_controllers()
     assert_eq!(holder(&on_first).await, identity(&first));
 
     let pki = first.data_dir().join("pki");
-    let (second, ()) = TestServer::start_prepared(
-        &["--no-node", "--sim-nodes", "2", "--store", &store_flag],
-        &[],
-        |dir| copy_dir(&pki, &dir.join("pki")),
-    )
+    let pki_flag = pki.display().to_string();
+    let second = TestServer::start_with(&[
+        "--no-node",
+        "--sim-nodes",
+        "2",
+        "--store",
+        &store_flag,
+        "--pki-dir",
+        &pki_flag,
+    ])
     .await;
     // The first server's credentials, against the second server.
     let on_second = Api::connect(&second.url, first.data_dir());
@@ -109,7 +107,10 @@ async fn two_servers_serve_one_api_and_the_survivor_takes_over_the_controllers()
     first.kill9();
     let deadline = Instant::now() + Duration::from_secs(60);
     while holder(&on_second).await != identity(&second) {
-        assert!(Instant::now() < deadline, "the second server never took the lease");
+        assert!(
+            Instant::now() < deadline,
+            "the second server never took the lease"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let lease = on_second.get(LEASE).await.body;
