@@ -25,6 +25,7 @@ use etcd_client::{
 use store::{KeyValue, ListOptions, ListResult, Result, Revision, Store, StoreError, WatchStream};
 
 mod error;
+mod health;
 mod layout;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -82,6 +83,8 @@ pub struct EtcdStore {
     current: Arc<AtomicI64>,
     /// Highest compacted revision known (ours, or learnt from etcd).
     compacted: Arc<AtomicI64>,
+    /// Whether etcd takes writes (see `health`).
+    health: health::Health,
 }
 
 impl EtcdStore {
@@ -114,6 +117,7 @@ impl EtcdStore {
             layout: config.layout,
             current: Arc::new(AtomicI64::new(0)),
             compacted: Arc::new(AtomicI64::new(0)),
+            health: health::Health::default(),
         };
         store
             .fetch_current()
@@ -136,6 +140,9 @@ impl EtcdStore {
                 _ => return Err(unreachable(e.to_string())),
             }
         }
+        store
+            .health
+            .spawn_probe(store.client.clone(), store.layout.probe_key());
         Ok(store)
     }
 
@@ -204,12 +211,15 @@ impl EtcdStore {
     }
 
     async fn txn(&self, txn: Txn) -> Result<(bool, Revision, Vec<TxnOpResponse>)> {
-        let response = self
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(|e| backend(&e))?;
+        let response = match self.client.kv_client().txn(txn).await {
+            Ok(response) => response,
+            Err(e) => {
+                let err = backend(&e);
+                self.health.set(Some(err.to_string()));
+                return Err(err);
+            }
+        };
+        self.health.set(None);
         let revision = self.saw(response.header());
         Ok((response.succeeded(), revision, response.op_responses()))
     }
@@ -459,6 +469,10 @@ impl Store for EtcdStore {
 
     fn compacted_revision(&self) -> Revision {
         self.compacted.load(Ordering::Relaxed)
+    }
+
+    fn health(&self) -> std::result::Result<(), String> {
+        self.health.get()
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {

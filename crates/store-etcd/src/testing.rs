@@ -80,7 +80,26 @@ impl EtcdServer {
         Self::start_with(binary, Some(tls)).await
     }
 
+    /// Starts etcd with a backend quota of `bytes`, to fill it up.
+    pub async fn start_with_quota(binary: &Path, bytes: u64) -> EtcdServer {
+        Self::start_with_args(binary, None, &[format!("--quota-backend-bytes={bytes}")]).await
+    }
+
+    /// Kills etcd (it is gone for its clients, as a lost quorum is).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     async fn start_with(binary: &Path, tls: Option<ServerTls>) -> EtcdServer {
+        Self::start_with_args(binary, tls, &[]).await
+    }
+
+    async fn start_with_args(
+        binary: &Path,
+        tls: Option<ServerTls>,
+        extra: &[String],
+    ) -> EtcdServer {
         let dir = tempfile::Builder::new()
             .prefix("store-etcd-")
             .tempdir()
@@ -109,6 +128,7 @@ impl EtcdServer {
             .arg(format!("--initial-advertise-peer-urls={peer}"))
             .arg(format!("--initial-cluster=test={peer}"))
             .args(["--logger=zap", "--log-level=warn"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("etcd log"))
             .stderr(log)

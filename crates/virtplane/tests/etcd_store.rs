@@ -89,3 +89,73 @@ async fn vm_survives_a_server_restart_on_etcd() {
     server.kill9();
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
+
+/// etcd out of space, then gone: writes fail with etcd's words and `/readyz` says why
+/// (`[-]store failed: ...`), while reads of what is there go on until etcd itself goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_reports_an_etcd_that_cannot_write() {
+    let Some(binary) = etcd_or_skip("etcd_store") else {
+        return;
+    };
+    let mut etcd = EtcdServer::start_with_quota(&binary, 2 << 20).await;
+    let store_flag = format!("etcd={}", etcd.url);
+    let server = TestServer::start_with(&["--no-node", "--store", &store_flag]).await;
+    let api = api_for(&server);
+    let readyz = || async {
+        let r = api
+            .anonymous
+            .get(format!("{}/readyz", api.url))
+            .send()
+            .await
+            .expect("readyz");
+        (r.status().as_u16(), r.text().await.unwrap_or_default())
+    };
+    assert_eq!(readyz().await.0, 200);
+    let blob = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        (0..512 * 1024u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect::<Vec<u8>>(),
+    );
+    let mut refused = None;
+    for i in 0..40 {
+        let secret = serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": format!("s-{i}")}, "data": {"blob": blob}});
+        let r = api
+            .post("/api/v1/namespaces/default/secrets", &secret)
+            .await;
+        if r.status != 201 {
+            refused = Some(r);
+            break;
+        }
+    }
+    let refused = refused.expect("etcd's quota never filled");
+    assert_eq!(refused.status, 500, "{}", refused.text);
+    assert!(
+        refused.text.contains("mvcc: database space exceeded"),
+        "{}",
+        refused.text
+    );
+    let (code, body) = readyz().await;
+    assert_eq!(code, 500, "{body}");
+    assert!(
+        body.contains("[-]store failed: ") && body.contains("database space exceeded"),
+        "{body}"
+    );
+    assert_eq!(
+        api.get("/api/v1/namespaces/default/secrets").await.status,
+        200
+    );
+
+    // No quorum at all: the probe notices without any write.
+    etcd.stop();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, body) = readyz().await;
+        if code == 500 && body.contains("[-]store failed: ") && !body.contains("space exceeded") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{code} {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
