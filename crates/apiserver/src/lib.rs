@@ -112,6 +112,14 @@ pub struct ServerConfig {
     pub audit_policy: Option<PathBuf>,
 }
 
+/// The garbage collector and namespace deletion over `registry`, until the future is
+/// dropped: run by the one server that holds the controller manager's lease.
+pub fn garbage_collector(
+    registry: Arc<Registry>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    gc::run(registry)
+}
+
 /// A server that is listening; dropping it does not stop it.
 pub struct RunningServer {
     pub registry: Arc<Registry>,
@@ -303,8 +311,9 @@ async fn compact_periodically(store: Arc<dyn Store>, interval: Duration) {
     }
 }
 
-/// Starts serving: certificates and kubeconfigs in the data dir, the HTTPS listener,
-/// and the in-process garbage collector.
+/// Starts serving: certificates and kubeconfigs in the data dir and the HTTPS listener.
+/// The garbage collector is the caller's to run (`garbage_collector`), on
+/// the one server that runs the controllers.
 pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     // First: a bad audit policy stops the server before it writes or listens anywhere.
     let auditor =
@@ -434,7 +443,6 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         tls_config,
         http::router(server.clone()),
     ));
-    tokio::spawn(gc::run(registry.clone()));
     tokio::spawn(uploads.sweep_periodically());
     tokio::spawn(compact_periodically(
         config.store.clone(),

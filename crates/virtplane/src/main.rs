@@ -724,15 +724,17 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
         // lease (the only one, on SQLite).
         let identity = server_identity(&args.data_dir)?;
         let internal = server.internal.clone();
+        let registry = server.registry.clone();
         tokio::spawn(controllers::leader::run_elected(
             client.clone(),
             controllers::leader::Election::controller_manager(identity),
             move || {
                 let (internal, config) = (internal.clone(), controller_config.clone());
+                let collector = apiserver::garbage_collector(registry.clone());
                 async move {
                     // Made on the term's runtime, which the lease's loss shuts down.
                     let client = kube::Client::new(internal, "default");
-                    controllers::run(client, config).await
+                    futures::join!(controllers::run(client, config), collector);
                 }
             },
         ));
