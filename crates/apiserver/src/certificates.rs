@@ -321,16 +321,7 @@ pub fn schemas() -> Value {
                     }}
             }
         },
-        "io.k8s.api.certificates.v1.CertificateSigningRequestList": {
-            "type": "object",
-            "x-kubernetes-group-version-kind": [{"group": GROUP, "kind": "CertificateSigningRequestList", "version": "v1"}],
-            "required": ["items"],
-            "properties": {
-                "apiVersion": {"type": "string"}, "kind": {"type": "string"},
-                "metadata": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta", "default": {}},
-                "items": {"type": "array", "items": {"$ref": "#/components/schemas/io.k8s.api.certificates.v1.CertificateSigningRequest", "default": {}}}
-            }
-        }
+        "io.k8s.api.certificates.v1.CertificateSigningRequestList": crate::openapi::list_schema("io.k8s.api.certificates.v1.CertificateSigningRequest", GROUP, "CertificateSigningRequestList")
     })
 }
 

@@ -112,16 +112,7 @@ pub fn schemas() -> Value {
                     }}
             }
         },
-        "io.k8s.api.coordination.v1.LeaseList": {
-            "type": "object",
-            "x-kubernetes-group-version-kind": [{"group": GROUP, "kind": "LeaseList", "version": "v1"}],
-            "required": ["items"],
-            "properties": {
-                "apiVersion": {"type": "string"}, "kind": {"type": "string"},
-                "metadata": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta", "default": {}},
-                "items": {"type": "array", "items": {"$ref": "#/components/schemas/io.k8s.api.coordination.v1.Lease", "default": {}}}
-            }
-        }
+        "io.k8s.api.coordination.v1.LeaseList": crate::openapi::list_schema("io.k8s.api.coordination.v1.Lease", GROUP, "LeaseList")
     })
 }
 

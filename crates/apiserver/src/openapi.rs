@@ -336,3 +336,18 @@ impl OpenApi {
         Ok(response)
     }
 }
+
+/// The schema of a built-in kind's list (`items` of `item`, a components name), as
+/// kube-apiserver publishes it.
+pub(crate) fn list_schema(item: &str, group: &str, list_kind: &str) -> Value {
+    serde_json::json!({
+        "type": "object",
+        "x-kubernetes-group-version-kind": [{"group": group, "kind": list_kind, "version": "v1"}],
+        "required": ["items"],
+        "properties": {
+            "apiVersion": {"type": "string"}, "kind": {"type": "string"},
+            "metadata": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta", "default": {}},
+            "items": {"type": "array", "items": {"$ref": format!("#/components/schemas/{item}"), "default": {}}}
+        }
+    })
+}
