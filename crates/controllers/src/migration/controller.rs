@@ -34,10 +34,22 @@ enum Written {
     Vmi(String),
 }
 
+/// Which objects a step writes.
+enum Writes {
+    Migration,
+    Vmi,
+    Both,
+}
+
 impl Step {
-    /// Whether the step writes the VMI only (not the migration).
-    fn writes_vmi_only(&self) -> bool {
-        matches!(self, Step::RequestAbort | Step::TargetDown { .. })
+    fn writes(&self) -> Writes {
+        match self {
+            Step::RequestAbort | Step::TargetDown { .. } => Writes::Vmi,
+            // The VMI's new state and the migration's new phase arrive on two watches, in
+            // either order: until both caches moved, a pass would judge one by the other.
+            Step::HandOff { .. } => Writes::Both,
+            _ => Writes::Migration,
+        }
     }
 }
 
@@ -56,7 +68,7 @@ struct Controller {
     /// The resourceVersion of the object each migration's last step wrote, as the cache
     /// held it then: until the cache holds something newer, deciding again would repeat
     /// the step (a second hand-off, a conflict).
-    acted_on: HashMap<String, Written>,
+    acted_on: HashMap<String, Vec<Written>>,
     /// Migrations this controller moved to Scheduling, with their source node, until the
     /// cache shows it: they hold a place under the limits meanwhile.
     scheduled: HashMap<String, String>,
@@ -208,10 +220,10 @@ impl Controller {
                     .and_then(|v| v.resource_version())
                     .unwrap_or_default(),
             );
-            let stale = self
-                .acted_on
-                .get(&uid)
-                .is_some_and(|w| *w == migration_version || *w == vmi_version);
+            let stale = self.acted_on.get(&uid).is_some_and(|ws| {
+                ws.iter()
+                    .any(|w| *w == migration_version || *w == vmi_version)
+            });
             if stale {
                 continue;
             }
@@ -263,7 +275,7 @@ impl Controller {
                 }
             }
             let key = object_key(Some(&namespace), &migration.name_any());
-            let vmi_only = step.writes_vmi_only();
+            let writes = step.writes();
             let scheduling = match &step {
                 Step::Enter {
                     phase: MigrationPhase::Scheduling,
@@ -283,10 +295,10 @@ impl Controller {
                     if let Some(source) = scheduling {
                         self.scheduled.insert(uid.clone(), source);
                     }
-                    let written = if vmi_only {
-                        vmi_version
-                    } else {
-                        migration_version
+                    let written = match writes {
+                        Writes::Vmi => vec![vmi_version],
+                        Writes::Migration => vec![migration_version],
+                        Writes::Both => vec![vmi_version, migration_version],
                     };
                     self.acted_on.insert(uid, written);
                 }
