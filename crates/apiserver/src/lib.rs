@@ -91,9 +91,6 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
     pub store: Arc<dyn Store>,
-    /// How often store history is compacted (kube-apiserver's
-    /// `--etcd-compaction-interval`, 5 minutes by default).
-    pub compaction_interval: Duration,
     /// The nodes this process runs, whose consoles are reached directly (other nodes'
     /// through their agents).
     pub local_nodes: console::LocalNodes,
@@ -110,6 +107,20 @@ pub struct ServerConfig {
     pub audit_log: Option<PathBuf>,
     /// `--audit-policy`: which requests are logged, at what level.
     pub audit_policy: Option<PathBuf>,
+    /// `--kubeconfig-server`: the URLs the kubeconfigs this server writes name (every
+    /// server's, when there are several); empty: this server's own.
+    pub kubeconfig_servers: Vec<String>,
+}
+
+/// The host of an `https://HOST[:PORT]` URL (an IPv6 address without its brackets).
+fn url_host(url: &str) -> Option<String> {
+    let uri: ::http::Uri = url.parse().ok()?;
+    let host = uri.host()?;
+    Some(
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+    )
 }
 
 /// The garbage collector and namespace deletion over `registry`, until the future is
@@ -300,7 +311,11 @@ async fn ensure_namespaces(registry: &Registry) -> Result<(), ServerError> {
 
 /// Compacts store history older than the previous tick, so watches and continue
 /// tokens stay valid for at least `interval` (kube-apiserver compacts every 5 minutes).
-async fn compact_periodically(store: Arc<dyn Store>, interval: Duration) {
+/// Compacts the store's history every `interval` (kube-apiserver's
+/// `--etcd-compaction-interval`), up to the revision current one interval earlier, until
+/// the future is dropped: run by the one server that holds the controller manager's
+/// lease, so that servers sharing one etcd do not each compact it.
+pub async fn compact_periodically(store: Arc<dyn Store>, interval: Duration) {
     let mut previous = store.current_revision();
     loop {
         tokio::time::sleep(interval).await;
@@ -325,6 +340,13 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     if !hostname.is_empty() {
         hosts.push(hostname);
     }
+    // Clients reach the API at the kubeconfigs' URLs: the certificate names their hosts.
+    hosts.extend(
+        config
+            .kubeconfig_servers
+            .iter()
+            .filter_map(|url| url_host(url)),
+    );
     let pki_dir = config
         .pki_dir
         .clone()
@@ -426,7 +448,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         limits: limits::Limits::new(&config.limits),
         audit: auditor,
     });
-    pki.write_kubeconfigs(&config.data_dir, &url)?;
+    let kubeconfig_servers = match config.kubeconfig_servers.as_slice() {
+        [] => vec![url.clone()],
+        urls => urls.to_vec(),
+    };
+    pki.write_kubeconfigs(&config.data_dir, &kubeconfig_servers)?;
     // The in-process identity of the controllers and local node agents: like
     // kube-apiserver's loopback client, a member of system:masters.
     let component = auth::UserInfo::new(
@@ -444,10 +470,6 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         http::router(server.clone()),
     ));
     tokio::spawn(uploads.sweep_periodically());
-    tokio::spawn(compact_periodically(
-        config.store.clone(),
-        config.compaction_interval,
-    ));
     Ok(RunningServer {
         registry,
         internal,

@@ -394,8 +394,13 @@ impl Pki {
     }
 
     /// Writes `admin.kubeconfig` (cluster-admin client certificate) and
-    /// `node-join.kubeconfig` (the node-joining token) into `data_dir`.
-    pub fn write_kubeconfigs(&self, data_dir: &Path, server_url: &str) -> Result<(), PkiError> {
+    /// `node-join.kubeconfig` (the node-joining token) into `data_dir`, naming
+    /// `server_urls`.
+    pub fn write_kubeconfigs(
+        &self,
+        data_dir: &Path,
+        server_urls: &[String],
+    ) -> Result<(), PkiError> {
         let (cert, key) = self.issue_client_certificate(ADMIN_USER, &[ADMIN_GROUP])?;
         let admin = Credentials::ClientCertificate {
             cert: &cert,
@@ -403,20 +408,28 @@ impl Pki {
         };
         write_private(
             &data_dir.join("admin.kubeconfig"),
-            &self.kubeconfig(server_url, ADMIN_USER, admin),
+            &self.kubeconfig(server_urls, ADMIN_USER, admin),
         )?;
         if let Some(token) = self.token_of(NODE_JOIN_USER) {
             let join = Credentials::Token(token);
             write_private(
                 &data_dir.join("node-join.kubeconfig"),
-                &self.kubeconfig(server_url, "node-joiner", join),
+                &self.kubeconfig(server_urls, "node-joiner", join),
             )?;
         }
         Ok(())
     }
 
-    /// A kubeconfig for `server_url` trusting our CA, with the given credentials.
-    pub fn kubeconfig(&self, server_url: &str, user: &str, credentials: Credentials<'_>) -> String {
+    /// A kubeconfig trusting our CA, with the given credentials: one cluster and context
+    /// per server URL (`virtplane`, `virtplane-2`, ...), the first one current. kubectl
+    /// uses the current one (`--context` picks another); node agents use them all and
+    /// move to the next when one stops answering.
+    pub fn kubeconfig(
+        &self,
+        server_urls: &[String],
+        user: &str,
+        credentials: Credentials<'_>,
+    ) -> String {
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
         let user_fields = match credentials {
             Credentials::ClientCertificate { cert, key } => {
@@ -428,10 +441,28 @@ impl Pki {
             }
             Credentials::Token(token) => format!("    token: {token}\n"),
         };
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: virtplane\n  cluster:\n    server: {server_url}\n    certificate-authority-data: {ca}\ncontexts:\n- name: virtplane\n  context:\n    cluster: virtplane\n    user: {user}\n    namespace: default\ncurrent-context: virtplane\nusers:\n- name: {user}\n  user:\n{user_fields}",
-            ca = b64(&self.ca_cert_pem),
-        )
+        let ca = b64(&self.ca_cert_pem);
+        let names: Vec<String> = (1..=server_urls.len())
+            .map(|i| match i {
+                1 => "virtplane".to_string(),
+                i => format!("virtplane-{i}"),
+            })
+            .collect();
+        let mut text = String::from("apiVersion: v1\nkind: Config\nclusters:\n");
+        for (name, url) in names.iter().zip(server_urls) {
+            text += &format!(
+                "- name: {name}\n  cluster:\n    server: {url}\n    certificate-authority-data: {ca}\n"
+            );
+        }
+        text += "contexts:\n";
+        for name in &names {
+            text += &format!(
+                "- name: {name}\n  context:\n    cluster: {name}\n    user: {user}\n    namespace: default\n"
+            );
+        }
+        text +=
+            &format!("current-context: virtplane\nusers:\n- name: {user}\n  user:\n{user_fields}");
+        text
     }
 }
 

@@ -13,7 +13,7 @@ use kube::api::PostParams;
 use kube::config::{AuthInfo, Kubeconfig};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// How long the agent waits for its request to be approved and signed.
 const ISSUE_TIMEOUT: Duration = Duration::from_secs(600);
@@ -237,14 +237,16 @@ fn with_certificate(
     let user = node_user(node);
     value["users"] = json!([{"name": user, "user": {
         "client-certificate-data": b64(cert), "client-key-data": b64(key)}}]);
-    let current = value["current-context"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    // Every server of the cluster the join kubeconfig names, with the node's identity.
+    let servers = crate::servers::cluster_contexts(join);
     let contexts = value["contexts"]
         .as_array_mut()
         .ok_or_else(|| BootstrapError::Kubeconfig("the join kubeconfig has no contexts".into()))?;
-    contexts.retain(|c| c["name"] == Value::String(current.clone()));
+    contexts.retain(|c| {
+        c["name"]
+            .as_str()
+            .is_some_and(|n| servers.iter().any(|s| s == n))
+    });
     for context in contexts.iter_mut() {
         context["context"]["user"] = json!(user);
     }

@@ -12,6 +12,7 @@ mod node;
 pub mod qemu_hv;
 pub mod qemu_user;
 mod seed;
+pub mod servers;
 pub mod sim;
 mod sysprep;
 mod vmi;

@@ -6,7 +6,9 @@
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use etcd_client::{AlarmAction, AlarmType, Client, GetOptions};
+use etcd_client::{AlarmAction, AlarmType, GetOptions};
+
+use crate::members::{Members, Retry};
 
 const PROBE_INTERVAL: Duration = Duration::from_secs(2);
 /// A probe that takes longer than this counts as a failed one.
@@ -29,7 +31,7 @@ impl Health {
     }
 
     /// Probes until the store (the last holder of the state) is gone.
-    pub fn spawn_probe(&self, client: Client, probe_key: Vec<u8>) {
+    pub fn spawn_probe(&self, members: Arc<Members>, probe_key: Vec<u8>) {
         let state: Weak<Mutex<Option<String>>> = Arc::downgrade(&self.0);
         tokio::spawn(async move {
             loop {
@@ -38,9 +40,7 @@ impl Health {
                     return;
                 };
                 let verdict =
-                    match tokio::time::timeout(PROBE_TIMEOUT, probe(client.clone(), &probe_key))
-                        .await
-                    {
+                    match tokio::time::timeout(PROBE_TIMEOUT, probe(&members, &probe_key)).await {
                         Ok(verdict) => verdict,
                         Err(_) => Some(format!(
                         "etcd did not answer within {PROBE_TIMEOUT:?} (is a quorum of members up?)"
@@ -53,14 +53,22 @@ impl Health {
 }
 
 /// `None` when a quorum answers and no member raised an alarm.
-async fn probe(mut client: Client, probe_key: &[u8]) -> Option<String> {
-    if let Err(e) = client
-        .get(probe_key, Some(GetOptions::new().with_count_only()))
-        .await
-    {
+async fn probe(members: &Members, probe_key: &[u8]) -> Option<String> {
+    let read = members
+        .call(Retry::Any, |mut client| async move {
+            let count = GetOptions::new().with_count_only();
+            client.get(probe_key, Some(count)).await
+        })
+        .await;
+    if let Err(e) = read {
         return Some(format!("etcd: {e}"));
     }
-    match client.alarm(AlarmAction::Get, AlarmType::None, None).await {
+    let alarms = members
+        .call(Retry::Any, |mut client| async move {
+            client.alarm(AlarmAction::Get, AlarmType::None, None).await
+        })
+        .await;
+    match alarms {
         Err(e) => Some(format!("etcd: {e}")),
         Ok(alarms) => alarms.alarms().first().map(|alarm| match alarm.alarm() {
             AlarmType::Nospace => "etcdserver: mvcc: database space exceeded".to_string(),

@@ -19,20 +19,22 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use etcd_client::{
-    Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, TlsOptions, Txn,
-    TxnOp, TxnOpResponse, WatchOptions,
+    Certificate, Compare, CompareOp, ConnectOptions, GetOptions, Identity, TlsOptions, Txn, TxnOp,
+    TxnOpResponse, WatchOptions,
 };
 use store::{KeyValue, ListOptions, ListResult, Result, Revision, Store, StoreError, WatchStream};
 
 mod error;
 mod health;
 mod layout;
+mod members;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod watch;
 
 use error::{backend, classify, future, Failure};
 pub use layout::Layout;
+use members::{Members, Retry};
 
 /// How long connecting to an endpoint may take before it counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -77,7 +79,7 @@ pub enum ConnectError {
 }
 
 pub struct EtcdStore {
-    client: Client,
+    members: Arc<Members>,
     layout: Layout,
     /// Highest revision seen in any etcd response.
     current: Arc<AtomicI64>,
@@ -96,6 +98,8 @@ impl EtcdStore {
         }
         let mut options = ConnectOptions::new()
             .with_connect_timeout(CONNECT_TIMEOUT)
+            // A member cut off from its cluster says so instead of waiting for a leader.
+            .with_require_leader(true)
             .with_keep_alive(KEEP_ALIVE.0, KEEP_ALIVE.1)
             .with_keep_alive_while_idle(true);
         let tls = &config.tls;
@@ -109,11 +113,11 @@ impl EtcdStore {
             endpoints: config.endpoints.join(","),
             message,
         };
-        let client = Client::connect(&config.endpoints, Some(options))
+        let members = Members::connect(&config.endpoints, options)
             .await
             .map_err(|e| unreachable(e.to_string()))?;
         let store = EtcdStore {
-            client,
+            members: Arc::new(members),
             layout: config.layout,
             current: Arc::new(AtomicI64::new(0)),
             compacted: Arc::new(AtomicI64::new(0)),
@@ -124,13 +128,16 @@ impl EtcdStore {
             .await
             .map_err(|e| unreachable(e.to_string()))?;
         // Revision 1 is etcd's first; reading it fails only once something was compacted.
+        let probe_key = store.layout.probe_key();
         let probe = store
-            .client
-            .kv_client()
-            .get(
-                store.layout.probe_key(),
-                Some(GetOptions::new().with_revision(1).with_count_only()),
-            )
+            .members
+            .call(Retry::Any, |mut client| {
+                let key = probe_key.clone();
+                async move {
+                    let first = GetOptions::new().with_revision(1).with_count_only();
+                    client.get(key, Some(first)).await
+                }
+            })
             .await;
         if let Err(e) = probe {
             match classify(&e) {
@@ -142,7 +149,7 @@ impl EtcdStore {
         }
         store
             .health
-            .spawn_probe(store.client.clone(), store.layout.probe_key());
+            .spawn_probe(store.members.clone(), store.layout.probe_key());
         Ok(store)
     }
 
@@ -155,12 +162,7 @@ impl EtcdStore {
     /// etcd's current revision, asked of etcd (a count-only read of a key that never exists).
     async fn fetch_current(&self) -> Result<Revision> {
         let response = self
-            .client
-            .kv_client()
-            .get(
-                self.layout.probe_key(),
-                Some(GetOptions::new().with_count_only()),
-            )
+            .read(self.layout.probe_key(), GetOptions::new().with_count_only())
             .await
             .map_err(|e| backend(&e))?;
         Ok(self.saw(response.header()))
@@ -172,9 +174,8 @@ impl EtcdStore {
         let lower_bound = compacted_one + 1;
         let answer = async {
             let options = WatchOptions::new().with_start_revision(compacted_one);
-            let mut stream = self
-                .client
-                .watch_client()
+            let (_, mut client) = self.members.current();
+            let mut stream = client
                 .watch(self.layout.probe_key(), Some(options))
                 .await
                 .ok()?;
@@ -210,8 +211,29 @@ impl EtcdStore {
         }
     }
 
+    /// A range read, on whichever member answers.
+    async fn read(
+        &self,
+        key: Vec<u8>,
+        options: GetOptions,
+    ) -> std::result::Result<etcd_client::GetResponse, etcd_client::Error> {
+        self.members
+            .call(Retry::Any, |client| {
+                let (key, options) = (key.clone(), options.clone());
+                async move { members::kv(&client).get(key, Some(options)).await }
+            })
+            .await
+    }
+
     async fn txn(&self, txn: Txn) -> Result<(bool, Revision, Vec<TxnOpResponse>)> {
-        let response = match self.client.kv_client().txn(txn).await {
+        let sent = self
+            .members
+            .call(Retry::NotSent, |client| {
+                let txn = txn.clone();
+                async move { members::kv(&client).txn(txn).await }
+            })
+            .await;
+        let response = match sent {
             Ok(response) => response,
             Err(e) => {
                 let err = backend(&e);
@@ -273,9 +295,7 @@ impl Store for EtcdStore {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
         let etcd_key = self.layout.to_etcd(key)?;
         let response = self
-            .client
-            .kv_client()
-            .get(etcd_key, None)
+            .read(etcd_key, GetOptions::new())
             .await
             .map_err(|e| backend(&e))?;
         self.saw(response.header());
@@ -322,7 +342,7 @@ impl Store for EtcdStore {
                 remaining: 0,
             });
         }
-        let response = match self.client.kv_client().get(from, Some(get)).await {
+        let response = match self.read(from, get).await {
             Ok(response) => response,
             Err(e) => {
                 return Err(match options.revision {
@@ -452,7 +472,7 @@ impl Store for EtcdStore {
         }
         let range_end = layout::range_end(&key);
         Ok(watch::Watch {
-            client: self.client.clone(),
+            members: self.members.clone(),
             layout: self.layout.clone(),
             key,
             range_end,
@@ -485,7 +505,13 @@ impl Store for EtcdStore {
                 return Err(future(revision, current));
             }
         }
-        match self.client.kv_client().compact(revision, None).await {
+        let compacted = self
+            .members
+            .call(Retry::Any, |mut client| async move {
+                client.compact(revision, None).await
+            })
+            .await;
+        match compacted {
             Ok(response) => {
                 self.saw(response.header());
             }

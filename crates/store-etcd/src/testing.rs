@@ -1,5 +1,5 @@
-//! A throwaway single-member etcd for tests: free loopback ports, a temp data dir, killed
-//! on drop. Without an `etcd` binary a test skips loudly, unless CI (or
+//! Throwaway etcd for tests (one member, or a cluster of several): free loopback ports,
+//! temp data dirs, killed on drop. Without an `etcd` binary a test skips loudly, unless CI (or
 //! `VIRTPLANE_REQUIRE_QEMU=1`, which the project's tests take as "run everything") is set.
 
 use std::net::TcpListener;
@@ -182,5 +182,142 @@ impl Drop for EtcdServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A throwaway etcd cluster of several members on loopback, each with its own data dir,
+/// for tests that kill a member and bring it back. Killed on drop.
+pub struct EtcdCluster {
+    binary: PathBuf,
+    dir: tempfile::TempDir,
+    members: Vec<Member>,
+    initial_cluster: String,
+}
+
+struct Member {
+    name: String,
+    client_url: String,
+    peer_url: String,
+    child: Option<Child>,
+}
+
+impl EtcdCluster {
+    /// Starts `size` members and waits until the cluster answers.
+    pub async fn start(binary: &Path, size: usize) -> EtcdCluster {
+        let dir = tempfile::Builder::new()
+            .prefix("etcd-cluster-")
+            .tempdir()
+            .expect("temp dir");
+        let members: Vec<Member> = (1..=size)
+            .map(|i| Member {
+                name: format!("member-{i}"),
+                client_url: format!("http://127.0.0.1:{}", free_port()),
+                peer_url: format!("http://127.0.0.1:{}", free_port()),
+                child: None,
+            })
+            .collect();
+        let initial_cluster = members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = EtcdCluster {
+            binary: binary.to_path_buf(),
+            dir,
+            members,
+            initial_cluster,
+        };
+        for i in 0..size {
+            cluster.spawn(i);
+        }
+        cluster.wait_ready().await;
+        cluster
+    }
+
+    /// Every member's client URL, for `--store etcd=...` (joined with commas).
+    pub fn urls(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.client_url.clone()).collect()
+    }
+
+    /// Kills member `index` (SIGKILL); the others keep the quorum.
+    pub fn kill(&mut self, index: usize) {
+        if let Some(mut child) = self.members[index].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts member `index` again on its data dir, as a rebooted member rejoins.
+    pub async fn restart(&mut self, index: usize) {
+        self.kill(index);
+        self.spawn(index);
+        self.wait_ready().await;
+    }
+
+    fn spawn(&mut self, index: usize) {
+        let member = &self.members[index];
+        let data = self.dir.path().join(&member.name);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("{}.log", member.name)))
+            .expect("etcd log");
+        let child = Command::new(&self.binary)
+            .arg(format!("--name={}", member.name))
+            .arg(format!("--data-dir={}", data.display()))
+            .arg(format!("--listen-client-urls={}", member.client_url))
+            .arg(format!("--advertise-client-urls={}", member.client_url))
+            .arg(format!("--listen-peer-urls={}", member.peer_url))
+            .arg(format!("--initial-advertise-peer-urls={}", member.peer_url))
+            .arg(format!("--initial-cluster={}", self.initial_cluster))
+            .args([
+                "--initial-cluster-token=test-cluster",
+                "--initial-cluster-state=new",
+            ])
+            .args(["--logger=zap", "--log-level=warn"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("etcd log"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.binary.display()));
+        self.members[index].child = Some(child);
+    }
+
+    /// Until a quorum answers a linearizable read.
+    async fn wait_ready(&mut self) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        let config = EtcdConfig {
+            endpoints: self.urls(),
+            tls: TlsFiles::default(),
+            layout: Layout::new("", "/ready-probe"),
+        };
+        while EtcdStore::connect(config.clone()).await.is_err() {
+            if Instant::now() > deadline {
+                panic!("etcd cluster never answered; logs: {}", self.logs());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| {
+                let log = self.dir.path().join(format!("{}.log", m.name));
+                format!(
+                    "--- {}\n{}",
+                    m.name,
+                    std::fs::read_to_string(log).unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
     }
 }

@@ -12,16 +12,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use etcd_client::{Client, EventType, WatchOptions};
+use etcd_client::{EventType, WatchOptions};
 use store::{Event, EventKind, KeyValue, Result, Revision, StoreError, WatchStream};
 
 use crate::layout::Layout;
+use crate::members::Members;
 
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
 pub(crate) struct Watch {
-    pub client: Client,
+    pub members: Arc<Members>,
     pub layout: Layout,
     pub key: Vec<u8>,
     pub range_end: Vec<u8>,
@@ -34,6 +35,8 @@ pub(crate) struct Watch {
 struct State {
     watch: Watch,
     stream: Option<etcd_client::WatchStream>,
+    /// The member the stream is open on.
+    member: usize,
     pending: VecDeque<Result<Event>>,
     backoff: Duration,
     done: bool,
@@ -44,6 +47,7 @@ impl Watch {
         let state = State {
             watch: self,
             stream: None,
+            member: 0,
             pending: VecDeque::new(),
             backoff: BACKOFF_FIRST,
             done: false,
@@ -71,7 +75,10 @@ impl State {
             match stream.message().await {
                 Ok(Some(response)) => self.take(response),
                 Ok(None) => self.retry("the etcd watch stream ended").await,
-                Err(e) => self.retry(&format!("the etcd watch failed: {e}")).await,
+                Err(e) => {
+                    self.watch.members.failed(self.member, &e);
+                    self.retry(&format!("the etcd watch failed: {e}")).await
+                }
             }
         }
     }
@@ -82,10 +89,17 @@ impl State {
             .with_range(w.range_end.clone())
             .with_start_revision(w.next)
             .with_prev_key();
-        let mut client = w.client.watch_client();
-        match client.watch(w.key.clone(), Some(options)).await {
-            Ok(stream) => self.stream = Some(stream),
-            Err(e) => self.retry(&format!("cannot open an etcd watch: {e}")).await,
+        let (member, client) = w.members.current();
+        let mut watcher = crate::members::watcher(&client);
+        match watcher.watch(w.key.clone(), Some(options)).await {
+            Ok(stream) => {
+                self.member = member;
+                self.stream = Some(stream);
+            }
+            Err(e) => {
+                w.members.failed(member, &e);
+                self.retry(&format!("cannot open an etcd watch: {e}")).await
+            }
         }
     }
 

@@ -13,10 +13,15 @@
 //! RoleBinding (both with bearer tokens), in alternating rounds A B B A so that the growing
 //! store weighs on both alike.
 //!
+//! Then virtplane on etcd: one server, then two sharing the same etcd and PKI, beside raw
+//! etcd puts, in rounds A B C C B A; a LIST through one server beside an etcd range; and
+//! the failover time (the lease holder killed, until the survivor's controllers act).
+//!
 //! Knobs (environment): `VIRTPLANE_BIN` (default: the binary cargo built for this bench),
 //! `ETCD_BIN` (default: `etcd` on PATH), `BENCH_SEQ` (2000), `BENCH_CONCURRENT` (10000),
 //! `BENCH_CLIENTS` (32), `BENCH_LIST_RUNS` (5), `BENCH_RBAC` (creates per RBAC round, 5000;
-//! 0 skips the RBAC rounds), `BENCH_RBAC_REPEATS` (how many times A B B A runs, 1).
+//! 0 skips the RBAC rounds), `BENCH_RBAC_REPEATS` (how many times A B B A runs, 1),
+//! `BENCH_ETCD_ROUND` (creates per on-etcd round, 5000; 0 skips virtplane on etcd).
 
 mod support;
 
@@ -125,8 +130,10 @@ fn vm(name: &str) -> Value {
 /// One system under test: how to create VM number `i` and how to list them all.
 #[derive(Clone)]
 enum Target {
+    /// One server, or several over one etcd: worker `w` sends to `urls[w % len]` with
+    /// `clients[w % len]` (built for that server).
     Virtplane {
-        url: String,
+        urls: Vec<String>,
         clients: Vec<reqwest::Client>,
     },
     Etcd {
@@ -150,12 +157,21 @@ impl Target {
         &clients[worker % clients.len()]
     }
 
+    /// Where worker `worker` sends.
+    fn url(&self, worker: usize) -> &str {
+        match self {
+            Target::Virtplane { urls, .. } => &urls[worker % urls.len()],
+            Target::Etcd { url, .. } => url,
+        }
+    }
+
     /// Opens (and keeps alive) the worker's connection before anything is timed.
     async fn warm_up(&self, worker: usize) -> Result<()> {
         let client = self.client(worker);
+        let url = self.url(worker);
         let response = match self {
-            Target::Virtplane { url, .. } => client.get(format!("{url}/readyz")).send().await?,
-            Target::Etcd { url, .. } => {
+            Target::Virtplane { .. } => client.get(format!("{url}/readyz")).send().await?,
+            Target::Etcd { .. } => {
                 client
                     .post(format!("{url}/v3/kv/range"))
                     .body(json!({"key": B64.encode("/warm-up")}).to_string())
@@ -179,8 +195,9 @@ impl Target {
         body: Vec<u8>,
     ) -> Result<()> {
         let client = self.client(worker);
+        let url = self.url(worker);
         let response = match self {
-            Target::Virtplane { url, .. } => {
+            Target::Virtplane { .. } => {
                 client
                     .post(format!(
                         "{url}/apis/kubevirt.io/v1/namespaces/{namespace}/virtualmachines"
@@ -190,7 +207,7 @@ impl Target {
                     .send()
                     .await?
             }
-            Target::Etcd { url, .. } => {
+            Target::Etcd { .. } => {
                 let put = json!({
                     "key": B64.encode(format!("{ETCD_PREFIX}{namespace}/{name}")),
                     "value": B64.encode(&body),
@@ -224,8 +241,9 @@ impl Target {
     /// Lists everything in `namespace`; returns the body (read in full).
     async fn list(&self, namespace: &str) -> Result<bytes::Bytes> {
         let client = self.client(0);
+        let url = self.url(0);
         let response = match self {
-            Target::Virtplane { url, .. } => {
+            Target::Virtplane { .. } => {
                 client
                     .get(format!(
                         "{url}/apis/kubevirt.io/v1/namespaces/{namespace}/virtualmachines"
@@ -234,7 +252,7 @@ impl Target {
                     .send()
                     .await?
             }
-            Target::Etcd { url, .. } => {
+            Target::Etcd { .. } => {
                 let prefix = format!("{ETCD_PREFIX}{namespace}/");
                 let range = json!({"key": B64.encode(&prefix), "range_end": B64.encode(prefix_end(&prefix))});
                 client
@@ -427,13 +445,13 @@ async fn start_virtplane(dir: &Path, clients: usize) -> Result<(Proc, Target, Ta
     let editors = (0..clients)
         .map(|_| server.client_with_token(EDITOR_TOKEN, timeout))
         .collect::<Result<Vec<_>>>()?;
-    let url = server.url.clone();
+    let urls = vec![server.url.clone()];
     let admin = Target::Virtplane {
-        url: url.clone(),
+        urls: urls.clone(),
         clients: admins,
     };
     let editor = Target::Virtplane {
-        url,
+        urls,
         clients: editors,
     };
     Ok((server.proc, admin, editor))
@@ -588,7 +606,226 @@ async fn run() -> Result<()> {
         let rounds = rbac_rounds(&vp, &vp_editor, &vp_proc, rbac_round, clients).await?;
         print_rbac(&rounds, rbac_round, clients);
     }
+    let on_etcd_round = knob::<usize>("BENCH_ETCD_ROUND", 5000);
+    if on_etcd_round > 0 {
+        drop((vp, vp_editor, vp_proc));
+        let runs = EtcdRuns {
+            per_round: on_etcd_round,
+            clients,
+            list_runs,
+        };
+        servers_on_etcd(dir.path(), &etcd, &etcd_proc, &runs).await?;
+    }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// virtplane on etcd: one server, then two, beside raw etcd puts.
+
+struct EtcdRuns {
+    per_round: usize,
+    clients: usize,
+    list_runs: usize,
+}
+
+/// A server on the bench's etcd (keys under `/vp`); the second one gets a copy of the
+/// first one's PKI, as README says servers sharing one store must.
+async fn server_on_etcd(dir: &Path, etcd_url: &str, index: usize) -> Result<Virtplane> {
+    let data = dir.join(format!("vp-etcd-{index}"));
+    if index > 1 {
+        let from = dir.join("vp-etcd-1/pki");
+        let to = data.join("pki");
+        std::fs::create_dir_all(&to)?;
+        for entry in std::fs::read_dir(&from)? {
+            let entry = entry?;
+            std::fs::copy(entry.path(), to.join(entry.file_name()))?;
+        }
+    }
+    let store = format!("etcd={etcd_url}");
+    Virtplane::start(Launch {
+        data,
+        log: dir.join(format!("vp-etcd-{index}.log")),
+        args: &["--no-node", "--store", &store, "--etcd-prefix", "/vp"],
+        env: &[],
+        nodes: 0,
+        within: Duration::from_secs(60),
+    })
+    .await
+}
+
+/// The servers as one target: worker `w` on server `w % len`.
+fn spread(servers: &[&Virtplane], clients: usize) -> Result<Target> {
+    let timeout = Some(Duration::from_secs(120));
+    let clients = (0..clients.max(servers.len()))
+        .map(|w| servers[w % servers.len()].client(timeout))
+        .collect::<reqwest::Result<Vec<_>>>()?;
+    Ok(Target::Virtplane {
+        urls: servers.iter().map(|s| s.url.clone()).collect(),
+        clients,
+    })
+}
+
+fn cpu_of(procs: &[&Proc]) -> Option<Duration> {
+    procs.iter().map(|p| p.cpu_time()).sum()
+}
+
+async fn servers_on_etcd(
+    dir: &Path,
+    etcd: &Target,
+    etcd_proc: &Proc,
+    runs: &EtcdRuns,
+) -> Result<()> {
+    let Target::Etcd { url: etcd_url, .. } = etcd else {
+        bail!("the reference is not etcd");
+    };
+    let first = server_on_etcd(dir, etcd_url, 1).await?;
+    let second = server_on_etcd(dir, etcd_url, 2).await?;
+    let namespaces = ["bench-etcd-1", "bench-etcd-2"];
+    for ns in namespaces {
+        first.create_namespace(ns).await?;
+    }
+    let one = spread(&[&first], runs.clients)?;
+    let two = spread(&[&first, &second], runs.clients)?;
+    // Rounds A B C C B A, so that the growing etcd weighs on all three alike.
+    let systems: [(&str, &Target, &str, Vec<&Proc>); 3] = [
+        ("raw etcd", etcd, "bench-etcd-raw", vec![etcd_proc]),
+        (
+            "1 server",
+            &one,
+            namespaces[0],
+            vec![etcd_proc, &first.proc],
+        ),
+        (
+            "2 servers",
+            &two,
+            namespaces[1],
+            vec![etcd_proc, &first.proc, &second.proc],
+        ),
+    ];
+    let mut results: Vec<Vec<Creates>> = vec![Vec::new(); 3];
+    for (round, i) in [0, 1, 2, 2, 1, 0].into_iter().enumerate() {
+        let (name, target, ns, procs) = &systems[i];
+        eprintln!(
+            "  {name}: {} creates, {} clients (on-etcd round {round})",
+            runs.per_round, runs.clients
+        );
+        let cpu = cpu_of(procs);
+        let mut result = creates(
+            target,
+            ns,
+            &format!("e{round}"),
+            runs.per_round,
+            runs.clients,
+        )
+        .await?;
+        for proc in procs.iter().skip(1) {
+            wait_idle(proc).await;
+        }
+        result.cpu_ms = cpu_per_object(cpu, cpu_of(procs), runs.per_round);
+        results[i].push(result);
+    }
+    let listed = 2 * runs.per_round;
+    let mut list_results = Vec::new();
+    for (name, target, ns, _) in &systems[..2] {
+        eprintln!("  {name}: LIST of {listed}, {} times", runs.list_runs);
+        let result = lists(target, ns, runs.list_runs).await?;
+        if result.items != listed {
+            bail!(
+                "{name}: LIST returned {} items, expected {listed}",
+                result.items
+            );
+        }
+        list_results.push(result);
+    }
+    let failover = failover(first, &second).await?;
+    print_on_etcd(runs, &results, &list_results, failover);
+    Ok(())
+}
+
+/// Kills `first` (the lease holder, started first) and times how long until the
+/// survivor's controllers act: a VM created right after the kill gets its VMI.
+async fn failover(first: Virtplane, second: &Virtplane) -> Result<Duration> {
+    let ns = "bench-etcd-1";
+    drop(first);
+    let started = Instant::now();
+    let mut probe = vm("failover-probe");
+    probe["spec"]["runStrategy"] = json!("Always");
+    second
+        .create(
+            &format!("/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachines"),
+            &probe,
+        )
+        .await?;
+    let client = second.client(Some(Duration::from_secs(10)))?;
+    let vmi = format!(
+        "{}/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances/failover-probe",
+        second.url
+    );
+    while started.elapsed() < Duration::from_secs(120) {
+        if let Ok(r) = client.get(&vmi).send().await {
+            if r.status() == reqwest::StatusCode::OK {
+                return Ok(started.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("the surviving server's controllers never made the probe VM's VMI")
+}
+
+fn mean(values: &[Creates], f: fn(&Creates) -> f64) -> f64 {
+    values.iter().map(f).sum::<f64>() / values.len().max(1) as f64
+}
+
+fn print_on_etcd(runs: &EtcdRuns, results: &[Vec<Creates>], lists: &[Lists], failover: Duration) {
+    let clients = runs.clients;
+    println!();
+    println!(
+        "virtplane on etcd (one local etcd member, keys under /vp) beside raw etcd puts (v3 JSON gateway), same run: rounds A B C C B A of {} creates with {clients} clients; means of two rounds",
+        runs.per_round
+    );
+    println!("| measurement | raw etcd | 1 server | 2 servers |");
+    println!("|---|---:|---:|---:|");
+    let row = |label: &str, f: fn(&Creates) -> f64, digits: usize| {
+        let cells: Vec<String> = results
+            .iter()
+            .map(|r| format!("{:.*}", digits, mean(r, f)))
+            .collect();
+        println!("| {label} | {} |", cells.join(" | "));
+    };
+    row("creates/s (higher is better)", |c| c.per_second, 0);
+    row("p50 latency ms", |c| c.p50_ms, 2);
+    row("p99 latency ms", |c| c.p99_ms, 2);
+    row(
+        "CPU ms per create, etcd + servers, incl. background work",
+        |c| c.cpu_ms,
+        2,
+    );
+    println!(
+        "| LIST {} VMs, JSON: median ms of {} | {:.1} | {:.1} | - |",
+        lists[0].items, runs.list_runs, lists[0].median_ms, lists[1].median_ms
+    );
+    println!(
+        "| LIST: response body MB | {:.1} | {:.1} | - |",
+        lists[0].bytes as f64 / 1e6,
+        lists[1].bytes as f64 / 1e6
+    );
+    println!(
+        "failover: lease holder killed -> the survivor's controllers made a new VM's VMI: {:.2} s",
+        failover.as_secs_f64()
+    );
+    let raw = mean(&results[0], |c| c.per_second);
+    let one = mean(&results[1], |c| c.per_second);
+    let two = mean(&results[2], |c| c.per_second);
+    let share = if raw > 0.0 { one / raw } else { 0.0 };
+    println!(
+        "target: one server >= 80% of raw etcd's creates/s: {} ({one:.0}/s vs {raw:.0}/s, {:.0}%)",
+        if share >= 0.8 { "MET" } else { "NOT MET" },
+        share * 100.0
+    );
+    println!(
+        "target: two servers > one: {} ({two:.0}/s vs {one:.0}/s)",
+        if two > one { "MET" } else { "NOT MET" }
+    );
 }
 
 /// Creates/s (and p99) of each RBAC round: admin, editor, editor, admin.

@@ -37,7 +37,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the API server with its embedded store (and, later, a local node agent).
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// Join a server as one more node.
     Node(NodeArgs),
     /// The virtctl verbs: start, stop, restart, pause, unpause, migrate, console.
@@ -147,6 +147,13 @@ struct ServerArgs {
     /// (YAML or JSON), as kube-apiserver's --audit-policy-file.
     #[arg(long, visible_alias = "audit-policy-file", value_name = "FILE")]
     audit_policy: Option<PathBuf>,
+    /// A URL clients reach the API at, for the kubeconfigs this server writes
+    /// (DIR/admin.kubeconfig, DIR/node-join.kubeconfig, users'): one context per URL, the
+    /// first current. Give every server's URL, and node agents move to the next server
+    /// when theirs stops answering. Default: this server's own address. The URLs' hosts
+    /// are added to the serving certificate.
+    #[arg(long = "kubeconfig-server", value_name = "URL")]
+    kubeconfig_servers: Vec<String>,
 }
 
 /// kube-apiserver's request limits.
@@ -306,7 +313,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
-        Command::Server(args) => run_server(args),
+        Command::Server(args) => run_server(*args),
         Command::Node(args) => run_node(args),
         Command::Vm(args) => run_vm(args),
         Command::ImageUpload(args) => runtime().and_then(|rt| rt.block_on(upload::run(args))),
@@ -520,21 +527,24 @@ fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         let kubeconfig_path = kubeconfig;
         let kubeconfig = kube::config::Kubeconfig::read_from(&kubeconfig_path)
             .with_context(|| format!("cannot read kubeconfig {}", kubeconfig_path.display()))?;
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig.clone(), &Default::default())
-            .await
-            .with_context(|| format!("kubeconfig {} is not usable", kubeconfig_path.display()))?;
+        // Every server the kubeconfig names for its cluster: the agent moves between them.
+        let servers = |kubeconfig: kube::config::Kubeconfig, what: String| async move {
+            node_agent::servers::client(&kubeconfig)
+                .await
+                .with_context(|| format!("{what} is not usable"))
+        };
         // A join token only asks for the node's own identity, which the agent then uses;
         // a kubeconfig with a client certificate is that identity already.
-        let config = if node_agent::bootstrap::has_client_certificate(&kubeconfig) {
-            config
+        let (client, config) = if node_agent::bootstrap::has_client_certificate(&kubeconfig) {
+            servers(kubeconfig, format!("kubeconfig {}", kubeconfig_path.display())).await?
         } else {
-            let join = kube::Client::try_from(config).context("cannot build an API client")?;
+            let (join, _) =
+                servers(kubeconfig.clone(), format!("kubeconfig {}", kubeconfig_path.display()))
+                    .await?;
             let own = node_agent::bootstrap::node_kubeconfig(&kubeconfig, &join, &data_dir, &name)
                 .await
                 .with_context(|| format!("node {name} cannot obtain its identity with {}", kubeconfig_path.display()))?;
-            kube::Config::from_custom_kubeconfig(own, &Default::default())
-                .await
-                .context("the node's own kubeconfig is not usable")?
+            servers(own, "the node's own kubeconfig".to_string()).await?
         };
         // The agent's endpoint lets in only clients certified by the cluster CA.
         let Some(client_ca) = config.root_cert.clone() else {
@@ -543,7 +553,6 @@ fn run_node(args: NodeArgs) -> anyhow::Result<()> {
                 kubeconfig_path.display()
             );
         };
-        let client = kube::Client::try_from(config).context("cannot build an API client")?;
         let endpoint = node_agent::endpoint::serve(node_agent::endpoint::EndpointConfig {
             listen: args.listen,
             client_ca,
@@ -687,8 +696,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
         let server = apiserver::start(apiserver::ServerConfig {
             data_dir: args.data_dir.clone(),
             listen: args.listen,
-            store,
-            compaction_interval: args.compaction_interval,
+            store: store.clone(),
             local_nodes,
             host_disk_dirs: args.host_disk_dirs.clone(),
             token_auth_file: args.token_auth_file.clone(),
@@ -696,6 +704,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
             limits: args.limits.config(),
             audit_log: args.audit_log.clone(),
             audit_policy: args.audit_policy.clone(),
+            kubeconfig_servers: args.kubeconfig_servers.clone(),
         })
         .await?;
         let client = kube::Client::new(server.internal.clone(), "default");
@@ -725,16 +734,18 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
         let identity = server_identity(&args.data_dir)?;
         let internal = server.internal.clone();
         let registry = server.registry.clone();
+        let (store, compaction_interval) = (store.clone(), args.compaction_interval);
         tokio::spawn(controllers::leader::run_elected(
             client.clone(),
             controllers::leader::Election::controller_manager(identity),
             move || {
                 let (internal, config) = (internal.clone(), controller_config.clone());
                 let collector = apiserver::garbage_collector(registry.clone());
+                let compactor = apiserver::compact_periodically(store.clone(), compaction_interval);
                 async move {
                     // Made on the term's runtime, which the lease's loss shuts down.
                     let client = kube::Client::new(internal, "default");
-                    futures::join!(controllers::run(client, config), collector);
+                    futures::join!(controllers::run(client, config), collector, compactor);
                 }
             },
         ));

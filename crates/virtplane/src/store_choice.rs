@@ -59,7 +59,7 @@ impl StoreChoice {
         Ok(StoreChoice::Etcd { endpoints })
     }
 
-    /// Opens the store; for etcd this waits for a member to answer (or fails).
+    /// Opens the store; for etcd this waits until a member answers.
     pub async fn open(&self, data_dir: &Path, etcd: &EtcdArgs) -> anyhow::Result<Arc<dyn Store>> {
         match self {
             StoreChoice::Sqlite => {
@@ -88,9 +88,20 @@ async fn open_etcd(endpoints: &[String], args: &EtcdArgs) -> anyhow::Result<Arc<
         },
         layout: store_etcd::Layout::new(SERVER_ROOT, prefix),
     };
-    let store = store_etcd::EtcdStore::connect(config)
-        .await
-        .context("cannot open the etcd store")?;
+    // etcd may come up after the server (a cluster starting at once, a member rebooting):
+    // an unreachable etcd is waited for, with backoff; bad flags or files are not.
+    let mut wait = std::time::Duration::from_millis(200);
+    let store = loop {
+        match store_etcd::EtcdStore::connect(config.clone()).await {
+            Ok(store) => break store,
+            Err(e @ store_etcd::ConnectError::Unreachable { .. }) => {
+                tracing::warn!("{e}; trying again in {wait:?}");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(std::time::Duration::from_secs(5));
+            }
+            Err(e) => return Err(e).context("cannot open the etcd store"),
+        }
+    };
     tracing::info!(
         "store: etcd at {} (keys under {prefix}/)",
         endpoints.join(",")

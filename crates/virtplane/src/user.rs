@@ -20,7 +20,7 @@ pub struct AddUser {
 }
 
 /// The API server URL the server wrote into `DATA_DIR/admin.kubeconfig`.
-fn server_url(data_dir: &Path) -> anyhow::Result<String> {
+fn server_urls(data_dir: &Path) -> anyhow::Result<Vec<String>> {
     let path = data_dir.join("admin.kubeconfig");
     let text = std::fs::read_to_string(&path).with_context(|| {
         format!(
@@ -29,13 +29,18 @@ fn server_url(data_dir: &Path) -> anyhow::Result<String> {
             data_dir.display()
         )
     })?;
-    text.lines()
-        .find_map(|l| {
+    let urls: Vec<String> = text
+        .lines()
+        .filter_map(|l| {
             l.trim()
                 .strip_prefix("server:")
                 .map(|s| s.trim().to_string())
         })
-        .with_context(|| format!("{} names no server", path.display()))
+        .collect();
+    if urls.is_empty() {
+        bail!("{} names no server", path.display());
+    }
+    Ok(urls)
 }
 
 /// A user name that is also a file name.
@@ -53,11 +58,11 @@ pub fn add(user: AddUser) -> anyhow::Result<()> {
     }
     let pki = Pki::load_ca(&user.data_dir.join("pki"))
         .with_context(|| format!("data dir {}", user.data_dir.display()))?;
-    let url = server_url(&user.data_dir)?;
+    let urls = server_urls(&user.data_dir)?;
     let groups: Vec<&str> = user.groups.iter().map(String::as_str).collect();
     let (cert, key) = pki.issue_client_certificate(&user.name, &groups)?;
     let kubeconfig = pki.kubeconfig(
-        &url,
+        &urls,
         &user.name,
         Credentials::ClientCertificate {
             cert: &cert,

@@ -15,23 +15,6 @@ use store_etcd::testing::{etcd_or_skip, EtcdServer};
 use support::*;
 
 const NS: &str = "default";
-const LEASE: &str =
-    "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/virtplane-controller-manager";
-
-fn identity(server: &TestServer) -> String {
-    std::fs::read_to_string(server.data_dir().join("server-id"))
-        .expect("server-id")
-        .trim()
-        .to_string()
-}
-
-async fn holder(api: &Api) -> String {
-    let lease = api.get(LEASE).await.body;
-    lease["spec"]["holderIdentity"]
-        .as_str()
-        .unwrap_or("")
-        .to_string()
-}
 
 async fn running_vmi(api: &Api, name: &str, within: Duration) -> Value {
     api.eventually(&item(NS, "virtualmachineinstances", name), within, |r| {
@@ -51,7 +34,9 @@ async fn two_servers_serve_one_api_and_the_survivor_takes_over_the_controllers()
     let mut first = TestServer::start_with(&["--no-node", "--store", &store_flag]).await;
     let on_first = api_for(&first);
     on_first
-        .eventually(LEASE, Duration::from_secs(30), |r| r.status == 200)
+        .eventually(CONTROLLER_LEASE, Duration::from_secs(30), |r| {
+            r.status == 200
+        })
         .await;
     assert_eq!(holder(&on_first).await, identity(&first));
 
@@ -113,7 +98,7 @@ async fn two_servers_serve_one_api_and_the_survivor_takes_over_the_controllers()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let lease = on_second.get(LEASE).await.body;
+    let lease = on_second.get(CONTROLLER_LEASE).await.body;
     assert_eq!(lease["spec"]["leaseTransitions"], 1, "{lease}");
     let old_uid = uid(&vmi);
     let r = on_second

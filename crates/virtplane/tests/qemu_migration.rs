@@ -25,19 +25,6 @@ async fn checksum(console: &mut Console, what: &str) -> String {
         .unwrap_or_else(|| panic!("no checksum of {what}: {:?}", console.seen))
 }
 
-/// Seconds the guest has been up (`/proc/uptime`, whole seconds).
-async fn uptime(console: &mut Console) -> u64 {
-    let line = console
-        .run(
-            "echo up-$(cut -d. -f1 /proc/uptime)",
-            "up-",
-            Duration::from_secs(30),
-        )
-        .await
-        .unwrap_or_else(|| panic!("no uptime: {:?}", console.seen));
-    line.trim_start_matches("up-").parse().expect("uptime")
-}
-
 /// The migration's phases as `status.phaseTransitionTimestamps` lists them.
 fn phases(vmim: &Value) -> Vec<String> {
     vmim["status"]["phaseTransitionTimestamps"]
@@ -190,7 +177,7 @@ async fn a_running_guest_moves_to_another_node_and_carries_on() {
     .await;
     assert_eq!(ram, overlay);
     assert_eq!(ram, scratch);
-    let up_before = uptime(&mut console).await;
+    let up_before = console.uptime().await;
     console
         .run(
             "(i=0; while true; do i=$((i+1)); echo tick-$i; sleep 1; done) & echo ticking",
@@ -363,7 +350,7 @@ async fn a_running_guest_moves_to_another_node_and_carries_on() {
         .await,
         scratch
     );
-    assert!(uptime(&mut console).await >= up_before);
+    assert!(console.uptime().await >= up_before);
     console.close().await;
     let target_serial = to.serial(name);
     assert!(
@@ -689,7 +676,7 @@ async fn a_drained_node_moves_one_guest_live_and_restarts_the_other_elsewhere() 
     on_a.api.merge(&node_b, &cordon(false)).await;
     let mut console = on_a.console(mover).await.expect("console");
     console.send("\r").await;
-    let up_before = uptime(&mut console).await;
+    let up_before = console.uptime().await;
     console.close().await;
 
     let out = std::process::Command::new(support::binary())
@@ -758,7 +745,7 @@ async fn a_drained_node_moves_one_guest_live_and_restarts_the_other_elsewhere() 
     );
     let mut console = on_b.console(mover).await.expect("console on node-b");
     console.send("\r").await;
-    let up_after = uptime(&mut console).await;
+    let up_after = console.uptime().await;
     console.close().await;
     assert!(
         up_after >= up_before,
@@ -828,7 +815,7 @@ async fn a_migration_out_of_time_is_aborted_or_pauses_the_guest_when_allowed() {
     still_runs(&from, name, "after-timeout").await;
     let mut console = from.console(name).await.expect("console");
     console.send("\r").await;
-    let up_before = uptime(&mut console).await;
+    let up_before = console.uptime().await;
     console.close().await;
 
     let policy = json!({"apiVersion": "migrations.kubevirt.io/v1alpha1", "kind": "MigrationPolicy",
@@ -860,7 +847,7 @@ async fn a_migration_out_of_time_is_aborted_or_pauses_the_guest_when_allowed() {
     still_runs(&to, name, "after-pause").await;
     let mut console = to.console(name).await.expect("console");
     console.send("\r").await;
-    let up_after = uptime(&mut console).await;
+    let up_after = console.uptime().await;
     console.close().await;
     assert!(
         up_after >= up_before,

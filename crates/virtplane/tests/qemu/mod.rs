@@ -895,6 +895,19 @@ impl Console {
         let _ = self.socket.close(None).await;
     }
 
+    /// Seconds the guest has been up (`/proc/uptime`, whole seconds).
+    pub async fn uptime(&mut self) -> u64 {
+        let line = self
+            .run(
+                "echo up-$(cut -d. -f1 /proc/uptime)",
+                "up-",
+                Duration::from_secs(30),
+            )
+            .await
+            .unwrap_or_else(|| panic!("no uptime: {:?}", self.seen));
+        line.trim_start_matches("up-").parse().expect("uptime")
+    }
+
     /// Whether the server closed this connection within `within` (what arrives before
     /// is kept in `seen`).
     pub async fn closed_within(&mut self, within: Duration) -> bool {

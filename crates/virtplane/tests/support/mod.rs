@@ -8,6 +8,7 @@
 
 mod api;
 mod kubeconfig;
+mod lease;
 mod node;
 mod objects;
 mod replies;
@@ -18,6 +19,8 @@ use std::sync::{Mutex, OnceLock};
 
 pub use api::*;
 pub use kubeconfig::*;
+#[allow(unused_imports)]
+pub use lease::*;
 #[allow(unused_imports)]
 pub use node::*;
 pub use objects::*;

@@ -23,7 +23,7 @@ pub struct TestServer {
     pub env: Vec<(String, String)>,
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -51,6 +51,12 @@ impl TestServer {
         Self::start_prepared(args, env, |_| ()).await.0
     }
 
+    /// A server on `port` (one `free_port` gave, when its URL must be known before it
+    /// starts: servers that name each other).
+    pub async fn start_on(port: u16, args: &[&str]) -> TestServer {
+        Self::start_at(port, args, &[], |_| ()).await.0
+    }
+
     /// A server whose data dir `prepare` sets up first (a small filesystem mounted on
     /// it, say); what `prepare` returns is handed back beside the server.
     pub async fn start_prepared<T>(
@@ -58,10 +64,18 @@ impl TestServer {
         env: &[(&str, &str)],
         prepare: impl FnOnce(&Path) -> T,
     ) -> (TestServer, T) {
+        Self::start_at(free_port(), args, env, prepare).await
+    }
+
+    async fn start_at<T>(
+        port: u16,
+        args: &[&str],
+        env: &[(&str, &str)],
+        prepare: impl FnOnce(&Path) -> T,
+    ) -> (TestServer, T) {
         install_crypto();
         let dir = tempfile::tempdir().expect("temp dir");
         let prepared = prepare(dir.path());
-        let port = free_port();
         let mut server = TestServer {
             dir,
             port,
