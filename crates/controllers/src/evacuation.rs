@@ -138,11 +138,6 @@ impl Controller {
             .and_then(|kv| kv.pointer("/spec/configuration/evictionStrategy"))
             .and_then(Value::as_str)
             .map(str::to_string);
-        // What is remembered per VMI goes with the VMI.
-        let known: HashSet<String> = self.vmis.state().iter().filter_map(|v| v.uid()).collect();
-        self.failures.retain(|uid, _| known.contains(uid));
-        self.requested.retain(|uid, _| known.contains(uid));
-        self.blocked.retain(|uid| known.contains(uid));
         let migration_uids: HashSet<String> = self
             .migrations
             .state()
@@ -157,9 +152,19 @@ impl Controller {
             .filter(|n| draining(&n.data, &key))
             .map(|n| n.name_any())
             .collect();
+        // Passes run on every VMI and node event: without a drain they must not cost a
+        // walk over every VMI (10,000 VMIs starting would make that quadratic).
         if draining_nodes.is_empty() {
+            self.failures.clear();
+            self.requested.clear();
+            self.blocked.clear();
             return Ok(());
         }
+        // What is remembered per VMI goes with the VMI.
+        let known: HashSet<String> = self.vmis.state().iter().filter_map(|v| v.uid()).collect();
+        self.failures.retain(|uid, _| known.contains(uid));
+        self.requested.retain(|uid, _| known.contains(uid));
+        self.blocked.retain(|uid| known.contains(uid));
         let migrations = self.migrations.state();
         let moving: HashSet<(String, String)> = migrations
             .iter()

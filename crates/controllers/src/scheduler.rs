@@ -27,6 +27,9 @@ const MANAGER: &str = "virt-scheduler";
 const NODE_NAME_LABEL: &str = kubevirt_api::names::labels::NODE_NAME;
 /// The CPU a vCPU requests by default: KubeVirt's cpuAllocationRatio of 10.
 const MILLICPU_PER_VCPU: i64 = 100;
+/// How long a pass waits after the event that woke it, so that the events that follow
+/// share it.
+const BATCH: Duration = Duration::from_millis(20);
 /// Scheduling writes (bindings, unschedulable reports) in flight at once.
 const IN_FLIGHT: usize = 64;
 
@@ -214,10 +217,41 @@ pub fn choose_except(
     nodes: &[(String, Value, Resources)],
     except: Option<&str>,
 ) -> Result<String, String> {
-    let want = requests(vmi);
+    let verdicts = verdicts(vmi, nodes);
+    pick(requests(vmi), nodes, &verdicts, except).map(|i| nodes[i].0.clone())
+}
+
+/// `eligible` of `vmi` on each node.
+fn verdicts(vmi: &Value, nodes: &[(String, Value, Resources)]) -> Vec<Result<(), Misfit>> {
+    nodes
+        .iter()
+        .map(|(_, node, _)| eligible(vmi, node))
+        .collect()
+}
+
+/// What `eligible` reads of a VMI: VMIs alike (made from one template) are filtered
+/// alike, so a pass filters the nodes once per kind rather than once per VMI.
+fn filter_kind(vmi: &Value) -> String {
+    let part = |p: &str| vmi.pointer(p).cloned().unwrap_or(Value::Null);
+    json!([
+        part("/spec/nodeSelector"),
+        part("/spec/affinity"),
+        part("/spec/tolerations")
+    ])
+    .to_string()
+}
+
+/// The index of the node for a VMI asking `want`, given each node's `verdicts` (from
+/// `eligible`), or the reasons none fits.
+fn pick(
+    want: Resources,
+    nodes: &[(String, Value, Resources)],
+    verdicts: &[Result<(), Misfit>],
+    except: Option<&str>,
+) -> Result<usize, String> {
     let mut misfits: BTreeMap<Misfit, usize> = BTreeMap::new();
-    let mut best: Option<(&String, i64)> = None;
-    for (name, node, free) in nodes {
+    let mut best: Option<(usize, i64)> = None;
+    for (i, ((name, _, free), verdict)) in nodes.iter().zip(verdicts).enumerate() {
         if except == Some(name.as_str()) {
             *misfits.entry(Misfit::AntiAffinity).or_default() += 1;
             continue;
@@ -229,17 +263,16 @@ pub fn choose_except(
         } else {
             Ok(())
         };
-        let verdict = eligible(vmi, node).and(capacity);
-        match verdict {
+        match verdict.and(capacity) {
             Ok(()) if best.is_none_or(|(_, mem)| free.memory > mem) => {
-                best = Some((name, free.memory))
+                best = Some((i, free.memory))
             }
             Ok(()) => {}
             Err(m) => *misfits.entry(m).or_default() += 1,
         }
     }
-    if let Some((name, _)) = best {
-        return Ok(name.clone());
+    if let Some((i, _)) = best {
+        return Ok(i);
     }
     // Sorted as whole strings, count included, as the Kubernetes scheduler sorts them.
     let mut reasons: Vec<String> = misfits
@@ -324,6 +357,9 @@ pub async fn run(client: Client) {
     };
     loop {
         let _ = tokio::time::timeout(Duration::from_secs(2), changed.notified()).await;
+        // A pass looks at every VMI and node: the events of the next moment (heartbeats
+        // of many nodes, a burst of creates) share one.
+        tokio::time::sleep(BATCH).await;
         scheduler.pass().await;
     }
 }
@@ -427,18 +463,22 @@ impl Scheduler {
             .collect();
         pending.sort_by_key(|v| v.metadata.creation_timestamp.clone().map(|t| t.0));
         let mut steps = Vec::new();
+        let mut filtered: HashMap<String, Vec<Result<(), Misfit>>> = HashMap::new();
         for vmi in pending {
             if vmi.metadata.deletion_timestamp.is_some() {
                 steps.push(Step::ReleaseUnplaced { vmi });
                 continue;
             }
-            match choose(&vmi.data, &nodes) {
-                Ok(node) => {
-                    let want = requests(&vmi.data);
-                    if let Some(entry) = nodes.iter_mut().find(|(n, _, _)| n == &node) {
-                        entry.2.millicpu -= want.millicpu;
-                        entry.2.memory -= want.memory;
-                    }
+            let verdicts = filtered
+                .entry(filter_kind(&vmi.data))
+                .or_insert_with(|| verdicts(&vmi.data, &nodes));
+            let want = requests(&vmi.data);
+            match pick(want, &nodes, verdicts, None) {
+                Ok(i) => {
+                    let (node, _, free) = &mut nodes[i];
+                    free.millicpu -= want.millicpu;
+                    free.memory -= want.memory;
+                    let node = node.clone();
                     if let Some(uid) = vmi.uid() {
                         self.assumed.insert(uid, (node.clone(), want));
                     }

@@ -153,6 +153,15 @@ impl Controller {
 
     async fn pass(&mut self) {
         let migrations = self.migrations.state();
+        if migrations.is_empty() {
+            // Passes run on every VMI and node event: with nothing to move, no walk over
+            // every VMI and node (10,000 VMIs starting would make that quadratic).
+            self.unschedulable_since.clear();
+            self.acted_on.clear();
+            self.scheduled.clear();
+            self.backoff.retain(|_| false);
+            return;
+        }
         let vmis = self.vmis.state();
         let mut nodes = self.free(&vmis);
         let vmi_by_key: HashMap<(String, String), &Arc<DynamicObject>> = vmis

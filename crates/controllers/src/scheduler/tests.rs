@@ -92,3 +92,20 @@ fn not_ready_nodes_are_skipped() {
         Err("0/1 nodes are available: 1 node(s) were not ready.".into())
     );
 }
+
+#[test]
+fn vmis_filter_alike_when_their_placement_rules_are_alike() {
+    let mut a = vmi("1Gi");
+    let mut b = vmi("2Gi");
+    assert_eq!(
+        filter_kind(&a),
+        filter_kind(&b),
+        "requests are not a filter"
+    );
+    a["spec"]["nodeSelector"] = json!({"zone": "x"});
+    assert_ne!(filter_kind(&a), filter_kind(&b));
+    b["spec"]["nodeSelector"] = json!({"zone": "x"});
+    assert_eq!(filter_kind(&a), filter_kind(&b));
+    b["spec"]["tolerations"] = json!([{"key": "dedicated", "operator": "Exists"}]);
+    assert_ne!(filter_kind(&a), filter_kind(&b));
+}
