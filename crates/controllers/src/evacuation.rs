@@ -97,15 +97,11 @@ struct Controller {
 /// How long a created evacuation migration may take to show in the cache.
 const CACHE_LAG: Duration = Duration::from_secs(30);
 
-pub async fn run(client: Client) {
+pub async fn run(client: Client, shared: crate::informer::Shared) {
     let changed = Arc::new(Notify::new());
     let mut controller = Controller {
-        nodes: reflect(&client, resources::node(), changed.clone()),
-        vmis: reflect(
-            &client,
-            resources::virtual_machine_instance(),
-            changed.clone(),
-        ),
+        nodes: shared.nodes.subscribe(changed.clone()),
+        vmis: shared.vmis.subscribe(changed.clone()),
         migrations: reflect(&client, migration_resource(), changed.clone()),
         kubevirts: reflect(&client, kubevirt_resource(), changed.clone()),
         client,

@@ -5,6 +5,7 @@ mod cached;
 pub mod certificates;
 pub mod datavolume;
 pub mod evacuation;
+mod informer;
 pub mod leader;
 pub mod migration;
 pub mod node_lifecycle;
@@ -47,9 +48,10 @@ pub struct Config {
 
 /// Runs every controller until the process ends.
 pub async fn run(client: kube::Client, config: Config) {
+    let shared = informer::Shared::start(&client);
     tokio::join!(
         vm::run(client.clone()),
-        scheduler::run(client.clone()),
+        scheduler::run(client.clone(), shared.clone()),
         node_lifecycle::run(client.clone(), config.node_monitor_grace_period),
         volumes::run(client.clone(), config.volume_pool),
         datavolume::run(
@@ -60,8 +62,8 @@ pub async fn run(client: kube::Client, config: Config) {
             },
             config.insecure_registries,
         ),
-        migration::run(client.clone(), config.migration_credentials),
+        migration::run(client.clone(), config.migration_credentials, shared.clone()),
         certificates::run(client.clone(), config.certificate_signer),
-        evacuation::run(client),
+        evacuation::run(client, shared),
     );
 }

@@ -8,11 +8,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::core::DynamicObject;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::meta;
@@ -313,35 +311,10 @@ struct Scheduler {
     changed: Arc<Notify>,
 }
 
-pub async fn run(client: Client) {
+pub async fn run(client: Client, shared: crate::informer::Shared) {
     let changed = Arc::new(Notify::new());
-    let node_writer = reflector::store::Writer::new(resources::node());
-    let nodes = node_writer.as_reader();
-    let vmi_writer = reflector::store::Writer::new(resources::virtual_machine_instance());
-    let vmis = vmi_writer.as_reader();
-    let node_api = Api::<DynamicObject>::all_with(client.clone(), &resources::node());
-    let vmi_api =
-        Api::<DynamicObject>::all_with(client.clone(), &resources::virtual_machine_instance());
-    let notify = changed.clone();
-    tokio::spawn(
-        watcher(node_api, watcher::Config::default())
-            .default_backoff()
-            .reflect(node_writer)
-            .for_each(move |_| {
-                notify.notify_one();
-                futures::future::ready(())
-            }),
-    );
-    let notify = changed.clone();
-    tokio::spawn(
-        watcher(vmi_api, watcher::Config::default())
-            .default_backoff()
-            .reflect(vmi_writer)
-            .for_each(move |_| {
-                notify.notify_one();
-                futures::future::ready(())
-            }),
-    );
+    let nodes = shared.nodes.subscribe(changed.clone());
+    let vmis = shared.vmis.subscribe(changed.clone());
     let (report, failed) = mpsc::unbounded_channel();
     let mut scheduler = Scheduler {
         client,

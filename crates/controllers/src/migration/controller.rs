@@ -95,16 +95,16 @@ pub(crate) fn reflect(
     reader
 }
 
-pub async fn run(client: Client, credentials: Option<IssueCredentials>) {
+pub async fn run(
+    client: Client,
+    credentials: Option<IssueCredentials>,
+    shared: crate::informer::Shared,
+) {
     let changed = Arc::new(Notify::new());
     let mut controller = Controller {
         migrations: reflect(&client, migration_resource(), changed.clone()),
-        vmis: reflect(
-            &client,
-            resources::virtual_machine_instance(),
-            changed.clone(),
-        ),
-        nodes: reflect(&client, resources::node(), changed.clone()),
+        vmis: shared.vmis.subscribe(changed.clone()),
+        nodes: shared.nodes.subscribe(changed.clone()),
         kubevirts: reflect(&client, kubevirt_resource(), changed.clone()),
         policies: reflect(&client, policy_resource(), changed.clone()),
         namespaces: reflect(&client, namespace_resource(), changed.clone()),
