@@ -660,6 +660,17 @@ fn spawn_agent(
     });
 }
 
+/// A `--kubeconfig-server` URL that kubectl and the agents can use: `https://HOST[:PORT]`.
+fn check_server_url(url: &str) -> anyhow::Result<()> {
+    let uri: http::Uri = url
+        .parse()
+        .with_context(|| format!("--kubeconfig-server {url}: not a URL"))?;
+    if uri.scheme_str() != Some("https") || uri.host().is_none_or(str::is_empty) {
+        bail!("--kubeconfig-server {url}: must be https://HOST[:PORT]");
+    }
+    Ok(())
+}
+
 fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create data dir {}", args.data_dir.display()))?;
@@ -667,6 +678,9 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
     args.data_dir = std::fs::canonicalize(&args.data_dir)
         .with_context(|| format!("cannot resolve data dir {}", args.data_dir.display()))?;
     let store_choice = store_choice::StoreChoice::parse(&args.store)?;
+    for url in &args.kubeconfig_servers {
+        check_server_url(url)?;
+    }
     let node_name = args.node_name.clone().unwrap_or_else(hostname);
     let host = HostSettings {
         node_name: &node_name,
@@ -780,4 +794,23 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
         server.shutdown().await;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod kubeconfig_server_tests {
+    use super::check_server_url;
+
+    #[test]
+    fn only_https_urls_with_a_host_are_taken() {
+        assert!(check_server_url("https://10.0.0.2:6443").is_ok());
+        assert!(check_server_url("https://lb.example").is_ok());
+        for bad in [
+            "10.0.0.2:6443",
+            "http://10.0.0.2:6443",
+            "https://",
+            "not a url",
+        ] {
+            assert!(check_server_url(bad).is_err(), "{bad} was taken");
+        }
+    }
 }

@@ -674,10 +674,7 @@ async fn a_drained_node_moves_one_guest_live_and_restarts_the_other_elsewhere() 
         on_a.wait_ready(name).await;
     }
     on_a.api.merge(&node_b, &cordon(false)).await;
-    let mut console = on_a.console(mover).await.expect("console");
-    console.send("\r").await;
-    let up_before = console.uptime().await;
-    console.close().await;
+    let up_before = on_a.uptime(mover).await;
 
     let out = std::process::Command::new(support::binary())
         .args([
@@ -743,10 +740,7 @@ async fn a_drained_node_moves_one_guest_live_and_restarts_the_other_elsewhere() 
         "{}",
         items[0]["status"]
     );
-    let mut console = on_b.console(mover).await.expect("console on node-b");
-    console.send("\r").await;
-    let up_after = console.uptime().await;
-    console.close().await;
+    let up_after = on_b.uptime(mover).await;
     assert!(
         up_after >= up_before,
         "rebooted: up {up_before} s before, {up_after} s after"
@@ -813,10 +807,7 @@ async fn a_migration_out_of_time_is_aborted_or_pauses_the_guest_when_allowed() {
         failed["status"]
     );
     still_runs(&from, name, "after-timeout").await;
-    let mut console = from.console(name).await.expect("console");
-    console.send("\r").await;
-    let up_before = console.uptime().await;
-    console.close().await;
+    let up_before = from.uptime(name).await;
 
     let policy = json!({"apiVersion": "migrations.kubevirt.io/v1alpha1", "kind": "MigrationPolicy",
         "metadata": {"name": "may-pause"},
@@ -845,10 +836,7 @@ async fn a_migration_out_of_time_is_aborted_or_pauses_the_guest_when_allowed() {
         vmi["status"]
     );
     still_runs(&to, name, "after-pause").await;
-    let mut console = to.console(name).await.expect("console");
-    console.send("\r").await;
-    let up_after = console.uptime().await;
-    console.close().await;
+    let up_after = to.uptime(name).await;
     assert!(
         up_after >= up_before,
         "rebooted: up {up_before} s, then {up_after} s"

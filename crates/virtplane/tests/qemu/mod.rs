@@ -745,6 +745,15 @@ impl Env {
         Console::open(self, name, "console").await
     }
 
+    /// Seconds guest `name` has been up, asked on its serial console through this server.
+    pub async fn uptime(&self, name: &str) -> u64 {
+        let mut console = self.console(name).await.expect("console");
+        console.send("\r").await;
+        let up = console.uptime().await;
+        console.close().await;
+        up
+    }
+
     pub fn kubeconfig(&self) -> PathBuf {
         self.data_dir.join("admin.kubeconfig")
     }
