@@ -748,18 +748,20 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
         let identity = server_identity(&args.data_dir)?;
         let internal = server.internal.clone();
         let registry = server.registry.clone();
-        let (store, compaction_interval) = (store.clone(), args.compaction_interval);
+        tokio::spawn(apiserver::compact_periodically(
+            store.clone(),
+            args.compaction_interval,
+        ));
         tokio::spawn(controllers::leader::run_elected(
             client.clone(),
             controllers::leader::Election::controller_manager(identity),
             move || {
                 let (internal, config) = (internal.clone(), controller_config.clone());
                 let collector = apiserver::garbage_collector(registry.clone());
-                let compactor = apiserver::compact_periodically(store.clone(), compaction_interval);
                 async move {
                     // Made on the term's runtime, which the lease's loss shuts down.
                     let client = kube::Client::new(internal, "default");
-                    futures::join!(controllers::run(client, config), collector, compactor);
+                    futures::join!(controllers::run(client, config), collector);
                 }
             },
         ));
