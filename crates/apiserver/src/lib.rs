@@ -387,6 +387,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             kubevirt::HostDiskPolicy(config.host_disk_dirs.clone()),
         )?,
     ));
+    registry.follow_namespaces();
     ensure_namespaces(&registry).await?;
     cdi::ensure_storage_profile(&registry)
         .await

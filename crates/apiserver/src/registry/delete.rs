@@ -19,6 +19,22 @@ impl Registry {
         name: &str,
         options: &DeleteOptions,
     ) -> Result<Outcome<DeleteResult>, Status> {
+        let result = self.delete_object(reg, namespace, name, options).await;
+        if reg.info.group.is_empty() && reg.info.plural == "namespaces" && !options.dry_run {
+            // Whatever the outcome, the write (if any) is in the store by now.
+            self.namespaces
+                .deleting(name, self.store.current_revision());
+        }
+        result
+    }
+
+    async fn delete_object(
+        &self,
+        reg: &Registration,
+        namespace: Option<&str>,
+        name: &str,
+        options: &DeleteOptions,
+    ) -> Result<Outcome<DeleteResult>, Status> {
         if let Some(message) = reg.hooks.refuse_delete(name) {
             return Err(Status::forbidden(&reg.info.group_resource(), name, message));
         }

@@ -17,6 +17,7 @@ use crate::stored;
 mod create;
 mod delete;
 mod list;
+mod namespaces;
 mod registration;
 mod update;
 mod validation;
@@ -88,6 +89,7 @@ pub struct Outcome<T> {
 pub struct Registry {
     pub store: Arc<dyn Store>,
     registrations: Vec<Arc<Registration>>,
+    namespaces: namespaces::NamespaceCache,
 }
 
 /// Maps store failures that the caller did not anticipate to a Status.
@@ -108,6 +110,7 @@ impl Registry {
         Registry {
             store,
             registrations: registrations.into_iter().map(Arc::new).collect(),
+            namespaces: Default::default(),
         }
     }
 

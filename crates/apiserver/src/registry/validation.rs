@@ -12,7 +12,7 @@ use crate::stored;
 impl Registry {
     /// Whether the namespace exists, and whether it is being deleted.
     pub async fn namespace_state(&self, namespace: &str) -> Result<Option<bool>, Status> {
-        let key = format!("/registry/core/namespaces/{namespace}");
+        let key = format!("{}{namespace}", super::namespaces::PREFIX);
         match self.store.get(&key).await.map_err(store_failure)? {
             None => Ok(None),
             Some(kv) => Ok(Some(stored::is_deleting(&kv)?)),
@@ -28,6 +28,9 @@ impl Registry {
         let Some(ns) = namespace.filter(|_| reg.info.namespaced) else {
             return Ok(());
         };
+        if self.namespaces.is_active(ns) {
+            return Ok(());
+        }
         match self.namespace_state(ns).await? {
             None => Err(Status::not_found(
                 &apimachinery::status::GroupResource::new("", "namespaces"),
