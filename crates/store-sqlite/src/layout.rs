@@ -6,12 +6,13 @@
 //! create revision, which no two live keys share and which a key keeps for its life: new
 //! objects then append to the table's last leaf, and no index is needed, since the
 //! in-memory index answers every lookup by key. Values are LZ4-compressed (a KubeVirt
-//! object shrinks about 3x), so a page holds several objects and a commit writes fewer.
+//! object shrinks about 3x), so a page holds several objects and a commit writes fewer;
+//! they are the in-memory index's packed values (`store::Packed`) byte for byte.
 
 use bytes::Bytes;
 use rusqlite::types::Type;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
-use store::{EventKind, KeyValue, Revision, StagedBatch};
+use store::{EventKind, Packed, PackedKv, Revision, StagedBatch};
 
 /// Stored in `PRAGMA user_version`, so a newer layout is refused rather than misread.
 /// Version 1 kept `kv` WITHOUT ROWID, keyed by the key, with values as they are: objects
@@ -78,42 +79,23 @@ fn upgrade_from_v1(tx: &Transaction) -> rusqlite::Result<()> {
             let key: String = row.get(1)?;
             let value: Vec<u8> = row.get(2)?;
             let mod_rev: Revision = row.get(3)?;
-            insert.execute(params![create_rev, key, pack(&value), mod_rev])?;
+            insert.execute(params![
+                create_rev,
+                key,
+                Packed::pack(&value).as_bytes(),
+                mod_rev
+            ])?;
         }
     }
     tx.execute_batch("DROP TABLE kv_v1;")
 }
 
-fn pack(value: &[u8]) -> Vec<u8> {
-    lz4_flex::compress_prepend_size(value)
+fn corrupt(column: usize, message: String) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(column, Type::Blob, message.into())
 }
 
-/// LZ4 turns one byte into at most 255; a size prefix beyond that is damage, and trusting
-/// it would allocate up to 4 GiB for one row.
-const MAX_EXPANSION: usize = 255;
-
-fn unpack(column: usize, packed: &[u8]) -> rusqlite::Result<Bytes> {
-    let corrupt = |err: Box<dyn std::error::Error + Send + Sync>| {
-        rusqlite::Error::FromSqlConversionFailure(column, Type::Blob, err)
-    };
-    let (size, block) =
-        lz4_flex::block::uncompressed_size(packed).map_err(|e| corrupt(e.into()))?;
-    if size > block.len().saturating_mul(MAX_EXPANSION) {
-        return Err(corrupt(
-            format!(
-                "compressed value claims {size} bytes from {} bytes",
-                block.len()
-            )
-            .into(),
-        ));
-    }
-    lz4_flex::decompress(block, size)
-        .map(Bytes::from)
-        .map_err(|e| corrupt(e.into()))
-}
-
-/// Reads every row and the current revision.
-pub fn load(conn: &Connection) -> rusqlite::Result<(Vec<KeyValue>, Revision)> {
+/// Reads every row, its value left packed, and the current revision.
+pub fn load(conn: &Connection) -> rusqlite::Result<(Vec<PackedKv>, Revision)> {
     let revision: Revision = conn
         .query_row(
             "SELECT value FROM meta WHERE name = 'revision'",
@@ -125,9 +107,10 @@ pub fn load(conn: &Connection) -> rusqlite::Result<(Vec<KeyValue>, Revision)> {
     let mut stmt = conn.prepare("SELECT key, value, create_rev, mod_rev FROM kv")?;
     let items = stmt
         .query_map([], |row| {
-            Ok(KeyValue {
+            let value = Bytes::copy_from_slice(row.get_ref(1)?.as_blob()?);
+            Ok(PackedKv {
                 key: row.get(0)?,
-                value: unpack(1, row.get_ref(1)?.as_blob()?)?,
+                value: Packed::from_packed(value).map_err(|e| corrupt(1, e))?,
                 create_revision: row.get(2)?,
                 mod_revision: row.get(3)?,
             })
@@ -157,13 +140,13 @@ pub fn revision(conn: &Connection) -> rusqlite::Result<Revision> {
 pub fn write(tx: &Transaction, staged: &StagedBatch) -> rusqlite::Result<()> {
     let mut upsert = tx.prepare_cached(UPSERT)?;
     let mut delete = tx.prepare_cached(DELETE)?;
-    for event in staged.events() {
-        let kv = &event.kv;
-        match event.kind {
+    for change in staged.changes() {
+        let kv = &change.kv;
+        match change.kind {
             EventKind::Put => upsert.execute(params![
                 kv.create_revision,
                 kv.key,
-                pack(&kv.value),
+                kv.value.as_bytes(),
                 kv.mod_revision
             ])?,
             EventKind::Delete => delete.execute([kv.create_revision])?,
@@ -173,7 +156,7 @@ pub fn write(tx: &Transaction, staged: &StagedBatch) -> rusqlite::Result<()> {
     // it; rewriting the meta page as well cost a WAL page per commit. A row can lose the
     // newest revision only to a later delete, whose batch then records it here.
     let carried_by_row = staged
-        .events()
+        .changes()
         .last()
         .is_some_and(|e| e.kind == EventKind::Put && e.kv.mod_revision == staged.revision());
     if !carried_by_row {

@@ -352,7 +352,7 @@ impl Writer {
         };
         if on_disk == staged.revision() && on_disk != self.index.current_revision() {
             tracing::warn!("the batch whose commit failed is on disk after all: publishing it");
-            let writes = staged.events().len() as u64;
+            let writes = staged.changes().len() as u64;
             if let Err(err) = self.index.commit(staged) {
                 tracing::error!(error = %err, "SQLite store index diverged from disk");
                 return Err(err);
@@ -396,7 +396,7 @@ impl Writer {
     fn commit(&mut self, ops: Vec<WriteOp>) -> (Vec<Result<KeyValue>>, bool) {
         let count = ops.len();
         let staged = self.index.stage(ops);
-        let writes = staged.events().len() as u64;
+        let writes = staged.changes().len() as u64;
         if writes > 0 {
             if let Err(err) = persist(&mut self.conn, &staged) {
                 tracing::error!(error = %err, "SQLite store write failed");

@@ -13,9 +13,11 @@ mod announce;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 mod memory;
+mod packed;
 
 pub use announce::WriteGauge;
 pub use memory::{MemoryStore, StagedBatch, WriteOp};
+pub use packed::{Change, Packed, PackedKv};
 
 /// A store-wide, strictly increasing write counter. The first write gets revision 1.
 pub type Revision = i64;

@@ -1,9 +1,10 @@
 //! An in-memory MVCC store.
 //!
 //! Used on its own in tests and as the read index of durable backends: a backend stages a
-//! batch of writes here ([`MemoryStore::stage`]), persists the staged events, and only then
+//! batch of writes here ([`MemoryStore::stage`]), persists the staged changes, and only then
 //! makes them visible ([`MemoryStore::commit`]), so readers and watchers never see a write
-//! that is not durable.
+//! that is not durable. Values are kept packed (see `packed`), history and broadcast
+//! batches too; readers and watchers unpack what they take.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
@@ -13,6 +14,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::sync::broadcast;
 
+use crate::packed::{Change, Packed, PackedKv};
 use crate::{
     Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision, Store, StoreError,
     WatchStream,
@@ -56,20 +58,20 @@ pub struct StagedBatch {
     /// The store's revision when the batch was staged.
     base: Revision,
     /// The successful writes, one per revision from `base + 1`.
-    events: Vec<Event>,
+    changes: Vec<Change>,
     /// The result of every op, in submission order.
     outcomes: Vec<Result<KeyValue>>,
 }
 
 impl StagedBatch {
     /// The successful writes in revision order: what a durable backend must persist.
-    pub fn events(&self) -> &[Event] {
-        &self.events
+    pub fn changes(&self) -> &[Change] {
+        &self.changes
     }
 
     /// The store revision once this batch is committed.
     pub fn revision(&self) -> Revision {
-        self.base + self.events.len() as Revision
+        self.base + self.changes.len() as Revision
     }
 }
 
@@ -78,12 +80,12 @@ impl StagedBatch {
 struct Version {
     mod_revision: Revision,
     create_revision: Revision,
-    value: Option<Bytes>,
+    value: Option<Packed>,
 }
 
 impl Version {
-    fn to_kv(&self, key: &str) -> Option<KeyValue> {
-        self.value.as_ref().map(|value| KeyValue {
+    fn to_kv(&self, key: &str) -> Option<PackedKv> {
+        self.value.as_ref().map(|value| PackedKv {
             key: key.to_owned(),
             value: value.clone(),
             create_revision: self.create_revision,
@@ -99,12 +101,12 @@ struct State {
     keys: BTreeMap<String, Vec<Version>>,
     current: Revision,
     compacted: Revision,
-    /// One event per revision, contiguous up to `current`.
-    history: VecDeque<Event>,
+    /// One change per revision, contiguous up to `current`.
+    history: VecDeque<Change>,
 }
 
 impl State {
-    fn latest(&self, key: &str) -> Option<KeyValue> {
+    fn latest(&self, key: &str) -> Option<PackedKv> {
         self.keys.get(key)?.last()?.to_kv(key)
     }
 
@@ -117,8 +119,8 @@ impl State {
 
     fn stage(&self, ops: Vec<WriteOp>) -> StagedBatch {
         // Keys written earlier in this batch: `None` means deleted.
-        let mut overlay: HashMap<String, Option<KeyValue>> = HashMap::new();
-        let mut events = Vec::new();
+        let mut overlay: HashMap<String, Option<PackedKv>> = HashMap::new();
+        let mut changes = Vec::new();
         let mut outcomes = Vec::with_capacity(ops.len());
         for op in ops {
             let key = op.key().to_owned();
@@ -126,26 +128,26 @@ impl State {
                 Some(kv) => kv.clone(),
                 None => self.latest(&key),
             };
-            let revision = self.current + events.len() as Revision + 1;
+            let revision = self.current + changes.len() as Revision + 1;
             match resolve(op, current, revision) {
-                Ok(event) => {
-                    let after = (event.kind == EventKind::Put).then(|| event.kv.clone());
+                Ok((change, outcome)) => {
+                    let after = (change.kind == EventKind::Put).then(|| change.kv.clone());
                     overlay.insert(key, after);
-                    outcomes.push(Ok(event.kv.clone()));
-                    events.push(event);
+                    outcomes.push(Ok(outcome));
+                    changes.push(change);
                 }
                 Err(err) => outcomes.push(Err(err)),
             }
         }
         StagedBatch {
             base: self.current,
-            events,
+            changes,
             outcomes,
         }
     }
 
-    /// Applies a staged batch; returns the committed events for broadcasting.
-    fn apply(&mut self, batch: StagedBatch) -> Result<(Vec<Event>, Vec<Result<KeyValue>>)> {
+    /// Applies a staged batch; returns the committed changes for broadcasting.
+    fn apply(&mut self, batch: StagedBatch) -> Result<(Vec<Change>, Vec<Result<KeyValue>>)> {
         if batch.base != self.current {
             return Err(StoreError::Backend(format!(
                 "staged batch is stale: staged at revision {}, store is at {}",
@@ -153,19 +155,19 @@ impl State {
             )));
         }
         self.current = batch.revision();
-        for event in &batch.events {
-            let value = (event.kind == EventKind::Put).then(|| event.kv.value.clone());
+        for change in &batch.changes {
+            let value = (change.kind == EventKind::Put).then(|| change.kv.value.clone());
             self.keys
-                .entry(event.kv.key.clone())
+                .entry(change.kv.key.clone())
                 .or_default()
                 .push(Version {
-                    mod_revision: event.kv.mod_revision,
-                    create_revision: event.kv.create_revision,
+                    mod_revision: change.kv.mod_revision,
+                    create_revision: change.kv.create_revision,
                     value,
                 });
-            self.history.push_back(event.clone());
+            self.history.push_back(change.clone());
         }
-        Ok((batch.events, batch.outcomes))
+        Ok((batch.changes, batch.outcomes))
     }
 
     fn list(&self, prefix: &str, options: &ListOptions) -> Result<ListResult> {
@@ -184,7 +186,11 @@ impl State {
                 let visible = versions.partition_point(|v| v.mod_revision <= revision);
                 visible.checked_sub(1).and_then(|i| versions[i].to_kv(key))
             });
-        let items: Vec<KeyValue> = live.by_ref().take(limit).collect();
+        let items = live
+            .by_ref()
+            .take(limit)
+            .map(|kv| kv.unpack())
+            .collect::<Result<Vec<KeyValue>>>()?;
         Ok(ListResult {
             items,
             revision,
@@ -243,20 +249,34 @@ impl State {
     }
 }
 
-/// Checks one op against the key's current value and builds its event at `revision`.
-fn resolve(op: WriteOp, current: Option<KeyValue>, revision: Revision) -> Result<Event> {
+/// Checks one op against the key's current value and builds its change at `revision`,
+/// with the op's outcome.
+fn resolve(
+    op: WriteOp,
+    current: Option<PackedKv>,
+    revision: Revision,
+) -> Result<(Change, KeyValue)> {
+    let conflict = |current: PackedKv| {
+        Err(StoreError::Conflict {
+            current: Some(current.unpack()?),
+        })
+    };
     match (op, current) {
         (WriteOp::Create { .. }, Some(_)) => Err(StoreError::AlreadyExists),
-        (WriteOp::Create { key, value }, None) => Ok(Event {
-            kind: EventKind::Put,
-            kv: KeyValue {
+        (WriteOp::Create { key, value }, None) => {
+            let written = KeyValue {
                 key,
                 value,
                 create_revision: revision,
                 mod_revision: revision,
-            },
-            prev: None,
-        }),
+            };
+            let change = Change {
+                kind: EventKind::Put,
+                kv: PackedKv::pack(&written),
+                prev: None,
+            };
+            Ok((change, written))
+        }
         (WriteOp::Update { .. } | WriteOp::Delete { .. }, None) => Err(StoreError::NotFound),
         (
             WriteOp::Update {
@@ -267,35 +287,36 @@ fn resolve(op: WriteOp, current: Option<KeyValue>, revision: Revision) -> Result
             Some(prev),
         ) => {
             if prev.mod_revision != expected {
-                return Err(StoreError::Conflict {
-                    current: Some(prev),
-                });
+                return conflict(prev);
             }
-            Ok(Event {
+            let written = KeyValue {
+                key,
+                value,
+                create_revision: prev.create_revision,
+                mod_revision: revision,
+            };
+            let change = Change {
                 kind: EventKind::Put,
-                kv: KeyValue {
-                    key,
-                    value,
-                    create_revision: prev.create_revision,
-                    mod_revision: revision,
-                },
+                kv: PackedKv::pack(&written),
                 prev: Some(prev),
-            })
+            };
+            Ok((change, written))
         }
         (WriteOp::Delete { expected, .. }, Some(prev)) => {
             if expected.is_some_and(|expected| expected != prev.mod_revision) {
-                return Err(StoreError::Conflict {
-                    current: Some(prev),
-                });
+                return conflict(prev);
             }
-            Ok(Event {
+            let deleted = PackedKv {
+                mod_revision: revision,
+                ..prev.clone()
+            };
+            let outcome = deleted.unpack()?;
+            let change = Change {
                 kind: EventKind::Delete,
-                kv: KeyValue {
-                    mod_revision: revision,
-                    ..prev.clone()
-                },
+                kv: deleted,
                 prev: Some(prev),
-            })
+            };
+            Ok((change, outcome))
         }
     }
 }
@@ -304,7 +325,7 @@ struct Shared {
     state: RwLock<State>,
     /// Committed batches, sent while the state's write lock is held so that a watcher that
     /// subscribes under the read lock sees every later batch and no earlier one.
-    events: broadcast::Sender<Arc<[Event]>>,
+    events: broadcast::Sender<Arc<[Change]>>,
 }
 
 /// The in-memory MVCC store. Old versions and the event history are kept until
@@ -333,7 +354,7 @@ impl MemoryStore {
     /// A store holding `items` at `revision`, as a durable backend finds them on restart.
     /// No history is kept, so reads and watches before `revision` get `Compacted`. The
     /// revision is raised to the newest item's if it is older, so it never goes backwards.
-    pub fn load(items: Vec<KeyValue>, revision: Revision) -> Self {
+    pub fn load(items: Vec<PackedKv>, revision: Revision) -> Self {
         let mut state = State::default();
         for kv in items {
             state.current = state.current.max(kv.mod_revision);
@@ -394,10 +415,10 @@ impl MemoryStore {
     }
 
     /// Must be called with the state's write lock held (see [`Shared::events`]).
-    fn broadcast(&self, events: Vec<Event>) {
-        if !events.is_empty() {
+    fn broadcast(&self, changes: Vec<Change>) {
+        if !changes.is_empty() {
             // An error only means nobody is watching.
-            let _ = self.shared.events.send(events.into());
+            let _ = self.shared.events.send(changes.into());
         }
     }
 
@@ -418,8 +439,8 @@ struct WatchCursor {
     prefix: String,
     /// The highest revision already considered (sent or filtered out).
     position: Revision,
-    pending: VecDeque<Event>,
-    live: broadcast::Receiver<Arc<[Event]>>,
+    pending: VecDeque<Change>,
+    live: broadcast::Receiver<Arc<[Change]>>,
     ended: bool,
 }
 
@@ -429,8 +450,11 @@ impl WatchCursor {
             if self.ended {
                 return None;
             }
-            if let Some(event) = self.pending.pop_front() {
-                return Some((Ok(event), self));
+            if let Some(change) = self.pending.pop_front() {
+                let event = change.unpack();
+                // A value that cannot be read ends the stream, as a lagging watcher's does.
+                self.ended = event.is_err();
+                return Some((event, self));
             }
             match self.live.recv().await {
                 Ok(batch) => {
@@ -470,7 +494,8 @@ impl WatchCursor {
 #[async_trait]
 impl Store for MemoryStore {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        Ok(self.read().latest(key))
+        let latest = self.read().latest(key);
+        latest.map(|kv| kv.unpack()).transpose()
     }
 
     async fn list(&self, prefix: &str, options: ListOptions) -> Result<ListResult> {
@@ -611,7 +636,7 @@ mod tests {
             },
         ]);
         assert_eq!(batch.revision(), 2);
-        assert_eq!(batch.events().len(), 2);
+        assert_eq!(batch.changes().len(), 2);
         assert_eq!(store.read().latest("/a"), None);
         assert_eq!(store.current_revision(), 0);
 
@@ -626,8 +651,8 @@ mod tests {
         }
         assert_eq!(store.current_revision(), 2);
         assert_eq!(
-            store.read().latest("/a").map(|kv| kv.value),
-            Some(Bytes::from_static(b"3"))
+            store.read().latest("/a").map(|kv| kv.value.unpack()),
+            Some(Ok(Bytes::from_static(b"3")))
         );
     }
 
@@ -653,7 +678,7 @@ mod tests {
             create_revision: 3,
             mod_revision: 5,
         };
-        let store = MemoryStore::load(vec![kv.clone()], 9);
+        let store = MemoryStore::load(vec![PackedKv::pack(&kv)], 9);
         assert_eq!(store.current_revision(), 9);
         assert_eq!(store.compacted_revision(), 9);
         assert_eq!(store.get("/a").await, Ok(Some(kv)));
