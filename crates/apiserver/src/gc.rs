@@ -144,22 +144,39 @@ pub async fn run(registry: Arc<Registry>) {
     }
 }
 
+/// Objects read per page when the graph is built: a store of 100,000 VMs read whole
+/// held all their values at once beside the graph made from them.
+const PAGE: usize = 1000;
+
 async fn run_once(registry: &Registry) -> Result<(), Status> {
-    let listed = registry
-        .store
-        .list("/registry/", ListOptions::default())
-        .await
-        .map_err(crate::registry::store_failure)?;
     let mut graph = Graph::default();
     let mut queue: BTreeSet<String> = BTreeSet::new();
-    for kv in &listed.items {
-        let obj = decode_metadata(kv)?;
-        graph.insert(&kv.key, &obj);
-        queue.insert(kv.key.clone());
-    }
+    let mut options = ListOptions {
+        limit: Some(PAGE),
+        ..ListOptions::default()
+    };
+    let revision = loop {
+        let page = registry
+            .store
+            .list("/registry/", options.clone())
+            .await
+            .map_err(crate::registry::store_failure)?;
+        for kv in &page.items {
+            let obj = decode_metadata(kv)?;
+            graph.insert(&kv.key, &obj);
+            queue.insert(kv.key.clone());
+        }
+        match page.items.last() {
+            Some(last) if page.remaining > 0 => {
+                options.start_after = Some(last.key.clone());
+                options.revision = Some(page.revision);
+            }
+            _ => break page.revision,
+        }
+    };
     let mut events = registry
         .store
-        .watch("/registry/", listed.revision)
+        .watch("/registry/", revision)
         .await
         .map_err(crate::registry::store_failure)?;
     let mut retry = tokio::time::interval(Duration::from_millis(500));

@@ -118,6 +118,7 @@ pub async fn run(client: Client, sign: Option<SignRequest>) {
         backoff: Backoff::default(),
     });
     Controller::new_with(api, watcher::Config::default(), csr_resource())
+        .with_config(crate::controller_config())
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| {
             match result {

@@ -60,6 +60,7 @@ pub async fn run(client: Client) {
             data_volume_resource(),
             kube::runtime::watcher::Config::default(),
         )
+        .with_config(crate::controller_config())
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| {
             match result {

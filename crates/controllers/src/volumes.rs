@@ -49,6 +49,7 @@ pub async fn run(client: Client, pool: PathBuf) {
         backoff: Backoff::default(),
     });
     Controller::new_with(api, watcher::Config::default(), claim_resource())
+        .with_config(crate::controller_config())
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| {
             match result {

@@ -42,6 +42,7 @@ pub fn readiness(claim_exists: bool, filled_by: Option<Phase>) -> (&'static str,
 pub async fn run(client: Client) {
     let api = Api::<DynamicObject>::all_with(client.clone(), &data_source_resource());
     Controller::new_with(api, watcher::Config::default(), data_source_resource())
+        .with_config(crate::controller_config())
         .run(reconcile, error_policy, Arc::new(client))
         .for_each(|_| futures::future::ready(()))
         .await;

@@ -96,6 +96,7 @@ pub async fn run(client: Client, dirs: Dirs, insecure_registries: Vec<String>) {
     tokio::spawn(cancel_orphans(controller.store(), ctx.clone()));
     tokio::spawn(data_source::run(ctx.client.clone()));
     controller
+        .with_config(crate::controller_config())
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| {
             match result {
