@@ -25,8 +25,8 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::path::Path;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,7 +35,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use serde_json::{json, Value};
-use support::process::{free_port, Proc};
+use support::objects::vm;
+use support::process::Proc;
 use support::stats::{ms, percentile};
 use support::virtplane::{Launch, Virtplane};
 use support::{knob, virtplane_binary};
@@ -50,81 +51,6 @@ const ETCD_PREFIX: &str = "/registry/kubevirt.io/virtualmachines/";
 
 fn main() -> ExitCode {
     support::main("api_vs_etcd", run)
-}
-
-/// Waits until the process is idle (under 5% of a core over 500 ms), so work it does in
-/// the background after a phase (controllers reacting to new objects) does not slow
-/// the next phase. Returns how long that took.
-async fn wait_idle(proc: &Proc) -> Duration {
-    let started = Instant::now();
-    let window = Duration::from_millis(500);
-    let Some(mut before) = proc.cpu_time() else {
-        return Duration::ZERO;
-    };
-    while started.elapsed() < Duration::from_secs(120) {
-        tokio::time::sleep(window).await;
-        let Some(now) = proc.cpu_time() else { break };
-        let busy = now.saturating_sub(before);
-        before = now;
-        if busy * 20 <= window {
-            return started.elapsed().saturating_sub(window);
-        }
-    }
-    started.elapsed()
-}
-
-/// A realistic VirtualMachine (about 1.5 KiB of JSON): labels, annotations, CPU/memory,
-/// two disks, a masquerade interface, a containerDisk and a cloud-init seed.
-fn vm(name: &str) -> Value {
-    json!({
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachine",
-        "metadata": {
-            "name": name,
-            "labels": {
-                "app": "bench",
-                "kubevirt.io/os": "fedora",
-                "tier": "backend",
-                "team": "platform"
-            },
-            "annotations": {
-                "description": "benchmark VM created by api_vs_etcd",
-                "kubevirt.io/latest-observed-api-version": "v1"
-            }
-        },
-        "spec": {
-            "runStrategy": "Halted",
-            "template": {
-                "metadata": {
-                    "labels": {"kubevirt.io/vm": name, "kubevirt.io/domain": name, "app": "bench"}
-                },
-                "spec": {
-                    "domain": {
-                        "cpu": {"cores": 2, "sockets": 1, "threads": 1},
-                        "memory": {"guest": "2Gi"},
-                        "resources": {"requests": {"memory": "2Gi", "cpu": "500m"}},
-                        "machine": {"type": "q35"},
-                        "devices": {
-                            "disks": [
-                                {"name": "rootdisk", "disk": {"bus": "virtio"}},
-                                {"name": "cloudinitdisk", "disk": {"bus": "virtio"}}
-                            ],
-                            "interfaces": [{"name": "default", "masquerade": {}}],
-                            "rng": {}
-                        }
-                    },
-                    "networks": [{"name": "default", "pod": {}}],
-                    "terminationGracePeriodSeconds": 180,
-                    "evictionStrategy": "LiveMigrate",
-                    "volumes": [
-                        {"name": "rootdisk", "containerDisk": {"image": "quay.io/containerdisks/fedora:40"}},
-                        {"name": "cloudinitdisk", "cloudInitNoCloud": {"userData":
-                            "#cloud-config\nuser: fedora\npassword: fedora\nchpasswd: { expire: False }\nssh_authorized_keys:\n  - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBenchmarkKeyBenchmarkKeyBenchmarkKeyXYZ bench@virtplane\npackages:\n  - qemu-guest-agent\nruncmd:\n  - [systemctl, enable, --now, qemu-guest-agent]\n"}}
-                    ]
-                }
-            }
-        }
-    })
 }
 
 /// One system under test: how to create VM number `i` and how to list them all.
@@ -458,52 +384,7 @@ async fn start_virtplane(dir: &Path, clients: usize) -> Result<(Proc, Target, Ta
 }
 
 async fn start_etcd(dir: &Path, clients: usize) -> Result<(Proc, Target, String)> {
-    let binary = std::env::var_os("ETCD_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("etcd"));
-    let version = Command::new(&binary)
-        .arg("--version")
-        .output()
-        .with_context(|| {
-            format!(
-                "cannot run {} (install etcd: apt-get install etcd-server, or set ETCD_BIN)",
-                binary.display()
-            )
-        })?;
-    let version = String::from_utf8_lossy(&version.stdout)
-        .lines()
-        .next()
-        .unwrap_or("etcd")
-        .trim()
-        .replace("etcd Version:", "etcd")
-        .to_string();
-    let (client_port, peer_port) = (free_port()?, free_port()?);
-    let url = format!("http://127.0.0.1:{client_port}");
-    let peer = format!("http://127.0.0.1:{peer_port}");
-    let mut proc = Proc::spawn(
-        "etcd",
-        Command::new(&binary)
-            .arg("--name")
-            .arg("bench")
-            .arg("--data-dir")
-            .arg(dir.join("etcd"))
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-            ])
-            .args([
-                "--listen-peer-urls",
-                &peer,
-                "--initial-advertise-peer-urls",
-                &peer,
-            ])
-            .args(["--initial-cluster", &format!("bench={peer}")])
-            .args(["--logger", "zap", "--log-level", "warn"]),
-        dir.join("etcd.log"),
-    )
-    .with_context(|| format!("cannot start {}", binary.display()))?;
+    let etcd = support::etcd::Etcd::start(dir).await?;
     let build = || {
         reqwest::Client::builder()
             .http1_only()
@@ -514,23 +395,10 @@ async fn start_etcd(dir: &Path, clients: usize) -> Result<(Proc, Target, String)
         .map(|_| build())
         .collect::<reqwest::Result<Vec<_>>>()?;
     let target = Target::Etcd {
-        url: url.clone(),
+        url: etcd.url.clone(),
         clients,
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        proc.check_alive()?;
-        if let Ok(r) = target.client(0).get(format!("{url}/health")).send().await {
-            if r.status().is_success() && r.text().await.unwrap_or_default().contains("true") {
-                break;
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("etcd never reported healthy on {url}/health");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok((proc, target, version))
+    Ok((etcd.proc, target, etcd.version))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -563,7 +431,7 @@ async fn run() -> Result<()> {
         eprintln!("  {}: {seq} creates, 1 client", target.name());
         let cpu = proc.cpu_time();
         seq_results[i] = creates(target, SEQ_NAMESPACE, "seq", seq, 1).await?;
-        wait_idle(proc).await;
+        proc.wait_idle().await;
         seq_results[i].cpu_ms = cpu_per_object(cpu, proc.cpu_time(), seq);
     }
     for (i, (target, proc)) in systems.into_iter().enumerate() {
@@ -573,7 +441,7 @@ async fn run() -> Result<()> {
         );
         let cpu = proc.cpu_time();
         conc_results[i] = creates(target, NAMESPACE, "vm", concurrent, clients).await?;
-        settle[i] = wait_idle(proc).await;
+        settle[i] = proc.wait_idle().await;
         conc_results[i].cpu_ms = cpu_per_object(cpu, proc.cpu_time(), concurrent);
     }
     for (i, (target, proc)) in systems.into_iter().enumerate() {
@@ -582,7 +450,7 @@ async fn run() -> Result<()> {
             target.name()
         );
         list_results[i] = lists(target, NAMESPACE, list_runs).await?;
-        wait_idle(proc).await;
+        proc.wait_idle().await;
         if list_results[i].items != concurrent {
             bail!(
                 "{}: LIST returned {} items, expected {concurrent}",
@@ -719,7 +587,7 @@ async fn servers_on_etcd(
         )
         .await?;
         for proc in procs.iter().skip(1) {
-            wait_idle(proc).await;
+            proc.wait_idle().await;
         }
         result.cpu_ms = cpu_per_object(cpu, cpu_of(procs), runs.per_round);
         results[i].push(result);
@@ -849,7 +717,7 @@ async fn rbac_rounds(
             "  virtplane as {who}: {per_round} creates, {clients} clients (RBAC round {round})"
         );
         let result = creates(target, ns, &format!("r{round}"), per_round, clients).await?;
-        wait_idle(proc).await;
+        proc.wait_idle().await;
         rounds.push((who, result));
     }
     Ok(rounds)

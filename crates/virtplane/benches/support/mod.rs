@@ -2,8 +2,10 @@
 //! (and the processes they measure), and percentiles.
 
 pub mod console;
+pub mod etcd;
 #[path = "../../tests/support/kubeconfig.rs"]
 mod kubeconfig;
+pub mod objects;
 pub mod process;
 pub mod stats;
 pub mod virtplane;

@@ -3,7 +3,7 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 
@@ -63,5 +63,42 @@ impl Proc {
             fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
         // USER_HZ is 100 on every Linux build this runs on.
         Some(Duration::from_millis(ticks * 10))
+    }
+
+    /// Waits until the process is idle (under 5% of a core over 500 ms), so work it does in
+    /// the background after a phase (controllers reacting to new objects) does not slow
+    /// the next phase. Returns how long that took.
+    #[allow(dead_code)] // api_vs_etcd and store_memory
+    pub async fn wait_idle(&self) -> Duration {
+        let started = Instant::now();
+        let window = Duration::from_millis(500);
+        let Some(mut before) = self.cpu_time() else {
+            return Duration::ZERO;
+        };
+        while started.elapsed() < Duration::from_secs(120) {
+            tokio::time::sleep(window).await;
+            let Some(now) = self.cpu_time() else { break };
+            let busy = now.saturating_sub(before);
+            before = now;
+            if busy * 20 <= window {
+                return started.elapsed().saturating_sub(window);
+            }
+        }
+        started.elapsed()
+    }
+
+    /// Resident memory (`VmRSS` of `/proc/PID/status`), in MiB.
+    #[allow(dead_code)] // store_memory only
+    pub fn rss_mib(&self) -> Option<f64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        Some(kib / 1024.0)
     }
 }

@@ -1,4 +1,5 @@
 //! Percentiles of measured durations.
+#![allow(dead_code)] // not every bench uses every helper
 
 use std::time::Duration;
 
