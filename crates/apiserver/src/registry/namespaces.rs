@@ -97,13 +97,9 @@ impl Registry {
                 let Some(registry) = registry.upgrade() else {
                     return;
                 };
-                match registry.follow_namespaces_once().await {
-                    Ok(()) => failures = 0,
-                    Err(e) => {
-                        failures += 1;
-                        tracing::warn!("namespace watch ended ({e}); reading the namespaces again");
-                    }
-                }
+                let ended = registry.follow_namespaces_once(&mut failures).await;
+                failures += 1;
+                tracing::warn!("namespace watch ended ({ended}); reading the namespaces again");
                 drop(registry);
                 let delay = Duration::from_millis(100) * 2u32.pow(failures.min(6));
                 tokio::time::sleep(delay).await;
@@ -111,15 +107,26 @@ impl Registry {
         });
     }
 
-    async fn follow_namespaces_once(&self) -> Result<(), StoreError> {
-        let listed = self.store.list(PREFIX, ListOptions::default()).await?;
+    /// Lists the namespaces, then follows their changes until the watch fails; why it
+    /// ended. `failures` starts over once a list succeeds.
+    async fn follow_namespaces_once(&self, failures: &mut u32) -> StoreError {
+        let listed = match self.store.list(PREFIX, ListOptions::default()).await {
+            Ok(listed) => listed,
+            Err(e) => return e,
+        };
         self.namespaces.replace(&listed.items, listed.revision);
-        let mut events = self.store.watch(PREFIX, listed.revision).await?;
+        *failures = 0;
+        let mut events = match self.store.watch(PREFIX, listed.revision).await {
+            Ok(events) => events,
+            Err(e) => return e,
+        };
         while let Some(event) = events.next().await {
-            let event = event?;
-            self.namespaces.apply(event.kind, &event.kv);
+            match event {
+                Ok(event) => self.namespaces.apply(event.kind, &event.kv),
+                Err(e) => return e,
+            }
         }
-        Err(StoreError::Backend("the watch closed".into()))
+        StoreError::Backend("the watch closed".into())
     }
 }
 
