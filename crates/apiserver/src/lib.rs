@@ -309,12 +309,10 @@ async fn ensure_namespaces(registry: &Registry) -> Result<(), ServerError> {
     Ok(())
 }
 
-/// Compacts store history older than the previous tick, so watches and continue
-/// tokens stay valid for at least `interval` (kube-apiserver compacts every 5 minutes).
 /// Compacts the store's history every `interval` (kube-apiserver's
 /// `--etcd-compaction-interval`), up to the revision current one interval earlier, until
-/// the future is dropped: run by the one server that holds the controller manager's
-/// lease, so that servers sharing one etcd do not each compact it.
+/// the future is dropped, so watches and continue tokens stay valid for at least one
+/// interval. Run by the one server that holds the controller manager's lease.
 pub async fn compact_periodically(store: Arc<dyn Store>, interval: Duration) {
     let mut previous = store.current_revision();
     loop {

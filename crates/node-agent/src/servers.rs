@@ -5,17 +5,37 @@
 //! and the retry goes to the next server. A server dying does not touch the agent's VMs;
 //! the watches re-list or resume on the next server (resourceVersions are the shared
 //! store's, so they mean the same on every server).
+//!
+//! A server whose host vanishes sends no reset: without help, a watch on it would sit
+//! silent until its read timeout (minutes), and so would a request already sent. Every
+//! connection therefore probes its peer with TCP keep-alives and gives up on data the
+//! peer has not acknowledged within `UNANSWERED_LIMIT`, and connects give up after
+//! `CONNECT_TIMEOUT`; the failure then moves the agent on like any other.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::{Request, Response};
-use kube::client::Body;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use kube::client::{Body, ConfigExt};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::Client;
+use tower::ServiceBuilder;
+
+/// Idle time before a connection's first keep-alive probe, and the time between probes.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(3);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+const KEEPALIVE_PROBES: u32 = 3;
+/// How long a connection's peer may leave data (a request, a probe) unacknowledged
+/// before the connection fails: a vanished server is given up on after about this long.
+const UNANSWERED_LIMIT: Duration = Duration::from_secs(8);
+/// How long a connect may take; a server on another host answers in milliseconds.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The contexts of `kubeconfig` that reach the same cluster as its current one: the
 /// current context first, then every other one with the same user and a cluster with the
@@ -71,7 +91,7 @@ pub async fn client(kubeconfig: &Kubeconfig) -> Result<(Client, kube::Config), k
         };
         let config = kube::Config::from_custom_kubeconfig(kubeconfig.clone(), &options).await?;
         let url = config.cluster_url.to_string();
-        let client = Client::try_from(config.clone())?;
+        let client = watchful_client(&config)?;
         servers.push(Server { url, client });
         first.get_or_insert(config);
     }
@@ -88,6 +108,29 @@ pub async fn client(kubeconfig: &Kubeconfig) -> Result<(Client, kube::Config), k
         current: AtomicUsize::new(0),
     }));
     Ok((Client::new(failover, namespace), first))
+}
+
+/// A client for `config`'s server whose connections notice a peer that stopped
+/// answering (see the module's comment). kube's own stack, less its tracing and retry
+/// layers, over a connector with those socket options.
+fn watchful_client(config: &kube::Config) -> Result<Client, kube::Error> {
+    let mut connector = HttpConnector::new();
+    connector.enforce_http(false);
+    connector.set_keepalive(Some(KEEPALIVE_IDLE));
+    connector.set_keepalive_interval(Some(KEEPALIVE_INTERVAL));
+    connector.set_keepalive_retries(Some(KEEPALIVE_PROBES));
+    connector.set_tcp_user_timeout(Some(UNANSWERED_LIMIT));
+    connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    let https = config.rustls_https_connector_with_connector(connector)?;
+    let http: hyper_util::client::legacy::Client<_, Body> =
+        hyper_util::client::legacy::Builder::new(TokioExecutor::new()).build(https);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(tower::BoxError::from)
+        .service(http);
+    Ok(Client::new(service, config.default_namespace.clone()))
 }
 
 struct Server {

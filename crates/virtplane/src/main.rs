@@ -748,20 +748,20 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
         let identity = server_identity(&args.data_dir)?;
         let internal = server.internal.clone();
         let registry = server.registry.clone();
-        tokio::spawn(apiserver::compact_periodically(
-            store.clone(),
-            args.compaction_interval,
-        ));
+        let compaction_interval = args.compaction_interval;
         tokio::spawn(controllers::leader::run_elected(
             client.clone(),
             controllers::leader::Election::controller_manager(identity),
             move || {
                 let (internal, config) = (internal.clone(), controller_config.clone());
                 let collector = apiserver::garbage_collector(registry.clone());
+                // Servers sharing one etcd must not each compact it.
+                let compaction =
+                    apiserver::compact_periodically(store.clone(), compaction_interval);
                 async move {
                     // Made on the term's runtime, which the lease's loss shuts down.
                     let client = kube::Client::new(internal, "default");
-                    futures::join!(controllers::run(client, config), collector);
+                    futures::join!(controllers::run(client, config), collector, compaction);
                 }
             },
         ));

@@ -15,6 +15,8 @@ use super::Api;
 
 pub struct TestServer {
     pub dir: tempfile::TempDir,
+    /// The address it listens on (loopback unless the test gave one).
+    pub host: String,
     pub port: u16,
     pub url: String,
     child: Option<Child>,
@@ -54,7 +56,12 @@ impl TestServer {
     /// A server on `port` (one `free_port` gave, when its URL must be known before it
     /// starts: servers that name each other).
     pub async fn start_on(port: u16, args: &[&str]) -> TestServer {
-        Self::start_at(port, args, &[], |_| ()).await.0
+        Self::start_listening("127.0.0.1", port, args).await
+    }
+
+    /// A server listening on `host:port` (an address a test gave this machine).
+    pub async fn start_listening(host: &str, port: u16, args: &[&str]) -> TestServer {
+        Self::start_at(host, port, args, &[], |_| ()).await.0
     }
 
     /// A server whose data dir `prepare` sets up first (a small filesystem mounted on
@@ -64,10 +71,11 @@ impl TestServer {
         env: &[(&str, &str)],
         prepare: impl FnOnce(&Path) -> T,
     ) -> (TestServer, T) {
-        Self::start_at(free_port(), args, env, prepare).await
+        Self::start_at("127.0.0.1", free_port(), args, env, prepare).await
     }
 
     async fn start_at<T>(
+        host: &str,
         port: u16,
         args: &[&str],
         env: &[(&str, &str)],
@@ -78,8 +86,9 @@ impl TestServer {
         let prepared = prepare(dir.path());
         let mut server = TestServer {
             dir,
+            host: host.to_string(),
             port,
-            url: format!("https://127.0.0.1:{port}"),
+            url: format!("https://{host}:{port}"),
             child: None,
             extra_args: args.iter().map(|s| s.to_string()).collect(),
             env: env
@@ -99,7 +108,7 @@ impl TestServer {
             .arg("--data-dir")
             .arg(self.dir.path())
             .arg("--listen")
-            .arg(format!("127.0.0.1:{}", self.port))
+            .arg(format!("{}:{}", self.host, self.port))
             .args(&self.extra_args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env("RUST_LOG", "warn")
