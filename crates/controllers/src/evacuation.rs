@@ -96,6 +96,9 @@ struct Controller {
 
 /// How long a created evacuation migration may take to show in the cache.
 const CACHE_LAG: Duration = Duration::from_secs(30);
+/// How long a pass waits after the event that woke it, so that the events that follow
+/// (a burst of VMI writes, heartbeats of many nodes) share it.
+const BATCH: Duration = Duration::from_millis(50);
 
 pub async fn run(client: Client, shared: crate::informer::Shared) {
     let changed = Arc::new(Notify::new());
@@ -112,6 +115,7 @@ pub async fn run(client: Client, shared: crate::informer::Shared) {
     };
     loop {
         let _ = tokio::time::timeout(Duration::from_secs(5), changed.notified()).await;
+        tokio::time::sleep(BATCH).await;
         if let Err(e) = controller.pass().await {
             tracing::warn!("evacuation: {e}");
         }

@@ -339,7 +339,12 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
                 *paused,
             ))?;
             match vmis.create(&post_params(), &body).await {
-                Ok(_) => effect = Effect::Created,
+                // The status reports on the VMI just made, so the sync its creation
+                // triggers finds nothing left to write.
+                Ok(created) => {
+                    effect = Effect::Created;
+                    vmi = Some(created);
+                }
                 // The cache had not seen a VMI that exists: report on that one.
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     vmi = vmis.get_opt(&name).await?.filter(|vmi| owned_by(vmi, &vm));
@@ -394,7 +399,6 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
                 .await?;
         }
     }
-    let creating = effect == Effect::Created;
     let outcome = run_strategy::conclude(plan, observed.as_ref(), effect);
     let state = &outcome.state;
     let printable = match volumes.printable_status() {
@@ -409,7 +413,7 @@ async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Err
     });
     let retry = update_status(&vms, &vm, |status| {
         status.insert("printableStatus".into(), json!(printable));
-        status.insert("created".into(), json!(vmi.is_some() || creating));
+        status.insert("created".into(), json!(vmi.is_some()));
         let ready = vmi
             .as_ref()
             .is_some_and(|v| condition_is(v, "Ready", "True"));

@@ -238,9 +238,14 @@ fn compare_at(
     path: &mut Vec<PathElement>,
     out: &mut Comparison,
 ) {
-    if let (None, Some(r)) = (l, r) {
-        out.added.insert_tree(path, added_tree(r, node));
-        return;
+    match (l, r) {
+        (None, Some(r)) => {
+            out.added.insert_tree(path, added_tree(r, node));
+            return;
+        }
+        // Nothing below changed: no walk (an update usually touches one small part).
+        (Some(l), Some(r)) if l == r => return,
+        _ => {}
     }
     match classify(node) {
         Class::Map(n) if walk_as_maps(l, r) => {
