@@ -25,21 +25,47 @@ const MANAGER: &str = "virtplane-garbage-collector";
 const FOREGROUND: &str = "foregroundDeletion";
 const ORPHAN: &str = "orphan";
 
+/// What the collector reads of an object's finalizers.
+#[derive(Clone, Copy, Debug, Default)]
+struct Finalizers {
+    foreground: bool,
+    orphan: bool,
+    any: bool,
+}
+
+impl Finalizers {
+    fn of(obj: &Value) -> Finalizers {
+        let all = object::finalizers(obj);
+        Finalizers {
+            foreground: all.iter().any(|f| f == FOREGROUND),
+            orphan: all.iter().any(|f| f == ORPHAN),
+            any: !all.is_empty(),
+        }
+    }
+}
+
+/// One object of the graph. Names are shared (`Arc<str>`) between the maps that
+/// index them: with 100,000 VMs stored, each copy of a key or uid costs megabytes.
 #[derive(Clone, Debug)]
 struct Node {
-    uid: String,
-    namespace: String,
-    owners: Vec<(String, bool)>,
+    uid: Arc<str>,
+    namespace: Arc<str>,
+    /// Owner uids with their `blockOwnerDeletion`.
+    owners: Box<[(Arc<str>, bool)]>,
     deleting: bool,
-    finalizers: Vec<String>,
+    finalizers: Finalizers,
     is_namespace: bool,
 }
 
 #[derive(Default)]
 struct Graph {
-    nodes: HashMap<String, Node>,
-    by_uid: HashMap<String, String>,
-    dependents: HashMap<String, HashSet<String>>,
+    nodes: HashMap<Arc<str>, Node>,
+    /// Key of the object with each uid.
+    by_uid: HashMap<Arc<str>, Arc<str>>,
+    /// Keys of the objects that name each uid as an owner.
+    dependents: HashMap<Arc<str>, HashSet<Arc<str>>>,
+    /// One copy of each namespace's name, however many objects are in it.
+    namespaces: HashSet<Arc<str>>,
 }
 
 impl Graph {
@@ -54,35 +80,60 @@ impl Graph {
                 }
             }
         }
+        // The set's copy and this node's: the namespace has nothing else left.
+        if Arc::strong_count(&node.namespace) == 2 {
+            self.namespaces.remove(&node.namespace);
+        }
         Some(node)
     }
 
     fn insert(&mut self, key: &str, obj: &Value) -> Node {
+        let key: Arc<str> = key.into();
+        let namespace = self.intern_namespace(object::namespace(obj));
+        let owners = object::owner_uids(obj)
+            .into_iter()
+            .map(|(uid, block)| {
+                let uid = match self.by_uid.get_key_value(uid.as_str()) {
+                    Some((shared, _)) => shared.clone(),
+                    None => uid.into(),
+                };
+                (uid, block)
+            })
+            .collect();
         let node = Node {
-            uid: object::uid(obj).to_string(),
-            namespace: object::namespace(obj).to_string(),
-            owners: object::owner_uids(obj),
+            uid: object::uid(obj).into(),
+            namespace,
+            owners,
             deleting: object::is_deleting(obj),
-            finalizers: object::finalizers(obj),
+            finalizers: Finalizers::of(obj),
             is_namespace: key.starts_with("/registry/core/namespaces/"),
         };
-        self.by_uid.insert(node.uid.clone(), key.to_string());
+        self.by_uid.insert(node.uid.clone(), key.clone());
         for (owner, _) in &node.owners {
             self.dependents
                 .entry(owner.clone())
                 .or_default()
-                .insert(key.to_string());
+                .insert(key.clone());
         }
-        self.nodes.insert(key.to_string(), node.clone());
+        self.nodes.insert(key, node.clone());
         node
     }
 
-    fn key_of(&self, uid: &str) -> Option<&String> {
+    fn intern_namespace(&mut self, namespace: &str) -> Arc<str> {
+        if let Some(shared) = self.namespaces.get(namespace) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = namespace.into();
+        self.namespaces.insert(shared.clone());
+        shared
+    }
+
+    fn key_of(&self, uid: &str) -> Option<&Arc<str>> {
         self.by_uid.get(uid)
     }
 
-    fn owner_key(&self, owner_uid: &str) -> Option<String> {
-        self.key_of(owner_uid).cloned()
+    fn owner(&self, uid: &str) -> Option<&Node> {
+        self.key_of(uid).and_then(|key| self.nodes.get(key))
     }
 
     fn namespace_key(namespace: &str) -> String {
@@ -95,10 +146,10 @@ impl Graph {
         out.extend(
             node.owners
                 .iter()
-                .filter_map(|(uid, _)| self.owner_key(uid)),
+                .filter_map(|(uid, _)| self.key_of(uid).map(|key| key.to_string())),
         );
         if let Some(deps) = self.dependents.get(&node.uid) {
-            out.extend(deps.iter().cloned());
+            out.extend(deps.iter().map(|key| key.to_string()));
         }
         if !node.namespace.is_empty() {
             out.push(Self::namespace_key(&node.namespace));
@@ -208,7 +259,7 @@ async fn run_once(registry: &Registry) -> Result<(), Status> {
             _ = retry.tick() => {
                 for (key, node) in &graph.nodes {
                     if node.deleting {
-                        queue.insert(key.clone());
+                        queue.insert(key.to_string());
                     }
                 }
             }
@@ -222,23 +273,21 @@ async fn process(registry: &Registry, graph: &Graph, key: &str) -> Result<(), St
     };
     // Owners first: does this object still belong to anything alive?
     if !node.owners.is_empty() {
-        let owners: Vec<Option<&Node>> = node
+        if node
             .owners
             .iter()
-            .map(|(uid, _)| graph.key_of(uid).and_then(|k| graph.nodes.get(k)))
-            .collect();
-        if owners.iter().all(Option::is_none) {
+            .all(|(uid, _)| graph.owner(uid).is_none())
+        {
             return delete(registry, key, node, Propagation::Background).await;
         }
         for (owner_uid, _) in &node.owners {
-            let Some(owner) = graph.key_of(owner_uid).and_then(|k| graph.nodes.get(k)) else {
+            let Some(owner) = graph.owner(owner_uid) else {
                 continue;
             };
-            if owner.deleting && owner.finalizers.iter().any(|f| f == FOREGROUND) && !node.deleting
-            {
+            if owner.deleting && owner.finalizers.foreground && !node.deleting {
                 return delete(registry, key, node, Propagation::Foreground).await;
             }
-            if owner.deleting && owner.finalizers.iter().any(|f| f == ORPHAN) {
+            if owner.deleting && owner.finalizers.orphan {
                 return drop_owner(registry, key, owner_uid).await;
             }
         }
@@ -251,7 +300,7 @@ async fn process(registry: &Registry, graph: &Graph, key: &str) -> Result<(), St
         .get(&node.uid)
         .map(|keys| keys.iter().filter_map(|k| graph.nodes.get(k)).collect())
         .unwrap_or_default();
-    if node.finalizers.iter().any(|f| f == FOREGROUND) {
+    if node.finalizers.foreground {
         let blocking = dependents.iter().any(|d| {
             d.owners
                 .iter()
@@ -261,22 +310,22 @@ async fn process(registry: &Registry, graph: &Graph, key: &str) -> Result<(), St
             remove_finalizer(registry, key, FOREGROUND).await?;
         }
     }
-    if node.finalizers.iter().any(|f| f == ORPHAN) && dependents.is_empty() {
+    if node.finalizers.orphan && dependents.is_empty() {
         remove_finalizer(registry, key, ORPHAN).await?;
     }
     if node.is_namespace {
         let namespace = key.trim_start_matches("/registry/core/namespaces/");
-        let content: Vec<(&String, &Node)> = graph
+        let content: Vec<(&Arc<str>, &Node)> = graph
             .nodes
             .iter()
-            .filter(|(_, n)| n.namespace == namespace)
+            .filter(|(_, n)| &*n.namespace == namespace)
             .collect();
         for (content_key, content_node) in &content {
             if !content_node.deleting {
                 delete(registry, content_key, content_node, Propagation::Background).await?;
             }
         }
-        if content.is_empty() && node.finalizers.is_empty() {
+        if content.is_empty() && !node.finalizers.any {
             match registry.store.delete(key, None).await {
                 Ok(_) | Err(store::StoreError::NotFound) => {}
                 Err(e) => return Err(crate::registry::store_failure(e)),
@@ -320,7 +369,7 @@ async fn delete(
     };
     let options = DeleteOptions {
         propagation,
-        precondition_uid: Some(node.uid.clone()),
+        precondition_uid: Some(node.uid.to_string()),
         ..Default::default()
     };
     ignore_gone(

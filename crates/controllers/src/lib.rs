@@ -35,6 +35,8 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("cannot build an object: {0}")]
     Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Unpack(#[from] cached::UnpackError),
 }
 
 /// Tunables of the control loops.

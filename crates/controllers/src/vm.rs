@@ -14,9 +14,11 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Map, Value};
 
-use crate::cached::{self, Cached, DECISION_SPEC_FIELDS};
+use crate::cached::{
+    self, Cached, Kind, VirtualMachine, VirtualMachineInstance, DECISION_SPEC_FIELDS,
+};
 use crate::datavolume::data_volume_resource;
-use crate::resources::{self, condition, condition_is, str_at};
+use crate::resources::{condition, condition_is, str_at};
 use crate::run_strategy::{
     self, ChangeRequest, Effect, Phase, RunStrategy, StartFailure, VmState, VmiAction, VmiState,
 };
@@ -35,26 +37,24 @@ struct Context {
     vm: ApiResource,
     vmi: ApiResource,
     /// Every VMI, as the VMI watch last saw it.
-    vmis: Store<Cached>,
+    vmis: Store<Cached<VirtualMachineInstance>>,
     /// Retry delays of VMs whose sync failed, by `namespace/name`.
     backoff: Backoff<String>,
 }
 
 pub async fn run(client: Client) {
-    let vm = resources::virtual_machine();
-    let vmi = resources::virtual_machine_instance();
-    let (vm_reader, vm_events) = cached::watch(&client, &vm);
-    let (vmi_reader, vmi_events) = cached::watch(&client, &vmi);
+    let (vm_reader, vm_events) = cached::watch::<VirtualMachine>(&client);
+    let (vmi_reader, vmi_events) = cached::watch::<VirtualMachineInstance>(&client);
     let ctx = Arc::new(Context {
         client,
-        vm: vm.clone(),
-        vmi: vmi.clone(),
+        vm: VirtualMachine::resource(),
+        vmi: VirtualMachineInstance::resource(),
         vmis: vmi_reader,
         backoff: Backoff::default(),
     });
     let data_volumes = Api::<DynamicObject>::all_with(ctx.client.clone(), &data_volume_resource());
-    Controller::for_stream_with(vm_events.applied_objects(), vm_reader, vm)
-        .owns_stream_with(vmi_events.touched_objects(), vmi)
+    Controller::for_stream(vm_events.applied_objects(), vm_reader)
+        .owns_stream(vmi_events.touched_objects())
         .owns_with(
             data_volumes,
             data_volume_resource(),
@@ -80,8 +80,8 @@ pub async fn run(client: Client) {
         .await;
 }
 
-fn error_policy(vm: Arc<Cached>, error: &Error, ctx: Arc<Context>) -> Action {
-    let key = object_key(vm.metadata.namespace.as_deref(), &vm.name_any());
+fn error_policy(vm: Arc<Cached<VirtualMachine>>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = object_key(vm.namespace().as_deref(), &vm.name_any());
     let retry = ctx.backoff.failed(key.clone());
     tracing::warn!("vm controller: sync of {key} failed, retrying in {retry:?}: {error}");
     Action::requeue(retry)
@@ -223,10 +223,9 @@ async fn find_vmi(
     ctx: &Context,
 ) -> Result<Option<DynamicObject>, Error> {
     let name = vm.name_any();
-    let key =
-        ObjectRef::new_with(&name, ctx.vmi.clone()).within(&vm.namespace().unwrap_or_default());
+    let key = ObjectRef::new(&name).within(&vm.namespace().unwrap_or_default());
     let vmi = match ctx.vmis.get(&key) {
-        Some(cached) => Some(cached.decode(&ctx.vmi, None)?),
+        Some(cached) => Some(cached.decode(None)?),
         None if vm.data.pointer("/status/created").and_then(Value::as_bool) == Some(true) => {
             vmis.get_opt(&name).await?
         }
@@ -244,8 +243,12 @@ fn owned_by(vmi: &DynamicObject, vm: &DynamicObject) -> bool {
         .is_some_and(|refs| refs.iter().any(|r| r.uid == vm_uid))
 }
 
-async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let vm = Arc::new(cached.decode(&ctx.vm, Some(DECISION_SPEC_FIELDS))?);
+async fn reconcile(
+    cached: Arc<Cached<VirtualMachine>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let cached = cached.unpack()?;
+    let vm = Arc::new(cached.object::<VirtualMachine>(Some(DECISION_SPEC_FIELDS))?);
     let namespace = vm.namespace().unwrap_or_default();
     let name = vm.name_any();
     let vms = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &ctx.vm);
