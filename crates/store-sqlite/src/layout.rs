@@ -7,18 +7,19 @@
 //! objects then append to the table's last leaf, and no index is needed, since the
 //! in-memory index answers every lookup by key. Values are LZ4-compressed (a KubeVirt
 //! object shrinks about 3x), so a page holds several objects and a commit writes fewer;
-//! they are the in-memory index's packed values (`store::Packed`) byte for byte.
+//! they are the in-memory index's packed values (`store::Packed`) byte for byte, and the
+//! dictionaries they are packed against are kept in `dict`.
 
 use bytes::Bytes;
 use rusqlite::types::Type;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
-use store::{EventKind, Packed, PackedKv, Revision, StagedBatch};
+use store::{Dictionaries, Dictionary, EventKind, Packed, PackedKv, Revision, StagedBatch};
 
 /// Stored in `PRAGMA user_version`, so a newer layout is refused rather than misread.
 /// Version 1 kept `kv` WITHOUT ROWID, keyed by the key, with values as they are: objects
 /// spilled into overflow pages and interior pages held whole keys, so an insert rewrote
-/// about five pages.
-pub const SCHEMA_VERSION: i64 = 2;
+/// about five pages. Version 2 had no `dict`: every value was packed on its own.
+pub const SCHEMA_VERSION: i64 = 3;
 
 const KV_TABLE: &str = "
     CREATE TABLE kv (
@@ -30,6 +31,9 @@ const KV_TABLE: &str = "
 const META_TABLE: &str = "
     CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
     INSERT INTO meta (name, value) VALUES ('revision', 0);";
+const DICT_TABLE: &str = "
+    CREATE TABLE dict (id INTEGER PRIMARY KEY, class TEXT NOT NULL, bytes BLOB NOT NULL);";
+const INSERT_DICT: &str = "INSERT INTO dict (id, class, bytes) VALUES (?1, ?2, ?3)";
 const INSERT: &str = "INSERT INTO kv (create_rev, key, value, mod_rev) VALUES (?1, ?2, ?3, ?4)";
 const UPSERT: &str = "INSERT INTO kv (create_rev, key, value, mod_rev) VALUES (?1, ?2, ?3, ?4)
     ON CONFLICT (create_rev) DO UPDATE SET value = excluded.value, mod_rev = excluded.mod_rev";
@@ -47,6 +51,7 @@ pub fn upgrade_from(version: i64) -> Upgrade {
     match version {
         0 => Upgrade::Apply(create),
         1 => Upgrade::Apply(upgrade_from_v1),
+        2 => Upgrade::Apply(upgrade_from_v2),
         SCHEMA_VERSION => Upgrade::Current,
         _ => Upgrade::Newer,
     }
@@ -64,7 +69,12 @@ pub fn apply(
 }
 
 fn create(tx: &Transaction) -> rusqlite::Result<()> {
-    tx.execute_batch(&format!("{KV_TABLE} {META_TABLE}"))
+    tx.execute_batch(&format!("{KV_TABLE} {META_TABLE} {DICT_TABLE}"))
+}
+
+/// Version 2's rows stay as they are (packed without a dictionary, which reads as before).
+fn upgrade_from_v2(tx: &Transaction) -> rusqlite::Result<()> {
+    tx.execute_batch(DICT_TABLE)
 }
 
 /// Version 1's rows, compressed, into the new `kv`; `meta` is unchanged.
@@ -87,15 +97,27 @@ fn upgrade_from_v1(tx: &Transaction) -> rusqlite::Result<()> {
             ])?;
         }
     }
-    tx.execute_batch("DROP TABLE kv_v1;")
+    tx.execute_batch("DROP TABLE kv_v1;")?;
+    upgrade_from_v2(tx)
 }
 
 fn corrupt(column: usize, message: String) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(column, Type::Blob, message.into())
 }
 
-/// Reads every row, its value left packed, and the current revision.
-pub fn load(conn: &Connection) -> rusqlite::Result<(Vec<PackedKv>, Revision)> {
+/// Reads every row, its value left packed, the dictionaries and the current revision.
+pub fn load(conn: &Connection) -> rusqlite::Result<(Vec<PackedKv>, Revision, Dictionaries)> {
+    let dictionaries = conn
+        .prepare("SELECT id, class, bytes FROM dict")?
+        .query_map([], |row| {
+            Ok(Dictionary {
+                id: row.get(0)?,
+                class: row.get(1)?,
+                bytes: row.get::<_, Vec<u8>>(2)?.into(),
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let dictionaries = Dictionaries::new(dictionaries);
     let revision: Revision = conn
         .query_row(
             "SELECT value FROM meta WHERE name = 'revision'",
@@ -110,7 +132,7 @@ pub fn load(conn: &Connection) -> rusqlite::Result<(Vec<PackedKv>, Revision)> {
             let value = Bytes::copy_from_slice(row.get_ref(1)?.as_blob()?);
             Ok(PackedKv {
                 key: row.get(0)?,
-                value: Packed::from_packed(value).map_err(|e| corrupt(1, e))?,
+                value: Packed::from_packed(value, &dictionaries).map_err(|e| corrupt(1, e))?,
                 create_revision: row.get(2)?,
                 mod_revision: row.get(3)?,
             })
@@ -118,7 +140,7 @@ pub fn load(conn: &Connection) -> rusqlite::Result<(Vec<PackedKv>, Revision)> {
         .collect::<rusqlite::Result<Vec<_>>>()?;
     // `write` records the revision only when no row it writes carries it.
     let newest_row = items.iter().map(|kv| kv.mod_revision).max().unwrap_or(0);
-    Ok((items, revision.max(newest_row)))
+    Ok((items, revision.max(newest_row), dictionaries))
 }
 
 /// The revision on disk, as `load` computes it, without reading the values.
@@ -138,6 +160,14 @@ pub fn revision(conn: &Connection) -> rusqlite::Result<Revision> {
 
 /// Writes a staged batch into `tx`, and its revision where no row of it carries it.
 pub fn write(tx: &Transaction, staged: &StagedBatch) -> rusqlite::Result<()> {
+    // In the same transaction as the first values that need them.
+    for dictionary in staged.new_dictionaries() {
+        tx.prepare_cached(INSERT_DICT)?.execute(params![
+            dictionary.id,
+            dictionary.class,
+            &dictionary.bytes[..]
+        ])?;
+    }
     let mut upsert = tx.prepare_cached(UPSERT)?;
     let mut delete = tx.prepare_cached(DELETE)?;
     for change in staged.changes() {

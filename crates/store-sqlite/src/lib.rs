@@ -126,8 +126,9 @@ impl SqliteStore {
     /// connection holds an exclusive lock, so a second store on the same file fails to open.
     pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
         let conn = open_connection(path)?;
-        let (items, revision) = layout::load(&conn).map_err(|source| open_error(path, source))?;
-        let index = Arc::new(MemoryStore::load(items, revision));
+        let (items, revision, dictionaries) =
+            layout::load(&conn).map_err(|source| open_error(path, source))?;
+        let index = Arc::new(MemoryStore::load(items, revision, dictionaries));
         let counters = Arc::new(Counters::default());
         let (requests, queue) = mpsc::channel();
         let gauge = WriteGauge::default();

@@ -205,7 +205,100 @@ async fn a_version_1_database_is_upgraded_with_its_data() {
     let version: i64 = rusqlite::Connection::open(&path)
         .and_then(|db| db.query_row("PRAGMA user_version", [], |row| row.get(0)))
         .expect("read user_version");
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
+}
+
+/// Version 2 packed every value on its own and had no `dict`: its rows read as before,
+/// and values written after the upgrade are packed against a dictionary.
+#[tokio::test]
+async fn a_version_2_database_is_upgraded_and_keeps_its_values() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    let old = vm_value("old");
+    {
+        let v2 = rusqlite::Connection::open(&path).expect("create v2 database");
+        v2.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             CREATE TABLE kv (create_rev INTEGER PRIMARY KEY, key TEXT NOT NULL,
+                 value BLOB NOT NULL, mod_rev INTEGER NOT NULL);
+             CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+             INSERT INTO meta (name, value) VALUES ('revision', 4);
+             PRAGMA user_version = 2;",
+        )
+        .expect("write v2 layout");
+        v2.execute(
+            "INSERT INTO kv VALUES (4, '/registry/g/vms/ns/old', ?1, 4)",
+            [store::Packed::pack(&old).as_bytes()],
+        )
+        .expect("write a v2 row");
+    }
+    let store = open(&path);
+    let got = store.get("/registry/g/vms/ns/old").await.expect("get");
+    assert_eq!(got.map(|kv| kv.value), Some(Bytes::from(old.clone())));
+    store
+        .create("/registry/g/vms/ns/new", vm_value("new").into())
+        .await
+        .expect("create after upgrade");
+    drop(store);
+    let store = open(&path);
+    for name in ["old", "new"] {
+        let got = store.get(&format!("/registry/g/vms/ns/{name}")).await;
+        assert_eq!(
+            got.expect("get").map(|kv| kv.value),
+            Some(Bytes::from(vm_value(name)))
+        );
+    }
+}
+
+/// An object a few hundred bytes long, like a small VM.
+fn vm_value(name: &str) -> Vec<u8> {
+    format!(
+        r#"{{"metadata":{{"name":"{name}","namespace":"ns","labels":{{"app":"demo"}}}},"spec":{{"runStrategy":"Always","template":{{"spec":{{"domain":{{"devices":{{"disks":[{{"name":"root","disk":{{"bus":"virtio"}}}}]}},"memory":{{"guest":"128Mi"}}}},"volumes":[{{"name":"root","containerDisk":{{"image":"quay.io/containerdisks/fedora:40"}}}}]}}}}}}}}"#
+    )
+    .into_bytes()
+}
+
+/// Values of one resource are packed against the first one stored, kept in `dict` in the
+/// same transaction: after a reopen every value reads back whole, and the rows are small.
+#[tokio::test]
+async fn values_packed_against_a_dictionary_survive_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    let store = open(&path);
+    for i in 0..20 {
+        store
+            .create(
+                &format!("/registry/g/vms/ns/vm-{i}"),
+                vm_value(&format!("vm-{i}")).into(),
+            )
+            .await
+            .expect("create");
+    }
+    drop(store);
+    let db = rusqlite::Connection::open(&path).expect("open");
+    let dictionaries: Vec<String> = db
+        .prepare("SELECT class FROM dict")
+        .and_then(|mut q| q.query_map([], |row| row.get(0))?.collect())
+        .expect("read dict");
+    assert_eq!(dictionaries, ["/registry/g/vms/"]);
+    let last_row: i64 = db
+        .query_row(
+            "SELECT length(value) FROM kv WHERE key = '/registry/g/vms/ns/vm-19'",
+            [],
+            |row| row.get(0),
+        )
+        .expect("row size");
+    let whole = vm_value("vm-19").len() as i64;
+    assert!(last_row * 4 < whole, "{last_row} of {whole} bytes");
+    drop(db);
+    let store = open(&path);
+    for i in 0..20 {
+        let got = store.get(&format!("/registry/g/vms/ns/vm-{i}")).await;
+        assert_eq!(
+            got.expect("get").map(|kv| kv.value),
+            Some(Bytes::from(vm_value(&format!("vm-{i}"))))
+        );
+    }
 }
 
 /// A damaged value (a size prefix of 4 GiB on 3 bytes, a truncated block, no prefix)

@@ -17,7 +17,7 @@ mod packed;
 
 pub use announce::WriteGauge;
 pub use memory::{MemoryStore, StagedBatch, WriteOp};
-pub use packed::{Change, Packed, PackedKv};
+pub use packed::{Change, Dictionaries, Dictionary, Packed, PackedKv};
 
 /// A store-wide, strictly increasing write counter. The first write gets revision 1.
 pub type Revision = i64;

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::sync::broadcast;
 
-use crate::packed::{Change, Packed, PackedKv};
+use crate::packed::{Change, Dictionaries, Dictionary, Packed, PackedKv};
 use crate::{
     Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision, Store, StoreError,
     WatchStream,
@@ -49,6 +49,13 @@ impl WriteOp {
             | WriteOp::Delete { key, .. } => key,
         }
     }
+
+    fn value(&self) -> Option<&[u8]> {
+        match self {
+            WriteOp::Create { value, .. } | WriteOp::Update { value, .. } => Some(value),
+            WriteOp::Delete { .. } => None,
+        }
+    }
 }
 
 /// A batch of writes checked against the current state and given consecutive revisions, not
@@ -61,6 +68,8 @@ pub struct StagedBatch {
     changes: Vec<Change>,
     /// The result of every op, in submission order.
     outcomes: Vec<Result<KeyValue>>,
+    /// Dictionaries first made for this batch's values.
+    dictionaries: Vec<Arc<Dictionary>>,
 }
 
 impl StagedBatch {
@@ -72,6 +81,12 @@ impl StagedBatch {
     /// The store revision once this batch is committed.
     pub fn revision(&self) -> Revision {
         self.base + self.changes.len() as Revision
+    }
+
+    /// Dictionaries the changes are packed against that the store does not hold yet: a
+    /// durable backend must persist them with the changes.
+    pub fn new_dictionaries(&self) -> &[Arc<Dictionary>] {
+        &self.dictionaries
     }
 }
 
@@ -103,6 +118,7 @@ struct State {
     compacted: Revision,
     /// One change per revision, contiguous up to `current`.
     history: VecDeque<Change>,
+    dictionaries: Dictionaries,
 }
 
 impl State {
@@ -122,14 +138,16 @@ impl State {
         let mut overlay: HashMap<String, Option<PackedKv>> = HashMap::new();
         let mut changes = Vec::new();
         let mut outcomes = Vec::with_capacity(ops.len());
+        let mut dictionaries = Vec::new();
         for op in ops {
+            let dictionary = self.dictionary_for(&op, &mut dictionaries);
             let key = op.key().to_owned();
             let current = match overlay.get(&key) {
                 Some(kv) => kv.clone(),
                 None => self.latest(&key),
             };
             let revision = self.current + changes.len() as Revision + 1;
-            match resolve(op, current, revision) {
+            match resolve(op, current, revision, dictionary.as_ref()) {
                 Ok((change, outcome)) => {
                     let after = (change.kind == EventKind::Put).then(|| change.kv.clone());
                     overlay.insert(key, after);
@@ -143,7 +161,29 @@ impl State {
             base: self.current,
             changes,
             outcomes,
+            dictionaries,
         }
+    }
+
+    /// The dictionary `op`'s value is packed against: its class's, one made earlier in
+    /// the batch (`proposed`), or one made of this value.
+    fn dictionary_for(
+        &self,
+        op: &WriteOp,
+        proposed: &mut Vec<Arc<Dictionary>>,
+    ) -> Option<Arc<Dictionary>> {
+        let key = op.key();
+        if let Some(dictionary) = self.dictionaries.for_key(key) {
+            return Some(dictionary.clone());
+        }
+        let class = Dictionaries::class(key);
+        if let Some(dictionary) = proposed.iter().find(|d| d.class == class) {
+            return Some(dictionary.clone());
+        }
+        let id = self.dictionaries.next_id() + proposed.len() as u32;
+        let dictionary = Arc::new(self.dictionaries.propose(key, op.value()?, id)?);
+        proposed.push(dictionary.clone());
+        Some(dictionary)
     }
 
     /// Applies a staged batch; returns the committed changes for broadcasting.
@@ -155,6 +195,9 @@ impl State {
             )));
         }
         self.current = batch.revision();
+        for dictionary in batch.dictionaries {
+            self.dictionaries.add(dictionary);
+        }
         for change in &batch.changes {
             let value = (change.kind == EventKind::Put).then(|| change.kv.value.clone());
             self.keys
@@ -255,6 +298,7 @@ fn resolve(
     op: WriteOp,
     current: Option<PackedKv>,
     revision: Revision,
+    dictionary: Option<&Arc<Dictionary>>,
 ) -> Result<(Change, KeyValue)> {
     let conflict = |current: PackedKv| {
         Err(StoreError::Conflict {
@@ -272,7 +316,7 @@ fn resolve(
             };
             let change = Change {
                 kind: EventKind::Put,
-                kv: PackedKv::pack(&written),
+                kv: PackedKv::pack(&written, dictionary),
                 prev: None,
             };
             Ok((change, written))
@@ -297,7 +341,7 @@ fn resolve(
             };
             let change = Change {
                 kind: EventKind::Put,
-                kv: PackedKv::pack(&written),
+                kv: PackedKv::pack(&written, dictionary),
                 prev: Some(prev),
             };
             Ok((change, written))
@@ -354,8 +398,11 @@ impl MemoryStore {
     /// A store holding `items` at `revision`, as a durable backend finds them on restart.
     /// No history is kept, so reads and watches before `revision` get `Compacted`. The
     /// revision is raised to the newest item's if it is older, so it never goes backwards.
-    pub fn load(items: Vec<PackedKv>, revision: Revision) -> Self {
-        let mut state = State::default();
+    pub fn load(items: Vec<PackedKv>, revision: Revision, dictionaries: Dictionaries) -> Self {
+        let mut state = State {
+            dictionaries,
+            ..State::default()
+        };
         for kv in items {
             state.current = state.current.max(kv.mod_revision);
             state.keys.insert(
@@ -678,7 +725,7 @@ mod tests {
             create_revision: 3,
             mod_revision: 5,
         };
-        let store = MemoryStore::load(vec![PackedKv::pack(&kv)], 9);
+        let store = MemoryStore::load(vec![PackedKv::pack(&kv, None)], 9, Dictionaries::default());
         assert_eq!(store.current_revision(), 9);
         assert_eq!(store.compacted_revision(), 9);
         assert_eq!(store.get("/a").await, Ok(Some(kv)));
@@ -692,5 +739,64 @@ mod tests {
         assert!(store.watch("/", 9).await.is_ok());
         let next = store.create("/b", Bytes::new()).await.expect("create");
         assert_eq!(next.mod_revision, 10);
+    }
+
+    #[tokio::test]
+    async fn values_of_a_class_are_packed_against_its_first_value() {
+        let store = MemoryStore::new();
+        let vm = |name: &str| {
+            Bytes::from(format!(
+                r#"{{"metadata":{{"name":"{name}","namespace":"ns"}},"spec":{{"runStrategy":"Always","template":{{"spec":{{"domain":{{"devices":{{"disks":[{{"name":"root"}}]}}}},"volumes":[{{"name":"root","containerDisk":{{"image":"quay.io/containerdisks/fedora:40"}}}},{{"name":"cloudinit","cloudInitNoCloud":{{"userData":"cloud-config\\nuser: fedora\\npassword: fedora\\nchpasswd: {{ expire: False }}\\n"}}}}]}}}}}}}}"#
+            ))
+        };
+        let small = Bytes::from_static(b"{}");
+        store
+            .create("/registry/g/small/ns/a", small.clone())
+            .await
+            .unwrap();
+        let batch = store.stage(vec![
+            WriteOp::Create {
+                key: "/registry/g/vms/ns/a".into(),
+                value: vm("a"),
+            },
+            WriteOp::Create {
+                key: "/registry/g/vms/ns/b".into(),
+                value: vm("b"),
+            },
+        ]);
+        // One dictionary for the class, made of the first value; none for tiny values.
+        let made = batch.new_dictionaries().to_vec();
+        assert_eq!(made.len(), 1);
+        assert_eq!(made[0].class, "/registry/g/vms/");
+        assert_eq!(&made[0].bytes[..], &vm("a")[..]);
+        let packed_b = batch.changes()[1].kv.value.as_bytes().len();
+        assert!(packed_b < vm("b").len() / 4, "{packed_b} bytes");
+        store.commit(batch).unwrap();
+        // Later batches use it and make no other.
+        let batch = store.stage(vec![WriteOp::Create {
+            key: "/registry/g/vms/other/c".into(),
+            value: vm("c"),
+        }]);
+        assert!(batch.new_dictionaries().is_empty());
+        store.commit(batch).unwrap();
+        for (key, value) in [("a", vm("a")), ("b", vm("b"))] {
+            let kv = store
+                .get(&format!("/registry/g/vms/ns/{key}"))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(kv.value, value);
+        }
+        let kv = store.get("/registry/g/vms/other/c").await.unwrap().unwrap();
+        assert_eq!(kv.value, vm("c"));
+        assert_eq!(
+            store
+                .get("/registry/g/small/ns/a")
+                .await
+                .unwrap()
+                .unwrap()
+                .value,
+            small
+        );
     }
 }
