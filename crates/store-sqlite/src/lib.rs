@@ -398,7 +398,7 @@ impl Writer {
         let count = ops.len();
         let staged = self.index.stage(ops);
         let writes = staged.changes().len() as u64;
-        if writes > 0 {
+        if writes > 0 || !staged.new_dictionaries().is_empty() {
             if let Err(err) = persist(&mut self.conn, &staged) {
                 tracing::error!(error = %err, "SQLite store write failed");
                 let unknown_outcome = matches!(err, SqliteError::Commit(_));

@@ -235,6 +235,14 @@ async fn a_version_2_database_is_upgraded_and_keeps_its_values() {
     let store = open(&path);
     let got = store.get("/registry/g/vms/ns/old").await.expect("get");
     assert_eq!(got.map(|kv| kv.value), Some(Bytes::from(old.clone())));
+    // A refused create is the first value of its class this build sees: no dictionary
+    // may come of it that the next write relies on but the disk never got.
+    assert_eq!(
+        store
+            .create("/registry/g/vms/ns/old", vm_value("old").into())
+            .await,
+        Err(StoreError::AlreadyExists)
+    );
     store
         .create("/registry/g/vms/ns/new", vm_value("new").into())
         .await

@@ -140,7 +140,7 @@ impl State {
         let mut outcomes = Vec::with_capacity(ops.len());
         let mut dictionaries = Vec::new();
         for op in ops {
-            let dictionary = self.dictionary_for(&op, &mut dictionaries);
+            let (dictionary, made) = self.dictionary_for(&op, &dictionaries);
             let key = op.key().to_owned();
             let current = match overlay.get(&key) {
                 Some(kv) => kv.clone(),
@@ -149,6 +149,11 @@ impl State {
             let revision = self.current + changes.len() as Revision + 1;
             match resolve(op, current, revision, dictionary.as_ref()) {
                 Ok((change, outcome)) => {
+                    // Only a change persists a dictionary: one made for a refused op
+                    // would be taken up by the store without ever reaching the disk.
+                    if let Some(made) = dictionary.filter(|_| made) {
+                        dictionaries.push(made);
+                    }
                     let after = (change.kind == EventKind::Put).then(|| change.kv.clone());
                     overlay.insert(key, after);
                     outcomes.push(Ok(outcome));
@@ -166,24 +171,25 @@ impl State {
     }
 
     /// The dictionary `op`'s value is packed against: its class's, one made earlier in
-    /// the batch (`proposed`), or one made of this value.
+    /// the batch (`made`), or one made of this value (then `true`).
     fn dictionary_for(
         &self,
         op: &WriteOp,
-        proposed: &mut Vec<Arc<Dictionary>>,
-    ) -> Option<Arc<Dictionary>> {
+        made: &[Arc<Dictionary>],
+    ) -> (Option<Arc<Dictionary>>, bool) {
         let key = op.key();
         if let Some(dictionary) = self.dictionaries.for_key(key) {
-            return Some(dictionary.clone());
+            return (Some(dictionary.clone()), false);
         }
         let class = Dictionaries::class(key);
-        if let Some(dictionary) = proposed.iter().find(|d| d.class == class) {
-            return Some(dictionary.clone());
+        if let Some(dictionary) = made.iter().find(|d| d.class == class) {
+            return (Some(dictionary.clone()), false);
         }
-        let id = self.dictionaries.next_id() + proposed.len() as u32;
-        let dictionary = Arc::new(self.dictionaries.propose(key, op.value()?, id)?);
-        proposed.push(dictionary.clone());
-        Some(dictionary)
+        let id = self.dictionaries.next_id() + made.len() as u32;
+        let new = op
+            .value()
+            .and_then(|value| self.dictionaries.propose(key, value, id));
+        (new.map(Arc::new), true)
     }
 
     /// Applies a staged batch; returns the committed changes for broadcasting.
