@@ -121,20 +121,33 @@ impl Packed {
     }
 
     pub fn pack_with(value: &[u8], dictionary: Option<&Arc<Dictionary>>) -> Packed {
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
         let Some(dictionary) = dictionary else {
             return Packed::pack(value);
         };
-        let mut bytes =
-            Vec::with_capacity(8 + lz4_flex::block::get_maximum_output_size(value.len()));
-        bytes.extend_from_slice(&(value.len() as u32 | WITH_DICTIONARY).to_le_bytes());
-        bytes.extend_from_slice(&dictionary.id.to_le_bytes());
-        bytes.extend_from_slice(&lz4_flex::block::compress_with_dict(
-            value,
-            &dictionary.bytes,
-        ));
-        Packed {
-            bytes: bytes.into(),
-            dictionary: Some(dictionary.clone()),
+        // The block goes to a scratch buffer of LZ4's worst-case size and is then copied to
+        // one allocation of its own size: a value packed into a buffer of the worst case
+        // would keep that whole buffer (more than the value unpacked) for as long as it is
+        // stored.
+        let packed = SCRATCH.with_borrow_mut(|scratch| {
+            scratch.resize(lz4_flex::block::get_maximum_output_size(value.len()), 0);
+            let written =
+                lz4_flex::block::compress_into_with_dict(value, scratch, &dictionary.bytes).ok()?;
+            let mut bytes = Vec::with_capacity(8 + written);
+            bytes.extend_from_slice(&(value.len() as u32 | WITH_DICTIONARY).to_le_bytes());
+            bytes.extend_from_slice(&dictionary.id.to_le_bytes());
+            bytes.extend_from_slice(&scratch[..written]);
+            Some(bytes)
+        });
+        match packed {
+            Some(bytes) => Packed {
+                bytes: bytes.into(),
+                dictionary: Some(dictionary.clone()),
+            },
+            // LZ4 refuses only an output buffer smaller than its worst case.
+            None => Packed::pack(value),
         }
     }
 
@@ -329,6 +342,24 @@ mod tests {
         assert_eq!(again.unpack().unwrap(), Bytes::from_static(value));
         let missing = Packed::from_packed(stored, &Dictionaries::default()).unwrap_err();
         assert!(missing.contains("dictionary 7"), "{missing}");
+    }
+
+    /// What a stored value holds on to is its packed size: the 1.5 KiB object of a
+    /// VM packs to a few hundred bytes, and a buffer of LZ4's worst case would keep more
+    /// than the object itself.
+    #[test]
+    fn a_packed_value_holds_only_its_own_bytes() {
+        let value = format!(
+            r#"{{"metadata":{{"name":"other","labels":{{"a":"b"}}}},"spec":{}}}"#,
+            "[\"running\",false],".repeat(60).trim_end_matches(',')
+        );
+        for dictionary in [None, Some(dictionary())] {
+            let packed = Packed::pack_with(value.as_bytes(), dictionary.as_ref());
+            let len = packed.as_bytes().len();
+            assert!(len < value.len() / 4, "{len} of {}", value.len());
+            let held = packed.bytes.try_into_mut().unwrap().capacity();
+            assert_eq!(held, len, "dictionary: {}", dictionary.is_some());
+        }
     }
 
     #[test]
