@@ -88,10 +88,40 @@ pub fn watch<K: Kind>(client: &Client) -> (Store<Cached<K>>, Events<K>) {
     let writer = reflector::store::Writer::default();
     let reader = writer.as_reader();
     let api = Api::<Cached<K>>::all(client.clone());
-    (
-        reader,
-        reflector(writer, watcher(api, watcher::Config::default())).boxed(),
-    )
+    let events = reflector(writer, watcher(api, watcher::Config::default()));
+    (reader, after_the_cache(events).boxed())
+}
+
+/// The events of a re-list (`InitApply`) held back until it is complete (`InitDone`).
+/// The cache takes a re-list's objects only then, all at once, so a controller woken by
+/// each of them as it arrived would look them up in the cache as it was before the
+/// re-list: a VM whose VMI became Running while the watch was being re-established read
+/// its VMI as Scheduled, and nothing woke it again.
+fn after_the_cache<K: Send + 'static>(
+    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static {
+    events
+        .scan(Vec::new(), |relisted, event| {
+            let ready = match event {
+                Ok(watcher::Event::InitApply(object)) => {
+                    relisted.push(object);
+                    Vec::new()
+                }
+                Ok(watcher::Event::Init) => {
+                    // A re-list that did not complete is replaced by the new one.
+                    relisted.clear();
+                    vec![Ok(watcher::Event::Init)]
+                }
+                Ok(watcher::Event::InitDone) => relisted
+                    .drain(..)
+                    .map(|object| Ok(watcher::Event::InitApply(object)))
+                    .chain([Ok(watcher::Event::InitDone)])
+                    .collect(),
+                other => vec![other],
+            };
+            futures::future::ready(Some(futures::stream::iter(ready)))
+        })
+        .flatten()
 }
 
 /// One cached object of kind `K`.
@@ -349,6 +379,51 @@ mod tests {
     use crate::resources;
     use kube::Resource;
     use serde_json::json;
+
+    /// Each object of a re-list reaches the controller only once the cache holds it.
+    #[tokio::test]
+    async fn a_relisted_object_is_in_the_cache_when_its_event_arrives() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let map = |name: &str, value: &str| ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..ObjectMeta::default()
+            },
+            data: Some([("v".to_string(), value.to_string())].into()),
+            ..ConfigMap::default()
+        };
+        let writer = reflector::store::Writer::<ConfigMap>::default();
+        let reader = writer.as_reader();
+        let events = futures::stream::iter(
+            [
+                watcher::Event::Init,
+                watcher::Event::InitApply(map("a", "1")),
+                watcher::Event::InitDone,
+                // A re-list: `a` changed meanwhile and `b` is new.
+                watcher::Event::Init,
+                watcher::Event::InitApply(map("a", "2")),
+                watcher::Event::InitApply(map("b", "1")),
+                watcher::Event::InitDone,
+                watcher::Event::Apply(map("b", "2")),
+            ]
+            .map(Ok),
+        );
+        let mut events = std::pin::pin!(after_the_cache(reflector(writer, events)));
+        let mut seen = Vec::new();
+        while let Some(event) = events.next().await {
+            let object = match event.expect("no error") {
+                watcher::Event::InitApply(o) | watcher::Event::Apply(o) => o,
+                _ => continue,
+            };
+            let cached = reader
+                .get(&reflector::ObjectRef::from_obj(&object))
+                .expect("in the cache");
+            assert_eq!(cached.data, object.data, "{:?}", object.metadata.name);
+            seen.push(object.metadata.name.unwrap_or_default());
+        }
+        assert_eq!(seen, ["a", "a", "b", "b"]);
+    }
 
     #[test]
     fn decodes_to_the_object_without_managed_fields() {

@@ -20,7 +20,8 @@ use crate::{
     WatchStream,
 };
 
-/// Committed batches a watcher may fall behind by before its stream ends with `Compacted`.
+/// Committed batches a watcher may fall behind the live broadcast by before it catches up
+/// from the history instead.
 const DEFAULT_WATCH_BUFFER: usize = 4096;
 
 /// One write of a batch, checked against the state left by the writes before it.
@@ -131,6 +132,24 @@ impl State {
         self.history
             .front()
             .map_or(self.current + 1, |event| event.kv.mod_revision)
+    }
+
+    /// The changes under `prefix` after revision `after`, or `None` when the history no
+    /// longer reaches back to `after + 1`.
+    fn replay(&self, prefix: &str, after: Revision) -> Option<VecDeque<Change>> {
+        let start = self.history_start();
+        if after + 1 < start {
+            return None;
+        }
+        let skip = usize::try_from(after + 1 - start).unwrap_or(0);
+        Some(
+            self.history
+                .iter()
+                .skip(skip)
+                .filter(|e| e.kv.key.starts_with(prefix))
+                .cloned()
+                .collect(),
+        )
     }
 
     fn stage(&self, ops: Vec<WriteOp>) -> StagedBatch {
@@ -378,6 +397,14 @@ struct Shared {
     events: broadcast::Sender<Arc<[Change]>>,
 }
 
+impl Shared {
+    // A panic while holding the lock cannot leave the state half-updated (writes are
+    // validated before anything is mutated), so a poisoned lock is still usable.
+    fn read(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// The in-memory MVCC store. Old versions and the event history are kept until
 /// [`Store::compact`], so callers must compact periodically to bound memory.
 pub struct MemoryStore {
@@ -396,7 +423,8 @@ impl MemoryStore {
         Self::with_watch_buffer(DEFAULT_WATCH_BUFFER)
     }
 
-    /// An empty store whose watchers may lag by at most `batches` committed batches.
+    /// An empty store whose watchers catch up from the history once they lag the live
+    /// broadcast by more than `batches` committed batches.
     pub fn with_watch_buffer(batches: usize) -> Self {
         Self::from_state(State::default(), batches)
     }
@@ -435,13 +463,9 @@ impl MemoryStore {
         }
     }
 
-    // A panic while holding the lock cannot leave the state half-updated (writes are
-    // validated before anything is mutated), so a poisoned lock is still usable.
+    // See `Shared::read` for why a poisoned lock is still usable.
     fn read(&self) -> RwLockReadGuard<'_, State> {
-        self.shared
-            .state
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.shared.read()
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, State> {
@@ -489,6 +513,7 @@ impl MemoryStore {
 
 /// Where a watch stream is: events it still has to send, then live batches.
 struct WatchCursor {
+    shared: Arc<Shared>,
     prefix: String,
     /// The highest revision already considered (sent or filtered out).
     position: Revision,
@@ -505,7 +530,7 @@ impl WatchCursor {
             }
             if let Some(change) = self.pending.pop_front() {
                 let event = change.unpack();
-                // A value that cannot be read ends the stream, as a lagging watcher's does.
+                // A value that cannot be read ends the stream, as compacted history does.
                 self.ended = event.is_err();
                 return Some((event, self));
             }
@@ -526,17 +551,28 @@ impl WatchCursor {
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    // The oldest batch still buffered tells from where a new watch could resume.
-                    let resumable = match self.live.try_recv() {
-                        Ok(batch) => batch.first().map(|e| e.kv.mod_revision - 1),
-                        Err(_) => None,
-                    };
-                    self.ended = true;
-                    let err = StoreError::Compacted {
-                        requested: self.position,
-                        compacted: resumable.unwrap_or(self.position + 1),
-                    };
-                    return Some((Err(err), self));
+                    // The live batches went on without this watcher, but the history may
+                    // still hold what it missed: it catches up from there, as a watch
+                    // started at its position would. Only history compacted past its
+                    // position ends it.
+                    let state = self.shared.read();
+                    match state.replay(&self.prefix, self.position) {
+                        Some(missed) => {
+                            // Under the read lock, as in `watch`: no batch falls between.
+                            self.live = self.shared.events.subscribe();
+                            self.pending.extend(missed);
+                            self.position = state.current;
+                        }
+                        None => {
+                            let err = StoreError::Compacted {
+                                requested: self.position,
+                                compacted: state.compacted,
+                            };
+                            drop(state);
+                            self.ended = true;
+                            return Some((Err(err), self));
+                        }
+                    }
                 }
                 Err(broadcast::error::RecvError::Closed) => return None,
             }
@@ -585,24 +621,16 @@ impl Store for MemoryStore {
                 current: state.current,
             });
         }
-        let start = state.history_start();
-        if after + 1 < start {
+        let Some(pending) = state.replay(prefix, after) else {
             return Err(StoreError::Compacted {
                 requested: after,
                 compacted: state.compacted,
             });
-        }
+        };
         // Subscribing under the read lock: every batch committed later reaches `live`.
         let live = self.shared.events.subscribe();
-        let skip = usize::try_from(after + 1 - start).unwrap_or(0);
-        let pending = state
-            .history
-            .iter()
-            .skip(skip)
-            .filter(|e| e.kv.key.starts_with(prefix))
-            .cloned()
-            .collect();
         let cursor = WatchCursor {
+            shared: self.shared.clone(),
             prefix: prefix.to_owned(),
             position: state.current,
             pending,
@@ -640,26 +668,57 @@ mod tests {
             .await;
     }
 
-    #[tokio::test]
-    async fn lagging_watcher_ends_with_compacted() {
-        let store = MemoryStore::with_watch_buffer(2);
-        let mut watch = store.watch("/", 0).await.expect("watch");
-        for i in 0..5 {
+    async fn create_keys(store: &MemoryStore, range: std::ops::Range<usize>) {
+        for i in range {
             store
                 .create(&format!("/k{i}"), Bytes::from_static(b"v"))
                 .await
                 .expect("create");
         }
-        let item = tokio::time::timeout(Duration::from_secs(5), watch.next())
+    }
+
+    async fn next_event(watch: &mut WatchStream) -> Option<Result<Event>> {
+        tokio::time::timeout(Duration::from_secs(5), watch.next())
             .await
-            .expect("no timeout");
-        match item {
+            .expect("no timeout")
+    }
+
+    /// Falling behind the live batches costs a watcher nothing while the history still
+    /// holds what it missed: every event arrives, once and in order.
+    #[tokio::test]
+    async fn lagging_watcher_catches_up_from_history() {
+        let store = MemoryStore::with_watch_buffer(2);
+        let mut watch = store.watch("/", 0).await.expect("watch");
+        create_keys(&store, 0..5).await;
+        for revision in 1..=5 {
+            let event = next_event(&mut watch)
+                .await
+                .expect("an event")
+                .expect("no error");
+            assert_eq!(event.kv.mod_revision, revision);
+        }
+        // It is live again after catching up.
+        create_keys(&store, 5..6).await;
+        let event = next_event(&mut watch)
+            .await
+            .expect("an event")
+            .expect("no error");
+        assert_eq!(event.kv.key, "/k5");
+    }
+
+    #[tokio::test]
+    async fn lagging_watcher_past_the_history_ends_with_compacted() {
+        let store = MemoryStore::with_watch_buffer(2);
+        let mut watch = store.watch("/", 0).await.expect("watch");
+        create_keys(&store, 0..5).await;
+        store.compact(4).await.expect("compact");
+        match next_event(&mut watch).await {
             Some(Err(StoreError::Compacted {
                 requested,
                 compacted,
             })) => {
                 assert_eq!(requested, 0);
-                assert_eq!(compacted, 3, "oldest buffered batch is revision 4");
+                assert_eq!(compacted, 4);
             }
             other => panic!("expected Compacted, got {other:?}"),
         }

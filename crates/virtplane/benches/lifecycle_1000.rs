@@ -135,6 +135,57 @@ async fn watch_running(response: reqwest::Response, count: usize, seen: Seen) ->
     bail!("the watch ended early")
 }
 
+/// What the VMs the watch never showed Running are doing, as their VM and VMI say now:
+/// counts by VM printableStatus / VMI phase / VMI node, and a few names.
+async fn describe_stuck(api: &Api, seen: &HashMap<String, Instant>) -> String {
+    let get = |resource: &'static str| async move {
+        let url = format!(
+            "{}/apis/kubevirt.io/v1/namespaces/{NAMESPACE}/{resource}",
+            api.url
+        );
+        let response = api.clients[0].get(url).send().await?;
+        response.json::<Value>().await
+    };
+    let (vms, vmis) = match (
+        get("virtualmachines").await,
+        get("virtualmachineinstances").await,
+    ) {
+        (Ok(vms), Ok(vmis)) => (vms, vmis),
+        (Err(e), _) | (_, Err(e)) => return format!("(listing them failed: {e})"),
+    };
+    let items = |list: &Value| list["items"].as_array().cloned().unwrap_or_default();
+    let name = |o: &Value| o["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let vmis: HashMap<String, Value> = items(&vmis).into_iter().map(|v| (name(&v), v)).collect();
+    let mut states: HashMap<String, (usize, Vec<String>)> = HashMap::new();
+    for vm in items(&vms)
+        .iter()
+        .filter(|vm| !seen.contains_key(&name(vm)))
+    {
+        let vmi = vmis.get(&name(vm));
+        let state = format!(
+            "VM {} / VMI {} on {}",
+            vm["status"]["printableStatus"].as_str().unwrap_or("-"),
+            vmi.and_then(|v| v["status"]["phase"].as_str())
+                .unwrap_or("-"),
+            vmi.and_then(|v| v["status"]["nodeName"].as_str())
+                .unwrap_or("-"),
+        );
+        let entry = states.entry(state).or_default();
+        entry.0 += 1;
+        if entry.1.len() < 3 {
+            entry.1.push(name(vm));
+        }
+    }
+    let mut states: Vec<_> = states.into_iter().collect();
+    states.sort_by_key(|(_, (n, _))| std::cmp::Reverse(*n));
+    states
+        .into_iter()
+        .take(8)
+        .map(|(state, (n, names))| format!("{n} x {state} (e.g. {})", names.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.0} ms", support::stats::ms(d))
 }
@@ -231,12 +282,18 @@ async fn run() -> Result<()> {
         Ok(Ok(Ok(()))) => {}
         Ok(Ok(Err(e))) => return Err(e),
         Ok(Err(e)) => bail!("watch task failed: {e}"),
-        Err(_) => bail!(
-            "only {} of {count} VMs Running after {:?} (server log: {})",
-            seen.len(),
-            timeout,
-            server.proc.log.display()
-        ),
+        Err(_) => {
+            let stuck = describe_stuck(&api, &seen).await;
+            // The data dir and the log stay for a look at what went wrong.
+            let kept = dir.keep();
+            bail!(
+                "only {} of {count} VMs Running after {:?}; not seen Running: {stuck} (server log: {}, data dir kept: {})",
+                seen.len(),
+                timeout,
+                server.proc.log.display(),
+                kept.display()
+            )
+        }
     }
     let mut latencies: Vec<Duration> = sent_at
         .iter()
