@@ -3,13 +3,17 @@
 //! costs the server an encoding of every event and the client a decoding of it, so with
 //! 10,000 VMIs starting, one VMI watch per controller was a large part of the cost.
 
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use kube::core::{ApiResource, DynamicObject};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
+use serde_json::Value;
 use tokio::sync::Notify;
 
 /// A cache of every object of one kind, and who wants to hear of changes.
@@ -19,21 +23,51 @@ pub struct Informer {
     listeners: Arc<Mutex<Vec<Arc<Notify>>>>,
 }
 
+/// What of an object its listeners act on, as a hash: an update that leaves it unchanged
+/// wakes nobody (a node's heartbeat, say, which 1,000 nodes send every few seconds and
+/// which would otherwise have the scheduler look at every VMI again each time).
+pub type Significant = fn(&DynamicObject) -> u64;
+
 impl Informer {
-    /// Starts watching `resource` in every namespace.
+    /// Starts watching `resource` in every namespace; every event wakes the listeners.
     pub fn start(client: &Client, resource: ApiResource) -> Informer {
+        Self::start_with(client, resource, None)
+    }
+
+    /// As `start`, but an update whose `significant` hash is the one last seen for its
+    /// object wakes nobody.
+    pub fn start_with(
+        client: &Client,
+        resource: ApiResource,
+        significant: Option<Significant>,
+    ) -> Informer {
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
         let listeners: Arc<Mutex<Vec<Arc<Notify>>>> = Arc::default();
         let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
         let notify = listeners.clone();
+        let mut last_seen: HashMap<ObjectRef<DynamicObject>, u64> = HashMap::new();
         tokio::spawn(
             watcher(api, watcher::Config::default())
                 .default_backoff()
                 .reflect(writer)
-                .for_each(move |_| {
-                    for listener in notify.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-                        listener.notify_one();
+                .for_each(move |event| {
+                    let quiet = match (&event, significant) {
+                        (Ok(watcher::Event::Apply(object)), Some(significant)) => {
+                            let hash = significant(object);
+                            let reference = ObjectRef::from_obj_with(object, resource.clone());
+                            last_seen.insert(reference, hash) == Some(hash)
+                        }
+                        (Ok(watcher::Event::Delete(object)), Some(_)) => {
+                            last_seen.remove(&ObjectRef::from_obj_with(object, resource.clone()));
+                            false
+                        }
+                        _ => false,
+                    };
+                    if !quiet {
+                        for listener in notify.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                            listener.notify_one();
+                        }
                     }
                     futures::future::ready(())
                 }),
@@ -51,6 +85,32 @@ impl Informer {
     }
 }
 
+/// A node as the controllers see it, without what only its heartbeats change: the
+/// resourceVersion, managedFields, the `kubevirt.io/heartbeat` annotation and the
+/// conditions' `lastHeartbeatTime`.
+pub fn node_without_heartbeat(node: &DynamicObject) -> u64 {
+    let mut node = node.clone();
+    node.metadata.resource_version = None;
+    node.metadata.managed_fields = None;
+    if let Some(annotations) = node.metadata.annotations.as_mut() {
+        annotations.remove(kubevirt_api::names::annotations::HEARTBEAT);
+    }
+    if let Some(conditions) = node
+        .data
+        .pointer_mut("/status/conditions")
+        .and_then(Value::as_array_mut)
+    {
+        for condition in conditions.iter_mut().filter_map(Value::as_object_mut) {
+            condition.remove("lastHeartbeatTime");
+        }
+    }
+    let mut hasher = DefaultHasher::new();
+    serde_json::to_string(&node)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
 /// The informers the controllers share.
 #[derive(Clone)]
 pub struct Shared {
@@ -62,7 +122,40 @@ impl Shared {
     pub fn start(client: &Client) -> Shared {
         Shared {
             vmis: Informer::start(client, crate::resources::virtual_machine_instance()),
-            nodes: Informer::start(client, crate::resources::node()),
+            nodes: Informer::start_with(
+                client,
+                crate::resources::node(),
+                Some(node_without_heartbeat),
+            ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(heartbeat: &str, ready: &str, rack: &str, rv: &str) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "n1", "resourceVersion": rv, "labels": {"rack": rack},
+                         "annotations": {"kubevirt.io/heartbeat": heartbeat}},
+            "status": {"conditions": [{"type": "Ready", "status": ready,
+                                       "lastHeartbeatTime": heartbeat,
+                                       "lastTransitionTime": "2026-12-01T00:00:00Z"}]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_heartbeat_alone_is_not_significant() {
+        let first = node_without_heartbeat(&node("2026-12-01T00:00:10Z", "True", "r1", "5"));
+        let beat = node_without_heartbeat(&node("2026-12-01T00:00:20Z", "True", "r1", "9"));
+        assert_eq!(first, beat);
+        let not_ready = node_without_heartbeat(&node("2026-12-01T00:00:20Z", "Unknown", "r1", "9"));
+        assert_ne!(first, not_ready);
+        let relabelled = node_without_heartbeat(&node("2026-12-01T00:00:20Z", "True", "r2", "9"));
+        assert_ne!(first, relabelled);
     }
 }

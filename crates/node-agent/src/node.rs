@@ -1,11 +1,12 @@
 //! Registering a node and keeping it alive with heartbeats.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::Api;
-use kubevirt_api::names::labels;
+use kubevirt_api::names::{annotations, labels};
 use serde_json::json;
 
 pub fn node_resource() -> ApiResource {
@@ -85,43 +86,77 @@ pub async fn register(client: &kube::Client, spec: &NodeSpec<'_>) -> Result<(), 
     Ok(())
 }
 
-/// Refreshes the Ready condition's heartbeat every `interval`, until the process ends.
+/// How often the node's `kubevirt.io/heartbeat` annotation is refreshed, as virt-handler
+/// does: once a minute. The Ready condition carries the heartbeat that counts.
+const ANNOTATION_EVERY: Duration = Duration::from_secs(60);
+
+/// The Ready condition's `lastTransitionTime` to report for `name`: kept from the node as
+/// it is when it is Ready already (an agent that restarted), else now.
+async fn ready_since(api: &Api<DynamicObject>, name: &str) -> String {
+    api.get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|n| {
+            let ready = n
+                .data
+                .pointer("/status/conditions")?
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "Ready")?
+                .clone();
+            (ready["status"] == "True")
+                .then(|| ready["lastTransitionTime"].as_str().map(str::to_string))
+                .flatten()
+        })
+        .unwrap_or_else(now)
+}
+
+/// Refreshes the Ready condition's heartbeat every `interval` (one status patch per node)
+/// and the heartbeat annotation every `ANNOTATION_EVERY`, until the process ends. With
+/// 1,000 nodes on one agent every request counts, so the Ready condition's transition
+/// time is read once and again only after a beat failed (the node may have been marked
+/// NotReady meanwhile).
 pub async fn heartbeat(client: kube::Client, names: Vec<String>, interval: Duration) {
     let api = Api::<DynamicObject>::all_with(client, &node_resource());
+    let mut since: HashMap<String, String> = HashMap::new();
+    let mut annotated: HashMap<String, Instant> = HashMap::new();
     loop {
         tokio::time::sleep(interval).await;
         for name in &names {
-            let since = api
-                .get_opt(name)
-                .await
-                .ok()
-                .flatten()
-                .and_then(|n| {
-                    let ready = n
-                        .data
-                        .pointer("/status/conditions")?
-                        .as_array()?
-                        .iter()
-                        .find(|c| c["type"] == "Ready")?
-                        .clone();
-                    (ready["status"] == "True")
-                        .then(|| ready["lastTransitionTime"].as_str().map(str::to_string))
-                        .flatten()
-                })
-                .unwrap_or_else(now);
-            // The status subresource ignores metadata: the annotation virt-handler keeps
-            // (`kubevirt.io/heartbeat`) goes through the node itself.
-            let status = json!({"status": {"conditions": [ready_condition(&since)]}});
-            let annotation = json!({"metadata": {"annotations": {"kubevirt.io/heartbeat": now()}}});
-            let result = match api
+            let ready_since = match since.get(name) {
+                Some(since) => since.clone(),
+                None => ready_since(&api, name).await,
+            };
+            let status = json!({"status": {"conditions": [ready_condition(&ready_since)]}});
+            let mut result = api
                 .patch_status(name, &params(), &Patch::Merge(&status))
                 .await
-            {
-                Ok(_) => api.patch(name, &params(), &Patch::Merge(&annotation)).await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = result {
-                tracing::warn!("heartbeat of node {name} failed: {e}");
+                .map(drop);
+            let due = annotated
+                .get(name)
+                .is_none_or(|at| at.elapsed() >= ANNOTATION_EVERY);
+            if result.is_ok() && due {
+                // The status subresource ignores metadata: the annotation goes through
+                // the node itself.
+                let annotation =
+                    json!({"metadata": {"annotations": {annotations::HEARTBEAT: now()}}});
+                result = api
+                    .patch(name, &params(), &Patch::Merge(&annotation))
+                    .await
+                    .map(drop);
+                if result.is_ok() {
+                    annotated.insert(name.clone(), Instant::now());
+                }
+            }
+            match result {
+                Ok(()) => {
+                    since.insert(name.clone(), ready_since);
+                }
+                Err(e) => {
+                    since.remove(name);
+                    tracing::warn!("heartbeat of node {name} failed: {e}");
+                }
             }
         }
     }
