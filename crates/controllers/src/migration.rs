@@ -19,7 +19,9 @@ use kubevirt_api::names::finalizers::MIGRATION as FINALIZER;
 use kubevirt_api::types::{MigrationPhase, MigrationState, VmiPhase};
 use serde_json::{json, Value};
 
-use crate::scheduler::{choose_except, Resources};
+#[cfg(test)]
+use crate::scheduler::Resources;
+use crate::scheduler::{choose_except, NodeView};
 
 const MANAGER: &str = "virt-controller";
 
@@ -51,7 +53,7 @@ pub fn migration_resource() -> ApiResource {
 pub struct View<'a> {
     pub vmi: Option<&'a Value>,
     /// The nodes, each with what it has left (VMIs and incoming migrations counted).
-    pub nodes: &'a [(String, Value, Resources)],
+    pub nodes: &'a [NodeView],
     /// Migrations past Pending and not final, other than this one: (uid, source node).
     pub active: &'a [(String, String)],
     /// Seconds since the migration first found no target (`None`: it has one).
@@ -102,7 +104,7 @@ fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     v.pointer(pointer).and_then(Value::as_str)
 }
 
-fn node_ready(nodes: &[(String, Value, Resources)], name: &str) -> bool {
+fn node_ready(nodes: &[NodeView], name: &str) -> bool {
     nodes.iter().any(|(n, node, _)| {
         n == name
             && node

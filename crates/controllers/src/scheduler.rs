@@ -205,14 +205,14 @@ pub fn eligible(vmi: &Value, node: &Value) -> Result<(), Misfit> {
 }
 
 /// The node to place `vmi` on, given what each node has left, or the reasons none fits.
-pub fn choose(vmi: &Value, nodes: &[(String, Value, Resources)]) -> Result<String, String> {
+pub fn choose(vmi: &Value, nodes: &[NodeView]) -> Result<String, String> {
     choose_except(vmi, nodes, None)
 }
 
 /// As [`choose`], never choosing `except` (a migration's source node).
 pub fn choose_except(
     vmi: &Value,
-    nodes: &[(String, Value, Resources)],
+    nodes: &[NodeView],
     except: Option<&str>,
 ) -> Result<String, String> {
     let verdicts = verdicts(vmi, nodes);
@@ -220,7 +220,7 @@ pub fn choose_except(
 }
 
 /// `eligible` of `vmi` on each node.
-fn verdicts(vmi: &Value, nodes: &[(String, Value, Resources)]) -> Vec<Result<(), Misfit>> {
+fn verdicts(vmi: &Value, nodes: &[NodeView]) -> Vec<Result<(), Misfit>> {
     nodes
         .iter()
         .map(|(_, node, _)| eligible(vmi, node))
@@ -243,7 +243,7 @@ fn filter_kind(vmi: &Value) -> String {
 /// `eligible`), or the reasons none fits.
 fn pick(
     want: Resources,
-    nodes: &[(String, Value, Resources)],
+    nodes: &[NodeView],
     verdicts: &[Result<(), Misfit>],
     except: Option<&str>,
 ) -> Result<usize, String> {
@@ -301,6 +301,7 @@ struct Scheduler {
     assumed: HashMap<String, (String, Resources)>,
     /// What each VMI asks for, by uid.
     requested: HashMap<String, Resources>,
+    node_views: NodeViews,
     /// Steps being carried out.
     in_flight: Arc<Semaphore>,
     /// Uids of VMIs whose binding failed, to be placed again.
@@ -322,6 +323,7 @@ pub async fn run(client: Client, shared: crate::informer::Shared) {
         vmis,
         assumed: HashMap::new(),
         requested: HashMap::new(),
+        node_views: NodeViews::default(),
         in_flight: Arc::new(Semaphore::new(IN_FLIGHT)),
         report,
         failed,
@@ -381,7 +383,12 @@ impl Scheduler {
             .filter_map(|v| v.metadata.uid.as_deref())
             .collect();
         self.assumed.retain(|uid, _| unbound.contains(uid.as_str()));
-        let mut used: HashMap<String, Resources> = HashMap::new();
+        let mut used: HashMap<&str, Resources> = HashMap::new();
+        fn take<'a>(node: &'a str, r: Resources, used: &mut HashMap<&'a str, Resources>) {
+            let u = used.entry(node).or_default();
+            u.millicpu += r.millicpu;
+            u.memory += r.memory;
+        }
         // A VMI's spec (and so what it asks for) does not change: computed once per VMI.
         let known: HashSet<&str> = vmis
             .iter()
@@ -390,33 +397,31 @@ impl Scheduler {
         self.requested.retain(|uid, _| known.contains(uid.as_str()));
         self.backoff.retain(|uid| known.contains(uid.as_str()));
         let now = std::time::Instant::now();
+        // Migration targets are owned names (from the VMI's status), kept for the pass.
+        let mut targets: Vec<(String, Resources)> = Vec::new();
         for vmi in vmis.iter().filter(|v| !is_final(v)) {
-            if let Some(node) = node_of(vmi) {
-                let uid = vmi.metadata.uid.clone().unwrap_or_default();
-                let r = *self
+            let Some(node) = node_of(vmi) else { continue };
+            let uid = vmi.metadata.uid.as_deref().unwrap_or_default();
+            let r = match self.requested.get(uid) {
+                Some(r) => *r,
+                None => *self
                     .requested
-                    .entry(uid)
-                    .or_insert_with(|| requests(&vmi.data));
-                let u = used.entry(node.to_string()).or_default();
-                u.millicpu += r.millicpu;
-                u.memory += r.memory;
-                // A migrating VMI holds its place on the target too.
-                let target = kubevirt_api::types::MigrationState::of(&vmi.data)
-                    .filter(|m| m.in_flight())
-                    .and_then(|m| m.target_node);
-                if let Some(target) = target {
-                    let u = used.entry(target).or_default();
-                    u.millicpu += r.millicpu;
-                    u.memory += r.memory;
-                }
+                    .entry(uid.to_string())
+                    .or_insert_with(|| requests(&vmi.data)),
+            };
+            take(node, r, &mut used);
+            // A migrating VMI holds its place on the target too.
+            let target = kubevirt_api::types::MigrationState::of(&vmi.data)
+                .filter(|m| m.in_flight())
+                .and_then(|m| m.target_node);
+            if let Some(target) = target {
+                targets.push((target, r));
             }
         }
-        for (node, r) in self.assumed.values() {
-            let u = used.entry(node.clone()).or_default();
-            u.millicpu += r.millicpu;
-            u.memory += r.memory;
+        for (node, r) in targets.iter().chain(self.assumed.values()) {
+            take(node, *r, &mut used);
         }
-        let mut nodes = free_nodes(&self.nodes.state(), &used);
+        let mut nodes = self.node_views.free(&self.nodes.state(), &used);
         let mut pending: Vec<Arc<DynamicObject>> = vmis
             .iter()
             .filter(|v| {
@@ -604,30 +609,70 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
 
 /// Each node (sorted by name) as [`choose`] takes it: its JSON value and what it has left
 /// once `used` (by node name) is taken.
+/// A node as the placement functions read it: its name, its view (see `node_view`) and
+/// what it has left.
+pub type NodeView = (String, Arc<Value>, Resources);
+
+/// Every node with what it has left once `used` is taken, by name.
 pub fn free_nodes(
     nodes: &[Arc<DynamicObject>],
     used: &HashMap<String, Resources>,
-) -> Vec<(String, Value, Resources)> {
-    let mut out: Vec<(String, Value, Resources)> = nodes
-        .iter()
-        .map(|n| {
-            let value = node_value(n);
-            let total = allocatable(&value);
-            let u = used.get(&n.name_any()).copied().unwrap_or_default();
-            let free = Resources {
-                millicpu: total.millicpu - u.millicpu,
-                memory: total.memory - u.memory,
-            };
-            (n.name_any(), value, free)
-        })
-        .collect();
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    out
+) -> Vec<NodeView> {
+    let used: HashMap<&str, Resources> = used.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+    NodeViews::default().free(nodes, &used)
+}
+
+/// Node views kept between passes: with 1,000 nodes, making each one's view again on
+/// every pass (one pass per burst of VMI events) was a good part of a pass.
+#[derive(Default)]
+pub struct NodeViews(HashMap<String, (Option<String>, Arc<Value>, Resources)>);
+
+impl NodeViews {
+    /// As [`free_nodes`]; a node's view is made again only when its resourceVersion
+    /// changed since the last call.
+    pub fn free(
+        &mut self,
+        nodes: &[Arc<DynamicObject>],
+        used: &HashMap<&str, Resources>,
+    ) -> Vec<NodeView> {
+        let names: HashSet<&str> = nodes
+            .iter()
+            .filter_map(|n| n.metadata.name.as_deref())
+            .collect();
+        self.0.retain(|name, _| names.contains(name.as_str()));
+        let mut out: Vec<NodeView> = nodes
+            .iter()
+            .map(|n| {
+                let name = n.name_any();
+                let version = &n.metadata.resource_version;
+                let (view, total) = match self.0.get(&name) {
+                    Some((seen, view, total)) if seen == version && version.is_some() => {
+                        (view.clone(), *total)
+                    }
+                    _ => {
+                        let view = Arc::new(node_view(n));
+                        let total = allocatable(&view);
+                        self.0
+                            .insert(name.clone(), (version.clone(), view.clone(), total));
+                        (view, total)
+                    }
+                };
+                let u = used.get(name.as_str()).copied().unwrap_or_default();
+                let free = Resources {
+                    millicpu: total.millicpu - u.millicpu,
+                    memory: total.memory - u.memory,
+                };
+                (name, view, free)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
 }
 
 /// A node as one JSON value for the pure functions above: its spec and status with the
 /// only metadata they read (name, labels) — not the whole metadata (managedFields...).
-fn node_value(node: &DynamicObject) -> Value {
+fn node_view(node: &DynamicObject) -> Value {
     let mut value = node.data.clone();
     value["metadata"] = json!({"name": node.metadata.name, "labels": node.metadata.labels});
     value

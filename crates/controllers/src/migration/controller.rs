@@ -25,7 +25,7 @@ use super::{
     IssueCredentials, Step, View, FINISHED_KEPT, KUBEVIRT_NAME, KUBEVIRT_NAMESPACE, MANAGER,
 };
 use crate::resources;
-use crate::scheduler::{free_nodes, requests, Resources};
+use crate::scheduler::{free_nodes, requests, NodeView, Resources};
 
 /// Which object a step wrote, at the version it was decided on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,7 +129,7 @@ fn value_of(obj: &DynamicObject) -> Value {
 
 impl Controller {
     /// What each node has left: allocatable minus the VMIs on it and those migrating to it.
-    fn free(&self, vmis: &[Arc<DynamicObject>]) -> Vec<(String, Value, Resources)> {
+    fn free(&self, vmis: &[Arc<DynamicObject>]) -> Vec<NodeView> {
         let mut used: HashMap<String, Resources> = HashMap::new();
         for vmi in vmis.iter().filter(|v| !VmiPhase::of(&v.data).is_final()) {
             let want = requests(&vmi.data);

@@ -3,13 +3,15 @@ use super::*;
 static DEFAULTS: std::sync::LazyLock<Value> =
     std::sync::LazyLock::new(|| effective_configuration(None));
 
-fn node(name: &str, ready: bool) -> (String, Value, Resources) {
+fn node(name: &str, ready: bool) -> NodeView {
     let status = if ready { "True" } else { "Unknown" };
     (
         name.to_string(),
-        json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        Arc::new(
+            json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
                "status": {"conditions": [{"type": "Ready", "status": status}],
                           "allocatable": {"cpu": "4", "memory": "8Gi"}}}),
+        ),
         Resources {
             millicpu: 4000,
             memory: 8 << 30,
@@ -28,7 +30,7 @@ fn vmi(node: &str, state: Value) -> Value {
            "status": {"phase": "Running", "nodeName": node, "migrationState": state}})
 }
 
-fn view<'a>(vmi: Option<&'a Value>, nodes: &'a [(String, Value, Resources)]) -> View<'a> {
+fn view<'a>(vmi: Option<&'a Value>, nodes: &'a [NodeView]) -> View<'a> {
     View {
         vmi,
         nodes,

@@ -21,7 +21,7 @@ pub enum Copy {
 pub struct World {
     pub vmi: Value,
     pub vmim: Value,
-    pub nodes: Vec<(String, Value, Resources)>,
+    pub nodes: Vec<NodeView>,
     /// The copies of the guest, by node.
     pub guests: BTreeMap<String, Copy>,
     /// The source's outgoing migration finished moving the guest.
@@ -33,12 +33,12 @@ pub struct World {
     pub waited: bool,
 }
 
-fn node(name: &str) -> (String, Value, Resources) {
+fn node(name: &str) -> NodeView {
     (
         name.to_string(),
-        json!({"metadata": {"name": name, "labels": {}},
+        Arc::new(json!({"metadata": {"name": name, "labels": {}},
                "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                          "allocatable": {"cpu": "4", "memory": "8Gi"}}}),
+                          "allocatable": {"cpu": "4", "memory": "8Gi"}}})),
         Resources {
             millicpu: 4000,
             memory: 8 << 30,
@@ -249,7 +249,7 @@ impl World {
             }
             Event::TargetNodeDown => {
                 if let Some(n) = self.nodes.iter_mut().find(|(n, _, _)| n == "b") {
-                    n.1["status"]["conditions"][0]["status"] = json!("Unknown");
+                    Arc::make_mut(&mut n.1)["status"]["conditions"][0]["status"] = json!("Unknown");
                 }
             }
             Event::GuestPowersOff => {

@@ -1,6 +1,6 @@
 use super::*;
 
-fn node(name: &str, cpu: &str, memory: &str, labels: Value) -> (String, Value, Resources) {
+fn node(name: &str, cpu: &str, memory: &str, labels: Value) -> NodeView {
     let value = json!({
         "metadata": {"name": name, "labels": labels},
         "spec": {},
@@ -8,7 +8,7 @@ fn node(name: &str, cpu: &str, memory: &str, labels: Value) -> (String, Value, R
                    "conditions": [{"type": "Ready", "status": "True"}]},
     });
     let free = allocatable(&value);
-    (name.to_string(), value, free)
+    (name.to_string(), Arc::new(value), free)
 }
 
 fn vmi(memory: &str) -> Value {
@@ -46,10 +46,10 @@ fn picks_the_node_with_most_free_memory() {
 #[test]
 fn explains_why_nothing_fits() {
     let mut tainted = node("t", "4", "8Gi", json!({}));
-    tainted.1["spec"]["taints"] =
+    Arc::make_mut(&mut tainted.1)["spec"]["taints"] =
         json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]);
     let mut cordoned = node("c", "4", "8Gi", json!({}));
-    cordoned.1["spec"]["unschedulable"] = json!(true);
+    Arc::make_mut(&mut cordoned.1)["spec"]["unschedulable"] = json!(true);
     let nodes = vec![node("small", "4", "512Mi", json!({})), tainted, cordoned];
     assert_eq!(
         choose(&vmi("1Gi"), &nodes),
@@ -86,7 +86,8 @@ fn node_selector_and_required_affinity() {
 #[test]
 fn not_ready_nodes_are_skipped() {
     let mut down = node("down", "4", "8Gi", json!({}));
-    down.1["status"]["conditions"] = json!([{"type": "Ready", "status": "Unknown"}]);
+    Arc::make_mut(&mut down.1)["status"]["conditions"] =
+        json!([{"type": "Ready", "status": "Unknown"}]);
     assert_eq!(
         choose(&vmi("1Gi"), &[down]),
         Err("0/1 nodes are available: 1 node(s) were not ready.".into())
@@ -108,4 +109,46 @@ fn vmis_filter_alike_when_their_placement_rules_are_alike() {
     assert_eq!(filter_kind(&a), filter_kind(&b));
     b["spec"]["tolerations"] = json!([{"key": "dedicated", "operator": "Exists"}]);
     assert_ne!(filter_kind(&a), filter_kind(&b));
+}
+
+fn node_object(name: &str, version: &str, rack: &str) -> Arc<DynamicObject> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "resourceVersion": version, "labels": {"rack": rack}},
+            "status": {"allocatable": {"cpu": "2", "memory": "4Gi"},
+                       "conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .unwrap(),
+    )
+}
+
+#[test]
+fn a_node_view_is_made_again_only_when_the_node_changed() {
+    let mut views = NodeViews::default();
+    let used: HashMap<&str, Resources> = [(
+        "b",
+        Resources {
+            millicpu: 500,
+            memory: 1 << 30,
+        },
+    )]
+    .into();
+    let first = views.free(
+        &[node_object("b", "7", "r1"), node_object("a", "3", "r1")],
+        &used,
+    );
+    assert_eq!(first[0].0, "a");
+    assert_eq!(first[1].2.millicpu, 1500);
+    assert_eq!(first[1].2.memory, 3 << 30);
+    let again = views.free(
+        &[node_object("a", "3", "r1"), node_object("b", "8", "r2")],
+        &used,
+    );
+    assert!(Arc::ptr_eq(&first[0].1, &again[0].1), "a is unchanged");
+    assert!(!Arc::ptr_eq(&first[1].1, &again[1].1), "b changed");
+    assert_eq!(again[1].1["metadata"]["labels"]["rack"], "r2");
+    let gone = views.free(&[node_object("a", "3", "r1")], &HashMap::new());
+    assert_eq!(gone.len(), 1);
+    assert_eq!(views.0.len(), 1, "a removed node's view is dropped");
 }
