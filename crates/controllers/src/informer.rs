@@ -25,8 +25,9 @@ pub struct Informer {
 
 /// What of an object its listeners act on, as a hash: an update that leaves it unchanged
 /// wakes nobody (a node's heartbeat, say, which 1,000 nodes send every few seconds and
-/// which would otherwise have the scheduler look at every VMI again each time).
-pub type Significant = fn(&DynamicObject) -> u64;
+/// which would otherwise have the scheduler look at every VMI again each time). `None`
+/// (no hash could be made) always wakes them.
+pub type Significant = fn(&DynamicObject) -> Option<u64>;
 
 impl Informer {
     /// Starts watching `resource` in every namespace; every event wakes the listeners.
@@ -54,12 +55,22 @@ impl Informer {
                 .for_each(move |event| {
                     let quiet = match (&event, significant) {
                         (Ok(watcher::Event::Apply(object)), Some(significant)) => {
-                            let hash = significant(object);
                             let reference = ObjectRef::from_obj_with(object, resource.clone());
-                            last_seen.insert(reference, hash) == Some(hash)
+                            match significant(object) {
+                                Some(hash) => last_seen.insert(reference, hash) == Some(hash),
+                                None => {
+                                    last_seen.remove(&reference);
+                                    false
+                                }
+                            }
                         }
                         (Ok(watcher::Event::Delete(object)), Some(_)) => {
                             last_seen.remove(&ObjectRef::from_obj_with(object, resource.clone()));
+                            false
+                        }
+                        // A re-list: objects deleted meanwhile send no Delete.
+                        (Ok(watcher::Event::Init), _) => {
+                            last_seen.clear();
                             false
                         }
                         _ => false,
@@ -88,7 +99,7 @@ impl Informer {
 /// A node as the controllers see it, without what only its heartbeats change: the
 /// resourceVersion, managedFields, the `kubevirt.io/heartbeat` annotation and the
 /// conditions' `lastHeartbeatTime`.
-pub fn node_without_heartbeat(node: &DynamicObject) -> u64 {
+pub fn node_without_heartbeat(node: &DynamicObject) -> Option<u64> {
     let mut node = node.clone();
     node.metadata.resource_version = None;
     node.metadata.managed_fields = None;
@@ -105,10 +116,8 @@ pub fn node_without_heartbeat(node: &DynamicObject) -> u64 {
         }
     }
     let mut hasher = DefaultHasher::new();
-    serde_json::to_string(&node)
-        .unwrap_or_default()
-        .hash(&mut hasher);
-    hasher.finish()
+    serde_json::to_string(&node).ok()?.hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// The informers the controllers share.
@@ -152,6 +161,7 @@ mod tests {
     fn a_heartbeat_alone_is_not_significant() {
         let first = node_without_heartbeat(&node("2026-12-01T00:00:10Z", "True", "r1", "5"));
         let beat = node_without_heartbeat(&node("2026-12-01T00:00:20Z", "True", "r1", "9"));
+        assert!(first.is_some());
         assert_eq!(first, beat);
         let not_ready = node_without_heartbeat(&node("2026-12-01T00:00:20Z", "Unknown", "r1", "9"));
         assert_ne!(first, not_ready);

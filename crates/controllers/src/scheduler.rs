@@ -607,13 +607,12 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
     Ok(())
 }
 
-/// Each node (sorted by name) as [`choose`] takes it: its JSON value and what it has left
-/// once `used` (by node name) is taken.
 /// A node as the placement functions read it: its name, its view (see `node_view`) and
 /// what it has left.
 pub type NodeView = (String, Arc<Value>, Resources);
 
-/// Every node with what it has left once `used` is taken, by name.
+/// Each node (sorted by name) as [`choose`] takes it: its view and what it has left once
+/// `used` (by node name) is taken.
 pub fn free_nodes(
     nodes: &[Arc<DynamicObject>],
     used: &HashMap<String, Resources>,

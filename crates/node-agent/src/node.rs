@@ -92,11 +92,10 @@ const ANNOTATION_EVERY: Duration = Duration::from_secs(60);
 
 /// The Ready condition's `lastTransitionTime` to report for `name`: kept from the node as
 /// it is when it is Ready already (an agent that restarted), else now.
-async fn ready_since(api: &Api<DynamicObject>, name: &str) -> String {
-    api.get_opt(name)
-        .await
-        .ok()
-        .flatten()
+async fn ready_since(api: &Api<DynamicObject>, name: &str) -> Result<String, kube::Error> {
+    Ok(api
+        .get_opt(name)
+        .await?
         .and_then(|n| {
             let ready = n
                 .data
@@ -109,7 +108,7 @@ async fn ready_since(api: &Api<DynamicObject>, name: &str) -> String {
                 .then(|| ready["lastTransitionTime"].as_str().map(str::to_string))
                 .flatten()
         })
-        .unwrap_or_else(now)
+        .unwrap_or_else(now))
 }
 
 /// Refreshes the Ready condition's heartbeat every `interval` (one status patch per node)
@@ -126,7 +125,14 @@ pub async fn heartbeat(client: kube::Client, names: Vec<String>, interval: Durat
         for name in &names {
             let ready_since = match since.get(name) {
                 Some(since) => since.clone(),
-                None => ready_since(&api, name).await,
+                None => match ready_since(&api, name).await {
+                    Ok(since) => since,
+                    // A transition time made up now would stay: this beat waits instead.
+                    Err(e) => {
+                        tracing::warn!("heartbeat of node {name} failed: reading it: {e}");
+                        continue;
+                    }
+                },
             };
             let status = json!({"status": {"conditions": [ready_condition(&ready_since)]}});
             let mut result = api

@@ -96,6 +96,11 @@ impl Dictionaries {
     }
 }
 
+thread_local! {
+    /// A buffer for packing (LZ4's worst case) and for checking values read back.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// One value, packed, with the dictionary it was packed against.
 #[derive(Clone, Debug)]
 pub struct Packed {
@@ -121,9 +126,6 @@ impl Packed {
     }
 
     pub fn pack_with(value: &[u8], dictionary: Option<&Arc<Dictionary>>) -> Packed {
-        thread_local! {
-            static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-        }
         let Some(dictionary) = dictionary else {
             return Packed::pack(value);
         };
@@ -155,9 +157,6 @@ impl Packed {
     /// unpacking them into a scratch buffer, so that damage shows when a store opens
     /// rather than on some later read.
     pub fn from_packed(bytes: Bytes, dictionaries: &Dictionaries) -> Result<Packed, String> {
-        thread_local! {
-            static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-        }
         let header = Header::read(&bytes)?;
         let dictionary = match header.dictionary {
             None => None,
