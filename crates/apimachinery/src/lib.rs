@@ -10,6 +10,7 @@ pub mod jsonpath;
 pub mod meta_validation;
 pub mod names;
 pub mod patch;
+pub mod pointer;
 pub mod resource;
 pub mod schema;
 pub mod selector;

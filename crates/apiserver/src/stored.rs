@@ -92,6 +92,26 @@ pub fn is_deleting(kv: &KeyValue) -> Result<bool, Status> {
     Ok(object.metadata.deletion_timestamp.is_some())
 }
 
+/// The object's labels, read without decoding the rest of it.
+pub fn labels(kv: &KeyValue) -> Result<serde_json::Map<String, Value>, Status> {
+    #[derive(serde::Deserialize)]
+    struct Object {
+        #[serde(default)]
+        metadata: Metadata,
+    }
+    #[derive(Default, serde::Deserialize)]
+    struct Metadata {
+        #[serde(default)]
+        labels: Option<Value>,
+    }
+    let object: Object = serde_json::from_slice(&kv.value)
+        .map_err(|e| Status::internal(format!("stored object {} is corrupt: {e}", kv.key)))?;
+    Ok(match object.metadata.labels {
+        Some(Value::Object(labels)) => labels,
+        _ => serde_json::Map::new(),
+    })
+}
+
 /// Appends the object's JSON with its resourceVersion to `out`.
 pub fn write_json(kv: &KeyValue, out: &mut Vec<u8>) -> Result<(), Status> {
     let stored = &kv.value[..];

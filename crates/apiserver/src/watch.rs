@@ -6,7 +6,6 @@ use futures::{Stream, StreamExt};
 use store::{EventKind, KeyValue, Revision, StoreError};
 
 use crate::registry::{store_failure, ListRequest, Registration, Registry};
-use crate::stored;
 
 /// A change as a watcher sees it. Objects stay as stored (see `stored`) until rendered.
 #[derive(Clone, Debug, PartialEq)]
@@ -124,7 +123,7 @@ fn translate(filter: &ListRequest, event: store::Event) -> Option<WatchEvent> {
             (EventKind::Put, Some(_)) => WatchEvent::Modified(event.kv),
         });
     }
-    let matches = |kv: &KeyValue| stored::decode(kv).ok().map(|o| filter.matches(&o));
+    let matches = |kv: &KeyValue| filter.matches_stored(kv).ok();
     let now = matches(&event.kv)?;
     match event.kind {
         EventKind::Delete => now.then_some(WatchEvent::Deleted(event.kv)),

@@ -7,6 +7,7 @@
 //! runStrategy says. Failed evacuations are retried with KubeVirt's backoff (20 s,
 //! doubling).
 
+use apimachinery::pointer::Pointer;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,12 +49,12 @@ pub enum Evacuation {
 /// The eviction strategy in force for `vmi` and what it means on a draining node.
 pub fn evacuation(vmi: &Value, cluster_default: Option<&str>) -> Evacuation {
     let strategy = vmi
-        .pointer("/spec/evictionStrategy")
+        .at("/spec/evictionStrategy")
         .and_then(Value::as_str)
         .or(cluster_default)
         .unwrap_or("None");
     let migratable = vmi
-        .pointer("/status/conditions")
+        .at("/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|cs| {
             cs.iter()
@@ -69,7 +70,7 @@ pub fn evacuation(vmi: &Value, cluster_default: Option<&str>) -> Evacuation {
 
 /// Whether `node` carries the drain taint `key` with effect NoSchedule.
 pub fn draining(node: &Value, key: &str) -> bool {
-    node.pointer("/spec/taints")
+    node.at("/spec/taints")
         .and_then(Value::as_array)
         .is_some_and(|ts| {
             ts.iter()
@@ -135,7 +136,7 @@ impl Controller {
             .to_string();
         let default_strategy = kubevirt
             .as_ref()
-            .and_then(|kv| kv.pointer("/spec/configuration/evictionStrategy"))
+            .and_then(|kv| kv.at("/spec/configuration/evictionStrategy"))
             .and_then(Value::as_str)
             .map(str::to_string);
         let migration_uids: HashSet<String> = self

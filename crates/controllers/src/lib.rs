@@ -15,6 +15,7 @@ pub mod scheduler;
 pub mod vm;
 pub mod vm_volumes;
 pub mod volumes;
+mod writes;
 
 use std::time::Duration;
 

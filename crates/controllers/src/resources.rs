@@ -1,6 +1,7 @@
 //! The kinds the controllers work with, as dynamic resources, and small accessors for
 //! the JSON they carry.
 
+use apimachinery::pointer::Pointer;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
@@ -24,13 +25,13 @@ pub fn node() -> ApiResource {
 
 /// A string at a JSON pointer of the object's data (`/status/phase`).
 pub fn str_at<'a>(obj: &'a DynamicObject, pointer: &str) -> Option<&'a str> {
-    obj.data.pointer(pointer).and_then(Value::as_str)
+    obj.data.at(pointer).and_then(Value::as_str)
 }
 
 /// The condition of `kind` in `status.conditions`, if any.
 pub fn condition<'a>(obj: &'a DynamicObject, kind: &str) -> Option<&'a Value> {
     obj.data
-        .pointer("/status/conditions")?
+        .at("/status/conditions")?
         .as_array()?
         .iter()
         .find(|c| c["type"] == kind)

@@ -4,6 +4,7 @@
 //! affinity, and that has the CPU and memory it requests left. Among those, the one with
 //! the most free memory wins. A VMI that fits nowhere says why, like a pending pod.
 
+use apimachinery::pointer::Pointer;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use std::time::Duration;
 use kube::api::{Patch, PatchParams};
 use kube::core::DynamicObject;
 use kube::runtime::reflector::Store;
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::meta;
 use kubevirt_api::quantity::Quantity;
@@ -44,8 +45,8 @@ fn quantity(v: Option<&Value>) -> Option<Quantity> {
 
 /// What a VMI asks of its node.
 pub fn requests(vmi: &Value) -> Resources {
-    let domain = vmi.pointer("/spec/domain");
-    let get = |p: &str| domain.and_then(|d| d.pointer(p));
+    let domain = vmi.at("/spec/domain");
+    let get = |p: &str| domain.and_then(|d| d.at(p));
     let memory = quantity(get("/resources/requests/memory"))
         .or_else(|| quantity(get("/memory/guest")))
         .or_else(|| quantity(get("/resources/limits/memory")))
@@ -61,7 +62,7 @@ pub fn requests(vmi: &Value) -> Resources {
 
 /// What a node offers in total.
 pub fn allocatable(node: &Value) -> Resources {
-    let get = |k: &str| quantity(node.pointer(&format!("/status/allocatable/{k}")));
+    let get = |k: &str| quantity(node.at(&format!("/status/allocatable/{k}")));
     Resources {
         millicpu: get("cpu").map_or(0, Quantity::milli_value),
         memory: get("memory").map_or(0, Quantity::value),
@@ -96,12 +97,12 @@ impl Misfit {
 }
 
 fn label<'a>(node: &'a Value, key: &str) -> Option<&'a Value> {
-    node.pointer("/metadata/labels")?.get(key)
+    node.at("/metadata/labels")?.get(key)
 }
 
 fn array<'a>(value: &'a Value, pointer: &str) -> &'a [Value] {
     value
-        .pointer(pointer)
+        .at(pointer)
         .and_then(Value::as_array)
         .map_or(&[], Vec::as_slice)
 }
@@ -157,7 +158,7 @@ fn term_matches(term: &Value, node: &Value) -> bool {
         )
     }) && fields.iter().all(|e| {
         let actual = (e["key"] == "metadata.name").then(|| {
-            node.pointer("/metadata/name")
+            node.at("/metadata/name")
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string()
@@ -169,7 +170,7 @@ fn term_matches(term: &Value, node: &Value) -> bool {
 /// Whether `vmi` may run on `node` at all, ignoring capacity.
 pub fn eligible(vmi: &Value, node: &Value) -> Result<(), Misfit> {
     let ready = node
-        .pointer("/status/conditions")
+        .at("/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|cs| {
             cs.iter()
@@ -178,7 +179,7 @@ pub fn eligible(vmi: &Value, node: &Value) -> Result<(), Misfit> {
     if !ready {
         return Err(Misfit::NotReady);
     }
-    if node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+    if node.at("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
         return Err(Misfit::Unschedulable);
     }
     let tolerations = array(vmi, "/spec/tolerations");
@@ -188,13 +189,13 @@ pub fn eligible(vmi: &Value, node: &Value) -> Result<(), Misfit> {
     }) {
         return Err(Misfit::Taint);
     }
-    if let Some(selector) = vmi.pointer("/spec/nodeSelector").and_then(Value::as_object) {
+    if let Some(selector) = vmi.at("/spec/nodeSelector").and_then(Value::as_object) {
         if selector.iter().any(|(k, v)| label(node, k) != Some(v)) {
             return Err(Misfit::Selector);
         }
     }
     let terms = vmi
-        .pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+        .at("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
         .and_then(Value::as_array);
     if let Some(terms) = terms {
         if !terms.is_empty() && !terms.iter().any(|t| term_matches(t, node)) {
@@ -230,7 +231,7 @@ fn verdicts(vmi: &Value, nodes: &[NodeView]) -> Vec<Result<(), Misfit>> {
 /// What `eligible` reads of a VMI: VMIs alike (made from one template) are filtered
 /// alike, so a pass filters the nodes once per kind rather than once per VMI.
 fn filter_kind(vmi: &Value) -> String {
-    let part = |p: &str| vmi.pointer(p).cloned().unwrap_or(Value::Null);
+    let part = |p: &str| vmi.at(p).cloned().unwrap_or(Value::Null);
     json!([
         part("/spec/nodeSelector"),
         part("/spec/affinity"),
@@ -517,7 +518,7 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
         Step::Bind { vmi, node } => {
             let mut transitions = vmi
                 .data
-                .pointer("/status/phaseTransitionTimestamps")
+                .at("/status/phaseTransitionTimestamps")
                 .cloned()
                 .unwrap_or_else(|| json!([]));
             if let Some(list) = transitions.as_array_mut() {
@@ -525,7 +526,7 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
             }
             let mut conditions: Vec<Value> = vmi
                 .data
-                .pointer("/status/conditions")
+                .at("/status/conditions")
                 .and_then(Value::as_array)
                 .cloned()
                 .unwrap_or_default();
@@ -547,7 +548,7 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
             }
             let mut conditions: Vec<Value> = vmi
                 .data
-                .pointer("/status/conditions")
+                .at("/status/conditions")
                 .and_then(Value::as_array)
                 .cloned()
                 .unwrap_or_default();
@@ -561,7 +562,7 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
             if VmiPhase::of(&vmi.data) != VmiPhase::Scheduling {
                 let mut transitions = vmi
                     .data
-                    .pointer("/status/phaseTransitionTimestamps")
+                    .at("/status/phaseTransitionTimestamps")
                     .cloned()
                     .unwrap_or_else(|| json!([]));
                 if let Some(list) = transitions.as_array_mut() {
@@ -593,17 +594,20 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
             )
         }
     };
-    let api = Api::<DynamicObject>::namespaced_with(
-        client,
-        &vmi.namespace().unwrap_or_default(),
-        &resources::virtual_machine_instance(),
-    );
     let params = PatchParams {
         field_manager: Some(MANAGER.into()),
         ..Default::default()
     };
-    api.patch(&vmi.name_any(), &params, &Patch::Merge(&patch))
-        .await?;
+    crate::writes::patch(
+        &client,
+        &resources::virtual_machine_instance(),
+        &vmi.namespace().unwrap_or_default(),
+        &vmi.name_any(),
+        None,
+        &params,
+        &Patch::Merge(&patch),
+    )
+    .await?;
     Ok(())
 }
 

@@ -1,8 +1,10 @@
 //! The VirtualMachine controller: keeps one VMI per VM as its runStrategy and queued
 //! state-change requests say, and reports what it sees in the VM's status.
 
-use std::sync::Arc;
-use std::time::Duration;
+use apimachinery::pointer::Pointer;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
@@ -40,6 +42,73 @@ struct Context {
     vmis: Store<Cached<VirtualMachineInstance>>,
     /// Retry delays of VMs whose sync failed, by `namespace/name`.
     backoff: Backoff<String>,
+    expectations: Expectations,
+}
+
+/// What this controller wrote that its caches may not show yet, by `namespace/name` of
+/// the VM (KubeVirt's controller expectations). A sync on a VM older than its own last
+/// status write would only lose a conflict, and one that cannot find the VMI it just
+/// created would ask the server for it.
+#[derive(Default)]
+struct Expectations(Mutex<HashMap<String, Expected>>);
+
+#[derive(Default)]
+struct Expected {
+    /// The resourceVersion of the VM's last status write.
+    vm_version: Option<u64>,
+    /// The VMI this controller created, until the VMI cache shows it.
+    vmi: Option<(DynamicObject, Instant)>,
+}
+
+/// How long a created VMI stands in for the cache's; past that the server is asked.
+const CREATED_VMI_TRUST: Duration = Duration::from_secs(30);
+/// When a sync put off for a stale VM runs anyway, should the write's event not come.
+const STALE_VM_RETRY: Duration = Duration::from_secs(5);
+
+impl Expectations {
+    fn with<T>(&self, key: &str, f: impl FnOnce(&mut Expected) -> T) -> T {
+        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let expected = all.entry(key.to_string()).or_default();
+        let result = f(expected);
+        if expected.vm_version.is_none() && expected.vmi.is_none() {
+            all.remove(key);
+        }
+        result
+    }
+
+    /// Whether the cached VM (at `version`) predates this controller's last write to it.
+    fn vm_is_stale(&self, key: &str, version: Option<&str>) -> bool {
+        let version = version.and_then(|v| v.parse::<u64>().ok());
+        self.with(key, |expected| match (expected.vm_version, version) {
+            (Some(written), Some(cached)) if cached < written => true,
+            _ => {
+                expected.vm_version = None;
+                false
+            }
+        })
+    }
+
+    fn wrote_vm(&self, key: &str, version: Option<String>) {
+        let version = version.and_then(|v| v.parse::<u64>().ok());
+        self.with(key, |expected| expected.vm_version = version);
+    }
+
+    fn created_vmi(&self, key: &str, vmi: &DynamicObject) {
+        self.with(key, |expected| {
+            expected.vmi = Some((vmi.clone(), Instant::now()));
+        });
+    }
+
+    /// The VMI created for this VM that the cache does not show yet, if recent.
+    fn vmi_not_cached(&self, key: &str, cached: bool) -> Option<DynamicObject> {
+        self.with(key, |expected| match expected.vmi.take() {
+            Some((vmi, at)) if !cached && at.elapsed() < CREATED_VMI_TRUST => {
+                expected.vmi = Some((vmi.clone(), at));
+                Some(vmi)
+            }
+            _ => None,
+        })
+    }
 }
 
 pub async fn run(client: Client) {
@@ -51,6 +120,7 @@ pub async fn run(client: Client) {
         vmi: VirtualMachineInstance::resource(),
         vmis: vmi_reader,
         backoff: Backoff::default(),
+        expectations: Expectations::default(),
     });
     let data_volumes = Api::<DynamicObject>::all_with(ctx.client.clone(), &data_volume_resource());
     Controller::for_stream(vm_events.applied_objects(), vm_reader)
@@ -93,13 +163,13 @@ fn strategy_of(vm: &DynamicObject) -> Option<RunStrategy> {
 
 fn requests_of(vm: &DynamicObject) -> Vec<ChangeRequest> {
     vm.data
-        .pointer("/status/stateChangeRequests")
+        .at("/status/stateChangeRequests")
         .and_then(Value::as_array)
         .map(|list| {
             list.iter()
                 .filter_map(|r| match r["action"].as_str()? {
                     "Start" => Some(ChangeRequest::Start {
-                        paused: r.pointer("/data/paused") == Some(&json!("true")),
+                        paused: r.at("/data/paused") == Some(&json!("true")),
                     }),
                     "Stop" => Some(ChangeRequest::Stop {
                         uid: r["uid"].as_str().map(str::to_string),
@@ -123,7 +193,7 @@ fn request_json(request: &ChangeRequest) -> Value {
 }
 
 fn start_failure_of(vm: &DynamicObject) -> Option<StartFailure> {
-    let f = vm.data.pointer("/status/startFailure")?;
+    let f = vm.data.at("/status/startFailure")?;
     Some(StartFailure {
         consecutive_fail_count: f["consecutiveFailCount"].as_u64().unwrap_or(0) as u32,
         last_failed_vmi_uid: f["lastFailedVMIUID"].as_str().unwrap_or("").to_string(),
@@ -152,7 +222,7 @@ fn vmi_state(vmi: &DynamicObject) -> VmiState {
         deleting: vmi.metadata.deletion_timestamp.is_some(),
         ever_running: vmi
             .data
-            .pointer("/status/phaseTransitionTimestamps")
+            .at("/status/phaseTransitionTimestamps")
             .and_then(Value::as_array)
             .is_some_and(|ts| ts.iter().any(|t| t["phase"] == "Running")),
         paused: condition_is(vmi, "Paused", "True"),
@@ -167,14 +237,14 @@ fn vmi_state(vmi: &DynamicObject) -> VmiState {
 fn vmi_from_template(vm: &DynamicObject, template: Option<Value>, paused: bool) -> Value {
     let template = template.unwrap_or_else(|| json!({}));
     let mut labels = template
-        .pointer("/metadata/labels")
+        .at("/metadata/labels")
         .cloned()
         .unwrap_or_else(|| json!({}));
     if !labels.is_object() {
         labels = json!({});
     }
     let mut annotations = template
-        .pointer("/metadata/annotations")
+        .at("/metadata/annotations")
         .cloned()
         .unwrap_or_else(|| json!({}));
     if !annotations.is_object() {
@@ -186,8 +256,8 @@ fn vmi_from_template(vm: &DynamicObject, template: Option<Value>, paused: bool) 
     if paused {
         spec["startStrategy"] = json!("Paused");
     }
-    if spec.pointer("/domain/firmware/uuid").is_none() {
-        if spec.pointer("/domain/firmware").is_none() {
+    if spec.at("/domain/firmware/uuid").is_none() {
+        if spec.at("/domain/firmware").is_none() {
             spec["domain"]["firmware"] = json!({});
         }
         spec["domain"]["firmware"]["uuid"] =
@@ -223,13 +293,18 @@ async fn find_vmi(
     ctx: &Context,
 ) -> Result<Option<DynamicObject>, Error> {
     let name = vm.name_any();
-    let key = ObjectRef::new(&name).within(&vm.namespace().unwrap_or_default());
-    let vmi = match ctx.vmis.get(&key) {
-        Some(cached) => Some(cached.decode(None)?),
-        None if vm.data.pointer("/status/created").and_then(Value::as_bool) == Some(true) => {
+    let namespace = vm.namespace().unwrap_or_default();
+    let cached = ctx.vmis.get(&ObjectRef::new(&name).within(&namespace));
+    let created = ctx
+        .expectations
+        .vmi_not_cached(&object_key(Some(&namespace), &name), cached.is_some());
+    let vmi = match (cached, created) {
+        (Some(cached), _) => Some(cached.decode(None)?),
+        (None, Some(created)) => Some(created),
+        (None, None) if vm.data.at("/status/created").and_then(Value::as_bool) == Some(true) => {
             vmis.get_opt(&name).await?
         }
-        None => None,
+        (None, None) => None,
     };
     Ok(vmi.filter(|vmi| owned_by(vmi, vm)))
 }
@@ -247,6 +322,14 @@ async fn reconcile(
     cached: Arc<Cached<VirtualMachine>>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
+    let key = object_key(cached.namespace().as_deref(), &cached.name_any());
+    if ctx
+        .expectations
+        .vm_is_stale(&key, cached.resource_version().as_deref())
+    {
+        // The event of that write wakes this VM again.
+        return Ok(Action::requeue(STALE_VM_RETRY));
+    }
     let cached = cached.unpack()?;
     let vm = Arc::new(cached.object::<VirtualMachine>(Some(DECISION_SPEC_FIELDS))?);
     let namespace = vm.namespace().unwrap_or_default();
@@ -287,7 +370,7 @@ async fn reconcile(
         let failure = json!({"type": "Failure", "status": "True", "reason": "FailedCreate",
             "message": "Error fetching RunStrategy: running and runstrategy are mutually exclusive or missing",
             "lastTransitionTime": meta::now()});
-        let retry = update_status(&vms, &vm, |status| {
+        let retry = update_status(&ctx, &key, &vm, |status| {
             let mut conditions = existing_conditions(&vm);
             meta::set_condition(&mut conditions, failure.clone());
             status.insert("conditions".into(), json!(conditions));
@@ -346,6 +429,7 @@ async fn reconcile(
                 // triggers finds nothing left to write.
                 Ok(created) => {
                     effect = Effect::Created;
+                    ctx.expectations.created_vmi(&key, &created);
                     vmi = Some(created);
                 }
                 // The cache had not seen a VMI that exists: report on that one.
@@ -393,7 +477,7 @@ async fn reconcile(
             requeue = Some((*when - now).to_std().unwrap_or(Duration::from_millis(100)));
         }
         VmiAction::SwitchToAlways => {
-            let patch = if vm.data.pointer("/spec/running").is_some() {
+            let patch = if vm.data.at("/spec/running").is_some() {
                 json!({"spec": {"running": true}})
             } else {
                 json!({"spec": {"runStrategy": "Always"}})
@@ -414,7 +498,7 @@ async fn reconcile(
             .get("kubevirt.io/vm-generation")
             .and_then(|g| g.parse::<i64>().ok())
     });
-    let retry = update_status(&vms, &vm, |status| {
+    let retry = update_status(&ctx, &key, &vm, |status| {
         status.insert("printableStatus".into(), json!(printable));
         status.insert("created".into(), json!(vmi.is_some()));
         let ready = vmi
@@ -478,7 +562,7 @@ fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
 
 fn existing_conditions(vm: &DynamicObject) -> Vec<Value> {
     vm.data
-        .pointer("/status/conditions")
+        .at("/status/conditions")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default()
@@ -491,7 +575,7 @@ fn vm_conditions(vmi: Option<&DynamicObject>) -> Vec<Value> {
     };
     let mut out: Vec<Value> = vmi
         .data
-        .pointer("/status/conditions")
+        .at("/status/conditions")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
@@ -510,7 +594,8 @@ fn vm_conditions(vmi: Option<&DynamicObject>) -> Vec<Value> {
 /// changed, ignoring condition timestamps for the comparison. Returns when to sync
 /// again: soon after the write lost to a conflict (or found the VM gone), else `None`.
 async fn update_status(
-    vms: &Api<DynamicObject>,
+    ctx: &Context,
+    key: &str,
     vm: &DynamicObject,
     fill: impl FnOnce(&mut Map<String, Value>),
 ) -> Result<Option<Duration>, Error> {
@@ -559,11 +644,21 @@ async fn update_status(
         }
     }
     let patch = json!({"metadata": {"resourceVersion": vm.resource_version()}, "status": changes});
-    match vms
-        .patch_status(&vm.name_any(), &params_merge(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => Ok(None),
+    let written = crate::writes::patch(
+        &ctx.client,
+        &ctx.vm,
+        &vm.namespace().unwrap_or_default(),
+        &vm.name_any(),
+        Some("status"),
+        &params_merge(),
+        &Patch::Merge(&patch),
+    )
+    .await;
+    match written {
+        Ok(version) => {
+            ctx.expectations.wrote_vm(key, version);
+            Ok(None)
+        }
         Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
             Ok(Some(Duration::from_millis(50)))
         }

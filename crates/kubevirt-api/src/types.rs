@@ -3,6 +3,7 @@
 //! these types do not model are kept (`other`), so reading and writing one back loses
 //! nothing.
 
+use apimachinery::pointer::Pointer;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -110,7 +111,7 @@ impl VmiPhase {
     /// The phase of a VMI object (`Unset` when it has none).
     pub fn of(vmi: &Value) -> Self {
         VmiPhase::parse(
-            vmi.pointer("/status/phase")
+            vmi.at("/status/phase")
                 .and_then(Value::as_str)
                 .unwrap_or(""),
         )
@@ -227,7 +228,7 @@ impl MigrationPhase {
 
     /// The phase of a VMIM object.
     pub fn of(vmim: &Value) -> MigrationPhase {
-        vmim.pointer("/status/phase")
+        vmim.at("/status/phase")
             .and_then(Value::as_str)
             .map_or(MigrationPhase::Unset, MigrationPhase::parse)
     }
@@ -263,7 +264,7 @@ impl MigrationState {
     /// The migration state of a VMI object; `None` when it has none or it is not an
     /// object of this shape.
     pub fn of(vmi: &Value) -> Option<MigrationState> {
-        let state = vmi.pointer("/status/migrationState")?;
+        let state = vmi.at("/status/migrationState")?;
         serde_json::from_value(state.clone()).ok()
     }
 

@@ -5,6 +5,7 @@
 //! Just over 800 lines: the one VMI state machine (each phase's step next to the next);
 //! migration, volume sources and the hypervisor already live in their own modules.
 
+use apimachinery::pointer::Pointer;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -186,7 +187,7 @@ async fn sweep(ctx: Arc<Context>) {
                 }
             };
             let wanted = vmi.is_some_and(|vmi| {
-                let node = vmi.data.pointer("/status/nodeName").and_then(Value::as_str);
+                let node = vmi.data.at("/status/nodeName").and_then(Value::as_str);
                 let target = MigrationState::of(&vmi.data)
                     .filter(|m| m.failed != Some(true))
                     .and_then(|m| m.target_node);
@@ -213,7 +214,7 @@ pub(crate) fn error_policy(
 
 fn conditions(vmi: &DynamicObject) -> Vec<Value> {
     vmi.data
-        .pointer("/status/conditions")
+        .at("/status/conditions")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default()
@@ -232,7 +233,7 @@ fn enter_phase(vmi: &DynamicObject, phase: VmiPhase) -> Map<String, Value> {
     let phase = phase.as_str();
     let mut transitions = vmi
         .data
-        .pointer("/status/phaseTransitionTimestamps")
+        .at("/status/phaseTransitionTimestamps")
         .cloned()
         .unwrap_or_else(|| json!([]));
     if let Some(list) = transitions.as_array_mut() {
@@ -258,11 +259,17 @@ impl Writer<'_> {
             field_manager: Some("virt-handler".into()),
             ..Default::default()
         };
-        match self
-            .api
+        let request = kube::core::Request::new(self.api.resource_url())
             .patch(&self.vmi.name_any(), &params, &Patch::Merge(&body))
-            .await
-        {
+            .map_err(kube::Error::BuildRequest)?;
+        // The written VMI is not read back: skipped while parsed, never decoded.
+        let written = self
+            .api
+            .clone()
+            .into_client()
+            .request::<serde::de::IgnoredAny>(request)
+            .await;
+        match written {
             Ok(_) => Ok(Action::await_change()),
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
                 Ok(Action::await_change())
@@ -275,7 +282,7 @@ impl Writer<'_> {
 fn grace(vmi: &DynamicObject) -> Duration {
     let seconds = vmi
         .data
-        .pointer("/spec/terminationGracePeriodSeconds")
+        .at("/spec/terminationGracePeriodSeconds")
         .and_then(Value::as_u64)
         .unwrap_or(DEFAULT_GRACE_SECONDS);
     Duration::from_secs(seconds)
@@ -356,18 +363,18 @@ pub(crate) fn guest_status(info: &GuestInfo, accel: Option<&str>) -> Map<String,
 pub(crate) fn image_ids(vmi: &DynamicObject) -> ImageIds {
     let volumes = vmi
         .data
-        .pointer("/status/volumeStatus")
+        .at("/status/volumeStatus")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
         .filter_map(|v| {
-            let id = v.pointer("/containerDiskVolume/imageID")?.as_str()?;
+            let id = v.at("/containerDiskVolume/imageID")?.as_str()?;
             Some((v["name"].as_str()?.to_string(), id.to_string()))
         })
         .collect();
     let kernel = vmi
         .data
-        .pointer("/status/kernelBootStatus/imageID")
+        .at("/status/kernelBootStatus/imageID")
         .and_then(Value::as_str)
         .map(str::to_string);
     ImageIds { volumes, kernel }
@@ -389,7 +396,7 @@ fn image_status(vmi: &DynamicObject, ids: &ImageIds) -> Map<String, Value> {
     if let Some(id) = &ids.kernel {
         let mut kernel = vmi
             .data
-            .pointer("/status/kernelBootStatus")
+            .at("/status/kernelBootStatus")
             .cloned()
             .filter(Value::is_object)
             .unwrap_or_else(|| json!({}));
@@ -425,7 +432,7 @@ fn volume_status(vmi: &DynamicObject) -> Vec<Value> {
 async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, kube::Error> {
     let node = vmi
         .data
-        .pointer("/status/nodeName")
+        .at("/status/nodeName")
         .and_then(Value::as_str)
         .unwrap_or("");
     if !ctx.nodes.contains(node) {
@@ -644,11 +651,8 @@ async fn start(
     match hv.start(vmi, sources).await {
         Started::Pending(after) => Ok(Action::requeue(after)),
         Started::Running(info) => {
-            let paused = vmi
-                .data
-                .pointer("/spec/startStrategy")
-                .and_then(Value::as_str)
-                == Some("Paused");
+            let paused =
+                vmi.data.at("/spec/startStrategy").and_then(Value::as_str) == Some("Paused");
             let mut body =
                 json!({"status": running_status(vmi, &info, paused, hv.accel(), sources)});
             if paused {

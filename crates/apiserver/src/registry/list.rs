@@ -71,7 +71,7 @@ impl Registry {
             let mut last_key = None;
             for kv in &page.items {
                 last_key = Some(kv.key.clone());
-                if !filtering || request.matches(&stored::decode(kv)?) {
+                if !filtering || request.matches_stored(kv)? {
                     items.push(kv.clone());
                     if limit.is_some_and(|l| items.len() >= l) {
                         break;
@@ -141,6 +141,19 @@ impl ListRequest {
     /// No label or field selector: every object matches.
     pub fn selects_everything(&self) -> bool {
         self.label.is_empty() && self.field.is_empty()
+    }
+
+    /// Whether a stored object matches. A label selector alone reads only the labels,
+    /// skipping the rest of the object instead of decoding it (the node agents' watch
+    /// for VMIs migrating to them looks at every VMI event).
+    pub fn matches_stored(&self, kv: &store::KeyValue) -> Result<bool, Status> {
+        if self.selects_everything() {
+            return Ok(true);
+        }
+        if self.field.is_empty() {
+            return Ok(self.label.matches(&stored::labels(kv)?));
+        }
+        Ok(self.matches(&stored::decode(kv)?))
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
