@@ -8,13 +8,13 @@
 //! cached VM packs to a few hundred bytes.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::OnceLock;
 
 use futures::stream::{BoxStream, StreamExt};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{ApiResource, DynamicObject, NamespaceResourceScope};
 use kube::runtime::reflector::{self, reflector, Store};
 use kube::runtime::watcher::{self, watcher};
@@ -220,43 +220,7 @@ impl<'de, K: Kind> Deserialize<'de> for Cached<K> {
 fn metadata_without_managed_fields<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<ObjectMeta, D::Error> {
-    /// `ObjectMeta` without `managedFields`, which is then an unknown field, skipped.
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Metadata {
-        annotations: Option<BTreeMap<String, String>>,
-        creation_timestamp: Option<Time>,
-        deletion_grace_period_seconds: Option<i64>,
-        deletion_timestamp: Option<Time>,
-        finalizers: Option<Vec<String>>,
-        generate_name: Option<String>,
-        generation: Option<i64>,
-        labels: Option<BTreeMap<String, String>>,
-        name: Option<String>,
-        namespace: Option<String>,
-        owner_references: Option<Vec<OwnerReference>>,
-        resource_version: Option<String>,
-        self_link: Option<String>,
-        uid: Option<String>,
-    }
-    let m = Metadata::deserialize(deserializer)?;
-    Ok(ObjectMeta {
-        annotations: m.annotations,
-        creation_timestamp: m.creation_timestamp,
-        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
-        deletion_timestamp: m.deletion_timestamp,
-        finalizers: m.finalizers,
-        generate_name: m.generate_name,
-        generation: m.generation,
-        labels: m.labels,
-        managed_fields: None,
-        name: m.name,
-        namespace: m.namespace,
-        owner_references: m.owner_references,
-        resource_version: m.resource_version,
-        self_link: m.self_link,
-        uid: m.uid,
-    })
+    kubevirt_api::lean::WithoutManagedFields::deserialize(deserializer).map(|meta| meta.0)
 }
 
 /// The top-level spec fields a sync needs to decide what to do; the rest (a VM's

@@ -12,7 +12,7 @@ use futures::StreamExt;
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::{Api, Client};
+use kube::Client;
 use serde_json::Value;
 use tokio::sync::Notify;
 
@@ -45,11 +45,10 @@ impl Informer {
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
         let listeners: Arc<Mutex<Vec<Arc<Notify>>>> = Arc::default();
-        let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
         let notify = listeners.clone();
         let mut last_seen: HashMap<ObjectRef<DynamicObject>, u64> = HashMap::new();
         tokio::spawn(
-            watcher(api, watcher::Config::default())
+            kubevirt_api::lean::watch(client, &resource, watcher::Config::default())
                 .default_backoff()
                 .reflect(writer)
                 .for_each(move |event| {

@@ -4,13 +4,15 @@
 //! type anywhere becomes a field error instead of a deserialization failure or a panic.
 //!
 //! It is also where the controllers and the node agent share what both need
-//! ([`backoff`], [`meta`]).
+//! ([`backoff`], [`meta`], [`lean`]).
 
 pub mod admission;
 pub mod backoff;
 pub mod cdi;
 pub mod defaults;
 pub mod devices;
+#[cfg(feature = "lean")]
+pub mod lean;
 pub mod meta;
 pub mod migratable;
 pub mod names;

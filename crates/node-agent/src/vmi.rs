@@ -14,8 +14,9 @@ use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{self, reflector, ObjectRef};
 use kube::runtime::watcher;
+use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Map, Value};
 
@@ -86,7 +87,6 @@ pub(crate) fn vmi_resource() -> ApiResource {
 }
 
 pub async fn run(client: Client, nodes: Vec<String>, hypervisor: Arc<dyn Hypervisor>) {
-    let api = Api::<DynamicObject>::all_with(client.clone(), &vmi_resource());
     // One node: let the server filter. Several: one watch, filtered here.
     let (on_node, moving_here) = match nodes.as_slice() {
         [only] => (
@@ -108,19 +108,30 @@ pub async fn run(client: Client, nodes: Vec<String>, hypervisor: Arc<dyn Hypervi
     tokio::spawn(sweep(ctx.clone()));
     // VMIs on our nodes, and VMIs migrating to them: the target side of a migration
     // runs apart, so that neither side waits for the other.
-    let on_node = controller(api.clone(), on_node, &ctx).run(reconcile, error_policy, ctx.clone());
-    let moving_here =
-        controller(api, moving_here, &ctx).run(crate::migration::target, error_policy, ctx.clone());
+    let on_node = controller(&ctx.client, on_node, &ctx).run(reconcile, error_policy, ctx.clone());
+    let moving_here = controller(&ctx.client, moving_here, &ctx).run(
+        crate::migration::target,
+        error_policy,
+        ctx.clone(),
+    );
     futures::join!(report(on_node, &ctx), report(moving_here, &ctx));
 }
 
 /// A controller over the VMIs `config` selects, woken also when a guest changes on its own.
 fn controller(
-    api: Api<DynamicObject>,
+    client: &Client,
     config: watcher::Config,
     ctx: &Context,
 ) -> Controller<DynamicObject> {
-    let mut controller = Controller::new_with(api, config, vmi_resource());
+    // Decoded lean: with simulated nodes, this watch sees every VMI of the cluster.
+    let writer = reflector::store::Writer::new(vmi_resource());
+    let reader = writer.as_reader();
+    let vmis = reflector(
+        writer,
+        kubevirt_api::lean::watch(client, &vmi_resource(), config),
+    );
+    let mut controller =
+        Controller::for_stream_with(vmis.applied_objects(), reader, vmi_resource());
     if let Some(changes) = ctx.hypervisor.changes() {
         let triggers =
             tokio_stream::wrappers::BroadcastStream::new(changes).filter_map(|change| async move {

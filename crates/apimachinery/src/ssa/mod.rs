@@ -363,7 +363,7 @@ fn apply_once(
 /// entries is not tracked at all (only creates and applies start tracking), so a reset
 /// leaves the object without `managedFields`.
 pub fn record_update(
-    old: Option<&Value>,
+    old: Option<Value>,
     new: &mut Value,
     manager: &str,
     subresource: Option<&str>,
@@ -375,10 +375,10 @@ pub fn record_update(
         return;
     }
     let sent = take_managed_fields(new);
-    if too_deep(new, MAX_DEPTH) || old.is_some_and(|o| too_deep(o, MAX_DEPTH)) {
+    if too_deep(new, MAX_DEPTH) || old.as_ref().is_some_and(|o| too_deep(o, MAX_DEPTH)) {
         return;
     }
-    let mut old_obj = old.cloned().unwrap_or_else(|| json!({}));
+    let mut old_obj = old.unwrap_or_else(|| json!({}));
     let stored = take_managed_fields(&mut old_obj);
     // Unreadable stored entries count as none, as upstream.
     let stored = || {

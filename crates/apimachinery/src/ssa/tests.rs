@@ -100,7 +100,7 @@ fn new_list_items_are_recorded_with_everything_below_them() {
     let mut grown = created.clone();
     grown["spec"]["template"]["spec"]["volumes"] = json!([volume("a"), volume("b")]);
     record_update(
-        Some(&created),
+        Some(created.clone()),
         &mut grown,
         "grower",
         None,
@@ -217,7 +217,7 @@ fn several_conflicts_are_grouped_by_manager() {
     let mut next = live.clone();
     next["spec"]["runStrategy"] = json!("Always");
     record_update(
-        Some(&live),
+        Some(live.clone()),
         &mut next,
         "foo",
         None,
@@ -366,7 +366,7 @@ fn updates_take_fields_from_other_managers() {
     let mut labeled = live.clone();
     labeled["metadata"]["labels"]["app"] = json!("z");
     record_update(
-        Some(&live),
+        Some(live.clone()),
         &mut labeled,
         "kubectl-label",
         None,
@@ -389,7 +389,7 @@ fn updates_take_fields_from_other_managers() {
     // A write that changes nothing leaves managedFields alone.
     let mut same = labeled.clone();
     record_update(
-        Some(&labeled),
+        Some(labeled.clone()),
         &mut same,
         "kubectl-edit",
         None,
@@ -404,7 +404,7 @@ fn updates_take_fields_from_other_managers() {
     status["status"] = json!({"ready": true});
     status["metadata"]["managedFields"] = json!([{}]);
     record_update(
-        Some(&labeled),
+        Some(labeled.clone()),
         &mut status,
         "virt-controller",
         Some("status"),
@@ -432,7 +432,7 @@ fn client_sent_managed_fields() {
     let mut reset = live.clone();
     reset["metadata"]["managedFields"] = json!([{}]);
     record_update(
-        Some(&live),
+        Some(live.clone()),
         &mut reset,
         "kubectl-patch",
         None,
@@ -449,7 +449,7 @@ fn client_sent_managed_fields() {
     emptied["metadata"]["managedFields"] = json!([]);
     emptied["spec"]["runStrategy"] = json!("Halted");
     record_update(
-        Some(&live),
+        Some(live.clone()),
         &mut emptied,
         "kubectl-patch",
         None,
@@ -465,7 +465,7 @@ fn client_sent_managed_fields() {
     let mut garbled = live.clone();
     garbled["metadata"]["managedFields"] = json!([{"manager": "x"}]);
     record_update(
-        Some(&live),
+        Some(live.clone()),
         &mut garbled,
         "kubectl-patch",
         None,
@@ -482,7 +482,7 @@ fn client_sent_managed_fields() {
     let mut untracked = emptied.clone();
     untracked["spec"]["runStrategy"] = json!("Always");
     record_update(
-        Some(&emptied),
+        Some(emptied.clone()),
         &mut untracked,
         "kubectl-edit",
         None,
@@ -496,7 +496,7 @@ fn client_sent_managed_fields() {
     replaced["metadata"]["managedFields"] = json!([{"manager": "me", "operation": "Update", "apiVersion": "kubevirt.io/v1",
         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:runStrategy": {}}}}]);
     record_update(
-        Some(&live),
+        Some(live.clone()),
         &mut replaced,
         "kubectl-patch",
         None,
@@ -615,9 +615,9 @@ mod properties {
             }
             let _ = apply(None, &pruned, "m", force, &s, T0);
             let mut new = applied.clone();
-            record_update(Some(&live), &mut new, "m", None, "kubevirt.io/v1", T1, &s);
+            record_update(Some(live.clone()), &mut new, "m", None, "kubevirt.io/v1", T1, &s);
             let mut again = live.clone();
-            record_update(Some(&new), &mut again, "n", Some("status"), "kubevirt.io/v1", T2, &s);
+            record_update(Some(new.clone()), &mut again, "n", Some("status"), "kubevirt.io/v1", T2, &s);
             let _ = FieldSet::from_fields_v1(&live);
             let _ = FieldSet::from_object(&applied, &s);
         }

@@ -87,7 +87,7 @@ impl Registry {
             }
             if managed_fields_done.is_none() {
                 apimachinery::ssa::record_update(
-                    Some(&old),
+                    Some(old),
                     &mut new,
                     &options.field_manager,
                     subresource,

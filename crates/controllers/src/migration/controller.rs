@@ -82,9 +82,8 @@ pub(crate) fn reflect(
 ) -> Store<DynamicObject> {
     let writer = reflector::store::Writer::new(resource.clone());
     let reader = writer.as_reader();
-    let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
     tokio::spawn(
-        watcher(api, watcher::Config::default())
+        kubevirt_api::lean::watch(client, &resource, watcher::Config::default())
             .default_backoff()
             .reflect(writer)
             .for_each(move |_| {
