@@ -27,6 +27,7 @@ use crate::run_strategy::{
 use crate::vm_volumes::{self, Readiness};
 use crate::Error;
 use kubevirt_api::backoff::{object_key, Backoff};
+use kubevirt_api::lean::Lean;
 use kubevirt_api::meta;
 use kubevirt_api::resources::VM_CONTROLLER_FINALIZER as VM_FINALIZER;
 use kubevirt_api::types::{MigrationState, SpecStrategy};
@@ -289,7 +290,7 @@ fn post_params() -> PostParams {
 /// create (the VM's status says a VMI was created, but the cache has none).
 async fn find_vmi(
     vm: &DynamicObject,
-    vmis: &Api<DynamicObject>,
+    vmis: &Api<Lean>,
     ctx: &Context,
 ) -> Result<Option<DynamicObject>, Error> {
     let name = vm.name_any();
@@ -302,7 +303,7 @@ async fn find_vmi(
         (Some(cached), _) => Some(cached.decode(None)?),
         (None, Some(created)) => Some(created),
         (None, None) if vm.data.at("/status/created").and_then(Value::as_bool) == Some(true) => {
-            vmis.get_opt(&name).await?
+            vmis.get_opt(&name).await?.map(|vmi| vmi.0)
         }
         (None, None) => None,
     };
@@ -335,7 +336,8 @@ async fn reconcile(
     let namespace = vm.namespace().unwrap_or_default();
     let name = vm.name_any();
     let vms = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &ctx.vm);
-    let vmis = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &ctx.vmi);
+    // Decoded lean: the controller reads no managedFields.
+    let vmis = Api::<Lean>::namespaced_with(ctx.client.clone(), &namespace, &ctx.vmi);
     let mut vmi = find_vmi(&vm, &vmis, &ctx).await?;
     let deleting = vm.metadata.deletion_timestamp.is_some();
     let has_finalizer = vm.finalizers().iter().any(|f| f == VM_FINALIZER);
@@ -424,17 +426,21 @@ async fn reconcile(
                 cached.spec_field("template")?,
                 *paused,
             ))?;
-            match vmis.create(&post_params(), &body).await {
+            match vmis.create(&post_params(), &Lean(body)).await {
                 // The status reports on the VMI just made, so the sync its creation
                 // triggers finds nothing left to write.
-                Ok(created) => {
+                Ok(Lean(created)) => {
                     effect = Effect::Created;
                     ctx.expectations.created_vmi(&key, &created);
                     vmi = Some(created);
                 }
                 // The cache had not seen a VMI that exists: report on that one.
                 Err(kube::Error::Api(s)) if s.code == 409 => {
-                    vmi = vmis.get_opt(&name).await?.filter(|vmi| owned_by(vmi, &vm));
+                    vmi = vmis
+                        .get_opt(&name)
+                        .await?
+                        .map(|vmi| vmi.0)
+                        .filter(|vmi| owned_by(vmi, &vm));
                     if vmi.is_some() {
                         effect = Effect::FoundExisting;
                     }

@@ -17,7 +17,7 @@ use kube::core::{ApiResource, DynamicObject, DynamicResourceScope, Resource, Typ
 use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client};
 use serde::de::{MapAccess, Visitor};
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 /// A `DynamicObject` decoded without its managedFields (see the module's comment).
@@ -54,6 +54,13 @@ impl Resource for Lean {
 
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         &mut self.0.metadata
+    }
+}
+
+/// Sent as the object it wraps (a create's body).
+impl Serialize for Lean {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
     }
 }
 

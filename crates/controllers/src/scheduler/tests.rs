@@ -126,8 +126,8 @@ fn node_object(name: &str, version: &str, rack: &str) -> Arc<DynamicObject> {
 #[test]
 fn a_node_view_is_made_again_only_when_the_node_changed() {
     let mut views = NodeViews::default();
-    let used: HashMap<&str, Resources> = [(
-        "b",
+    let used: HashMap<String, Resources> = [(
+        "b".to_string(),
         Resources {
             millicpu: 500,
             memory: 1 << 30,
