@@ -63,22 +63,6 @@ impl Kind for VirtualMachine {
     }
 }
 
-#[derive(Clone, Debug)]
-pub struct VirtualMachineInstance;
-
-impl Kind for VirtualMachineInstance {
-    const GROUP: &'static str = "kubevirt.io";
-    const VERSION: &'static str = "v1";
-    const API_VERSION: &'static str = "kubevirt.io/v1";
-    const KIND: &'static str = "VirtualMachineInstance";
-    const PLURAL: &'static str = "virtualmachineinstances";
-
-    fn dictionary() -> &'static OnceLock<Box<[u8]>> {
-        static DICTIONARY: OnceLock<Box<[u8]>> = OnceLock::new();
-        &DICTIONARY
-    }
-}
-
 /// The events of a watch on every object of one kind, after the cache has taken them.
 pub type Events<K> = BoxStream<'static, Result<watcher::Event<Cached<K>>, watcher::Error>>;
 
@@ -502,9 +486,5 @@ mod tests {
     #[test]
     fn kinds_name_the_resources_they_cache() {
         assert_eq!(VirtualMachine::resource(), resources::virtual_machine());
-        assert_eq!(
-            VirtualMachineInstance::resource(),
-            resources::virtual_machine_instance()
-        );
     }
 }

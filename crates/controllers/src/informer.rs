@@ -1,5 +1,6 @@
 //! Shared informers: one watch and one cache per kind for the controllers that work from
-//! a whole-cluster view (the scheduler, the migration controller, evacuation). Each watch
+//! a whole-cluster view (the VM controller's VMIs, the scheduler, the migration
+//! controller, evacuation). Each watch
 //! costs the server an encoding of every event and the client a decoding of it, so with
 //! 10,000 VMIs starting, one VMI watch per controller was a large part of the cost.
 
@@ -21,7 +22,11 @@ use tokio::sync::Notify;
 pub struct Informer {
     store: Store<DynamicObject>,
     listeners: Arc<Mutex<Vec<Arc<Notify>>>>,
+    followers: Arc<Mutex<Vec<Follower>>>,
 }
+
+/// Hears of every object that changed (or was deleted), after the cache took it.
+type Follower = Box<dyn FnMut(&DynamicObject) + Send>;
 
 /// What of an object its listeners act on, as a hash: an update that leaves it unchanged
 /// wakes nobody (a node's heartbeat, say, which 1,000 nodes send every few seconds and
@@ -45,7 +50,10 @@ impl Informer {
         let writer = reflector::store::Writer::new(resource.clone());
         let store = writer.as_reader();
         let listeners: Arc<Mutex<Vec<Arc<Notify>>>> = Arc::default();
+        let followers: Arc<Mutex<Vec<Follower>>> = Arc::default();
         let notify = listeners.clone();
+        let follow = followers.clone();
+        let cache = store.clone();
         let mut last_seen: HashMap<ObjectRef<DynamicObject>, u64> = HashMap::new();
         tokio::spawn(
             kubevirt_api::lean::watch(client, &resource, watcher::Config::default())
@@ -79,10 +87,51 @@ impl Informer {
                             listener.notify_one();
                         }
                     }
+                    let mut followers = follow.lock().unwrap_or_else(|p| p.into_inner());
+                    match &event {
+                        Ok(watcher::Event::Apply(object) | watcher::Event::Delete(object)) => {
+                            followers.iter_mut().for_each(|f| f(object));
+                        }
+                        // The cache takes a re-list's objects only now, all at once.
+                        Ok(watcher::Event::InitDone) => {
+                            for object in cache.state() {
+                                followers.iter_mut().for_each(|f| f(&object));
+                            }
+                        }
+                        _ => {}
+                    }
                     futures::future::ready(())
                 }),
         );
-        Informer { store, listeners }
+        Informer {
+            store,
+            listeners,
+            followers,
+        }
+    }
+
+    /// The cache, without being woken by its changes.
+    pub fn store(&self) -> Store<DynamicObject> {
+        self.store.clone()
+    }
+
+    /// What `pick` makes of each object that changes from now on (once it is in the
+    /// cache), where it makes something: the owner to wake, say.
+    pub fn follow<T: Send + 'static>(
+        &self,
+        pick: fn(&DynamicObject) -> Option<T>,
+    ) -> tokio_stream::wrappers::UnboundedReceiverStream<T> {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        self.followers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::new(move |object| {
+                if let Some(picked) = pick(object) {
+                    // The receiver is gone only when its controller ended.
+                    let _ = sender.send(picked);
+                }
+            }));
+        tokio_stream::wrappers::UnboundedReceiverStream::new(receiver)
     }
 
     /// The cache, and `changed` notified on every event from now on.

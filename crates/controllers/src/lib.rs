@@ -64,7 +64,7 @@ pub struct Config {
 pub async fn run(client: kube::Client, config: Config) {
     let shared = informer::Shared::start(&client);
     tokio::join!(
-        vm::run(client.clone()),
+        vm::run(client.clone(), shared.clone()),
         scheduler::run(client.clone(), shared.clone()),
         node_lifecycle::run(client.clone(), config.node_monitor_grace_period),
         volumes::run(client.clone(), config.volume_pool),

@@ -16,9 +16,7 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Map, Value};
 
-use crate::cached::{
-    self, Cached, Kind, VirtualMachine, VirtualMachineInstance, DECISION_SPEC_FIELDS,
-};
+use crate::cached::{self, Cached, Kind, VirtualMachine, DECISION_SPEC_FIELDS};
 use crate::datavolume::data_volume_resource;
 use crate::resources::{condition, condition_is, str_at};
 use crate::run_strategy::{
@@ -39,8 +37,8 @@ struct Context {
     client: Client,
     vm: ApiResource,
     vmi: ApiResource,
-    /// Every VMI, as the VMI watch last saw it.
-    vmis: Store<Cached<VirtualMachineInstance>>,
+    /// Every VMI, as the shared VMI informer last saw it.
+    vmis: Store<DynamicObject>,
     /// Retry delays of VMs whose sync failed, by `namespace/name`.
     backoff: Backoff<String>,
     expectations: Expectations,
@@ -58,7 +56,7 @@ struct Expected {
     /// The resourceVersion of the VM's last status write.
     vm_version: Option<u64>,
     /// The VMI this controller created, until the VMI cache shows it.
-    vmi: Option<(DynamicObject, Instant)>,
+    vmi: Option<(Arc<DynamicObject>, Instant)>,
 }
 
 /// How long a created VMI stands in for the cache's; past that the server is asked.
@@ -94,14 +92,14 @@ impl Expectations {
         self.with(key, |expected| expected.vm_version = version);
     }
 
-    fn created_vmi(&self, key: &str, vmi: &DynamicObject) {
+    fn created_vmi(&self, key: &str, vmi: &Arc<DynamicObject>) {
         self.with(key, |expected| {
             expected.vmi = Some((vmi.clone(), Instant::now()));
         });
     }
 
     /// The VMI created for this VM that the cache does not show yet, if recent.
-    fn vmi_not_cached(&self, key: &str, cached: bool) -> Option<DynamicObject> {
+    fn vmi_not_cached(&self, key: &str, cached: bool) -> Option<Arc<DynamicObject>> {
         self.with(key, |expected| match expected.vmi.take() {
             Some((vmi, at)) if !cached && at.elapsed() < CREATED_VMI_TRUST => {
                 expected.vmi = Some((vmi.clone(), at));
@@ -112,20 +110,19 @@ impl Expectations {
     }
 }
 
-pub async fn run(client: Client) {
+pub async fn run(client: Client, shared: crate::informer::Shared) {
     let (vm_reader, vm_events) = cached::watch::<VirtualMachine>(&client);
-    let (vmi_reader, vmi_events) = cached::watch::<VirtualMachineInstance>(&client);
     let ctx = Arc::new(Context {
         client,
         vm: VirtualMachine::resource(),
-        vmi: VirtualMachineInstance::resource(),
-        vmis: vmi_reader,
+        vmi: crate::resources::virtual_machine_instance(),
+        vmis: shared.vmis.store(),
         backoff: Backoff::default(),
         expectations: Expectations::default(),
     });
     let data_volumes = Api::<DynamicObject>::all_with(ctx.client.clone(), &data_volume_resource());
     Controller::for_stream(vm_events.applied_objects(), vm_reader)
-        .owns_stream(vmi_events.touched_objects())
+        .reconcile_on(shared.vmis.follow(owning_vm))
         .owns_with(
             data_volumes,
             data_volume_resource(),
@@ -292,22 +289,38 @@ async fn find_vmi(
     vm: &DynamicObject,
     vmis: &Api<Lean>,
     ctx: &Context,
-) -> Result<Option<DynamicObject>, Error> {
+) -> Result<Option<Arc<DynamicObject>>, Error> {
     let name = vm.name_any();
     let namespace = vm.namespace().unwrap_or_default();
-    let cached = ctx.vmis.get(&ObjectRef::new(&name).within(&namespace));
+    let cached = ctx
+        .vmis
+        .get(&ObjectRef::new_with(&name, ctx.vmi.clone()).within(&namespace));
     let created = ctx
         .expectations
         .vmi_not_cached(&object_key(Some(&namespace), &name), cached.is_some());
     let vmi = match (cached, created) {
-        (Some(cached), _) => Some(cached.decode(None)?),
+        (Some(cached), _) => Some(cached),
         (None, Some(created)) => Some(created),
         (None, None) if vm.data.at("/status/created").and_then(Value::as_bool) == Some(true) => {
-            vmis.get_opt(&name).await?.map(|vmi| vmi.0)
+            vmis.get_opt(&name).await?.map(|vmi| Arc::new(vmi.0))
         }
         (None, None) => None,
     };
     Ok(vmi.filter(|vmi| owned_by(vmi, vm)))
+}
+
+/// The VM that controls `vmi`, to sync when the VMI changes.
+fn owning_vm(vmi: &DynamicObject) -> Option<ObjectRef<Cached<VirtualMachine>>> {
+    let owner = vmi
+        .metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|r| r.controller == Some(true))?;
+    let group = owner.api_version.split_once('/').map(|(group, _)| group);
+    (owner.kind == VirtualMachine::KIND && group == Some(VirtualMachine::GROUP)).then(|| {
+        ObjectRef::new(&owner.name).within(vmi.metadata.namespace.as_deref().unwrap_or_default())
+    })
 }
 
 /// Whether `vmi` is this VM's: a VMI of the same name left by an earlier VM is not.
@@ -387,7 +400,7 @@ async fn reconcile(
     if !deleting && !templates.is_empty() {
         vm_volumes::ensure_templates(&ctx.client, &vm, &templates).await?;
     }
-    let observed = vmi.as_ref().map(vmi_state);
+    let observed = vmi.as_deref().map(vmi_state);
     let state = VmState {
         strategy,
         deleting,
@@ -430,6 +443,7 @@ async fn reconcile(
                 // The status reports on the VMI just made, so the sync its creation
                 // triggers finds nothing left to write.
                 Ok(Lean(created)) => {
+                    let created = Arc::new(created);
                     effect = Effect::Created;
                     ctx.expectations.created_vmi(&key, &created);
                     vmi = Some(created);
@@ -439,7 +453,7 @@ async fn reconcile(
                     vmi = vmis
                         .get_opt(&name)
                         .await?
-                        .map(|vmi| vmi.0)
+                        .map(|vmi| Arc::new(vmi.0))
                         .filter(|vmi| owned_by(vmi, &vm));
                     if vmi.is_some() {
                         effect = Effect::FoundExisting;
@@ -514,7 +528,7 @@ async fn reconcile(
         if let Some(strategy) = state.last_strategy {
             status.insert("runStrategy".into(), json!(strategy.as_str()));
         }
-        let mut conditions = vm_conditions(vmi.as_ref());
+        let mut conditions = vm_conditions(vmi.as_deref());
         conditions.extend(volumes.condition(&meta::now()));
         if let Some((reason, message)) = &failure {
             conditions.push(
