@@ -237,7 +237,9 @@ impl<K: Kind> Cached<K> {
     }
 
     /// The object as the controllers' logic reads it: metadata, status and the named
-    /// top-level spec fields (all of them when `None`).
+    /// top-level spec fields (all of them when `None`). The controllers unpack once and
+    /// read what they need (`Unpacked`); the tests read the whole object.
+    #[cfg(test)]
     pub fn decode(&self, spec_fields: Option<&[&str]>) -> Result<DynamicObject, UnpackError> {
         self.unpack()?.object::<K>(spec_fields)
     }

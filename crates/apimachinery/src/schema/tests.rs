@@ -187,3 +187,32 @@ fn equality_is_numeric() {
     ));
     assert!(!values_equal(&json!(1), &json!("1")));
 }
+
+#[test]
+fn an_update_validates_only_what_it_changed() {
+    let s = vm_schema();
+    let vm = |strategy: &str, hostname: &str| {
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": "a"},
+               "spec": {"runStrategy": strategy,
+                        "template": {"spec": {"domain": {"devices": {}}, "hostname": hostname}}}})
+    };
+    // Stored before a stricter rule, say: the bad hostname is left alone (ratcheting)...
+    let old = vm("Always", "BAD_HOST");
+    assert_eq!(s.validate(&old).len(), 1);
+    assert!(s
+        .validate_update(&vm("Halted", "BAD_HOST"), &old)
+        .is_empty());
+    // ...while what the update changes is checked as on a create.
+    let errors = s.validate_update(&vm("Sometimes", "BAD_HOST"), &old);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].field, "spec.runStrategy");
+    let errors = s.validate_update(&vm("Always", "ALSO_BAD"), &old);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].field, "spec.template.spec.hostname");
+    // A changed object still has its own rules checked (a required field removed).
+    let mut no_devices = vm("Always", "BAD_HOST");
+    no_devices["spec"]["template"]["spec"]["domain"] = json!({});
+    let errors = s.validate_update(&no_devices, &old);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].field, "spec.template.spec.domain.devices");
+}

@@ -19,21 +19,52 @@ impl Schema {
             )];
         }
         let mut errors = Vec::new();
-        validate_value(obj, self.root(), &mut String::new(), true, &mut errors, 0);
+        validate_value(
+            obj,
+            self.root(),
+            None,
+            &mut String::new(),
+            true,
+            &mut errors,
+            0,
+        );
+        errors
+    }
+
+    /// As [`Schema::validate`] for an update of `old`, with validation ratcheting as
+    /// kube-apiserver does it (KEP-4008): a field whose value the update left as it was
+    /// is not validated again, so only what changed is checked (a status write, say).
+    pub fn validate_update(&self, obj: &Value, old: &Value) -> Vec<FieldError> {
+        if super::too_deep(obj, MAX_DEPTH) {
+            return self.validate(obj);
+        }
+        let mut errors = Vec::new();
+        validate_value(
+            obj,
+            self.root(),
+            Some(old),
+            &mut String::new(),
+            true,
+            &mut errors,
+            0,
+        );
         errors
     }
 }
 
 /// `path` is one buffer for the whole walk, extended for each child and cut back after it.
+/// `old` is the value at the same place before an update (ratcheting: an unchanged value
+/// is not validated again). Only object properties are matched up; list items are not.
 fn validate_value(
     value: &Value,
     node: NodeRef<'_>,
+    old: Option<&Value>,
     path: &mut String,
     root: bool,
     errors: &mut Vec<FieldError>,
     depth: usize,
 ) {
-    if depth > MAX_DEPTH {
+    if depth > MAX_DEPTH || old == Some(value) {
         return;
     }
     if value.is_null() {
@@ -92,7 +123,16 @@ fn validate_value(
                 let child = node.property(key).or_else(|| node.additional_properties());
                 if let Some(child) = child {
                     let parent = field::push_child(path, key);
-                    validate_value(child_value, child, path, false, errors, depth + 1);
+                    let old_child = old.and_then(|o| o.get(key));
+                    validate_value(
+                        child_value,
+                        child,
+                        old_child,
+                        path,
+                        false,
+                        errors,
+                        depth + 1,
+                    );
                     path.truncate(parent);
                 }
             }
@@ -247,7 +287,7 @@ fn validate_array(
     if let Some(item_node) = node.items() {
         for (i, item) in items.iter().enumerate() {
             let parent = field::push_index(path, i);
-            validate_value(item, item_node, path, false, errors, depth + 1);
+            validate_value(item, item_node, None, path, false, errors, depth + 1);
             path.truncate(parent);
         }
     }

@@ -178,16 +178,57 @@ impl Managed {
     /// The wire form, ordered like upstream: appliers first, then by time, manager,
     /// apiVersion and subresource.
     pub fn encode(mut self) -> Vec<Value> {
-        self.entries.sort_by(|a, b| {
-            let key = |e: &Entry| (e.id.operation, seconds(e.time.as_deref()));
-            key(a)
-                .cmp(&key(b))
-                .then_with(|| a.id.manager.cmp(&b.id.manager))
-                .then_with(|| a.api_version.cmp(&b.api_version))
-                .then_with(|| a.id.subresource.cmp(&b.id.subresource))
-        });
+        self.entries
+            .sort_by(|a, b| OrderKey::of_entry(a).cmp(&OrderKey::of_entry(b)));
         self.entries.into_iter().map(encode_entry).collect()
     }
+}
+
+/// Where an entry goes in the wire form (see [`Managed::encode`]).
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct OrderKey<'a> {
+    operation: Operation,
+    seconds: i64,
+    manager: &'a str,
+    api_version: &'a str,
+    subresource: &'a str,
+}
+
+impl<'a> OrderKey<'a> {
+    fn of_entry(e: &'a Entry) -> OrderKey<'a> {
+        OrderKey {
+            operation: e.id.operation,
+            seconds: seconds(e.time.as_deref()),
+            manager: &e.id.manager,
+            api_version: &e.api_version,
+            subresource: &e.id.subresource,
+        }
+    }
+
+    /// The key of an entry in its wire form, as [`Managed::encode`] wrote it.
+    fn of_encoded(entry: &'a Value) -> OrderKey<'a> {
+        let text = |field: &str| entry.get(field).and_then(Value::as_str).unwrap_or("");
+        OrderKey {
+            operation: match text("operation") {
+                "Apply" => Operation::Apply,
+                _ => Operation::Update,
+            },
+            seconds: seconds(entry.get("time").and_then(Value::as_str)),
+            manager: text("manager"),
+            api_version: text("apiVersion"),
+            subresource: text("subresource"),
+        }
+    }
+}
+
+/// Sets the time of entry `index` of an encoded list and puts the list in encoding order
+/// again: what decoding the list, changing that entry's time and encoding it would give,
+/// without building any field set.
+pub(crate) fn touch_encoded(list: &mut [Value], index: usize, time: &str) {
+    if let Some(entry) = list.get_mut(index).and_then(Value::as_object_mut) {
+        entry.insert("time".into(), Value::String(time.to_string()));
+    }
+    list.sort_by(|a, b| OrderKey::of_encoded(a).cmp(&OrderKey::of_encoded(b)));
 }
 
 fn seconds(time: Option<&str>) -> i64 {

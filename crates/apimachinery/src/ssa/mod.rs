@@ -381,19 +381,19 @@ pub fn record_update(
     let mut old_obj = old.unwrap_or_else(|| json!({}));
     let stored = take_managed_fields(&mut old_obj);
     // Unreadable stored entries count as none, as upstream.
-    let stored = || {
+    let decode_stored = || {
         stored
             .as_ref()
             .and_then(|v| Managed::decode(v).ok())
             .unwrap_or_default()
     };
-    let mut managed = match (subresource, sent) {
-        (None, Some(sent)) if is_reset(&sent) => Managed::default(),
+    let (mut managed, from_stored) = match (subresource, sent) {
+        (None, Some(sent)) if is_reset(&sent) => (Managed::default(), false),
         (None, Some(sent)) => match Managed::decode(&sent) {
-            Ok(m) if !m.entries.is_empty() => m,
-            _ => stored(),
+            Ok(m) if !m.entries.is_empty() => (m, false),
+            _ => (decode_stored(), true),
         },
-        _ => stored(),
+        _ => (decode_stored(), true),
     };
     let is_create = old_obj
         .pointer("/metadata/uid")
@@ -402,6 +402,7 @@ pub fn record_update(
     if managed.entries.is_empty() && !is_create {
         return;
     }
+    let decoded_count = managed.entries.len();
 
     let walk::Comparison {
         added,
@@ -414,11 +415,16 @@ pub fn record_update(
     } else {
         added.union(&modified)
     };
+    // Whether any entry's set changed: if not, the stored list needs at most a new time.
+    let mut sets_changed = false;
     for entry in managed.entries.iter_mut() {
-        entry.set = entry.set.difference(&changed).difference(&removed);
+        let set = entry.set.difference(&changed).difference(&removed);
+        sets_changed |= set != entry.set;
+        entry.set = set;
     }
     let mut taken = changed;
     taken.subtract(server_fields());
+    let mut touched = None;
     if !taken.is_empty() {
         let id = ManagerId::new(
             manager,
@@ -426,21 +432,44 @@ pub fn record_update(
             api_version,
             subresource.unwrap_or_default(),
         );
-        match managed.get_mut(&id) {
-            Some(entry) => {
-                entry.set = entry.set.union(&taken);
+        match managed.entries.iter().position(|e| e.id == id) {
+            Some(index) => {
+                let entry = &mut managed.entries[index];
+                let set = entry.set.union(&taken);
+                sets_changed |= set != entry.set;
+                entry.set = set;
                 entry.time = Some(now_rfc3339.to_string());
+                touched = Some(index);
             }
-            None => managed.entries.push(Entry {
-                id,
-                api_version: api_version.to_string(),
-                time: Some(now_rfc3339.to_string()),
-                set: taken,
-            }),
+            None => {
+                sets_changed = true;
+                managed.entries.push(Entry {
+                    id,
+                    api_version: api_version.to_string(),
+                    time: Some(now_rfc3339.to_string()),
+                    set: taken,
+                })
+            }
         }
     }
     managed.drop_empty();
     managed.cap_updates();
+    // A status write by the manager that made the last one usually moves no field between
+    // managers: the stored list is kept with a new time instead of being encoded again.
+    if from_stored && !sets_changed && managed.entries.len() == decoded_count {
+        if let Some(Value::Array(mut list)) = stored {
+            // Stored lists are as `encode` wrote them, without repeated managers.
+            if list.len() == decoded_count {
+                if let Some(index) = touched {
+                    managed::touch_encoded(&mut list, index, now_rfc3339);
+                }
+                if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+                    meta.insert("managedFields".into(), Value::Array(list));
+                    return;
+                }
+            }
+        }
+    }
     write_managed_fields(new, managed);
 }
 

@@ -640,3 +640,60 @@ mod properties {
         }
     }
 }
+
+/// A write that moves no field between managers keeps the stored list, with the writer's
+/// time renewed and the list in encoding order: what decoding and encoding it would give.
+#[test]
+fn a_repeated_status_write_renews_only_the_time() {
+    let s = vm_schema();
+    let update = |live: &Value, status: Value, manager: &str, time: &str| {
+        let mut new = live.clone();
+        new["status"] = status;
+        record_update(
+            Some(live.clone()),
+            &mut new,
+            manager,
+            Some("status"),
+            "kubevirt.io/v1",
+            time,
+            &s,
+        );
+        new
+    };
+    let live = created_by_client_side_apply();
+    let live = update(&live, json!({"ready": false}), "virt-controller", T1);
+    let live = update(&live, json!({"ready": false, "phase": "x"}), "agent", T2);
+    let names = |obj: &Value| -> Vec<String> { managers(obj).into_iter().map(|m| m.0).collect() };
+    assert_eq!(
+        names(&live),
+        ["kubectl-client-side-apply", "virt-controller", "agent"]
+    );
+    let before = live["metadata"]["managedFields"].clone();
+    let again = update(
+        &live,
+        json!({"ready": true, "phase": "x"}),
+        "virt-controller",
+        "2025-01-01T00:03:00Z",
+    );
+    // The controller's entry has the new time, and so comes last now; no set changed.
+    assert_eq!(
+        names(&again),
+        ["kubectl-client-side-apply", "agent", "virt-controller"]
+    );
+    let after = again["metadata"]["managedFields"].as_array().unwrap();
+    assert_eq!(after[2]["time"], "2025-01-01T00:03:00Z");
+    for entry in before.as_array().unwrap() {
+        let same = after
+            .iter()
+            .find(|e| e["manager"] == entry["manager"])
+            .unwrap();
+        assert_eq!(same["fieldsV1"], entry["fieldsV1"]);
+    }
+    // Exactly what encoding the decoded list gives.
+    let canonical = Value::Array(
+        Managed::decode(&again["metadata"]["managedFields"])
+            .unwrap()
+            .encode(),
+    );
+    assert_eq!(again["metadata"]["managedFields"], canonical);
+}

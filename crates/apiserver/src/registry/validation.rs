@@ -190,7 +190,10 @@ impl Registry {
             // Updates warn only about finalizers they add.
             warnings = apimachinery::meta_validation::finalizer_warnings(meta, Some(old_meta));
         }
-        errors.extend(reg.schema.validate(obj));
+        errors.extend(match old {
+            Some(old) => reg.schema.validate_update(obj, old),
+            None => reg.schema.validate(obj),
+        });
         if !errors.is_empty() {
             return Err(Status::invalid(&info.group_kind(), &name, &errors));
         }
