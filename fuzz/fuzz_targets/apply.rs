@@ -38,7 +38,7 @@ fuzz_target!(|data: &[u8]| {
 
     let mut updated = applied.clone();
     ssa::record_update(
-        Some(&first),
+        Some(first),
         &mut updated,
         "fuzz-update",
         None,
