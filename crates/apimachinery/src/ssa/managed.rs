@@ -182,6 +182,27 @@ impl Managed {
             .sort_by(|a, b| OrderKey::of_entry(a).cmp(&OrderKey::of_entry(b)));
         self.entries.into_iter().map(encode_entry).collect()
     }
+
+    /// As [`Managed::encode`], taking entry `i` from `stored[i]` (the list these entries
+    /// were decoded from, without repeated managers) unless `rewritten[i]` says it changed.
+    /// Entries past the stored ones are new and encoded.
+    pub fn encode_reusing(self, mut stored: Vec<Value>, rewritten: &[bool]) -> Vec<Value> {
+        let mut list: Vec<Value> = self
+            .entries
+            .into_iter()
+            .enumerate()
+            .map(|(i, entry)| match stored.get_mut(i) {
+                Some(json) if rewritten.get(i) == Some(&false) => std::mem::take(json),
+                _ => encode_entry(entry),
+            })
+            .collect();
+        sort_encoded(&mut list);
+        list
+    }
+}
+
+fn sort_encoded(list: &mut [Value]) {
+    list.sort_by(|a, b| OrderKey::of_encoded(a).cmp(&OrderKey::of_encoded(b)));
 }
 
 /// Where an entry goes in the wire form (see [`Managed::encode`]).
@@ -228,7 +249,7 @@ pub(crate) fn touch_encoded(list: &mut [Value], index: usize, time: &str) {
     if let Some(entry) = list.get_mut(index).and_then(Value::as_object_mut) {
         entry.insert("time".into(), Value::String(time.to_string()));
     }
-    list.sort_by(|a, b| OrderKey::of_encoded(a).cmp(&OrderKey::of_encoded(b)));
+    sort_encoded(list);
 }
 
 fn seconds(time: Option<&str>) -> i64 {

@@ -415,13 +415,14 @@ pub fn record_update(
     } else {
         added.union(&modified)
     };
-    // Whether any entry's set changed: if not, the stored list needs at most a new time.
-    let mut sets_changed = false;
-    for entry in managed.entries.iter_mut() {
+    // Which stored entries this write changes (set or time): only those are encoded again.
+    let mut rewritten = vec![false; decoded_count];
+    for (entry, rewritten) in managed.entries.iter_mut().zip(rewritten.iter_mut()) {
         let set = entry.set.difference(&changed).difference(&removed);
-        sets_changed |= set != entry.set;
+        *rewritten = set != entry.set;
         entry.set = set;
     }
+    let mut sets_changed = rewritten.contains(&true);
     let mut taken = changed;
     taken.subtract(server_fields());
     let mut touched = None;
@@ -440,6 +441,7 @@ pub fn record_update(
                 entry.set = set;
                 entry.time = Some(now_rfc3339.to_string());
                 touched = Some(index);
+                rewritten[index] = true;
             }
             None => {
                 sets_changed = true;
@@ -452,22 +454,29 @@ pub fn record_update(
             }
         }
     }
+    let count = managed.entries.len();
     managed.drop_empty();
     managed.cap_updates();
-    // A status write by the manager that made the last one usually moves no field between
-    // managers: the stored list is kept with a new time instead of being encoded again.
-    if from_stored && !sets_changed && managed.entries.len() == decoded_count {
-        if let Some(Value::Array(mut list)) = stored {
-            // Stored lists are as `encode` wrote them, without repeated managers.
-            if list.len() == decoded_count {
-                if let Some(index) = touched {
+    // Stored lists are as `encode` wrote them, one entry per manager, in decoding order: as
+    // long as no entry was dropped or merged, an entry this write left alone keeps its
+    // stored JSON. The entry a manager's spec create made (every field of the spec) is the
+    // largest, and status writes rarely touch it.
+    let reusable = from_stored && managed.entries.len() == count && !managed.entries.is_empty();
+    if let (true, Some(Value::Array(mut list))) = (reusable, stored) {
+        if list.len() == decoded_count {
+            list = match (sets_changed, touched) {
+                // Only the writer's time changes (a repeated status write).
+                (false, Some(index)) => {
                     managed::touch_encoded(&mut list, index, now_rfc3339);
+                    list
                 }
-                if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
-                    meta.insert("managedFields".into(), Value::Array(list));
-                    return;
-                }
+                (false, None) => list,
+                (true, _) => managed.encode_reusing(list, &rewritten),
+            };
+            if let Some(meta) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.insert("managedFields".into(), Value::Array(list));
             }
+            return;
         }
     }
     write_managed_fields(new, managed);

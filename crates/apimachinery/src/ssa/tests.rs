@@ -697,3 +697,79 @@ fn a_repeated_status_write_renews_only_the_time() {
     );
     assert_eq!(again["metadata"]["managedFields"], canonical);
 }
+
+/// Entries a write leaves alone keep their stored JSON; the result is what decoding and
+/// encoding every entry gives. The oracle is the same write on a stored list with one entry
+/// repeated: it decodes to the same entries, but cannot be reused, so it is encoded whole.
+#[test]
+fn stored_entries_a_write_leaves_alone_are_reused_exactly() {
+    let s = vm_schema();
+    let write = |live: &Value, change: &dyn Fn(&mut Value), manager: &str, sub: Option<&str>| {
+        let mut new = live.clone();
+        change(&mut new);
+        let mut reused = new.clone();
+        record_update(
+            Some(live.clone()),
+            &mut reused,
+            manager,
+            sub,
+            "kubevirt.io/v1",
+            T2,
+            &s,
+        );
+        let mut repeated = live.clone();
+        let list = repeated["metadata"]["managedFields"]
+            .as_array_mut()
+            .unwrap();
+        list.push(list.last().unwrap().clone());
+        let mut encoded = new;
+        record_update(
+            Some(repeated),
+            &mut encoded,
+            manager,
+            sub,
+            "kubevirt.io/v1",
+            T2,
+            &s,
+        );
+        assert_eq!(reused, encoded, "{manager} writing");
+        reused
+    };
+    let live = created_by_client_side_apply();
+    // A new manager: a new entry, the others kept.
+    let live = write(
+        &live,
+        &|o| o["status"] = json!({"ready": false}),
+        "ctl",
+        Some("status"),
+    );
+    // Another takes a field from it: both entries change, the applier's is kept.
+    let live = write(
+        &live,
+        &|o| o["status"] = json!({"ready": true, "phase": "x"}),
+        "agent",
+        Some("status"),
+    );
+    // A spec change takes a field from the applier.
+    let live = write(
+        &live,
+        &|o| o["spec"]["runStrategy"] = json!("Halted"),
+        "kubectl-edit",
+        None,
+    );
+    // The same manager again, same fields: only its time.
+    let live = write(
+        &live,
+        &|o| o["status"]["phase"] = json!("y"),
+        "agent",
+        Some("status"),
+    );
+    // A write that changes nothing any manager owns.
+    write(&live, &|_| {}, "agent", Some("status"));
+    assert_eq!(
+        managers(&live).len(),
+        4,
+        "{:#}",
+        live["metadata"]["managedFields"]
+    );
+}
