@@ -112,6 +112,12 @@ pub fn same_but_bookkeeping(a: &Value, b: &Value) -> bool {
     equal_except(a, b, &[], &["resourceVersion", "managedFields"])
 }
 
+/// Whether two objects differ only in their status and bookkeeping (resourceVersion,
+/// managedFields).
+pub fn same_but_status(a: &Value, b: &Value) -> bool {
+    equal_except(a, b, &["status"], &["resourceVersion", "managedFields"])
+}
+
 /// `spec_part(a, s) == spec_part(b, s)`, without copying either object.
 pub fn same_spec_part(a: &Value, b: &Value, without_status: bool) -> bool {
     let skip: &[&str] = if without_status {

@@ -29,6 +29,10 @@ const MILLICPU_PER_VCPU: i64 = 100;
 /// How long a pass waits after the event that woke it, so that the events that follow
 /// share it.
 const BATCH: Duration = Duration::from_millis(20);
+/// A pass reads every VMI, so with many of them the wait grows with the pass: the next
+/// one waits this many times as long as the last one planned, which keeps the
+/// scheduler's passes to a fraction of a core however many VMIs change at once.
+const WAIT_PER_PASS_TIME: u32 = 4;
 /// Scheduling writes (bindings, unschedulable reports) in flight at once.
 const IN_FLIGHT: usize = 64;
 
@@ -385,12 +389,13 @@ pub async fn run(client: Client, shared: crate::informer::Shared) {
         changed: changed.clone(),
         backoff: Arc::new(Backoff::default()),
     };
+    let mut last_planned = Duration::ZERO;
     loop {
         let _ = tokio::time::timeout(Duration::from_secs(2), changed.notified()).await;
         // A pass looks at every VMI and node: the events of the next moment (heartbeats
         // of many nodes, a burst of creates) share one.
-        tokio::time::sleep(BATCH).await;
-        scheduler.pass().await;
+        tokio::time::sleep(BATCH.max(last_planned * WAIT_PER_PASS_TIME)).await;
+        last_planned = scheduler.pass().await;
     }
 }
 
@@ -426,7 +431,8 @@ impl Step {
 }
 
 impl Scheduler {
-    async fn pass(&mut self) {
+    /// Places what waits for a node; returns how long planning took.
+    async fn pass(&mut self) -> Duration {
         let started = std::time::Instant::now();
         let vmis = self.vmis.state();
         while let Ok(uid) = self.failed.try_recv() {
@@ -552,6 +558,7 @@ impl Scheduler {
             vmis.len(),
             started.elapsed()
         );
+        planned
     }
 }
 

@@ -13,7 +13,9 @@
 //! Knobs (environment): `VIRTPLANE_BIN` (default: the binary cargo built for this bench,
 //! i.e. the release one), `BENCH_VMS` (1000), `BENCH_NODES` (100), `BENCH_CONCURRENCY`
 //! (32 requests in flight), `BENCH_CONNECTIONS` (8 HTTP/1.1 connections),
-//! `BENCH_TIMEOUT_S` (120).
+//! `BENCH_TIMEOUT_S` (120), `BENCH_STORE` (`sqlite`, the default, or `etcd`: a
+//! single-member etcd started for the run, `ETCD_BIN` or `etcd` on PATH; its CPU time is
+//! reported beside the server's).
 
 mod support;
 
@@ -26,6 +28,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use futures::StreamExt;
 use serde_json::{json, Value};
+use support::etcd::Etcd;
 use support::stats::percentile;
 use support::virtplane::{Launch, Virtplane};
 use support::{knob, virtplane_binary};
@@ -45,20 +48,30 @@ struct Api {
     watcher: reqwest::Client,
 }
 
-async fn start(dir: &Path, nodes: usize, connections: usize) -> Result<(Virtplane, Api)> {
+async fn start(
+    dir: &Path,
+    nodes: usize,
+    connections: usize,
+    etcd: Option<&Etcd>,
+) -> Result<(Virtplane, Api)> {
     let nodes_arg = nodes.to_string();
+    let mut args = vec![
+        "--no-node".to_string(),
+        "--hypervisor".into(),
+        "sim".into(),
+        "--sim-nodes".into(),
+        nodes_arg,
+        "--sim-boot-delay".into(),
+        "0ms".into(),
+    ];
+    if let Some(etcd) = etcd {
+        args.extend(["--store".into(), format!("etcd={}", etcd.url)]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let server = Virtplane::start(Launch {
         data: dir.join("data"),
         log: dir.join("virtplane.log"),
-        args: &[
-            "--no-node",
-            "--hypervisor",
-            "sim",
-            "--sim-nodes",
-            &nodes_arg,
-            "--sim-boot-delay",
-            "0ms",
-        ],
+        args: &args,
         env: &[("RUST_LOG", "warn".into())],
         nodes,
         within: Duration::from_secs(60),
@@ -196,13 +209,20 @@ async fn run() -> Result<()> {
     let concurrency = knob::<usize>("BENCH_CONCURRENCY", 32).max(1);
     let connections = knob::<usize>("BENCH_CONNECTIONS", 8).max(1);
     let timeout = Duration::from_secs(knob::<usize>("BENCH_TIMEOUT_S", 120) as u64);
+    let store = std::env::var("BENCH_STORE").unwrap_or_else(|_| "sqlite".into());
     let dir = tempfile::tempdir()?;
+    let etcd = match store.as_str() {
+        "sqlite" => None,
+        "etcd" => Some(Etcd::start(dir.path()).await?),
+        other => bail!("BENCH_STORE: unknown store {other:?} (sqlite or etcd)"),
+    };
     println!(
         "lifecycle_1000: {count} VMs (runStrategy Always) on {nodes} simulated nodes, boot delay 0 ms; \
-         {concurrency} creates in flight over {connections} connections; binary {}",
+         {concurrency} creates in flight over {connections} connections; store {}; binary {}",
+        etcd.as_ref().map_or("sqlite (embedded)", |e| e.version.as_str()),
         virtplane_binary().display()
     );
-    let (mut server, api) = start(dir.path(), nodes, connections).await?;
+    let (mut server, api) = start(dir.path(), nodes, connections, etcd.as_ref()).await?;
 
     // Watch from the current resourceVersion, so nothing is missed.
     let list: Value = api.clients[0]
@@ -233,6 +253,7 @@ async fn run() -> Result<()> {
     let watcher = tokio::spawn(watch_running(response, count, seen.clone()));
 
     let cpu_before = server.proc.cpu_time();
+    let etcd_cpu_before = etcd.as_ref().and_then(|e| e.proc.cpu_time());
     let started = Instant::now();
     let url = Arc::new(api.url.clone());
     let clients = Arc::new(api.clients.clone());
@@ -273,6 +294,13 @@ async fn run() -> Result<()> {
     let outcome = tokio::time::timeout(timeout, watcher).await;
     let elapsed_all = started.elapsed();
     let cpu = match (cpu_before, server.proc.cpu_time()) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+    let etcd_cpu = match (
+        etcd_cpu_before,
+        etcd.as_ref().and_then(|e| e.proc.cpu_time()),
+    ) {
         (Some(a), Some(b)) => Some(b.saturating_sub(a)),
         _ => None,
     };
@@ -321,6 +349,13 @@ async fn run() -> Result<()> {
     if let Some(cpu) = cpu {
         println!(
             "  server CPU time over the run: {} ({:.2} cores on average)",
+            ms(cpu),
+            cpu.as_secs_f64() / last_running.as_secs_f64()
+        );
+    }
+    if let Some(cpu) = etcd_cpu {
+        println!(
+            "  etcd CPU time over the run:   {} ({:.2} cores on average)",
             ms(cpu),
             cpu.as_secs_f64() / last_running.as_secs_f64()
         );

@@ -158,6 +158,21 @@ impl Registry {
         Self::check_identity(reg, &mut new, namespace)?;
         if subresource == Some("status") {
             // Only status changes through /status; everything else stays as stored.
+            if object::same_but_status(&new, old) {
+                // The usual case (a patch of the status alone): the written object is the
+                // stored one already, but for its status and bookkeeping; no copy of it.
+                let meta = meta_mut(&mut new);
+                match object::meta(old).and_then(|m| m.get("resourceVersion")) {
+                    Some(version) => meta.insert("resourceVersion".into(), version.clone()),
+                    None => meta.remove("resourceVersion"),
+                };
+                if !meta.contains_key("managedFields") {
+                    if let Some(mf) = object::meta(old).and_then(|m| m.get("managedFields")) {
+                        meta.insert("managedFields".into(), mf.clone());
+                    }
+                }
+                return Ok(new);
+            }
             let mut merged = old.clone();
             if let Some(root) = merged.as_object_mut() {
                 match new.as_object_mut().and_then(|r| r.remove("status")) {
