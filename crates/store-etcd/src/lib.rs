@@ -28,6 +28,7 @@ mod error;
 mod health;
 mod layout;
 mod members;
+mod recent;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod watch;
@@ -87,6 +88,8 @@ pub struct EtcdStore {
     compacted: Arc<AtomicI64>,
     /// Whether etcd takes writes (see `health`).
     health: health::Health,
+    /// What updates may start from without reading etcd first.
+    recent: recent::Recent,
 }
 
 impl EtcdStore {
@@ -122,6 +125,7 @@ impl EtcdStore {
             current: Arc::new(AtomicI64::new(0)),
             compacted: Arc::new(AtomicI64::new(0)),
             health: health::Health::default(),
+            recent: recent::Recent::default(),
         };
         store
             .fetch_current()
@@ -254,7 +258,10 @@ impl EtcdStore {
         };
         match current.map(|kv| key_value(&self.layout, kv)) {
             None => StoreError::NotFound,
-            Some(Ok(kv)) => StoreError::Conflict { current: Some(kv) },
+            Some(Ok(kv)) => {
+                self.recent.keep(&kv);
+                StoreError::Conflict { current: Some(kv) }
+            }
             Some(Err(e)) => e,
         }
     }
@@ -299,11 +306,16 @@ impl Store for EtcdStore {
             .await
             .map_err(|e| backend(&e))?;
         self.saw(response.header());
-        response
+        let found = response
             .kvs()
             .first()
             .map(|kv| key_value(&self.layout, kv))
-            .transpose()
+            .transpose()?;
+        match &found {
+            Some(kv) => self.recent.keep(kv),
+            None => self.recent.forget(key),
+        }
+        Ok(found)
     }
 
     async fn list(&self, prefix: &str, options: ListOptions) -> Result<ListResult> {
@@ -379,12 +391,14 @@ impl Store for EtcdStore {
         if !succeeded {
             return Err(StoreError::AlreadyExists);
         }
-        Ok(KeyValue {
+        let created = KeyValue {
             key: key.to_owned(),
             value,
             create_revision: revision,
             mod_revision: revision,
-        })
+        };
+        self.recent.keep(&created);
+        Ok(created)
     }
 
     async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
@@ -410,12 +424,14 @@ impl Store for EtcdStore {
             _ => None,
         }
         .ok_or_else(|| StoreError::Backend("etcd answered an update without prev_kv".into()))?;
-        Ok(KeyValue {
+        let updated = KeyValue {
             key: key.to_owned(),
             value,
             create_revision,
             mod_revision: revision,
-        })
+        };
+        self.recent.keep(&updated);
+        Ok(updated)
     }
 
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue> {
@@ -449,6 +465,7 @@ impl Store for EtcdStore {
         }
         .ok_or_else(|| StoreError::Backend("etcd answered a delete without prev_kv".into()))?;
         let prev = key_value(&self.layout, &prev)?;
+        self.recent.forget(key);
         Ok(KeyValue {
             mod_revision: revision,
             ..prev
@@ -493,6 +510,10 @@ impl Store for EtcdStore {
 
     fn health(&self) -> std::result::Result<(), String> {
         self.health.get()
+    }
+
+    fn recent(&self, key: &str) -> Option<KeyValue> {
+        self.recent.get(key)
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {

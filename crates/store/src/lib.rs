@@ -132,6 +132,15 @@ pub trait Store: Send + Sync + 'static {
     /// it still work. Compacting to an already compacted revision does nothing.
     async fn compact(&self, revision: Revision) -> Result<()>;
 
+    /// A copy of the key's value this store saw lately (written or read), possibly stale:
+    /// an update may start from it instead of a `get`, since its compare of mod revisions
+    /// fails on a stale copy; what it concludes without writing (nothing to change, a
+    /// precondition or validation failure) it must check against a `get`. `None` when the
+    /// backend reads as cheaply as it would keep copies (the embedded store reads memory).
+    fn recent(&self, _key: &str) -> Option<KeyValue> {
+        None
+    }
+
     /// Where callers announce writes they are preparing, for a backend that batches them
     /// (see [`WriteGauge`]); `None` when announcing would gain nothing.
     fn write_gauge(&self) -> Option<WriteGauge> {

@@ -164,4 +164,35 @@ async fn updates_through_two_servers_lose_nothing() {
     stale["metadata"]["resourceVersion"] = json!("1");
     stale["metadata"]["labels"]["late"] = json!("yes");
     assert_eq!(servers[0].put(&path, &stale).await.status, 409);
+
+    // What a server concludes without writing is checked against etcd, not its guess.
+    // The second server wrote last; the first one's guess is stale now.
+    let written = servers[1]
+        .merge(&path, &json!({"metadata": {"labels": {"by": "second"}}}))
+        .await
+        .body;
+    // A patch that changes nothing answers the current object, not the guess.
+    let noop = servers[0]
+        .merge(&path, &json!({"metadata": {"labels": {"app": "demo"}}}))
+        .await;
+    assert_eq!(noop.status, 200, "{}", noop.body);
+    assert_eq!(
+        noop.body["metadata"]["resourceVersion"], written["metadata"]["resourceVersion"],
+        "a no-op patch on the server with a stale guess answered an older object: {}",
+        noop.body
+    );
+    // The current resourceVersion as a precondition is met, though the guess is older.
+    let precondition = json!({"metadata": {"resourceVersion": written["metadata"]["resourceVersion"],
+                                           "labels": {"checked": "yes"}}});
+    let reply = servers[0].merge(&path, &precondition).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    // Deleted through one server, the object is gone for the other's patches too.
+    assert_eq!(servers[1].delete(&path, None).await.status, 200);
+    servers[1]
+        .eventually(&path, Duration::from_secs(30), |r| r.status == 404)
+        .await;
+    let reply = servers[0]
+        .merge(&path, &json!({"metadata": {"labels": {"after": "delete"}}}))
+        .await;
+    assert_eq!(reply.status, 404, "{}", reply.body);
 }

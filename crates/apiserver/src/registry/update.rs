@@ -27,89 +27,27 @@ impl Registry {
     where
         F: Fn(&Value) -> Result<Change, Status>,
     {
+        let key = Self::key(reg.info, namespace, name);
+        // The store's recent copy saves a read (etcd); a stale one fails the write's
+        // compare, and what is concluded without writing is checked against a fresh read.
+        let mut start = self.store.recent(&key).map(|kv| (kv, false));
         loop {
-            let kv = self.get_kv(reg, namespace, name).await?;
-            let old = stored::decode(&kv)?;
-            let Change {
-                object: mut new,
-                mut warnings,
-                managed_fields_done,
-            } = change(&old)?;
-            if !new.is_object() {
-                return Err(Status::bad_request("the body is not a JSON object"));
-            }
-            let requested_rv = object::meta_str(&new, "resourceVersion").map(str::to_string);
-            if let Some(rv) = &requested_rv {
-                if rv != &kv.mod_revision.to_string() {
-                    return Err(Status::modified(&reg.info.group_resource(), name));
-                }
-            }
-            reg.hooks.decode(&mut new)?;
-            new = self.prepare_update(reg, namespace, &old, new, subresource)?;
-            if subresource.is_none() {
-                reg.hooks.default_on_update(&mut new);
-            }
-            warnings.extend(Self::prune(
-                reg,
-                &mut new,
-                options.field_validation,
-                subresource.is_none() && managed_fields_done.is_none(),
-            )?);
-            warnings.extend(Self::validate(
-                reg,
-                &new,
-                Some(&old),
-                options.privileged,
-                subresource == Some("status"),
-            )?);
-            if let Some(guard) = &options.guard {
-                (guard.0)(&new, Some(&old))?;
-            }
-            let unchanged = if managed_fields_done.is_some() {
-                // Server-side apply may change only managedFields (a new co-owner of a
-                // value); that is still a write.
-                let strip = |o: &Value| {
-                    let mut c = o.clone();
-                    meta_mut(&mut c).remove("resourceVersion");
-                    c
-                };
-                strip(&new) == strip(&old)
-            } else {
-                object::same_but_bookkeeping(&new, &old)
+            let (kv, current) = match start.take() {
+                Some(known) => known,
+                None => (self.get_kv(reg, namespace, name).await?, true),
             };
-            if unchanged {
-                return Ok(Outcome {
-                    value: old,
-                    warnings,
-                    created: false,
-                    stored: None,
-                });
-            }
-            if managed_fields_done.is_none() {
-                apimachinery::ssa::record_update(
-                    Some(old),
-                    &mut new,
-                    &options.field_manager,
-                    subresource,
-                    &reg.info.api_version(),
-                    &kubevirt_api::meta::now(),
-                    &reg.schema,
-                );
-            }
-            if options.dry_run {
-                // Nothing is written, so the object keeps the stored resourceVersion.
-                meta_mut(&mut new).insert(
-                    "resourceVersion".into(),
-                    Value::String(kv.mod_revision.to_string()),
-                );
-                return Ok(Outcome {
-                    value: new,
-                    warnings,
-                    created: false,
-                    stored: None,
-                });
-            }
-            let key = Self::key(reg.info, namespace, name);
+            let (mut new, warnings, requested_rv) =
+                match self.plan_update(reg, namespace, name, subresource, options, &change, &kv) {
+                    // Perhaps only because the copy was stale: read and decide again.
+                    Err(_) | Ok(Planned::Done(_)) if !current => continue,
+                    Err(status) => return Err(status),
+                    Ok(Planned::Done(outcome)) => return Ok(outcome),
+                    Ok(Planned::Write {
+                        object,
+                        warnings,
+                        requested_rv,
+                    }) => (object, warnings, requested_rv),
+                };
             // The store keeps no resourceVersion; the written one is set below.
             meta_mut(&mut new).remove("resourceVersion");
             let deleted = object::is_deleting(&new) && object::finalizers(&new).is_empty();
@@ -134,16 +72,124 @@ impl Registry {
                         stored: (!deleted).then_some(written),
                     });
                 }
-                Err(StoreError::Conflict { .. }) if requested_rv.is_none() => continue,
+                // The conflict's answer is the current value: start again from it.
+                Err(StoreError::Conflict { current: latest }) if requested_rv.is_none() => {
+                    start = latest.map(|kv| (kv, true));
+                }
+                Err(StoreError::Conflict { .. }) if !current => {}
                 Err(StoreError::Conflict { .. }) => {
                     return Err(Status::modified(&reg.info.group_resource(), name))
                 }
+                Err(StoreError::NotFound) if !current => {}
                 Err(StoreError::NotFound) => {
                     return Err(Status::not_found(&reg.info.group_resource(), name))
                 }
                 Err(e) => return Err(store_failure(e)),
             }
         }
+    }
+
+    /// What an update of the stored `kv` writes, or its outcome when it writes nothing
+    /// (no change, a dry run).
+    #[allow(clippy::too_many_arguments)]
+    fn plan_update<F>(
+        &self,
+        reg: &Registration,
+        namespace: Option<&str>,
+        name: &str,
+        subresource: Option<&str>,
+        options: &WriteOptions,
+        change: &F,
+        kv: &store::KeyValue,
+    ) -> Result<Planned, Status>
+    where
+        F: Fn(&Value) -> Result<Change, Status>,
+    {
+        let old = stored::decode(kv)?;
+        let Change {
+            object: mut new,
+            mut warnings,
+            managed_fields_done,
+        } = change(&old)?;
+        if !new.is_object() {
+            return Err(Status::bad_request("the body is not a JSON object"));
+        }
+        let requested_rv = object::meta_str(&new, "resourceVersion").map(str::to_string);
+        if let Some(rv) = &requested_rv {
+            if rv != &kv.mod_revision.to_string() {
+                return Err(Status::modified(&reg.info.group_resource(), name));
+            }
+        }
+        reg.hooks.decode(&mut new)?;
+        new = self.prepare_update(reg, namespace, &old, new, subresource)?;
+        if subresource.is_none() {
+            reg.hooks.default_on_update(&mut new);
+        }
+        warnings.extend(Self::prune(
+            reg,
+            &mut new,
+            options.field_validation,
+            subresource.is_none() && managed_fields_done.is_none(),
+        )?);
+        warnings.extend(Self::validate(
+            reg,
+            &new,
+            Some(&old),
+            options.privileged,
+            subresource == Some("status"),
+        )?);
+        if let Some(guard) = &options.guard {
+            (guard.0)(&new, Some(&old))?;
+        }
+        let unchanged = if managed_fields_done.is_some() {
+            // Server-side apply may change only managedFields (a new co-owner of a
+            // value); that is still a write.
+            let strip = |o: &Value| {
+                let mut c = o.clone();
+                meta_mut(&mut c).remove("resourceVersion");
+                c
+            };
+            strip(&new) == strip(&old)
+        } else {
+            object::same_but_bookkeeping(&new, &old)
+        };
+        if unchanged {
+            return Ok(Planned::Done(Outcome {
+                value: old,
+                warnings,
+                created: false,
+                stored: None,
+            }));
+        }
+        if managed_fields_done.is_none() {
+            apimachinery::ssa::record_update(
+                Some(old),
+                &mut new,
+                &options.field_manager,
+                subresource,
+                &reg.info.api_version(),
+                &kubevirt_api::meta::now(),
+                &reg.schema,
+            );
+        }
+        if options.dry_run {
+            // Nothing is written, so the object keeps the stored resourceVersion.
+            meta_mut(&mut new).insert(
+                "resourceVersion".into(),
+                Value::String(kv.mod_revision.to_string()),
+            );
+            return Ok(Planned::Done(Outcome {
+                value: new,
+                warnings,
+                created: false,
+                stored: None,
+            }));
+        }
+        Ok(Planned::Write {
+            object: new,
+            warnings,
+            requested_rv,
+        })
     }
 
     /// Carries over what a write may not change and bumps generation on spec changes.
@@ -241,6 +287,18 @@ impl Registry {
         meta_mut(&mut new).insert("generation".into(), json!(generation));
         Ok(new)
     }
+}
+
+/// What `plan_update` decided.
+enum Planned {
+    /// Nothing to write: the answer as it is.
+    Done(Outcome<Value>),
+    Write {
+        object: Value,
+        warnings: Vec<String>,
+        /// The resourceVersion the request asked to update, if any.
+        requested_rv: Option<String>,
+    },
 }
 
 /// What a change function produced for `update_with`.
