@@ -33,6 +33,9 @@ const BATCH: Duration = Duration::from_millis(20);
 /// one waits this many times as long as the last one planned, which keeps the
 /// scheduler's passes to a fraction of a core however many VMIs change at once.
 const WAIT_PER_PASS_TIME: u32 = 4;
+/// The longest that wait gets: one pass slowed by a busy machine must not hold the next
+/// one back for long.
+const MAX_WAIT: Duration = Duration::from_secs(1);
 /// Scheduling writes (bindings, unschedulable reports) in flight at once.
 const IN_FLIGHT: usize = 64;
 
@@ -394,7 +397,8 @@ pub async fn run(client: Client, shared: crate::informer::Shared) {
         let _ = tokio::time::timeout(Duration::from_secs(2), changed.notified()).await;
         // A pass looks at every VMI and node: the events of the next moment (heartbeats
         // of many nodes, a burst of creates) share one.
-        tokio::time::sleep(BATCH.max(last_planned * WAIT_PER_PASS_TIME)).await;
+        let wait = last_planned.saturating_mul(WAIT_PER_PASS_TIME);
+        tokio::time::sleep(wait.clamp(BATCH, MAX_WAIT)).await;
         last_planned = scheduler.pass().await;
     }
 }

@@ -31,23 +31,29 @@ impl Registry {
         // The store's recent copy saves a read (etcd); a stale one fails the write's
         // compare, and what is concluded without writing is checked against a fresh read.
         let mut start = self.store.recent(&key).map(|kv| (kv, false));
+        let request = UpdateRequest {
+            reg,
+            namespace,
+            name,
+            subresource,
+            options,
+        };
         loop {
             let (kv, current) = match start.take() {
                 Some(known) => known,
                 None => (self.get_kv(reg, namespace, name).await?, true),
             };
-            let (mut new, warnings, requested_rv) =
-                match self.plan_update(reg, namespace, name, subresource, options, &change, &kv) {
-                    // Perhaps only because the copy was stale: read and decide again.
-                    Err(_) | Ok(Planned::Done(_)) if !current => continue,
-                    Err(status) => return Err(status),
-                    Ok(Planned::Done(outcome)) => return Ok(outcome),
-                    Ok(Planned::Write {
-                        object,
-                        warnings,
-                        requested_rv,
-                    }) => (object, warnings, requested_rv),
-                };
+            let (mut new, warnings, requested_rv) = match self.plan_update(&request, &change, &kv) {
+                // Perhaps only because the copy was stale: read and decide again.
+                Err(_) | Ok(Planned::Done(_)) if !current => continue,
+                Err(status) => return Err(status),
+                Ok(Planned::Done(outcome)) => return Ok(outcome),
+                Ok(Planned::Write {
+                    object,
+                    warnings,
+                    requested_rv,
+                }) => (object, warnings, requested_rv),
+            };
             // The store keeps no resourceVersion; the written one is set below.
             meta_mut(&mut new).remove("resourceVersion");
             let deleted = object::is_deleting(&new) && object::finalizers(&new).is_empty();
@@ -91,20 +97,22 @@ impl Registry {
 
     /// What an update of the stored `kv` writes, or its outcome when it writes nothing
     /// (no change, a dry run).
-    #[allow(clippy::too_many_arguments)]
     fn plan_update<F>(
         &self,
-        reg: &Registration,
-        namespace: Option<&str>,
-        name: &str,
-        subresource: Option<&str>,
-        options: &WriteOptions,
+        request: &UpdateRequest<'_>,
         change: &F,
         kv: &store::KeyValue,
     ) -> Result<Planned, Status>
     where
         F: Fn(&Value) -> Result<Change, Status>,
     {
+        let UpdateRequest {
+            reg,
+            namespace,
+            name,
+            subresource,
+            options,
+        } = *request;
         let old = stored::decode(kv)?;
         let Change {
             object: mut new,
@@ -287,6 +295,16 @@ impl Registry {
         meta_mut(&mut new).insert("generation".into(), json!(generation));
         Ok(new)
     }
+}
+
+/// What an update names: the resource, the object, the part written and how.
+#[derive(Clone, Copy)]
+struct UpdateRequest<'a> {
+    reg: &'a Registration,
+    namespace: Option<&'a str>,
+    name: &'a str,
+    subresource: Option<&'a str>,
+    options: &'a WriteOptions,
 }
 
 /// What `plan_update` decided.
