@@ -620,6 +620,10 @@ fn failed_status(vmi: &DynamicObject, reason: &str, message: &str) -> Map<String
 }
 
 /// Scheduling: disks and images ready, or a Synchronized=False condition saying why not.
+/// A guest that boots at once (a simulated one, a QEMU that spawns without waiting) is
+/// started in the same pass: one write says Running, with Scheduled still recorded in
+/// phaseTransitionTimestamps, and a start costs one status write and one watch round trip
+/// fewer. A boot that has to wait writes Scheduled first, as before.
 async fn prepare(
     vmi: &DynamicObject,
     writer: &Writer<'_>,
@@ -628,18 +632,25 @@ async fn prepare(
 ) -> Result<Action, kube::Error> {
     match hv.prepare(vmi, sources).await {
         Prepared::Ready(pulled) => {
-            let mut status = enter_phase(vmi, VmiPhase::Scheduled);
-            let mut list = conditions(vmi);
-            list.retain(|c| c["type"] != "Synchronized");
-            status.insert("conditions".into(), json!(list));
-            // The digests the images were pulled as, for the start and any migration.
-            let mut pins = image_ids(vmi);
-            pins.volumes.extend(pulled.volumes);
-            pins.kernel = pulled.kernel.or(pins.kernel);
-            if pins != ImageIds::default() {
-                status.extend(image_status(vmi, &pins));
+            let scheduled = scheduled_status(vmi, pulled);
+            // The boot sees the VMI as the Scheduled write would leave it (the pinned
+            // image digests included).
+            let mut status = vmi
+                .data
+                .get("status")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            status.extend(scheduled.clone());
+            let mut as_scheduled = vmi.clone();
+            as_scheduled.data["status"] = Value::Object(status);
+            match boot(&as_scheduled, hv, sources).await {
+                Boot::Write(body) => writer.patch(body).await,
+                Boot::Wait(after) => {
+                    writer.patch(json!({"status": scheduled})).await?;
+                    Ok(Action::requeue(after))
+                }
             }
-            writer.patch(json!({"status": status})).await
         }
         Prepared::Failed { reason, message } => {
             let mut list = conditions(vmi);
@@ -652,6 +663,23 @@ async fn prepare(
     }
 }
 
+/// The status a prepared VMI enters Scheduled with: the phase, conditions without
+/// Synchronized, and the digests its images were pulled as (for the start and any
+/// migration).
+fn scheduled_status(vmi: &DynamicObject, pulled: ImageIds) -> Map<String, Value> {
+    let mut status = enter_phase(vmi, VmiPhase::Scheduled);
+    let mut list = conditions(vmi);
+    list.retain(|c| c["type"] != "Synchronized");
+    status.insert("conditions".into(), json!(list));
+    let mut pins = image_ids(vmi);
+    pins.volumes.extend(pulled.volumes);
+    pins.kernel = pulled.kernel.or(pins.kernel);
+    if pins != ImageIds::default() {
+        status.extend(image_status(vmi, &pins));
+    }
+    status
+}
+
 /// Scheduled: boot the guest, or fail the VMI saying why.
 async fn start(
     vmi: &DynamicObject,
@@ -659,8 +687,23 @@ async fn start(
     hv: &dyn Hypervisor,
     sources: &VolumeSources,
 ) -> Result<Action, kube::Error> {
+    match boot(vmi, hv, sources).await {
+        Boot::Write(body) => writer.patch(body).await,
+        Boot::Wait(after) => Ok(Action::requeue(after)),
+    }
+}
+
+/// What booting a Scheduled VMI's guest comes to.
+enum Boot {
+    /// The write that reports it: Running, or Failed with the reason.
+    Write(Value),
+    /// Not up yet: look again after this long.
+    Wait(Duration),
+}
+
+async fn boot(vmi: &DynamicObject, hv: &dyn Hypervisor, sources: &VolumeSources) -> Boot {
     match hv.start(vmi, sources).await {
-        Started::Pending(after) => Ok(Action::requeue(after)),
+        Started::Pending(after) => Boot::Wait(after),
         Started::Running(info) => {
             let paused =
                 vmi.data.at("/spec/startStrategy").and_then(Value::as_str) == Some("Paused");
@@ -669,12 +712,10 @@ async fn start(
             if paused {
                 body["metadata"] = json!({"annotations": {PAUSE_ANNOTATION: "true"}});
             }
-            writer.patch(body).await
+            Boot::Write(body)
         }
         Started::Failed { reason, message } => {
-            writer
-                .patch(json!({"status": failed_status(vmi, &reason, &message)}))
-                .await
+            Boot::Write(json!({"status": failed_status(vmi, &reason, &message)}))
         }
     }
 }

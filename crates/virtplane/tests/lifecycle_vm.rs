@@ -124,6 +124,57 @@ async fn always_vm_runs_a_vmi_made_from_its_template() {
     assert_eq!(vm["status"]["observedGeneration"], 1);
 }
 
+/// The phases a VMI's watch events show, repeats folded.
+fn phases_seen(events: &[Value]) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    for e in events {
+        let phase = e["object"]["status"]["phase"].as_str().unwrap_or("Pending");
+        if seen.last().map(String::as_str) != Some(phase) {
+            seen.push(phase.to_string());
+        }
+    }
+    seen
+}
+
+/// A guest that boots at once is started in the pass that prepared it: one write takes
+/// the VMI from Scheduling to Running (Scheduled stays in its phase history); a guest
+/// that takes time to boot is written Scheduled first.
+#[tokio::test]
+async fn a_guest_that_boots_at_once_skips_the_scheduled_write() {
+    let c = cluster().await;
+    for (name, delay, expected) in [
+        ("instant", "0s", vec!["Pending", "Scheduling", "Running"]),
+        (
+            "slow",
+            "300ms",
+            vec!["Pending", "Scheduling", "Scheduled", "Running"],
+        ),
+    ] {
+        let mut watch = c.watch_one(NS, "virtualmachineinstances", name, "").await;
+        let body = vm(
+            name,
+            Some("Always"),
+            json!({"sim.virtplane.io/boot-delay": delay}),
+        );
+        c.create_vm(NS, &body).await;
+        let events = events_until(&mut watch, Duration::from_secs(20), |e| {
+            e["object"]["status"]["phase"] == "Running"
+        })
+        .await;
+        assert_eq!(
+            phases_seen(&events),
+            expected,
+            "{name}: phases on the watch"
+        );
+        let running = &events.last().unwrap()["object"];
+        assert_eq!(
+            phases(running),
+            ["Pending", "Scheduling", "Scheduled", "Running"],
+            "{name}: phase history"
+        );
+    }
+}
+
 #[tokio::test]
 async fn stop_then_start_an_always_vm() {
     let c = cluster().await;
