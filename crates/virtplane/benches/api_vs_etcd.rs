@@ -222,6 +222,8 @@ struct Creates {
     p99_ms: f64,
     /// Server CPU time per create, including the background work it caused.
     cpu_ms: f64,
+    /// Of that, etcd's own (the rounds on etcd).
+    etcd_cpu_ms: f64,
 }
 
 fn cpu_per_object(before: Option<Duration>, after: Option<Duration>, count: usize) -> f64 {
@@ -291,6 +293,7 @@ async fn creates(
         p50_ms: ms(percentile(&latencies, 0.50)),
         p99_ms: ms(percentile(&latencies, 0.99)),
         cpu_ms: 0.0,
+        etcd_cpu_ms: 0.0,
     })
 }
 
@@ -578,6 +581,7 @@ async fn servers_on_etcd(
             runs.per_round, runs.clients
         );
         let cpu = cpu_of(procs);
+        let etcd_cpu = etcd_proc.cpu_time();
         let mut result = creates(
             target,
             ns,
@@ -590,6 +594,7 @@ async fn servers_on_etcd(
             proc.wait_idle().await;
         }
         result.cpu_ms = cpu_per_object(cpu, cpu_of(procs), runs.per_round);
+        result.etcd_cpu_ms = cpu_per_object(etcd_cpu, etcd_proc.cpu_time(), runs.per_round);
         results[i].push(result);
     }
     let listed = 2 * runs.per_round;
@@ -668,6 +673,7 @@ fn print_on_etcd(runs: &EtcdRuns, results: &[Vec<Creates>], lists: &[Lists], fai
         |c| c.cpu_ms,
         2,
     );
+    row("of which etcd's", |c| c.etcd_cpu_ms, 2);
     println!(
         "| LIST {} VMs, JSON: median ms of {} | {:.1} | {:.1} | - |",
         lists[0].items, runs.list_runs, lists[0].median_ms, lists[1].median_ms
