@@ -231,9 +231,20 @@ def test_openapi_patch_operations_support_server_side_field_validation(server):
                                                           "kind": "VirtualMachine"}]
 
 
-def test_openapi_v2_is_404(server):
-    """kubectl tolerates a missing /openapi/v2 (it falls back to JSON merge patch)."""
-    assert server.raw("GET", "/openapi/v2").status == 404
+def test_openapi_v2_is_a_document_without_definitions(server):
+    """/openapi/v2 answers (kubectl reads it for `kind: List` files and client-side apply's
+    patch type) without definitions: schemas are in v3, and kubectl leaves items to the
+    server's strict validation and patches custom kinds with JSON merge patch."""
+    doc = server.raw("GET", "/openapi/v2", headers={"Accept": "application/json"})
+    assert doc.status == 200 and doc.headers["Content-Type"] == "application/json"
+    assert doc.json() == {"swagger": "2.0", "info": {"title": "virtplane", "version": "v1"}, "paths": {}}
+    # What kubectl asks for: gnostic's openapi.v2.Document in protobuf, under a media type
+    # Go's MIME parser accepts (the one asked for has an "@").
+    pb = server.raw("GET", "/openapi/v2",
+                    headers={"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"})
+    assert pb.status == 200
+    assert pb.headers["Content-Type"] == "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+    assert pb.body == b"\x0a\x032.0\x12\x0f\x0a\x09virtplane\x12\x02v1\x42\x00"
 
 
 # --- kubectl on top of discovery ------------------------------------------------------

@@ -351,3 +351,92 @@ pub(crate) fn list_schema(item: &str, group: &str, list_kind: &str) -> Value {
         }
     })
 }
+
+/// The v2 document's protobuf media type. kubectl (client-go's OpenAPISchema) asks for it
+/// in its older spelling with `@`, which Go's MIME parser refuses in a Content-Type: the
+/// answer carries this one, as kube-apiserver's does.
+const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+const V2_PROTOBUF_ACCEPTED: [&str; 2] = [
+    V2_PROTOBUF,
+    "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+];
+
+/// `/openapi/v2`: a Swagger 2.0 document without definitions. The schemas live in the v3
+/// documents, where kubectl finds server-side field validation for every kind; kubectl
+/// reads v2 only where it has no v3 path — a `kind: List` file (as `kubectl get -o yaml`
+/// writes), whose client-side check finds no definition here and leaves each item to the
+/// server's strict validation, and client-side apply's patch type (no definition: a JSON
+/// merge patch, as for any custom resource). Protobuf (gnostic's `openapi.v2.Document`)
+/// when asked for it, as kubectl does, JSON otherwise.
+pub fn v2(accept: Option<&str>) -> Response {
+    let wants_protobuf = accept
+        .into_iter()
+        .flat_map(|v| v.split(','))
+        .any(|t| V2_PROTOBUF_ACCEPTED.iter().any(|p| t.trim().starts_with(p)));
+    let (content_type, body) = if wants_protobuf {
+        (V2_PROTOBUF, v2_protobuf())
+    } else {
+        let doc = json!({"swagger": "2.0", "info": {"title": V2_TITLE, "version": V2_VERSION}, "paths": {}});
+        (
+            "application/json",
+            serde_json::to_vec(&doc).unwrap_or_default(),
+        )
+    };
+    let mut response = (StatusCode::OK, body).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+const V2_TITLE: &str = "virtplane";
+const V2_VERSION: &str = "v1";
+
+/// `openapi.v2.Document{swagger: "2.0", info: {title, version}, paths: {}}`.
+fn v2_protobuf() -> Vec<u8> {
+    let mut info = Vec::new();
+    protobuf_field(&mut info, 1, V2_TITLE.as_bytes());
+    protobuf_field(&mut info, 2, V2_VERSION.as_bytes());
+    let mut doc = Vec::new();
+    protobuf_field(&mut doc, 1, b"2.0");
+    protobuf_field(&mut doc, 2, &info);
+    protobuf_field(&mut doc, 8, &[]);
+    doc
+}
+
+/// Appends a length-delimited field (wire type 2).
+fn protobuf_field(out: &mut Vec<u8>, number: u64, payload: &[u8]) {
+    protobuf_varint(out, number << 3 | 2);
+    protobuf_varint(out, payload.len() as u64);
+    out.extend_from_slice(payload);
+}
+
+fn protobuf_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8 & 0x7f) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+#[cfg(test)]
+mod v2_tests {
+    use super::*;
+
+    #[test]
+    fn the_v2_document_reads_back_as_gnostic_fields() {
+        let doc = v2_protobuf();
+        let fields = crate::protobuf::fields(&doc).expect("protobuf");
+        use crate::protobuf::Field::Bytes;
+        assert_eq!(fields[0], (1, Bytes(b"2.0")));
+        let (2, Bytes(info)) = fields[1] else {
+            panic!("info: {fields:?}")
+        };
+        assert_eq!(
+            crate::protobuf::fields(info).unwrap(),
+            [(1, Bytes(b"virtplane")), (2, Bytes(b"v1"))]
+        );
+        assert_eq!(fields[2], (8, Bytes(b"")));
+        assert_eq!(fields.len(), 3);
+    }
+}

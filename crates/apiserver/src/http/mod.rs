@@ -246,7 +246,7 @@ impl ApiServer {
                 self.openapi
                     .group_version(group, version, query.hash.as_deref())
             }
-            Target::OpenApiV2 => Err(not_found_path()),
+            Target::OpenApiV2 => Ok(crate::openapi::v2(accept)),
             // A websocket upgrade is a GET (HEAD, also `get`, is refused by the handler).
             Target::Resource(path)
                 if path.group == crate::subresources::GROUP
