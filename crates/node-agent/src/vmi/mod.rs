@@ -2,8 +2,9 @@
 //! (→ Running), watch the guest (→ Succeeded/Failed), pause/unpause and soft reboot on
 //! request, and on deletion stop the guest and let the VMI go.
 //!
-//! Just over 800 lines: the one VMI state machine (each phase's step next to the next);
-//! migration, volume sources and the hypervisor already live in their own modules.
+//! The one VMI state machine, each phase's step next to the next; the status documents it
+//! writes are built in `status`, and migration, volume sources and the hypervisor live in
+//! their own modules.
 
 use apimachinery::pointer::Pointer;
 use std::collections::{HashMap, HashSet};
@@ -20,24 +21,27 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Map, Value};
 
-use crate::hypervisor::{
-    GuestInfo, Hypervisor, ImageIds, Observed, PauseCause, Prepared, Started, Stopping,
-};
+use crate::hypervisor::{Hypervisor, Observed, PauseCause, Prepared, Started, Stopping};
 use crate::volume_sources::{SourceError, SourceKind, VolumeSources};
 
-use kubevirt_api::meta::now;
 use kubevirt_api::names::annotations::{
     PAUSED as PAUSE_ANNOTATION, SOFT_REBOOT_DONE as SOFT_REBOOT_DONE_ANNOTATION,
     SOFT_REBOOT_REQUESTED as SOFT_REBOOT_ANNOTATION, UNPAUSE_DONE, UNPAUSE_REQUESTED,
 };
 use kubevirt_api::names::conditions::{
-    LIVE_MIGRATABLE, MESSAGE_PAUSED_BY_USER, MESSAGE_PAUSED_IO_ERROR, PAUSED, READY,
-    REASON_GUEST_NOT_RUNNING, REASON_PAUSED_BY_HYPERVISOR, REASON_PAUSED_BY_USER,
-    REASON_PAUSED_IO_ERROR,
+    MESSAGE_PAUSED_BY_USER, MESSAGE_PAUSED_IO_ERROR, PAUSED, READY, REASON_GUEST_NOT_RUNNING,
+    REASON_PAUSED_BY_HYPERVISOR, REASON_PAUSED_BY_USER, REASON_PAUSED_IO_ERROR,
 };
 use kubevirt_api::names::finalizers::VMI_FOREGROUND as FOREGROUND_FINALIZER;
 use kubevirt_api::names::labels::MIGRATION_TARGET_NODE;
 use kubevirt_api::types::{MigrationState, VmiPhase};
+
+mod status;
+use status::{
+    conditions, enter_phase, failed_status, running_status, scheduled_status, set_condition,
+    with_status,
+};
+pub(crate) use status::{guest_status, image_ids};
 const DEFAULT_GRACE_SECONDS: u64 = 30;
 
 pub(crate) struct Context {
@@ -223,39 +227,6 @@ pub(crate) fn error_policy(
     Action::requeue(retry)
 }
 
-fn conditions(vmi: &DynamicObject) -> Vec<Value> {
-    vmi.data
-        .at("/status/conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
-}
-
-/// `kubevirt_api::meta::set_condition` with the condition spelled out.
-fn set_condition(list: &mut Vec<Value>, kind: &str, status: &str, reason: &str, message: &str) {
-    kubevirt_api::meta::set_condition(
-        list,
-        kubevirt_api::meta::condition(kind, status, reason, message),
-    );
-}
-
-/// Status fields for entering `phase`, with its transition timestamp.
-fn enter_phase(vmi: &DynamicObject, phase: VmiPhase) -> Map<String, Value> {
-    let phase = phase.as_str();
-    let mut transitions = vmi
-        .data
-        .at("/status/phaseTransitionTimestamps")
-        .cloned()
-        .unwrap_or_else(|| json!([]));
-    if let Some(list) = transitions.as_array_mut() {
-        list.push(json!({"phase": phase, "phaseTransitionTimestamp": now()}));
-    }
-    let mut status = Map::new();
-    status.insert("phase".into(), json!(phase));
-    status.insert("phaseTransitionTimestamps".into(), transitions);
-    status
-}
-
 struct Writer<'a> {
     api: Api<DynamicObject>,
     vmi: &'a DynamicObject,
@@ -297,147 +268,6 @@ fn grace(vmi: &DynamicObject) -> Duration {
         .and_then(Value::as_u64)
         .unwrap_or(DEFAULT_GRACE_SECONDS);
     Duration::from_secs(seconds)
-}
-
-/// `accel`: how the node runs the vCPUs ([`Hypervisor::accel`]).
-fn running_status(
-    vmi: &DynamicObject,
-    info: &GuestInfo,
-    paused: bool,
-    accel: Option<&str>,
-    sources: &VolumeSources,
-) -> Map<String, Value> {
-    let mut status = enter_phase(vmi, VmiPhase::Running);
-    let mut list = conditions(vmi);
-    if paused {
-        set_condition(
-            &mut list,
-            "Ready",
-            "False",
-            "GuestNotRunning",
-            "the guest is paused",
-        );
-        set_condition(
-            &mut list,
-            "Paused",
-            "True",
-            "PausedByUser",
-            "VMI was paused by user",
-        );
-    } else {
-        set_condition(&mut list, "Ready", "True", "", "");
-    }
-    match kubevirt_api::migratable::check(&vmi.data, |claim| sources.claim_shared(claim)) {
-        Ok(method) => {
-            set_condition(&mut list, LIVE_MIGRATABLE, "True", "", "");
-            status.insert("migrationMethod".into(), json!(method.as_str()));
-        }
-        Err(why) => set_condition(
-            &mut list,
-            LIVE_MIGRATABLE,
-            "False",
-            why.reason,
-            &why.message,
-        ),
-    }
-    list.retain(|c| c["type"] != "Synchronized");
-    status.insert("conditions".into(), json!(list));
-    status.extend(guest_status(info, accel));
-    status.extend(image_status(vmi, &image_ids(vmi)));
-    status
-}
-
-/// The status fields that say where and how the guest runs on this node (after a start,
-/// and on the target after a migration).
-pub(crate) fn guest_status(info: &GuestInfo, accel: Option<&str>) -> Map<String, Value> {
-    let mut status = Map::new();
-    let interfaces: Vec<Value> = info
-        .interfaces
-        .iter()
-        .map(|(name, mac, ip)| json!({"name": name, "mac": mac, "ipAddress": ip, "ipAddresses": [ip], "infoSource": "domain"}))
-        .collect();
-    status.insert("interfaces".into(), json!(interfaces));
-    status.insert("machine".into(), json!({"type": info.machine}));
-    if let Some(accel) = accel {
-        status.insert("accelerator".into(), json!(accel));
-    }
-    if !info.port_forwards.is_empty() {
-        status.insert("portForwards".into(), json!(info.port_forwards));
-    }
-    status
-}
-
-/// The image IDs (`registry/repository@sha256:…`) the VMI's status records: each
-/// containerDisk's in `volumeStatus[].containerDiskVolume.imageID`, the kernelBoot
-/// container's in `kernelBootStatus.imageID` (a pod's `containerStatuses[].imageID`, put
-/// where KubeVirt keeps the rest of a containerDisk's details).
-pub(crate) fn image_ids(vmi: &DynamicObject) -> ImageIds {
-    let volumes = vmi
-        .data
-        .at("/status/volumeStatus")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|v| {
-            let id = v.at("/containerDiskVolume/imageID")?.as_str()?;
-            Some((v["name"].as_str()?.to_string(), id.to_string()))
-        })
-        .collect();
-    let kernel = vmi
-        .data
-        .at("/status/kernelBootStatus/imageID")
-        .and_then(Value::as_str)
-        .map(str::to_string);
-    ImageIds { volumes, kernel }
-}
-
-/// `volumeStatus` and, for a kernelBoot image, `kernelBootStatus`, with the image IDs.
-fn image_status(vmi: &DynamicObject, ids: &ImageIds) -> Map<String, Value> {
-    let mut status = Map::new();
-    let volumes: Vec<Value> = volume_status(vmi)
-        .into_iter()
-        .map(|mut v| {
-            if let Some(id) = v["name"].as_str().and_then(|n| ids.volumes.get(n)) {
-                v["containerDiskVolume"] = json!({"imageID": id});
-            }
-            v
-        })
-        .collect();
-    status.insert("volumeStatus".into(), json!(volumes));
-    if let Some(id) = &ids.kernel {
-        let mut kernel = vmi
-            .data
-            .at("/status/kernelBootStatus")
-            .cloned()
-            .filter(Value::is_object)
-            .unwrap_or_else(|| json!({}));
-        kernel["imageID"] = json!(id);
-        status.insert("kernelBootStatus".into(), kernel);
-    }
-    status
-}
-
-/// `status.volumeStatus`: every disk's volume with its target device, named in
-/// declaration order per prefix (virtio `vda`, `vdb`…; sata, scsi and usb `sda`…; ide
-/// `hda`…), as KubeVirt reports them.
-fn volume_status(vmi: &DynamicObject) -> Vec<Value> {
-    let spec = vmi.data.get("spec").unwrap_or(&Value::Null);
-    let mut used: std::collections::HashMap<&str, u8> = std::collections::HashMap::new();
-    kubevirt_api::devices::Devices::of(spec)
-        .disks
-        .iter()
-        .map(|disk| {
-            let prefix = match disk.bus.as_str() {
-                "virtio" => "vd",
-                "ide" => "hd",
-                _ => "sd",
-            };
-            let index = used.entry(prefix).or_insert(0);
-            let target = format!("{prefix}{}", char::from(b'a' + (*index % 26)));
-            *index += 1;
-            json!({"name": disk.name, "target": target})
-        })
-        .collect()
 }
 
 async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, kube::Error> {
@@ -609,16 +439,6 @@ pub(crate) async fn read_sources_for_target(
 
 /// Status fields of a VMI that failed to start: phase Failed, why, and conditions that
 /// say it (mirrored onto the VM).
-fn failed_status(vmi: &DynamicObject, reason: &str, message: &str) -> Map<String, Value> {
-    let mut status = enter_phase(vmi, VmiPhase::Failed);
-    status.insert("reason".into(), json!(reason));
-    let mut list = conditions(vmi);
-    set_condition(&mut list, "Ready", "False", reason, message);
-    list.retain(|c| c["type"] != "Synchronized");
-    status.insert("conditions".into(), json!(list));
-    status
-}
-
 /// Scheduling: disks and images ready, or a Synchronized=False condition saying why not.
 /// A guest that boots at once (a simulated one, a QEMU that spawns without waiting) is
 /// started in the same pass: one write says Running, with Scheduled still recorded in
@@ -635,15 +455,7 @@ async fn prepare(
             let scheduled = scheduled_status(vmi, pulled);
             // The boot sees the VMI as the Scheduled write would leave it (the pinned
             // image digests included).
-            let mut status = vmi
-                .data
-                .get("status")
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default();
-            status.extend(scheduled.clone());
-            let mut as_scheduled = vmi.clone();
-            as_scheduled.data["status"] = Value::Object(status);
+            let as_scheduled = with_status(vmi, &scheduled);
             match boot(&as_scheduled, hv, sources).await {
                 Boot::Write(body) => writer.patch(body).await,
                 Boot::Wait(after) => {
@@ -661,23 +473,6 @@ async fn prepare(
             Ok(Action::requeue(Duration::from_secs(10)))
         }
     }
-}
-
-/// The status a prepared VMI enters Scheduled with: the phase, conditions without
-/// Synchronized, and the digests its images were pulled as (for the start and any
-/// migration).
-fn scheduled_status(vmi: &DynamicObject, pulled: ImageIds) -> Map<String, Value> {
-    let mut status = enter_phase(vmi, VmiPhase::Scheduled);
-    let mut list = conditions(vmi);
-    list.retain(|c| c["type"] != "Synchronized");
-    status.insert("conditions".into(), json!(list));
-    let mut pins = image_ids(vmi);
-    pins.volumes.extend(pulled.volumes);
-    pins.kernel = pulled.kernel.or(pins.kernel);
-    if pins != ImageIds::default() {
-        status.extend(image_status(vmi, &pins));
-    }
-    status
 }
 
 /// Scheduled: boot the guest, or fail the VMI saying why.
@@ -896,56 +691,4 @@ async fn set_paused(
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
     Ok(Action::requeue(Duration::from_millis(50)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-
-    fn vmi(status: Value) -> DynamicObject {
-        serde_json::from_value(json!({
-            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-            "metadata": {"name": "v", "namespace": "default"},
-            "spec": {"domain": {"devices": {"disks": [
-                {"name": "root", "disk": {"bus": "virtio"}},
-                {"name": "seed", "disk": {"bus": "virtio"}}]}},
-                "volumes": [{"name": "root", "containerDisk": {"image": "quay.io/a/b:1"}},
-                            {"name": "seed", "cloudInitNoCloud": {"userData": "x"}}]},
-            "status": status,
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn image_ids_round_trip_through_the_status() {
-        let id = format!("quay.io/a/b@{DIGEST}");
-        let ids = ImageIds {
-            volumes: [("root".to_string(), id.clone())].into(),
-            kernel: Some(format!("quay.io/k@{DIGEST}")),
-        };
-        let status = image_status(
-            &vmi(json!({"kernelBootStatus": {"kernelInfo": {"checksum": 1}}})),
-            &ids,
-        );
-        assert_eq!(
-            status["volumeStatus"],
-            json!([{"name": "root", "target": "vda", "containerDiskVolume": {"imageID": id}},
-                   {"name": "seed", "target": "vdb"}])
-        );
-        // KubeVirt's own kernelBootStatus fields stay.
-        assert_eq!(status["kernelBootStatus"]["kernelInfo"]["checksum"], 1);
-        let written = vmi(Value::Object(status));
-        assert_eq!(image_ids(&written), ids);
-        // A running status keeps them.
-        let running = running_status(
-            &written,
-            &GuestInfo::default(),
-            false,
-            None,
-            &VolumeSources::default(),
-        );
-        assert_eq!(image_ids(&vmi(Value::Object(running))), ids);
-    }
 }

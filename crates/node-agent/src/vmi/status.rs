@@ -1,0 +1,293 @@
+//! The status documents a node agent writes for a VMI: phases with their transition
+//! timestamps, conditions, where and how the guest runs, and the image digests a start
+//! pinned. Built from the VMI as read; the state machine in `super` decides which to write.
+
+use std::collections::HashMap;
+
+use apimachinery::pointer::Pointer;
+use kube::core::DynamicObject;
+use serde_json::{json, Map, Value};
+
+use crate::hypervisor::{GuestInfo, ImageIds};
+use crate::volume_sources::VolumeSources;
+use kubevirt_api::meta::now;
+use kubevirt_api::names::conditions::LIVE_MIGRATABLE;
+use kubevirt_api::types::VmiPhase;
+
+pub(super) fn conditions(vmi: &DynamicObject) -> Vec<Value> {
+    vmi.data
+        .at("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// `kubevirt_api::meta::set_condition` with the condition spelled out.
+pub(super) fn set_condition(
+    list: &mut Vec<Value>,
+    kind: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+) {
+    kubevirt_api::meta::set_condition(
+        list,
+        kubevirt_api::meta::condition(kind, status, reason, message),
+    );
+}
+
+/// Status fields for entering `phase`, with its transition timestamp.
+pub(super) fn enter_phase(vmi: &DynamicObject, phase: VmiPhase) -> Map<String, Value> {
+    let phase = phase.as_str();
+    let mut transitions = vmi
+        .data
+        .at("/status/phaseTransitionTimestamps")
+        .cloned()
+        .unwrap_or_else(|| json!([]));
+    if let Some(list) = transitions.as_array_mut() {
+        list.push(json!({"phase": phase, "phaseTransitionTimestamp": now()}));
+    }
+    let mut status = Map::new();
+    status.insert("phase".into(), json!(phase));
+    status.insert("phaseTransitionTimestamps".into(), transitions);
+    status
+}
+
+/// `accel`: how the node runs the vCPUs ([`Hypervisor::accel`]).
+pub(super) fn running_status(
+    vmi: &DynamicObject,
+    info: &GuestInfo,
+    paused: bool,
+    accel: Option<&str>,
+    sources: &VolumeSources,
+) -> Map<String, Value> {
+    let mut status = enter_phase(vmi, VmiPhase::Running);
+    let mut list = conditions(vmi);
+    if paused {
+        set_condition(
+            &mut list,
+            "Ready",
+            "False",
+            "GuestNotRunning",
+            "the guest is paused",
+        );
+        set_condition(
+            &mut list,
+            "Paused",
+            "True",
+            "PausedByUser",
+            "VMI was paused by user",
+        );
+    } else {
+        set_condition(&mut list, "Ready", "True", "", "");
+    }
+    match kubevirt_api::migratable::check(&vmi.data, |claim| sources.claim_shared(claim)) {
+        Ok(method) => {
+            set_condition(&mut list, LIVE_MIGRATABLE, "True", "", "");
+            status.insert("migrationMethod".into(), json!(method.as_str()));
+        }
+        Err(why) => set_condition(
+            &mut list,
+            LIVE_MIGRATABLE,
+            "False",
+            why.reason,
+            &why.message,
+        ),
+    }
+    list.retain(|c| c["type"] != "Synchronized");
+    status.insert("conditions".into(), json!(list));
+    status.extend(guest_status(info, accel));
+    status.extend(image_status(vmi, &image_ids(vmi)));
+    status
+}
+
+/// The status fields that say where and how the guest runs on this node (after a start,
+/// and on the target after a migration).
+pub(crate) fn guest_status(info: &GuestInfo, accel: Option<&str>) -> Map<String, Value> {
+    let mut status = Map::new();
+    let interfaces: Vec<Value> = info
+        .interfaces
+        .iter()
+        .map(|(name, mac, ip)| json!({"name": name, "mac": mac, "ipAddress": ip, "ipAddresses": [ip], "infoSource": "domain"}))
+        .collect();
+    status.insert("interfaces".into(), json!(interfaces));
+    status.insert("machine".into(), json!({"type": info.machine}));
+    if let Some(accel) = accel {
+        status.insert("accelerator".into(), json!(accel));
+    }
+    if !info.port_forwards.is_empty() {
+        status.insert("portForwards".into(), json!(info.port_forwards));
+    }
+    status
+}
+
+/// The image IDs (`registry/repository@sha256:…`) the VMI's status records: each
+/// containerDisk's in `volumeStatus[].containerDiskVolume.imageID`, the kernelBoot
+/// container's in `kernelBootStatus.imageID` (a pod's `containerStatuses[].imageID`, put
+/// where KubeVirt keeps the rest of a containerDisk's details).
+pub(crate) fn image_ids(vmi: &DynamicObject) -> ImageIds {
+    let volumes = vmi
+        .data
+        .at("/status/volumeStatus")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            let id = v.at("/containerDiskVolume/imageID")?.as_str()?;
+            Some((v["name"].as_str()?.to_string(), id.to_string()))
+        })
+        .collect();
+    let kernel = vmi
+        .data
+        .at("/status/kernelBootStatus/imageID")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    ImageIds { volumes, kernel }
+}
+
+/// `volumeStatus` and, for a kernelBoot image, `kernelBootStatus`, with the image IDs.
+fn image_status(vmi: &DynamicObject, ids: &ImageIds) -> Map<String, Value> {
+    let mut status = Map::new();
+    let volumes: Vec<Value> = volume_status(vmi)
+        .into_iter()
+        .map(|mut v| {
+            if let Some(id) = v["name"].as_str().and_then(|n| ids.volumes.get(n)) {
+                v["containerDiskVolume"] = json!({"imageID": id});
+            }
+            v
+        })
+        .collect();
+    status.insert("volumeStatus".into(), json!(volumes));
+    if let Some(id) = &ids.kernel {
+        let mut kernel = vmi
+            .data
+            .at("/status/kernelBootStatus")
+            .cloned()
+            .filter(Value::is_object)
+            .unwrap_or_else(|| json!({}));
+        kernel["imageID"] = json!(id);
+        status.insert("kernelBootStatus".into(), kernel);
+    }
+    status
+}
+
+/// `status.volumeStatus`: every disk's volume with its target device, named in
+/// declaration order per prefix (virtio `vda`, `vdb`…; sata, scsi and usb `sda`…; ide
+/// `hda`…), as KubeVirt reports them.
+fn volume_status(vmi: &DynamicObject) -> Vec<Value> {
+    let spec = vmi.data.get("spec").unwrap_or(&Value::Null);
+    let mut used: HashMap<&str, u8> = HashMap::new();
+    kubevirt_api::devices::Devices::of(spec)
+        .disks
+        .iter()
+        .map(|disk| {
+            let prefix = match disk.bus.as_str() {
+                "virtio" => "vd",
+                "ide" => "hd",
+                _ => "sd",
+            };
+            let index = used.entry(prefix).or_insert(0);
+            let target = format!("{prefix}{}", char::from(b'a' + (*index % 26)));
+            *index += 1;
+            json!({"name": disk.name, "target": target})
+        })
+        .collect()
+}
+
+pub(super) fn failed_status(
+    vmi: &DynamicObject,
+    reason: &str,
+    message: &str,
+) -> Map<String, Value> {
+    let mut status = enter_phase(vmi, VmiPhase::Failed);
+    status.insert("reason".into(), json!(reason));
+    let mut list = conditions(vmi);
+    set_condition(&mut list, "Ready", "False", reason, message);
+    list.retain(|c| c["type"] != "Synchronized");
+    status.insert("conditions".into(), json!(list));
+    status
+}
+
+/// The status a prepared VMI enters Scheduled with: the phase, conditions without
+/// Synchronized, and the digests its images were pulled as (for the start and any
+/// migration).
+pub(super) fn scheduled_status(vmi: &DynamicObject, pulled: ImageIds) -> Map<String, Value> {
+    let mut status = enter_phase(vmi, VmiPhase::Scheduled);
+    let mut list = conditions(vmi);
+    list.retain(|c| c["type"] != "Synchronized");
+    status.insert("conditions".into(), json!(list));
+    let mut pins = image_ids(vmi);
+    pins.volumes.extend(pulled.volumes);
+    pins.kernel = pulled.kernel.or(pins.kernel);
+    if pins != ImageIds::default() {
+        status.extend(image_status(vmi, &pins));
+    }
+    status
+}
+
+/// The VMI as a merge patch of `status` would leave it: each of its fields replaces the
+/// stored one.
+pub(super) fn with_status(vmi: &DynamicObject, status: &Map<String, Value>) -> DynamicObject {
+    let mut merged = vmi
+        .data
+        .get("status")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    merged.extend(status.clone());
+    let mut written = vmi.clone();
+    written.data["status"] = Value::Object(merged);
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    fn vmi(status: Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+            "metadata": {"name": "v", "namespace": "default"},
+            "spec": {"domain": {"devices": {"disks": [
+                {"name": "root", "disk": {"bus": "virtio"}},
+                {"name": "seed", "disk": {"bus": "virtio"}}]}},
+                "volumes": [{"name": "root", "containerDisk": {"image": "quay.io/a/b:1"}},
+                            {"name": "seed", "cloudInitNoCloud": {"userData": "x"}}]},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn image_ids_round_trip_through_the_status() {
+        let id = format!("quay.io/a/b@{DIGEST}");
+        let ids = ImageIds {
+            volumes: [("root".to_string(), id.clone())].into(),
+            kernel: Some(format!("quay.io/k@{DIGEST}")),
+        };
+        let status = image_status(
+            &vmi(json!({"kernelBootStatus": {"kernelInfo": {"checksum": 1}}})),
+            &ids,
+        );
+        assert_eq!(
+            status["volumeStatus"],
+            json!([{"name": "root", "target": "vda", "containerDiskVolume": {"imageID": id}},
+                   {"name": "seed", "target": "vdb"}])
+        );
+        // KubeVirt's own kernelBootStatus fields stay.
+        assert_eq!(status["kernelBootStatus"]["kernelInfo"]["checksum"], 1);
+        let written = vmi(Value::Object(status));
+        assert_eq!(image_ids(&written), ids);
+        // A running status keeps them.
+        let running = running_status(
+            &written,
+            &GuestInfo::default(),
+            false,
+            None,
+            &VolumeSources::default(),
+        );
+        assert_eq!(image_ids(&vmi(Value::Object(running))), ids);
+    }
+}
