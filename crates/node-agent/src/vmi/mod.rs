@@ -437,8 +437,6 @@ pub(crate) async fn read_sources_for_target(
     }))
 }
 
-/// Status fields of a VMI that failed to start: phase Failed, why, and conditions that
-/// say it (mirrored onto the VM).
 /// Scheduling: disks and images ready, or a Synchronized=False condition saying why not.
 /// A guest that boots at once (a simulated one, a QEMU that spawns without waiting) is
 /// started in the same pass: one write says Running, with Scheduled still recorded in

@@ -53,7 +53,9 @@ pub(super) fn enter_phase(vmi: &DynamicObject, phase: VmiPhase) -> Map<String, V
     status
 }
 
-/// `accel`: how the node runs the vCPUs ([`Hypervisor::accel`]).
+/// The status of a guest that runs: phase Running, Ready (or Paused), LiveMigratable, where
+/// and how it runs, and its pinned images. `accel`: how the node runs the vCPUs
+/// ([`crate::hypervisor::Hypervisor::accel`]).
 pub(super) fn running_status(
     vmi: &DynamicObject,
     info: &GuestInfo,
@@ -194,6 +196,8 @@ fn volume_status(vmi: &DynamicObject) -> Vec<Value> {
         .collect()
 }
 
+/// Status fields of a VMI that failed to start: phase Failed, why, and conditions that
+/// say it (mirrored onto the VM).
 pub(super) fn failed_status(
     vmi: &DynamicObject,
     reason: &str,
