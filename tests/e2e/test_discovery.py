@@ -271,7 +271,7 @@ def test_kubectl_api_resources(kubectl):
     kv = next(l for l in wide if l.startswith("kubevirts "))
     assert re.split(r"\s+", kv.strip())[:4] == ["kubevirts", "kv,kvs", "kubevirt.io/v1", "true"]
     names = kubectl("api-resources", "--categories=all", "-o", "name").ok().out.split()
-    assert sorted(names) == ["datasources.cdi.kubevirt.io", "datavolumes.cdi.kubevirt.io",
+    assert sorted(names) == ["datasources.cdi.kubevirt.io", "datavolumes.cdi.kubevirt.io", "pods",
                              "virtualmachineinstancemigrations.kubevirt.io",
                              "virtualmachineinstances.kubevirt.io", "virtualmachines.kubevirt.io"]
     # CDI's kinds, as its CRDs name them.

@@ -11,6 +11,7 @@ pub fn selectable_fields(info: &ResourceInfo) -> &'static [&'static str] {
         ("kubevirt.io", "virtualmachineinstancemigrations") => &["spec.vmiName", "status.phase"],
         ("", "namespaces") => &["status.phase"],
         ("", "nodes") => &["spec.unschedulable"],
+        ("", "pods") => &["spec.nodeName", "status.phase", "status.podIP"],
         ("", "secrets") => &["type"],
         _ => &[],
     }

@@ -28,7 +28,7 @@ use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::lean::Lean;
 use kubevirt_api::meta;
 use kubevirt_api::resources::VM_CONTROLLER_FINALIZER as VM_FINALIZER;
-use kubevirt_api::types::{MigrationState, SpecStrategy};
+use kubevirt_api::types::{MigrationState, SpecStrategy, VmiPhase};
 use kubevirt_api::vm_status;
 
 const MANAGER: &str = "virt-controller";
@@ -535,6 +535,8 @@ async fn reconcile(
                 json!({"type": "Failure", "status": "True", "reason": reason, "message": message,
                                    "lastProbeTime": null, "lastTransitionTime": meta::now()}),
             );
+        } else if state.start_failure.is_some() {
+            conditions.extend(start_failure_condition(&vm, vmi.as_deref()));
         }
         status.insert("conditions".into(), json!(conditions));
         status.insert(
@@ -578,6 +580,23 @@ fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
+}
+
+/// While the VM backs off after a VMI that failed before it ran, why that VMI failed (a
+/// Failure condition with its reason and message), so that the VM says more than
+/// CrashLoopBackOff: taken from the failed VMI's Ready condition while it is there, then
+/// kept from the VM's own until a VMI runs or the user stops the VM.
+fn start_failure_condition(vm: &DynamicObject, vmi: Option<&DynamicObject>) -> Option<Value> {
+    let from_vmi = vmi
+        .filter(|vmi| VmiPhase::of(&vmi.data) == VmiPhase::Failed)
+        .and_then(|vmi| condition(vmi, "Ready"))
+        .filter(|ready| ready["status"] == "False")
+        .map(|ready| {
+            json!({"type": "Failure", "status": "True", "reason": ready["reason"],
+                   "message": ready["message"], "lastProbeTime": null,
+                   "lastTransitionTime": ready["lastTransitionTime"]})
+        });
+    from_vmi.or_else(|| condition(vm, "Failure").cloned())
 }
 
 fn existing_conditions(vm: &DynamicObject) -> Vec<Value> {

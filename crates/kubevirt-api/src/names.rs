@@ -64,6 +64,9 @@ pub mod conditions {
     pub const PAUSED: &str = "Paused";
     pub const SYNCHRONIZED: &str = "Synchronized";
     pub const LIVE_MIGRATABLE: &str = "LiveMigratable";
+    /// A Node's: whether the host has the programs and firmware its guests need beside
+    /// QEMU (a virtplane condition; KubeVirt's virt-launcher images carry them).
+    pub const HOST_TOOLS_READY: &str = "virtplane.io/HostToolsReady";
 
     pub const REASON_PAUSED_BY_USER: &str = "PausedByUser";
     pub const MESSAGE_PAUSED_BY_USER: &str = "VMI was paused by user";
@@ -73,6 +76,8 @@ pub mod conditions {
     /// virtplane reason; KubeVirt has none for it).
     pub const REASON_PAUSED_BY_HYPERVISOR: &str = "PausedByHypervisor";
     pub const REASON_GUEST_NOT_RUNNING: &str = "GuestNotRunning";
+    /// What a VMI's disks, seeds or QEMU could not be made for (and a VM's VMI).
+    pub const REASON_FAILED_CREATE: &str = "FailedCreate";
 }
 
 /// The Secret holding the TLS credentials of the migration with this uid (in the VMI's

@@ -25,8 +25,15 @@ pub struct ImageIds {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Prepared {
     Ready(ImageIds),
-    /// A failure the VMI reports as `Synchronized=False` with this reason (e.g. ErrImagePull).
+    /// A failure the VMI reports as `Synchronized=False` with this reason (e.g. ErrImagePull)
+    /// while it is retried.
     Failed {
+        reason: String,
+        message: String,
+    },
+    /// This node cannot do it, however often it tries (a host tool is missing): the VMI
+    /// fails with this reason, as a virt-launcher that cannot start fails its VMI.
+    Unable {
         reason: String,
         message: String,
     },
@@ -142,6 +149,10 @@ pub trait Hypervisor: Send + Sync + 'static {
     }
     /// CPU (millicores) and memory (bytes) this node offers.
     fn capacity(&self) -> (i64, i64);
+    /// What the backend runs on the host beside itself (reported on the Node).
+    fn host_tools(&self) -> &'static [crate::host_tools::HostTool] {
+        &[]
+    }
     /// Readies disks and images; `sources` holds the ConfigMaps and Secrets the VMI's
     /// volumes name, read by the agent.
     async fn prepare(&self, vmi: &DynamicObject, sources: &VolumeSources) -> Prepared;

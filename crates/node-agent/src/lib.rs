@@ -6,6 +6,7 @@ pub mod bootstrap;
 mod cloud_init;
 pub mod endpoint;
 pub mod host_paths;
+pub mod host_tools;
 pub mod hypervisor;
 mod migration;
 mod node;
@@ -42,6 +43,7 @@ pub async fn run(
     hypervisor: Arc<dyn Hypervisor>,
 ) -> Result<(), kube::Error> {
     let (millicpu, memory) = hypervisor.capacity();
+    let host_tools = host_tools::Report::new(hypervisor.host_tools(), config.nodes.join(", "));
     for name in &config.nodes {
         let spec = node::NodeSpec {
             name,
@@ -51,6 +53,7 @@ pub async fn run(
             memory,
             address: &config.address,
             endpoint: config.endpoint.as_ref(),
+            host_tools: host_tools.as_ref().map(host_tools::Report::condition),
         };
         node::register(&client, &spec).await?;
     }
@@ -58,6 +61,7 @@ pub async fn run(
         client.clone(),
         config.nodes.clone(),
         config.heartbeat_interval,
+        host_tools,
     ));
     vmi::run(client, config.nodes, hypervisor).await;
     Ok(())

@@ -33,6 +33,16 @@ pub struct NodeSpec<'a> {
     pub address: &'a str,
     /// The console endpoint, for agents that serve one.
     pub endpoint: Option<&'a crate::endpoint::Published>,
+    /// The HostToolsReady condition, for backends that run host tools.
+    pub host_tools: Option<&'a serde_json::Value>,
+}
+
+/// The conditions a node agent writes: Ready, and HostToolsReady where it has one. (A
+/// merge patch replaces the list, so each write carries both.)
+fn conditions(ready_since: &str, host_tools: Option<&serde_json::Value>) -> serde_json::Value {
+    let mut list = vec![ready_condition(ready_since)];
+    list.extend(host_tools.cloned());
+    json!(list)
 }
 
 fn ready_condition(since: &str) -> serde_json::Value {
@@ -72,7 +82,7 @@ pub async fn register(client: &kube::Client, spec: &NodeSpec<'_>) -> Result<(), 
     let capacity = json!({"cpu": format!("{}m", spec.millicpu), "memory": spec.memory.to_string(), "pods": "110"});
     let mut status = json!({"status": {
         "capacity": capacity, "allocatable": capacity,
-        "conditions": [ready_condition(&now())],
+        "conditions": conditions(&now(), spec.host_tools),
         "addresses": [{"type": "InternalIP", "address": spec.address}, {"type": "Hostname", "address": spec.name}],
         "nodeInfo": {"kubeletVersion": concat!("virtplane-", env!("CARGO_PKG_VERSION")), "operatingSystem": "linux",
                      "architecture": "amd64", "containerRuntimeVersion": spec.hypervisor},
@@ -116,12 +126,18 @@ async fn ready_since(api: &Api<DynamicObject>, name: &str) -> Result<String, kub
 /// 1,000 nodes on one agent every request counts, so the Ready condition's transition
 /// time is read once and again only after a beat failed (the node may have been marked
 /// NotReady meanwhile).
-pub async fn heartbeat(client: kube::Client, names: Vec<String>, interval: Duration) {
+pub async fn heartbeat(
+    client: kube::Client,
+    names: Vec<String>,
+    interval: Duration,
+    mut host_tools: Option<crate::host_tools::Report>,
+) {
     let api = Api::<DynamicObject>::all_with(client, &node_resource());
     let mut since: HashMap<String, String> = HashMap::new();
     let mut annotated: HashMap<String, Instant> = HashMap::new();
     loop {
         tokio::time::sleep(interval).await;
+        let host_tools = host_tools.as_mut().map(|report| report.refresh().clone());
         for name in &names {
             let ready_since = match since.get(name) {
                 Some(since) => since.clone(),
@@ -134,7 +150,8 @@ pub async fn heartbeat(client: kube::Client, names: Vec<String>, interval: Durat
                     }
                 },
             };
-            let status = json!({"status": {"conditions": [ready_condition(&ready_since)]}});
+            let status =
+                json!({"status": {"conditions": conditions(&ready_since, host_tools.as_ref())}});
             let mut result = api
                 .patch_status(name, &params(), &Patch::Merge(&status))
                 .await

@@ -80,10 +80,9 @@ pub async fn write_iso(staging: &Path, iso: &Path, files: &Files) -> Result<(), 
         .await;
     let _ = std::fs::remove_dir_all(staging);
     match output {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(
-            "xorrisofs is not installed on this node (Debian package xorriso; scripts/install-deps installs it)"
-                .into(),
-        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(crate::host_tools::XORRISOFS.missing_message())
+        }
         Err(e) => Err(format!("running xorrisofs: {e}")),
         Ok(out) if out.status.success() => Ok(()),
         Ok(out) => Err(format!(

@@ -39,7 +39,7 @@ use support::objects::vm;
 use support::process::Proc;
 use support::stats::{ms, percentile};
 use support::virtplane::{Launch, Virtplane};
-use support::{knob, virtplane_binary};
+use support::{knob, size, virtplane_binary};
 
 const NAMESPACE: &str = "bench";
 const SEQ_NAMESPACE: &str = "bench-seq";
@@ -407,11 +407,11 @@ async fn start_etcd(dir: &Path, clients: usize) -> Result<(Proc, Target, String)
 // ---------------------------------------------------------------------------------------
 
 async fn run() -> Result<()> {
-    let seq = knob::<usize>("BENCH_SEQ", 2000);
-    let concurrent = knob::<usize>("BENCH_CONCURRENT", 10_000);
+    let seq = size::<usize>("BENCH_SEQ", 2000, 50);
+    let concurrent = size::<usize>("BENCH_CONCURRENT", 10_000, 200);
     let clients = knob::<usize>("BENCH_CLIENTS", 32).max(1);
-    let list_runs = knob::<usize>("BENCH_LIST_RUNS", 5);
-    let rbac_round = knob::<usize>("BENCH_RBAC", 5000);
+    let list_runs = size::<usize>("BENCH_LIST_RUNS", 5, 1);
+    let rbac_round = size::<usize>("BENCH_RBAC", 5000, 100);
     let dir = tempfile::Builder::new().prefix("api-vs-etcd-").tempdir()?;
 
     let (etcd_proc, etcd, etcd_version) = start_etcd(dir.path(), clients).await?;
@@ -477,7 +477,7 @@ async fn run() -> Result<()> {
         let rounds = rbac_rounds(&vp, &vp_editor, &vp_proc, rbac_round, clients).await?;
         print_rbac(&rounds, rbac_round, clients);
     }
-    let on_etcd_round = knob::<usize>("BENCH_ETCD_ROUND", 5000);
+    let on_etcd_round = size::<usize>("BENCH_ETCD_ROUND", 5000, 100);
     if on_etcd_round > 0 {
         drop((vp, vp_editor, vp_proc));
         let runs = EtcdRuns {

@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 use support::etcd::Etcd;
 use support::stats::percentile;
 use support::virtplane::{Launch, Virtplane};
-use support::{knob, virtplane_binary};
+use support::{knob, size, virtplane_binary};
 use tokio::sync::Mutex;
 
 const NAMESPACE: &str = "bench";
@@ -204,8 +204,8 @@ fn ms(d: Duration) -> String {
 }
 
 async fn run() -> Result<()> {
-    let count = knob::<usize>("BENCH_VMS", 1000);
-    let nodes = knob::<usize>("BENCH_NODES", 100);
+    let count = size::<usize>("BENCH_VMS", 1000, 50);
+    let nodes = size::<usize>("BENCH_NODES", 100, 5);
     let concurrency = knob::<usize>("BENCH_CONCURRENCY", 32).max(1);
     let connections = knob::<usize>("BENCH_CONNECTIONS", 8).max(1);
     let timeout = Duration::from_secs(knob::<usize>("BENCH_TIMEOUT_S", 120) as u64);

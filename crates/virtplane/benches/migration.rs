@@ -94,7 +94,7 @@ use support::console::Console;
 use support::process::{free_port, Proc};
 use support::stats::{ms, percentile};
 use support::virtplane::{Launch, Virtplane};
-use support::{knob, virtplane_binary};
+use support::{knob, size, virtplane_binary};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
@@ -987,15 +987,16 @@ impl Bare {
             .collect()
     }
 
-    /// A path of `-chardev socket,...,path=P` or `-qmp unix:P,...` in the argv, moved.
-    fn socket_in(&self, dir: &Path, name: &str) -> PathBuf {
-        dir.join(name)
+    /// Where QEMU keeps `name` (sockets, serial log, pidfile) in a guest's `dir`: under
+    /// `run/`, as in the agent's VMI dir whose paths the argv carries.
+    fn run_path(dir: &Path, name: &str) -> PathBuf {
+        dir.join("run").join(name)
     }
 
     async fn spawn(&mut self, incoming: bool) -> Result<BareQemu> {
         self.generation += 1;
         let dir = self.root.join(format!("gen-{}", self.generation));
-        std::fs::create_dir_all(&dir)?;
+        std::fs::create_dir_all(Self::run_path(&dir, ""))?;
         let mut argv = self.argv_in(&dir);
         if incoming {
             argv.extend(["-incoming".into(), "defer".into()]);
@@ -1011,7 +1012,7 @@ impl Bare {
             .spawn()
             .with_context(|| format!("cannot start {}", self.binary))?;
         let qmp = Qmp::connect(
-            &self.socket_in(&dir, "qmp.sock"),
+            &Self::run_path(&dir, "qmp.sock"),
             started + Duration::from_secs(20),
         )
         .await
@@ -1027,27 +1028,25 @@ impl Bare {
         let started = Instant::now();
         let mut qemu = self.spawn(false).await?;
         qemu.qmp.execute("cont", None).await?;
-        wait_line(&qemu.dir.join("serial.log"), READY, within).await?;
+        wait_line(&Self::run_path(&qemu.dir, "serial.log"), READY, within).await?;
         self.current = Some(qemu);
         Ok(started.elapsed())
     }
 
     fn console_log(&self) -> Result<PathBuf> {
-        Ok(self
+        let current = self
             .current
             .as_ref()
-            .context("the bare guest is not running")?
-            .dir
-            .join("serial.log"))
+            .context("the bare guest is not running")?;
+        Ok(Self::run_path(&current.dir, "serial.log"))
     }
 
     fn console_socket(&self) -> Result<PathBuf> {
-        Ok(self
+        let current = self
             .current
             .as_ref()
-            .context("the bare guest is not running")?
-            .dir
-            .join("console.sock"))
+            .context("the bare guest is not running")?;
+        Ok(Self::run_path(&current.dir, "console.sock"))
     }
 
     /// Moves the guest to a new QEMU, as described at the top.
@@ -1866,7 +1865,7 @@ async fn drain(
 }
 
 async fn drain_part(dir: &Path) -> Result<()> {
-    let vms = knob::<usize>("BENCH_DRAIN_VMS", 100).max(1);
+    let vms = size::<usize>("BENCH_DRAIN_VMS", 100, 6).max(1);
     let delay = std::env::var("BENCH_SIM_MIGRATION_DELAY").unwrap_or_else(|_| "300ms".into());
     let timeout = Duration::from_secs(knob("BENCH_DRAIN_TIMEOUT_S", 300));
     let mut rows = BTreeMap::new();
@@ -1923,7 +1922,7 @@ async fn drain_part(dir: &Path) -> Result<()> {
 }
 
 async fn run() -> Result<()> {
-    let count = knob::<usize>("BENCH_MIGRATIONS", 5).max(1);
+    let count = size::<usize>("BENCH_MIGRATIONS", 5, 1).max(1);
     let timeout = Duration::from_secs(knob("BENCH_TIMEOUT_S", 180));
     let parts: Vec<u32> = std::env::var("BENCH_PARTS")
         .unwrap_or_else(|_| "1,2,3".into())

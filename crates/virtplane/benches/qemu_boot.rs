@@ -53,7 +53,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use support::stats::{ms, percentile};
 use support::virtplane::{Launch, Virtplane};
-use support::{knob, virtplane_binary};
+use support::{knob, size, virtplane_binary};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 const NAMESPACE: &str = "bench";
@@ -548,8 +548,8 @@ fn mib(bytes: u64) -> f64 {
 }
 
 async fn run() -> Result<()> {
-    let count = knob::<u64>("BENCH_VMS", 10).max(1) as usize;
-    let memory_vms = knob::<u64>("BENCH_MEMORY_VMS", 5).max(1) as usize;
+    let count = size::<u64>("BENCH_VMS", 10, 2).max(1) as usize;
+    let memory_vms = size::<u64>("BENCH_MEMORY_VMS", 5, 1).max(1) as usize;
     let poll = Duration::from_millis(knob::<u64>("BENCH_POLL_MS", 5).max(1));
     let timeout = Duration::from_secs(knob::<u64>("BENCH_TIMEOUT_S", 120));
     let registry = registry()?;

@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use futures::StreamExt;
 use support::etcd::Etcd;
-use support::knob;
 use support::stats::ms;
 use support::virtplane::{Launch, Virtplane};
+use support::{knob, size};
 
 const NAMESPACE: &str = "bench";
 const TARGET_MIB: f64 = 300.0;
@@ -39,7 +39,7 @@ fn main() -> ExitCode {
 }
 
 async fn run() -> Result<()> {
-    let stored = knob::<usize>("BENCH_STORED", 100_000);
+    let stored = size::<usize>("BENCH_STORED", 100_000, 500);
     let clients = knob::<usize>("BENCH_CLIENTS", 32);
     let stores = std::env::var("BENCH_STORES").unwrap_or_else(|_| "sqlite,etcd".into());
     let dir = tempfile::tempdir()?;

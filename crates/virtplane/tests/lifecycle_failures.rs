@@ -169,6 +169,76 @@ async fn a_guest_that_crashes_after_running_is_restarted_at_once() {
     );
 }
 
+#[tokio::test]
+async fn a_vmi_that_fails_to_prepare_the_same_way_fails_and_its_vm_backs_off() {
+    let c = Cluster::start(1, &[]).await;
+    c.namespace(NS).await;
+    let mut vmi_watch = c
+        .watch_one(NS, "virtualmachineinstances", "unmakeable", "")
+        .await;
+    c.create_vm(
+        NS,
+        &vm(
+            "unmakeable",
+            Some("Always"),
+            json!({"sim.virtplane.io/fail-prepare": "FailedCreate"}),
+        ),
+    )
+    .await;
+    let message = "simulated failure to prepare the VMI (FailedCreate)";
+    // Retried (Synchronized=False) until the same failure came three times in a row, then
+    // Failed with it, as a virt-launcher that cannot start fails its VMI.
+    let events = events_until(&mut vmi_watch, Duration::from_secs(45), |e| {
+        e["object"]["status"]["phase"] == "Failed"
+    })
+    .await;
+    assert!(
+        events
+            .iter()
+            .any(|e| condition(&e["object"], "Synchronized")
+                .is_some_and(|c| c["status"] == "False" && c["message"] == message)),
+        "not retried before failing: {events:#?}"
+    );
+    let failed = &events.last().unwrap()["object"];
+    assert!(entered(failed, "Running").is_none(), "it never ran");
+    let ready = condition(failed, "Ready").unwrap_or_else(|| panic!("{}", failed["status"]));
+    assert_eq!(ready["reason"], "FailedCreate", "{ready}");
+    assert_eq!(ready["message"], message, "{ready}");
+    let vm = c
+        .wait_vm(NS, "unmakeable", Duration::from_secs(10), |v| {
+            printable(v) == "CrashLoopBackOff" && v["status"]["created"] == false
+        })
+        .await;
+    let failure = condition(&vm, "Failure").unwrap_or_else(|| panic!("{}", vm["status"]));
+    assert_eq!(failure["reason"], "FailedCreate", "{failure}");
+    assert_eq!(failure["message"], message, "{failure}");
+    assert_eq!(vm["status"]["startFailure"]["consecutiveFailCount"], 1);
+}
+
+#[tokio::test]
+async fn a_vmi_waiting_for_its_image_is_not_failed() {
+    let c = Cluster::start(1, &[]).await;
+    c.namespace(NS).await;
+    c.create_vm(
+        NS,
+        &vm(
+            "no-image",
+            Some("Always"),
+            json!({"sim.virtplane.io/fail-prepare": "ErrImagePull"}),
+        ),
+    )
+    .await;
+    c.wait_printable(NS, "no-image", "ErrImagePull").await;
+    // Longer than three retries of a failure to create.
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    let vmi = c.get_vmi(NS, "no-image").await.body;
+    assert_eq!(vmi["status"]["phase"], "Scheduling", "{}", vmi["status"]);
+    assert_eq!(
+        printable(&c.get_vm(NS, "no-image").await.body),
+        "ErrImagePull"
+    );
+}
+
 fn pinned(name: &str, strategy: &str) -> Value {
     let mut body = vm(name, Some(strategy), json!({}));
     body["spec"]["template"]["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": "edge-1"});

@@ -1,4 +1,4 @@
-//! Core (`v1`) kinds served beside KubeVirt's, one module each: namespaces, nodes,
+//! Core (`v1`) kinds served beside KubeVirt's, one module each: namespaces, nodes, pods,
 //! persistent volume claims, ConfigMaps and Secrets.
 
 use apimachinery::resource::ResourceInfo;
@@ -11,6 +11,7 @@ mod config_map;
 mod namespace;
 mod node;
 mod persistent_volume_claim;
+mod pod;
 mod secret;
 
 pub use config_data::data_count;
@@ -21,6 +22,7 @@ pub fn registrations() -> Vec<(&'static ResourceInfo, Box<dyn ResourceHooks>)> {
     vec![
         (&namespace::NAMESPACE, Box::new(namespace::NamespaceHooks)),
         (&node::NODE, Box::new(node::NodeHooks)),
+        (&pod::POD, Box::new(pod::PodHooks)),
         (
             &persistent_volume_claim::PERSISTENT_VOLUME_CLAIM,
             Box::new(persistent_volume_claim::PersistentVolumeClaimHooks),
@@ -43,6 +45,7 @@ pub fn schemas() -> Value {
     for kind in [
         namespace::schemas(),
         node::schemas(),
+        pod::schemas(),
         persistent_volume_claim::schemas(),
         config_map::schemas(),
         secret::schemas(),

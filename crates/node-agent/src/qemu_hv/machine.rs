@@ -110,9 +110,9 @@ impl Qemu {
                 Ok(found) => {
                     readied.volumes.insert(volume.name.clone(), found);
                 }
-                Err(Prepared::Failed { reason, message }) => {
-                    return Err(Started::Failed { reason, message })
-                }
+                Err(
+                    Prepared::Failed { reason, message } | Prepared::Unable { reason, message },
+                ) => return Err(Started::Failed { reason, message }),
                 Err(Prepared::Ready(_)) => {}
             }
         }

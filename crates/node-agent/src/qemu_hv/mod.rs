@@ -96,6 +96,14 @@ fn failed(reason: &str, message: impl Into<String>) -> Prepared {
     }
 }
 
+/// `tool` is missing on this node: the VMI fails at once, naming it.
+fn unable(tool: crate::host_tools::HostTool) -> Prepared {
+    Prepared::Unable {
+        reason: "FailedCreate".into(),
+        message: tool.missing_message(),
+    }
+}
+
 fn start_failed(reason: &str, message: impl Into<String>) -> Started {
     Started::Failed {
         reason: reason.into(),
@@ -382,6 +390,10 @@ impl Hypervisor for Qemu {
 
     fn changes(&self) -> Option<broadcast::Receiver<(String, String)>> {
         Some(self.changes.subscribe())
+    }
+
+    fn host_tools(&self) -> &'static [crate::host_tools::HostTool] {
+        crate::host_tools::QEMU_NODE
     }
 
     async fn prepare(&self, vmi: &DynamicObject, sources: &VolumeSources) -> Prepared {

@@ -8,8 +8,9 @@ use kube::ResourceExt;
 use kubevirt_api::volumes::{Source, Volume};
 use qemu::{DiskFormat, KernelBoot};
 
-use super::{failed, spec, start_failed, Qemu};
+use super::{failed, spec, start_failed, unable, Qemu};
 use crate::host_paths;
+use crate::host_tools::{QEMU_IMG, XORRISOFS};
 use crate::hypervisor::{Prepared, Started};
 use crate::volume_sources::{Claim, VolumeSources};
 
@@ -18,19 +19,27 @@ pub(super) fn quantity_bytes(text: &str) -> Option<u64> {
     kubevirt_api::quantity::Quantity::parse(text).and_then(|q| u64::try_from(q.value()).ok())
 }
 
-async fn qemu_img(args: &[&str]) -> Result<(), String> {
-    let out = tokio::process::Command::new("qemu-img")
+/// Runs qemu-img; a node without it cannot make the disk however often it tries.
+async fn qemu_img(args: &[&str]) -> Result<(), Prepared> {
+    let out = match tokio::process::Command::new(QEMU_IMG.name)
         .args(args)
         .output()
         .await
-        .map_err(|e| format!("qemu-img: {e}"))?;
+    {
+        Ok(out) => out,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(unable(QEMU_IMG)),
+        Err(e) => return Err(failed("FailedCreate", format!("qemu-img: {e}"))),
+    };
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "qemu-img {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
+        Err(failed(
+            "FailedCreate",
+            format!(
+                "qemu-img {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
         ))
     }
 }
@@ -301,8 +310,7 @@ impl Qemu {
                     &base_text,
                     &overlay_text,
                 ])
-                .await
-                .map_err(|e| failed("FailedCreate", e))?;
+                .await?;
             }
             return Ok((overlay, DiskFormat::Qcow2));
         }
@@ -323,8 +331,7 @@ impl Qemu {
                     &path.display().to_string(),
                     &size,
                 ])
-                .await
-                .map_err(|e| failed("FailedCreate", e))?;
+                .await?;
             }
             return Ok((path, DiskFormat::Qcow2));
         }
@@ -346,6 +353,9 @@ impl Qemu {
                     format!("volume {name}: its ConfigMap or Secret was not read"),
                 )
             })?;
+            if !XORRISOFS.installed() {
+                return Err(unable(XORRISOFS));
+            }
             let iso = dir.join(format!("{name}-sysprep.iso"));
             crate::sysprep::write_iso(&dir.join(format!("{name}-sysprep")), &iso, files)
                 .await

@@ -29,8 +29,9 @@ use kubevirt_api::names::annotations::{
     SOFT_REBOOT_REQUESTED as SOFT_REBOOT_ANNOTATION, UNPAUSE_DONE, UNPAUSE_REQUESTED,
 };
 use kubevirt_api::names::conditions::{
-    MESSAGE_PAUSED_BY_USER, MESSAGE_PAUSED_IO_ERROR, PAUSED, READY, REASON_GUEST_NOT_RUNNING,
-    REASON_PAUSED_BY_HYPERVISOR, REASON_PAUSED_BY_USER, REASON_PAUSED_IO_ERROR,
+    MESSAGE_PAUSED_BY_USER, MESSAGE_PAUSED_IO_ERROR, PAUSED, READY, REASON_FAILED_CREATE,
+    REASON_GUEST_NOT_RUNNING, REASON_PAUSED_BY_HYPERVISOR, REASON_PAUSED_BY_USER,
+    REASON_PAUSED_IO_ERROR,
 };
 use kubevirt_api::names::finalizers::VMI_FOREGROUND as FOREGROUND_FINALIZER;
 use kubevirt_api::names::labels::MIGRATION_TARGET_NODE;
@@ -52,7 +53,14 @@ pub(crate) struct Context {
     backoff: kubevirt_api::backoff::Backoff<String>,
     /// Since when a migration target has waited for something (see `Wait`).
     awaiting: std::sync::Mutex<HashMap<(Wait, String), std::time::Instant>>,
+    /// The last failure to prepare each VMI, by uid, and how often in a row it came.
+    prepare_failures: std::sync::Mutex<HashMap<String, (String, u32)>>,
 }
+
+/// How often the same failure to prepare a VMI (other than waiting for an image or an
+/// object) may come in a row before the VMI fails, as a virt-launcher that cannot start
+/// fails its VMI and leaves the restart to the VM's crash-loop backoff.
+const SAME_FAILURES_BEFORE_FAILING: u32 = 3;
 
 /// What a migration target waits for, per VMI uid, with a deadline of its own.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -72,6 +80,29 @@ impl Context {
             .entry(key)
             .or_insert_with(std::time::Instant::now)
             .elapsed()
+    }
+
+    /// Counts a failure to prepare `vmi`; how often in a row it has failed this way.
+    fn failed_to_prepare(&self, vmi: &DynamicObject, failure: String) -> u32 {
+        let mut failures = self
+            .prepare_failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let entry = failures
+            .entry(vmi.uid().unwrap_or_default())
+            .or_insert_with(|| (failure.clone(), 0));
+        if entry.0 != failure {
+            *entry = (failure, 0);
+        }
+        entry.1 += 1;
+        entry.1
+    }
+
+    fn forget_prepare_failures(&self, vmi: &DynamicObject) {
+        self.prepare_failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&vmi.uid().unwrap_or_default());
     }
 
     pub(crate) fn done_waiting(&self, what: Wait, vmi: &DynamicObject) {
@@ -108,6 +139,7 @@ pub async fn run(client: Client, nodes: Vec<String>, hypervisor: Arc<dyn Hypervi
         hypervisor,
         backoff: Default::default(),
         awaiting: Default::default(),
+        prepare_failures: Default::default(),
     });
     tokio::spawn(sweep(ctx.clone()));
     // VMIs on our nodes, and VMIs migrating to them: the target side of a migration
@@ -356,7 +388,7 @@ async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
                         .await;
                 }
             };
-            prepare(&vmi, &writer, hv.as_ref(), &sources).await
+            prepare(&vmi, &writer, &ctx, &sources).await
         }
         VmiPhase::Scheduled => {
             let sources = match read_sources(&ctx.client, &vmi).await? {
@@ -445,10 +477,15 @@ pub(crate) async fn read_sources_for_target(
 async fn prepare(
     vmi: &DynamicObject,
     writer: &Writer<'_>,
-    hv: &dyn Hypervisor,
+    ctx: &Context,
     sources: &VolumeSources,
 ) -> Result<Action, kube::Error> {
-    match hv.prepare(vmi, sources).await {
+    let hv = ctx.hypervisor.as_ref();
+    let prepared = hv.prepare(vmi, sources).await;
+    if !matches!(prepared, Prepared::Failed { .. }) {
+        ctx.forget_prepare_failures(vmi);
+    }
+    match prepared {
         Prepared::Ready(pulled) => {
             let scheduled = scheduled_status(vmi, pulled);
             // The boot sees the VMI as the Scheduled write would leave it (the pinned
@@ -461,6 +498,23 @@ async fn prepare(
                     Ok(Action::requeue(after))
                 }
             }
+        }
+        Prepared::Unable { reason, message } => {
+            writer
+                .patch(json!({"status": failed_status(vmi, &reason, &message)}))
+                .await
+        }
+        // Only failures to create: an image that cannot be pulled is waited for as long as
+        // it takes, as a pod waits in ImagePullBackOff.
+        Prepared::Failed { reason, message }
+            if reason == REASON_FAILED_CREATE
+                && ctx.failed_to_prepare(vmi, format!("{reason}: {message}"))
+                    >= SAME_FAILURES_BEFORE_FAILING =>
+        {
+            ctx.forget_prepare_failures(vmi);
+            writer
+                .patch(json!({"status": failed_status(vmi, &reason, &message)}))
+                .await
         }
         Prepared::Failed { reason, message } => {
             let mut list = conditions(vmi);

@@ -49,6 +49,18 @@ pub fn knob<T: FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
+/// Whether the bench runs its smoke profile (`BENCH_SMOKE=1`, as `scripts/bench --smoke` and
+/// CI run it): every part once at a small size, to prove it still runs, not to measure.
+pub fn smoke() -> bool {
+    std::env::var("BENCH_SMOKE").is_ok_and(|v| v == "1")
+}
+
+/// A size knob: the environment variable `name` parsed, else `smoke` in the smoke profile
+/// and `full` otherwise.
+pub fn size<T: FromStr>(name: &str, full: T, smoke: T) -> T {
+    knob(name, if self::smoke() { smoke } else { full })
+}
+
 /// `VIRTPLANE_BIN`, or the binary cargo built for the bench.
 pub fn virtplane_binary() -> PathBuf {
     std::env::var_os("VIRTPLANE_BIN")

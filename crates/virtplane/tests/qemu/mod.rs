@@ -323,24 +323,56 @@ pub struct NodeAgent {
     /// How it was started, for `restart`.
     server_dir: PathBuf,
     args: Vec<String>,
+    env: Vec<(String, String)>,
+    /// Where its log goes, when not to the test's stderr.
+    log: Option<PathBuf>,
 }
 
 impl NodeAgent {
     /// Joins the server in `server_dir` as node `name`, with extra `args`
     /// (`--hypervisor`, `--insecure-registry`...).
     pub fn start(server_dir: &Path, name: &str, args: &[&str]) -> NodeAgent {
+        Self::start_logged(server_dir, name, args, &[], false)
+    }
+
+    /// [`NodeAgent::start`] with the environment variables `env`, and with its log in
+    /// `log_file()` when `logged`.
+    pub fn start_logged(
+        server_dir: &Path,
+        name: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        logged: bool,
+    ) -> NodeAgent {
+        let dir = tempfile::tempdir().expect("agent data dir");
+        let log = logged.then(|| dir.path().join("agent.log"));
         let mut agent = NodeAgent {
             name: name.to_string(),
-            dir: tempfile::tempdir().expect("agent data dir"),
+            dir,
             child: None,
             server_dir: server_dir.to_path_buf(),
             args: args.iter().map(|a| a.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            log,
         };
         agent.spawn();
         agent
     }
 
     fn spawn(&mut self) {
+        let stderr = match &self.log {
+            Some(path) => std::process::Stdio::from(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .expect("agent log file"),
+            ),
+            None => std::process::Stdio::inherit(),
+        };
         let child = Command::new(support::binary())
             .arg("node")
             .arg("--kubeconfig")
@@ -349,11 +381,20 @@ impl NodeAgent {
             .arg(self.dir.path())
             .args(&self.args)
             .env("RUST_LOG", "warn")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("spawn virtplane node");
         self.child = Some(child);
+    }
+
+    /// What the agent logged so far (started with `start_logged(.., true)`).
+    pub fn log_file(&self) -> String {
+        self.log
+            .as_ref()
+            .and_then(|path| std::fs::read_to_string(path).ok())
+            .unwrap_or_default()
     }
 
     /// Starts the agent again (after `kill9`) on the same data dir, as a restart does.
