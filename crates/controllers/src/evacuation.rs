@@ -16,8 +16,8 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
+use kubevirt_api::model::{MigrationPhase, MigrationState, VmiPhase};
 use kubevirt_api::names::labels::{EVACUATION_MIGRATION, VMI_NAME};
-use kubevirt_api::types::{MigrationPhase, MigrationState, VmiPhase};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 

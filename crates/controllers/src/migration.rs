@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use kube::core::{ApiResource, GroupVersionKind};
 use kubevirt_api::meta;
+use kubevirt_api::model::{MigrationPhase, MigrationState, VmiPhase};
 use kubevirt_api::names::annotations::MIGRATION_UNSCHEDULABLE_TIMEOUT;
 use kubevirt_api::names::finalizers::MIGRATION as FINALIZER;
-use kubevirt_api::types::{MigrationPhase, MigrationState, VmiPhase};
 use serde_json::{json, Value};
 
 #[cfg(test)]

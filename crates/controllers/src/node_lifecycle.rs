@@ -181,7 +181,7 @@ async fn fail_vmi(client: Client, vmi: &DynamicObject) -> Result<(), crate::Erro
         &vmi.namespace().unwrap_or_default(),
         &resources::virtual_machine_instance(),
     );
-    let final_phase = kubevirt_api::types::VmiPhase::of(&vmi.data).is_final();
+    let final_phase = kubevirt_api::model::VmiPhase::of(&vmi.data).is_final();
     let mut patch = json!({"metadata": {"resourceVersion": vmi.resource_version()}});
     if !final_phase {
         let mut transitions = vmi

@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 
-pub use kubevirt_api::types::{RunStrategy, VmiPhase as Phase};
+pub use kubevirt_api::model::{RunStrategy, VmiPhase as Phase};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ChangeRequest {

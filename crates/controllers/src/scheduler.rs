@@ -15,8 +15,8 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::meta;
+use kubevirt_api::model::VmiPhase;
 use kubevirt_api::quantity::Quantity;
-use kubevirt_api::types::VmiPhase;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify, Semaphore};
 
@@ -327,7 +327,7 @@ impl SeenVmis {
             pass,
             phase: VmiPhase::of(&vmi.data),
             node: node_of(vmi).map(str::to_string),
-            migration_target: kubevirt_api::types::MigrationState::of(&vmi.data)
+            migration_target: kubevirt_api::model::MigrationState::of(&vmi.data)
                 .filter(|m| m.in_flight())
                 .and_then(|m| m.target_node),
             // A VMI's spec (and so what it asks for) does not change.

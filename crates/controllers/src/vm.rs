@@ -27,8 +27,8 @@ use crate::Error;
 use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::lean::Lean;
 use kubevirt_api::meta;
+use kubevirt_api::model::{MigrationState, SpecStrategy, VmiPhase};
 use kubevirt_api::resources::VM_CONTROLLER_FINALIZER as VM_FINALIZER;
-use kubevirt_api::types::{MigrationState, SpecStrategy, VmiPhase};
 use kubevirt_api::vm_status;
 
 const MANAGER: &str = "virt-controller";
@@ -156,7 +156,7 @@ fn error_policy(vm: Arc<Cached<VirtualMachine>>, error: &Error, ctx: Arc<Context
 }
 
 fn strategy_of(vm: &DynamicObject) -> Option<RunStrategy> {
-    SpecStrategy::of(vm.data.get("spec")?).strategy()
+    SpecStrategy::of_value(vm.data.get("spec")?).strategy()
 }
 
 fn requests_of(vm: &DynamicObject) -> Vec<ChangeRequest> {

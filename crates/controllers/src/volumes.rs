@@ -96,7 +96,7 @@ async fn in_use(client: &Client, namespace: &str, claim: &str) -> Result<bool, E
         .items
         .iter()
         .any(|vmi| {
-            let finished = kubevirt_api::types::VmiPhase::of(&vmi.data).is_final();
+            let finished = kubevirt_api::model::VmiPhase::of(&vmi.data).is_final();
             let uses = vmi
                 .data
                 .pointer("/spec/volumes")

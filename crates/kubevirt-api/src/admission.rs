@@ -177,7 +177,7 @@ fn run_strategy(vm_spec: &Value, causes: &mut Causes) {
             "spec.runStrategy",
             "Invalid RunStrategy (WaitAsReceiver), DecentralizedLiveMigration feature gate is not enabled in kubevirt resource",
         ),
-        Some(s) if crate::types::RunStrategy::parse(s).is_none() => {
+        Some(s) if crate::model::RunStrategy::parse(s).is_none() => {
             causes.add(ErrorType::Invalid, "spec.runStrategy", format!("Invalid RunStrategy ({s})"))
         }
         _ => {}

@@ -13,7 +13,7 @@ pub enum Media {
     Lun,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Disk {
     pub name: String,
     pub media: Media,
@@ -24,7 +24,11 @@ pub struct Disk {
     pub serial: Option<String>,
     /// `none`, `writethrough` or `writeback`.
     pub cache: Option<String>,
+    /// The disk as written.
+    pub raw: Value,
 }
+
+crate::raw_backed!(Disk);
 
 impl Disk {
     pub fn from_value(raw: &Value) -> Disk {
@@ -46,6 +50,7 @@ impl Disk {
                 .and_then(|b| u32::try_from(b).ok()),
             serial: text(&raw["serial"]),
             cache: text(&raw["cache"]),
+            raw: raw.clone(),
         }
     }
 }
@@ -71,7 +76,7 @@ pub struct Port {
     pub protocol: String,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Interface {
     pub name: String,
     pub binding: Binding,
@@ -80,7 +85,11 @@ pub struct Interface {
     pub mac_address: Option<String>,
     pub ports: Vec<Port>,
     pub boot_order: Option<u32>,
+    /// The interface as written.
+    pub raw: Value,
 }
+
+crate::raw_backed!(Interface);
 
 impl Interface {
     pub fn from_value(raw: &Value) -> Interface {
@@ -122,19 +131,34 @@ impl Interface {
             boot_order: raw["bootOrder"]
                 .as_u64()
                 .and_then(|b| u32::try_from(b).ok()),
+            raw: raw.clone(),
         }
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Network {
     pub name: String,
     /// The pod network (KubeVirt's default network); `false` for Multus networks.
     pub pod: bool,
+    /// The network as written.
+    pub raw: Value,
+}
+
+crate::raw_backed!(Network);
+
+impl Network {
+    pub fn from_value(raw: &Value) -> Network {
+        Network {
+            name: raw["name"].as_str().unwrap_or("").to_string(),
+            pod: raw.get("pod").is_some(),
+            raw: raw.clone(),
+        }
+    }
 }
 
 /// The typed devices and networks of a VMI spec (or a VM's template spec).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Devices {
     pub disks: Vec<Disk>,
     pub interfaces: Vec<Interface>,
@@ -155,10 +179,7 @@ impl Devices {
                 spec.pointer("/domain/devices/interfaces"),
                 Interface::from_value,
             ),
-            networks: list(spec.get("networks"), |n| Network {
-                name: n["name"].as_str().unwrap_or("").to_string(),
-                pod: n.get("pod").is_some(),
-            }),
+            networks: list(spec.get("networks"), Network::from_value),
         }
     }
 
@@ -195,7 +216,8 @@ mod tests {
                 readonly: false,
                 boot_order: Some(1),
                 serial: None,
-                cache: Some("none".into())
+                cache: Some("none".into()),
+                raw: spec["domain"]["devices"]["disks"][0].clone(),
             }
         );
         assert_eq!(

@@ -15,10 +15,10 @@ pub mod devices;
 pub mod lean;
 pub mod meta;
 pub mod migratable;
+pub mod model;
 pub mod names;
 pub mod resources;
 pub mod schema;
-pub mod types;
 pub mod vm_status;
 pub mod volumes;
 

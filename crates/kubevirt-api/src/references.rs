@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::types::MigrationState;
+use crate::model::MigrationState;
 use crate::volumes::Volume;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use crate::types::{RunStrategy, SpecStrategy};
+use crate::model::{RunStrategy, SpecStrategy};
 
 /// The VM's Ready condition while it has no VMI (KubeVirt's reason and message).
 pub fn vmi_not_exists_condition(now: &str) -> Value {
@@ -22,7 +22,7 @@ pub fn initial_stopped_status(vm: &Value, now: &str) -> Option<Value> {
     let both = spec.get("running").is_some() && spec.get("runStrategy").is_some();
     let stopped = !both
         && matches!(
-            SpecStrategy::of(spec).strategy(),
+            SpecStrategy::of_value(spec).strategy(),
             Some(RunStrategy::Halted | RunStrategy::Manual)
         );
     if !stopped {

@@ -94,6 +94,8 @@ pub struct Volume {
     pub raw: Value,
 }
 
+crate::raw_backed!(Volume);
+
 fn typed<T: for<'de> Deserialize<'de> + Default>(v: &Value) -> T {
     // Admission checked the shape; a value it let through that does not fit reads as unset.
     serde_json::from_value(v.clone()).unwrap_or_default()

@@ -19,11 +19,11 @@ use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use kubevirt_api::meta::now;
+use kubevirt_api::model::vmi::{MigrationState, Transfer, DISK_PORT_ROLE, MIGRATION_PORT_ROLE};
 use kubevirt_api::names::annotations::PAUSED as PAUSE_ANNOTATION;
 use kubevirt_api::names::labels::{MIGRATION_TARGET_NODE, NODE_NAME};
 use kubevirt_api::names::migration_tls_secret;
 use kubevirt_api::quantity::Quantity;
-use kubevirt_api::types::{MigrationState, Transfer, DISK_PORT_ROLE, MIGRATION_PORT_ROLE};
 use qemu::migration::{Progress, Tuning};
 use serde_json::{json, Value};
 
@@ -377,7 +377,7 @@ pub async fn target(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action
         return Ok(Action::await_change());
     }
     let ours = state.target_node.as_deref() == Some(node.as_str()) && state.migration_uid.is_some();
-    let vmi_final = kubevirt_api::types::VmiPhase::of(&vmi.data).is_final();
+    let vmi_final = kubevirt_api::model::VmiPhase::of(&vmi.data).is_final();
     if !ours || state.failed == Some(true) || vmi_final || vmi.metadata.deletion_timestamp.is_some()
     {
         hv.release_incoming(&vmi).await;

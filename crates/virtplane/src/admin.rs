@@ -8,8 +8,8 @@ use anyhow::{bail, Context};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, ResourceExt};
+use kubevirt_api::model::MigrationPhase;
 use kubevirt_api::names::labels::VMI_NAME;
-use kubevirt_api::types::MigrationPhase;
 use serde_json::{json, Value};
 
 /// The drain taint KubeVirt evacuates nodes for.

@@ -5,10 +5,10 @@
 use serde_json::{json, Value};
 
 use crate::object;
+use kubevirt_api::model::{MigrationState, RunStrategy as Strategy, SpecStrategy, VmiPhase};
 use kubevirt_api::names::annotations::{
     PAUSED as PAUSE_ANNOTATION, SOFT_REBOOT_REQUESTED as SOFT_REBOOT_ANNOTATION, UNPAUSE_REQUESTED,
 };
-use kubevirt_api::types::{MigrationState, RunStrategy as Strategy, SpecStrategy, VmiPhase};
 
 #[cfg(test)]
 mod tests;
@@ -146,7 +146,7 @@ pub fn dry_run(body: &Value) -> bool {
 /// The effective run strategy and whether the VM uses the deprecated `running` field.
 fn strategy(vm: &Value) -> Result<(Strategy, bool), Refusal> {
     let spec = vm.get("spec").unwrap_or(&Value::Null);
-    match SpecStrategy::of(spec) {
+    match SpecStrategy::of_value(spec) {
         SpecStrategy::Running(s) => Ok((s, true)),
         SpecStrategy::Strategy(s) => Ok((s, false)),
         SpecStrategy::Unset => Ok((Strategy::Halted, false)),

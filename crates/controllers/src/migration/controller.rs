@@ -14,9 +14,9 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, ResourceExt};
 use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::meta;
+use kubevirt_api::model::{MigrationPhase, MigrationState, VmiPhase};
 use kubevirt_api::names::finalizers::MIGRATION as FINALIZER;
 use kubevirt_api::names::labels::{MIGRATION_TARGET_NODE, VMI_NAME};
-use kubevirt_api::types::{MigrationPhase, MigrationState, VmiPhase};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 

@@ -2,6 +2,7 @@
 //! definition of its source, its phases and conditions, and the claim it asks for.
 
 pub mod admission;
+pub mod model;
 pub mod resources;
 
 use serde_json::{json, Value};
@@ -20,59 +21,26 @@ pub mod conditions {
     pub const RUNNING: &str = "Running";
 }
 
-/// `status.phase` of a DataVolume, as CDI names them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    Unset,
-    Pending,
-    ImportScheduled,
-    ImportInProgress,
-    CloneScheduled,
-    CloneInProgress,
-    UploadScheduled,
-    UploadReady,
-    WaitForFirstConsumer,
-    Succeeded,
-    Failed,
-    Unknown,
+crate::string_enum! {
+    /// `status.phase` of a DataVolume, as CDI names them.
+    pub enum Phase {
+        Unset = "",
+        Pending = "Pending",
+        ImportScheduled = "ImportScheduled",
+        ImportInProgress = "ImportInProgress",
+        CloneScheduled = "CloneScheduled",
+        CloneInProgress = "CloneInProgress",
+        UploadScheduled = "UploadScheduled",
+        UploadReady = "UploadReady",
+        WaitForFirstConsumer = "WaitForFirstConsumer",
+        Succeeded = "Succeeded",
+        Failed = "Failed",
+        Unknown = "Unknown",
+    }
 }
 
 impl Phase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Unset => "",
-            Phase::Pending => "Pending",
-            Phase::ImportScheduled => "ImportScheduled",
-            Phase::ImportInProgress => "ImportInProgress",
-            Phase::CloneScheduled => "CloneScheduled",
-            Phase::CloneInProgress => "CloneInProgress",
-            Phase::UploadScheduled => "UploadScheduled",
-            Phase::UploadReady => "UploadReady",
-            Phase::WaitForFirstConsumer => "WaitForFirstConsumer",
-            Phase::Succeeded => "Succeeded",
-            Phase::Failed => "Failed",
-            Phase::Unknown => "Unknown",
-        }
-    }
-
-    pub fn parse(s: &str) -> Phase {
-        match s {
-            "" => Phase::Unset,
-            "Pending" => Phase::Pending,
-            "ImportScheduled" => Phase::ImportScheduled,
-            "ImportInProgress" => Phase::ImportInProgress,
-            "CloneScheduled" => Phase::CloneScheduled,
-            "CloneInProgress" => Phase::CloneInProgress,
-            "UploadScheduled" => Phase::UploadScheduled,
-            "UploadReady" => Phase::UploadReady,
-            "WaitForFirstConsumer" => Phase::WaitForFirstConsumer,
-            "Succeeded" => Phase::Succeeded,
-            "Failed" => Phase::Failed,
-            _ => Phase::Unknown,
-        }
-    }
-
-    /// The phase of a DataVolume object.
+    /// The phase of a DataVolume held as JSON.
     pub fn of(dv: &Value) -> Phase {
         Phase::parse(
             dv.pointer("/status/phase")
@@ -81,7 +49,7 @@ impl Phase {
         )
     }
 
-    /// Whether the disk is still being filled (a VM using it shows `Provisioning`).
+    /// Still being filled (or waiting to be).
     pub fn provisioning(self) -> bool {
         !matches!(self, Phase::Succeeded | Phase::Failed)
     }
@@ -240,11 +208,18 @@ pub enum Origin {
 }
 
 impl Spec {
-    /// The spec of a DataVolume in `namespace` (where its references default to).
+    /// The spec of a DataVolume in `namespace` (where its references default to), held as
+    /// JSON.
     pub fn of(namespace: &str, spec: &Value) -> Spec {
-        let origin = if let Some(source) = spec.get("source").filter(|s| s.is_object()) {
+        let parts = serde_json::from_value(spec.clone()).unwrap_or_default();
+        Spec::of_parts(namespace, &parts)
+    }
+
+    /// The spec of a DataVolume in `namespace` (where its references default to).
+    pub fn of_parts(namespace: &str, spec: &model::DataVolumeSpec) -> Spec {
+        let origin = if let Some(source) = spec.source.as_ref().filter(|s| s.is_object()) {
             Source::parse(source, namespace).map_or(Origin::Missing, Origin::Source)
-        } else if let Some(reference) = spec.get("sourceRef").filter(|s| s.is_object()) {
+        } else if let Some(reference) = spec.source_ref.as_ref().filter(|s| s.is_object()) {
             Origin::DataSource(ClaimRef {
                 namespace: text(reference, "namespace").unwrap_or_else(|| namespace.to_string()),
                 name: text(reference, "name").unwrap_or_default(),
@@ -252,7 +227,7 @@ impl Spec {
         } else {
             Origin::Missing
         };
-        let (claim, storage_api) = match (spec.get("pvc"), spec.get("storage")) {
+        let (claim, storage_api) = match (&spec.pvc, &spec.storage) {
             (Some(pvc), _) if pvc.is_object() => (pvc.clone(), false),
             (_, Some(storage)) if storage.is_object() => (storage.clone(), true),
             _ => (json!({}), true),

@@ -24,6 +24,7 @@ use serde_json::{json, Map, Value};
 use crate::hypervisor::{Hypervisor, Observed, PauseCause, Prepared, Started, Stopping};
 use crate::volume_sources::{SourceError, SourceKind, VolumeSources};
 
+use kubevirt_api::model::{MigrationState, VmiPhase};
 use kubevirt_api::names::annotations::{
     PAUSED as PAUSE_ANNOTATION, SOFT_REBOOT_DONE as SOFT_REBOOT_DONE_ANNOTATION,
     SOFT_REBOOT_REQUESTED as SOFT_REBOOT_ANNOTATION, UNPAUSE_DONE, UNPAUSE_REQUESTED,
@@ -35,7 +36,6 @@ use kubevirt_api::names::conditions::{
 };
 use kubevirt_api::names::finalizers::VMI_FOREGROUND as FOREGROUND_FINALIZER;
 use kubevirt_api::names::labels::MIGRATION_TARGET_NODE;
-use kubevirt_api::types::{MigrationState, VmiPhase};
 
 mod status;
 use status::{

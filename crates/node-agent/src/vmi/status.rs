@@ -11,8 +11,8 @@ use serde_json::{json, Map, Value};
 use crate::hypervisor::{GuestInfo, ImageIds};
 use crate::volume_sources::VolumeSources;
 use kubevirt_api::meta::now;
+use kubevirt_api::model::VmiPhase;
 use kubevirt_api::names::conditions::LIVE_MIGRATABLE;
-use kubevirt_api::types::VmiPhase;
 
 pub(super) fn conditions(vmi: &DynamicObject) -> Vec<Value> {
     vmi.data
