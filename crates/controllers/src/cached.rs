@@ -15,10 +15,14 @@ use std::sync::OnceLock;
 
 use futures::stream::{BoxStream, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::{ApiResource, DynamicObject, NamespaceResourceScope};
+use kube::core::NamespaceResourceScope;
+#[cfg(test)]
+use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, reflector, Store};
 use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client};
+use kubevirt_api::model::VirtualMachine;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -35,27 +39,14 @@ pub trait Kind: Clone + fmt::Debug + Send + Sync + 'static {
     /// The first object of this kind cached in this process, packed text that later
     /// ones are packed against. Set once; a packed object says whether it used it.
     fn dictionary() -> &'static OnceLock<Box<[u8]>>;
-
-    fn resource() -> ApiResource {
-        ApiResource {
-            group: Self::GROUP.into(),
-            version: Self::VERSION.into(),
-            api_version: Self::API_VERSION.into(),
-            kind: Self::KIND.into(),
-            plural: Self::PLURAL.into(),
-        }
-    }
 }
 
-#[derive(Clone, Debug)]
-pub struct VirtualMachine;
-
 impl Kind for VirtualMachine {
-    const GROUP: &'static str = "kubevirt.io";
-    const VERSION: &'static str = "v1";
-    const API_VERSION: &'static str = "kubevirt.io/v1";
-    const KIND: &'static str = "VirtualMachine";
-    const PLURAL: &'static str = "virtualmachines";
+    const GROUP: &'static str = VirtualMachine::GROUP;
+    const VERSION: &'static str = VirtualMachine::VERSION;
+    const API_VERSION: &'static str = VirtualMachine::API_VERSION;
+    const KIND: &'static str = VirtualMachine::KIND;
+    const PLURAL: &'static str = VirtualMachine::PLURAL;
 
     fn dictionary() -> &'static OnceLock<Box<[u8]>> {
         static DICTIONARY: OnceLock<Box<[u8]>> = OnceLock::new();
@@ -246,8 +237,9 @@ impl<K: Kind> Cached<K> {
 }
 
 impl Unpacked {
-    /// The object as the controllers' logic reads it: metadata, status and the named
-    /// top-level spec fields (all of them when `None`).
+    /// The object as JSON: metadata, status and the named top-level spec fields (all of
+    /// them when `None`).
+    #[cfg(test)]
     pub fn object<K: Kind>(
         &self,
         spec_fields: Option<&[&str]>,
@@ -272,13 +264,23 @@ impl Unpacked {
         if let Some(raw) = &self.parts.status {
             data.insert("status".into(), serde_json::from_str(raw.get())?);
         }
-        let mut object = DynamicObject::new("", &K::resource()).data(Value::Object(data));
+        let resource = ApiResource {
+            group: K::GROUP.into(),
+            version: K::VERSION.into(),
+            api_version: K::API_VERSION.into(),
+            kind: K::KIND.into(),
+            plural: K::PLURAL.into(),
+        };
+        let mut object = DynamicObject::new("", &resource).data(Value::Object(data));
         object.metadata = self.parts.metadata.clone();
         Ok(object)
     }
 
     /// One top-level field of the spec, decoded.
-    pub fn spec_field(&self, field: &str) -> Result<Option<Value>, serde_json::Error> {
+    pub fn spec_field<T: DeserializeOwned>(
+        &self,
+        field: &str,
+    ) -> Result<Option<T>, serde_json::Error> {
         let Some(raw) = &self.parts.spec else {
             return Ok(None);
         };
@@ -287,6 +289,28 @@ impl Unpacked {
             .get(field)
             .map(|value| serde_json::from_str(value.get()))
             .transpose()
+    }
+
+    /// The VM as the controller decides by: metadata, status and the named top-level
+    /// spec fields (the rest, its template above all, through `spec_field`).
+    pub fn vm(&self, spec_fields: &[&str]) -> Result<VirtualMachine, UnpackError> {
+        let mut spec = Map::new();
+        if let Some(raw) = &self.parts.spec {
+            let all: HashMap<&str, &RawValue> = serde_json::from_str(raw.get())?;
+            for field in spec_fields {
+                if let Some(value) = all.get(field) {
+                    spec.insert((*field).into(), serde_json::from_str(value.get())?);
+                }
+            }
+        }
+        Ok(VirtualMachine {
+            metadata: self.parts.metadata.clone(),
+            spec: serde_json::from_value(Value::Object(spec))?,
+            status: match &self.parts.status {
+                Some(raw) => serde_json::from_str(raw.get())?,
+                None => Default::default(),
+            },
+        })
     }
 }
 
@@ -326,7 +350,6 @@ impl<K: Kind> kube::Resource for Cached<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources;
     use kube::Resource;
     use serde_json::json;
 
@@ -413,16 +436,30 @@ mod tests {
         assert_eq!(partial.data["spec"], json!({"runStrategy": "Halted"}));
         assert_eq!(partial.data["status"], vm["status"]);
         assert_eq!(
-            unpacked.spec_field("template").unwrap(),
+            unpacked.spec_field::<Value>("template").unwrap(),
             Some(vm["spec"]["template"].clone())
         );
-        assert_eq!(unpacked.spec_field("running").unwrap(), None);
+        assert_eq!(unpacked.spec_field::<Value>("running").unwrap(), None);
+        let typed = unpacked.vm(DECISION_SPEC_FIELDS).unwrap();
+        assert_eq!(typed.spec.run_strategy.as_deref(), Some("Halted"));
+        assert!(
+            typed.spec.template.is_none(),
+            "the template is read when acted on"
+        );
+        assert_eq!(typed.status.printable_status.as_deref(), Some("Stopped"));
+        assert_eq!(typed.metadata.labels.unwrap()["app"], "web");
 
         let bare: Cached<VirtualMachine> =
             serde_json::from_value(json!({"metadata": {"name": "b"}})).unwrap();
         let decoded = bare.decode(None).unwrap();
         assert_eq!(decoded.data, json!({}));
-        assert_eq!(bare.unpack().unwrap().spec_field("template").unwrap(), None);
+        assert_eq!(
+            bare.unpack()
+                .unwrap()
+                .spec_field::<Value>("template")
+                .unwrap(),
+            None
+        );
     }
 
     /// A kind of its own, so that no other test has set its dictionary.
@@ -483,10 +520,5 @@ mod tests {
             unpack::<Packing>(&[9, 1, 2]),
             Err(UnpackError::Mark)
         ));
-    }
-
-    #[test]
-    fn kinds_name_the_resources_they_cache() {
-        assert_eq!(VirtualMachine::resource(), resources::virtual_machine());
     }
 }

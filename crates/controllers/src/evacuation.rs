@@ -7,25 +7,23 @@
 //! runStrategy says. Failed evacuations are retried with KubeVirt's backoff (20 s,
 //! doubling).
 
-use apimachinery::pointer::Pointer;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::core::DynamicObject;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
-use kubevirt_api::model::{MigrationPhase, MigrationState, VmiPhase};
+use kubevirt_api::model::config::{self, KubeVirt};
+use kubevirt_api::model::core::Node;
+use kubevirt_api::model::{
+    MigrationPhase, VirtualMachineInstance, VirtualMachineInstanceMigration, VmiPhase,
+};
 use kubevirt_api::names::labels::{EVACUATION_MIGRATION, VMI_NAME};
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::migration::{
-    effective_configuration, kubevirt_resource, migration_resource, reflect, KUBEVIRT_NAME,
-    KUBEVIRT_NAMESPACE,
-};
-use crate::resources;
+use crate::migration::{effective_configuration, reflect};
 
 const MANAGER: &str = "virt-controller";
 pub const DEFAULT_DRAIN_TAINT: &str = "kubevirt.io/drain";
@@ -47,19 +45,16 @@ pub enum Evacuation {
 }
 
 /// The eviction strategy in force for `vmi` and what it means on a draining node.
-pub fn evacuation(vmi: &Value, cluster_default: Option<&str>) -> Evacuation {
+pub fn evacuation(vmi: &VirtualMachineInstance, cluster_default: Option<&str>) -> Evacuation {
     let strategy = vmi
-        .at("/spec/evictionStrategy")
-        .and_then(Value::as_str)
+        .spec
+        .eviction_strategy
+        .as_deref()
         .or(cluster_default)
         .unwrap_or("None");
     let migratable = vmi
-        .at("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == "LiveMigratable" && c["status"] == "True")
-        });
+        .condition("LiveMigratable")
+        .is_some_and(|c| c.is("LiveMigratable", "True"));
     match (strategy, migratable) {
         ("LiveMigrate", true) | ("LiveMigrateIfPossible", true) => Evacuation::Migrate,
         ("LiveMigrate", false) => Evacuation::Blocked,
@@ -69,21 +64,20 @@ pub fn evacuation(vmi: &Value, cluster_default: Option<&str>) -> Evacuation {
 }
 
 /// Whether `node` carries the drain taint `key` with effect NoSchedule.
-pub fn draining(node: &Value, key: &str) -> bool {
-    node.at("/spec/taints")
-        .and_then(Value::as_array)
-        .is_some_and(|ts| {
-            ts.iter()
-                .any(|t| t["key"] == key && t["effect"] == "NoSchedule")
-        })
+pub fn draining(node: &Node, key: &str) -> bool {
+    node.spec
+        .taints
+        .iter()
+        .flatten()
+        .any(|t| t.key == key && t.effect == "NoSchedule")
 }
 
 struct Controller {
     client: Client,
-    nodes: Store<DynamicObject>,
-    vmis: Store<DynamicObject>,
-    migrations: Store<DynamicObject>,
-    kubevirts: Store<DynamicObject>,
+    nodes: Store<Node>,
+    vmis: Store<VirtualMachineInstance>,
+    migrations: Store<VirtualMachineInstanceMigration>,
+    kubevirts: Store<KubeVirt>,
     /// Failed evacuations in a row, and when the last failed, by VMI uid.
     failures: HashMap<String, (u32, Instant)>,
     /// VMIs reported as blocked, so that it is logged once.
@@ -106,8 +100,8 @@ pub async fn run(client: Client, shared: crate::informer::Shared) {
     let mut controller = Controller {
         nodes: shared.nodes.subscribe(changed.clone()),
         vmis: shared.vmis.subscribe(changed.clone()),
-        migrations: reflect(&client, migration_resource(), changed.clone()),
-        kubevirts: reflect(&client, kubevirt_resource(), changed.clone()),
+        migrations: reflect(&client, changed.clone()),
+        kubevirts: reflect(&client, changed.clone()),
         client,
         failures: HashMap::new(),
         blocked: HashSet::new(),
@@ -125,33 +119,33 @@ pub async fn run(client: Client, shared: crate::informer::Shared) {
 
 impl Controller {
     async fn pass(&mut self) -> Result<(), kube::Error> {
-        let kubevirt = self.kubevirts.state().into_iter().find(|kv| {
-            kv.namespace().as_deref() == Some(KUBEVIRT_NAMESPACE) && kv.name_any() == KUBEVIRT_NAME
-        });
-        let kubevirt = kubevirt.map(|kv| kv.data.clone());
-        let config = effective_configuration(kubevirt.as_ref());
+        let kubevirt = self
+            .kubevirts
+            .state()
+            .into_iter()
+            .find(|kv| kv.namespace() == config::NAMESPACE && kv.name() == config::NAME);
+        let config = effective_configuration(kubevirt.as_deref());
         let key = config["nodeDrainTaintKey"]
             .as_str()
             .unwrap_or(DEFAULT_DRAIN_TAINT)
             .to_string();
         let default_strategy = kubevirt
             .as_ref()
-            .and_then(|kv| kv.at("/spec/configuration/evictionStrategy"))
-            .and_then(Value::as_str)
-            .map(str::to_string);
+            .and_then(|kv| kv.spec.configuration.as_ref())
+            .and_then(|c| c.eviction_strategy.clone());
         let migration_uids: HashSet<String> = self
             .migrations
             .state()
             .iter()
-            .filter_map(|m| m.uid())
+            .map(|m| m.uid().to_string())
             .collect();
         self.counted.retain(|uid| migration_uids.contains(uid));
         let draining_nodes: HashSet<String> = self
             .nodes
             .state()
             .iter()
-            .filter(|n| draining(&n.data, &key))
-            .map(|n| n.name_any())
+            .filter(|n| draining(n, &key))
+            .map(|n| n.name().to_string())
             .collect();
         // Passes run on every VMI and node event: without a drain they must not cost a
         // walk over every VMI (10,000 VMIs starting would make that quadratic).
@@ -162,33 +156,38 @@ impl Controller {
             return Ok(());
         }
         // What is remembered per VMI goes with the VMI.
-        let known: HashSet<String> = self.vmis.state().iter().filter_map(|v| v.uid()).collect();
+        let known: HashSet<String> = self
+            .vmis
+            .state()
+            .iter()
+            .map(|v| v.uid().to_string())
+            .collect();
         self.failures.retain(|uid, _| known.contains(uid));
         self.requested.retain(|uid, _| known.contains(uid));
         self.blocked.retain(|uid| known.contains(uid));
         let migrations = self.migrations.state();
         let moving: HashSet<(String, String)> = migrations
             .iter()
-            .filter(|m| !MigrationPhase::of(&m.data).is_final())
+            .filter(|m| !m.phase().is_final())
             .filter_map(|m| {
                 let vmi = m.labels().get(VMI_NAME)?.clone();
-                Some((m.namespace().unwrap_or_default(), vmi))
+                Some((m.namespace().to_string(), vmi))
             })
             .collect();
         for vmi in self.vmis.state() {
-            let Some(node) = resources::str_at(&vmi, "/status/nodeName") else {
+            let Some(node) = vmi.node_name() else {
                 continue;
             };
             if !draining_nodes.contains(node)
                 || vmi.metadata.deletion_timestamp.is_some()
-                || VmiPhase::of(&vmi.data) != VmiPhase::Running
+                || vmi.phase() != VmiPhase::Running
             {
                 continue;
             }
-            let namespace = vmi.namespace().unwrap_or_default();
-            let in_flight = MigrationState::of(&vmi.data).is_some_and(|m| m.in_flight())
-                || moving.contains(&(namespace.clone(), vmi.name_any()));
-            let uid = vmi.uid().unwrap_or_default();
+            let namespace = vmi.namespace().to_string();
+            let in_flight = vmi.migration_in_flight().is_some()
+                || moving.contains(&(namespace.clone(), vmi.name().to_string()));
+            let uid = vmi.uid().to_string();
             if in_flight {
                 self.requested.remove(&uid);
                 continue;
@@ -206,7 +205,7 @@ impl Controller {
                 }
             }
             let node = node.to_string();
-            let result = match evacuation(&vmi.data, default_strategy.as_deref()) {
+            let result = match evacuation(&vmi, default_strategy.as_deref()) {
                 Evacuation::Migrate => {
                     let result = self.migrate(&vmi, &node).await;
                     if result.is_ok() {
@@ -220,7 +219,7 @@ impl Controller {
                     if self.blocked.insert(uid.clone()) {
                         tracing::warn!(
                             "evacuation: VMI {namespace}/{} is configured with an eviction strategy but is not live-migratable; it stays on {node}",
-                            vmi.name_any()
+                            vmi.name()
                         );
                     }
                     Ok(())
@@ -231,29 +230,28 @@ impl Controller {
                 *entry = (entry.0 + 1, Instant::now());
                 tracing::warn!(
                     "evacuation of {namespace}/{} from {node} failed: {e}",
-                    vmi.name_any()
+                    vmi.name()
                 );
             }
         }
         // A failed evacuation migration counts as a failure of its VMI.
         for m in migrations.iter().filter(|m| {
             m.annotations().contains_key(EVACUATION_MIGRATION)
-                && MigrationPhase::of(&m.data) == MigrationPhase::Failed
+                && m.phase() == MigrationPhase::Failed
         }) {
             let Some(vmi) = m.labels().get(VMI_NAME) else {
                 continue;
             };
-            let namespace = m.namespace().unwrap_or_default();
             let vmi = self
                 .vmis
                 .state()
                 .into_iter()
-                .find(|v| v.namespace().as_deref() == Some(&namespace) && &v.name_any() == vmi);
+                .find(|v| v.namespace() == m.namespace() && v.name() == vmi);
             if let Some(vmi) = vmi {
-                if self.counted.insert(m.uid().unwrap_or_default()) {
+                if self.counted.insert(m.uid().to_string()) {
                     let entry = self
                         .failures
-                        .entry(vmi.uid().unwrap_or_default())
+                        .entry(vmi.uid().to_string())
                         .or_insert((0, Instant::now()));
                     *entry = (entry.0 + 1, Instant::now());
                 }
@@ -269,36 +267,28 @@ impl Controller {
         }
     }
 
-    async fn mark(&self, vmi: &DynamicObject, node: &str) -> Result<(), kube::Error> {
-        if resources::str_at(vmi, "/status/evacuationNodeName") == Some(node) {
+    async fn mark(&self, vmi: &VirtualMachineInstance, node: &str) -> Result<(), kube::Error> {
+        if vmi.status.evacuation_node_name.as_deref() == Some(node) {
             return Ok(());
         }
-        let api = Api::<DynamicObject>::namespaced_with(
-            self.client.clone(),
-            &vmi.namespace().unwrap_or_default(),
-            &resources::virtual_machine_instance(),
-        );
+        let api = Api::<VirtualMachineInstance>::namespaced(self.client.clone(), vmi.namespace());
         let body = json!({"status": {"evacuationNodeName": node}});
-        api.patch(&vmi.name_any(), &Self::params(), &Patch::Merge(&body))
+        api.patch(vmi.name(), &Self::params(), &Patch::Merge(&body))
             .await?;
         Ok(())
     }
 
-    async fn migrate(&self, vmi: &DynamicObject, node: &str) -> Result<(), kube::Error> {
+    async fn migrate(&self, vmi: &VirtualMachineInstance, node: &str) -> Result<(), kube::Error> {
         self.mark(vmi, node).await?;
-        let namespace = vmi.namespace().unwrap_or_default();
-        let api = Api::<DynamicObject>::namespaced_with(
-            self.client.clone(),
-            &namespace,
-            &migration_resource(),
-        );
+        let namespace = vmi.namespace();
+        let api =
+            Api::<VirtualMachineInstanceMigration>::namespaced(self.client.clone(), namespace);
         let migration = json!({
-            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
             "metadata": {"generateName": "kubevirt-evacuation-", "namespace": namespace,
                          "annotations": {EVACUATION_MIGRATION: node}},
-            "spec": {"vmiName": vmi.name_any()},
+            "spec": {"vmiName": vmi.name()},
         });
-        let migration: DynamicObject =
+        let migration: VirtualMachineInstanceMigration =
             serde_json::from_value(migration).map_err(kube::Error::SerdeError)?;
         let created = match api.create(&PostParams::default(), &migration).await {
             Ok(created) => created,
@@ -312,24 +302,20 @@ impl Controller {
         };
         tracing::info!(
             "evacuation: moving {namespace}/{} off {node} ({})",
-            vmi.name_any(),
-            created.name_any()
+            vmi.name(),
+            created.name()
         );
         Ok(())
     }
 
-    async fn stop(&self, vmi: &DynamicObject, node: &str) -> Result<(), kube::Error> {
-        let namespace = vmi.namespace().unwrap_or_default();
-        let api = Api::<DynamicObject>::namespaced_with(
-            self.client.clone(),
-            &namespace,
-            &resources::virtual_machine_instance(),
-        );
+    async fn stop(&self, vmi: &VirtualMachineInstance, node: &str) -> Result<(), kube::Error> {
+        let namespace = vmi.namespace();
+        let api = Api::<VirtualMachineInstance>::namespaced(self.client.clone(), namespace);
         tracing::info!(
             "evacuation: stopping {namespace}/{} on {node} (its eviction strategy does not live-migrate)",
-            vmi.name_any()
+            vmi.name()
         );
-        match api.delete(&vmi.name_any(), &DeleteParams::default()).await {
+        match api.delete(vmi.name(), &DeleteParams::default()).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(e),
@@ -341,13 +327,15 @@ impl Controller {
 mod tests {
     use super::*;
 
-    fn vmi(strategy: Option<&str>, migratable: bool) -> Value {
+    use serde_json::Value;
+
+    fn vmi(strategy: Option<&str>, migratable: bool) -> VirtualMachineInstance {
         let status = if migratable { "True" } else { "False" };
         let mut vmi = json!({"spec": {}, "status": {"conditions": [{"type": "LiveMigratable", "status": status}]}});
         if let Some(s) = strategy {
             vmi["spec"]["evictionStrategy"] = json!(s);
         }
-        vmi
+        serde_json::from_value(vmi).unwrap()
     }
 
     #[test]
@@ -386,7 +374,9 @@ mod tests {
 
     #[test]
     fn only_the_drain_taint_with_no_schedule_drains() {
-        let node = |taints: Value| json!({"spec": {"taints": taints}});
+        let node = |taints: Value| -> Node {
+            serde_json::from_value(json!({"spec": {"taints": taints}})).unwrap()
+        };
         assert!(draining(
             &node(json!([{"key": "kubevirt.io/drain", "effect": "NoSchedule"}])),
             DEFAULT_DRAIN_TAINT
@@ -396,7 +386,7 @@ mod tests {
             DEFAULT_DRAIN_TAINT
         ));
         assert!(!draining(
-            &json!({"spec": {"unschedulable": true}}),
+            &serde_json::from_value(json!({"spec": {"unschedulable": true}})).unwrap(),
             DEFAULT_DRAIN_TAINT
         ));
     }

@@ -6,63 +6,81 @@
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
+use std::fmt::Debug;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::Client;
-use serde_json::Value;
+use kube::{Api, Client, Resource};
+use kubevirt_api::model::core::Node;
+use kubevirt_api::model::VirtualMachineInstance;
+use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
+/// What an informer can hold: a typed kind, decoded lean (see `kubevirt_api::model`).
+pub trait Informed:
+    Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static
+{
+}
+
+impl<K> Informed for K where
+    K: Resource<DynamicType = ()> + Clone + Debug + DeserializeOwned + Send + Sync + 'static
+{
+}
+
 /// A cache of every object of one kind, and who wants to hear of changes.
-#[derive(Clone)]
-pub struct Informer {
-    store: Store<DynamicObject>,
+pub struct Informer<K: Informed> {
+    store: Store<K>,
     listeners: Arc<Mutex<Vec<Arc<Notify>>>>,
-    followers: Arc<Mutex<Vec<Follower>>>,
+    followers: Arc<Mutex<Vec<Follower<K>>>>,
+}
+
+impl<K: Informed> Clone for Informer<K> {
+    fn clone(&self) -> Self {
+        Informer {
+            store: self.store.clone(),
+            listeners: self.listeners.clone(),
+            followers: self.followers.clone(),
+        }
+    }
 }
 
 /// Hears of every object that changed (or was deleted), after the cache took it.
-type Follower = Box<dyn FnMut(&DynamicObject) + Send>;
+type Follower<K> = Box<dyn FnMut(&K) + Send>;
 
 /// What of an object its listeners act on, as a hash: an update that leaves it unchanged
 /// wakes nobody (a node's heartbeat, say, which 1,000 nodes send every few seconds and
 /// which would otherwise have the scheduler look at every VMI again each time). `None`
 /// (no hash could be made) always wakes them.
-pub type Significant = fn(&DynamicObject) -> Option<u64>;
+pub type Significant<K> = fn(&K) -> Option<u64>;
 
-impl Informer {
-    /// Starts watching `resource` in every namespace; every event wakes the listeners.
-    pub fn start(client: &Client, resource: ApiResource) -> Informer {
-        Self::start_with(client, resource, None)
+impl<K: Informed> Informer<K> {
+    /// Starts watching every object of the kind; every event wakes the listeners.
+    pub fn start(client: &Client) -> Informer<K> {
+        Self::start_with(client, None)
     }
 
     /// As `start`, but an update whose `significant` hash is the one last seen for its
     /// object wakes nobody.
-    pub fn start_with(
-        client: &Client,
-        resource: ApiResource,
-        significant: Option<Significant>,
-    ) -> Informer {
-        let writer = reflector::store::Writer::new(resource.clone());
+    pub fn start_with(client: &Client, significant: Option<Significant<K>>) -> Informer<K> {
+        let writer = reflector::store::Writer::default();
         let store = writer.as_reader();
         let listeners: Arc<Mutex<Vec<Arc<Notify>>>> = Arc::default();
-        let followers: Arc<Mutex<Vec<Follower>>> = Arc::default();
+        let followers: Arc<Mutex<Vec<Follower<K>>>> = Arc::default();
         let notify = listeners.clone();
         let follow = followers.clone();
         let cache = store.clone();
-        let mut last_seen: HashMap<ObjectRef<DynamicObject>, u64> = HashMap::new();
+        let mut last_seen: HashMap<ObjectRef<K>, u64> = HashMap::new();
         tokio::spawn(
-            kubevirt_api::lean::watch(client, &resource, watcher::Config::default())
+            watcher(Api::<K>::all(client.clone()), watcher::Config::default())
                 .default_backoff()
                 .reflect(writer)
                 .for_each(move |event| {
                     let quiet = match (&event, significant) {
                         (Ok(watcher::Event::Apply(object)), Some(significant)) => {
-                            let reference = ObjectRef::from_obj_with(object, resource.clone());
+                            let reference = ObjectRef::from_obj(object);
                             match significant(object) {
                                 Some(hash) => last_seen.insert(reference, hash) == Some(hash),
                                 None => {
@@ -72,7 +90,7 @@ impl Informer {
                             }
                         }
                         (Ok(watcher::Event::Delete(object)), Some(_)) => {
-                            last_seen.remove(&ObjectRef::from_obj_with(object, resource.clone()));
+                            last_seen.remove(&ObjectRef::from_obj(object));
                             false
                         }
                         // A re-list: objects deleted meanwhile send no Delete.
@@ -111,7 +129,7 @@ impl Informer {
     }
 
     /// The cache, without being woken by its changes.
-    pub fn store(&self) -> Store<DynamicObject> {
+    pub fn store(&self) -> Store<K> {
         self.store.clone()
     }
 
@@ -119,7 +137,7 @@ impl Informer {
     /// cache), where it makes something: the owner to wake, say.
     pub fn follow<T: Send + 'static>(
         &self,
-        pick: fn(&DynamicObject) -> Option<T>,
+        pick: fn(&K) -> Option<T>,
     ) -> tokio_stream::wrappers::UnboundedReceiverStream<T> {
         let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
         self.followers
@@ -135,7 +153,7 @@ impl Informer {
     }
 
     /// The cache, and `changed` notified on every event from now on.
-    pub fn subscribe(&self, changed: Arc<Notify>) -> Store<DynamicObject> {
+    pub fn subscribe(&self, changed: Arc<Notify>) -> Store<K> {
         self.listeners
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -145,23 +163,16 @@ impl Informer {
 }
 
 /// A node as the controllers see it, without what only its heartbeats change: the
-/// resourceVersion, managedFields, the `kubevirt.io/heartbeat` annotation and the
-/// conditions' `lastHeartbeatTime`.
-pub fn node_without_heartbeat(node: &DynamicObject) -> Option<u64> {
+/// resourceVersion, the `kubevirt.io/heartbeat` annotation and the conditions'
+/// `lastHeartbeatTime` (managedFields are not decoded at all).
+pub fn node_without_heartbeat(node: &Node) -> Option<u64> {
     let mut node = node.clone();
     node.metadata.resource_version = None;
-    node.metadata.managed_fields = None;
     if let Some(annotations) = node.metadata.annotations.as_mut() {
         annotations.remove(kubevirt_api::names::annotations::HEARTBEAT);
     }
-    if let Some(conditions) = node
-        .data
-        .pointer_mut("/status/conditions")
-        .and_then(Value::as_array_mut)
-    {
-        for condition in conditions.iter_mut().filter_map(Value::as_object_mut) {
-            condition.remove("lastHeartbeatTime");
-        }
+    for condition in node.status.conditions.iter_mut().flatten() {
+        condition.last_heartbeat_time = None;
     }
     let mut hasher = DefaultHasher::new();
     serde_json::to_string(&node).ok()?.hash(&mut hasher);
@@ -171,19 +182,15 @@ pub fn node_without_heartbeat(node: &DynamicObject) -> Option<u64> {
 /// The informers the controllers share.
 #[derive(Clone)]
 pub struct Shared {
-    pub vmis: Informer,
-    pub nodes: Informer,
+    pub vmis: Informer<VirtualMachineInstance>,
+    pub nodes: Informer<Node>,
 }
 
 impl Shared {
     pub fn start(client: &Client) -> Shared {
         Shared {
-            vmis: Informer::start(client, crate::resources::virtual_machine_instance()),
-            nodes: Informer::start_with(
-                client,
-                crate::resources::node(),
-                Some(node_without_heartbeat),
-            ),
+            vmis: Informer::start(client),
+            nodes: Informer::start_with(client, Some(node_without_heartbeat)),
         }
     }
 }
@@ -193,7 +200,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn node(heartbeat: &str, ready: &str, rack: &str, rv: &str) -> DynamicObject {
+    fn node(heartbeat: &str, ready: &str, rack: &str, rv: &str) -> Node {
         serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": "n1", "resourceVersion": rv, "labels": {"rack": rack},

@@ -12,9 +12,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::core::{ApiResource, GroupVersionKind};
 use kubevirt_api::meta;
-use kubevirt_api::model::{MigrationPhase, MigrationState, VmiPhase};
+use kubevirt_api::model::config::KubeVirt;
+use kubevirt_api::model::vmi::VmiSpec;
+use kubevirt_api::model::{
+    MigrationPhase, VirtualMachineInstance, VirtualMachineInstanceMigration, VmiPhase,
+};
 use kubevirt_api::names::annotations::MIGRATION_UNSCHEDULABLE_TIMEOUT;
 use kubevirt_api::names::finalizers::MIGRATION as FINALIZER;
 use serde_json::{json, Value};
@@ -42,16 +45,9 @@ pub const ABORT_REQUESTED: &str = "migrationAbortRequested";
 pub type IssueCredentials =
     Arc<dyn Fn(&[String]) -> Result<Vec<(&'static str, String)>, String> + Send + Sync>;
 
-pub fn migration_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachineInstanceMigration"),
-        "virtualmachineinstancemigrations",
-    )
-}
-
 /// What the controller knows besides the migration itself.
 pub struct View<'a> {
-    pub vmi: Option<&'a Value>,
+    pub vmi: Option<&'a VirtualMachineInstance>,
     /// The nodes, each with what it has left (VMIs and incoming migrations counted).
     pub nodes: &'a [NodeView],
     /// Migrations past Pending and not final, other than this one: (uid, source node).
@@ -89,7 +85,7 @@ pub enum Step {
     },
     /// Final: copy the VMI's migration state (when it is ours) and remove the finalizer.
     Finalize {
-        state: Option<Value>,
+        state: Option<Box<kubevirt_api::model::MigrationState>>,
     },
 }
 
@@ -100,77 +96,48 @@ fn fail(reason: &str) -> Step {
     }
 }
 
-fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
-    v.pointer(pointer).and_then(Value::as_str)
-}
-
 fn node_ready(nodes: &[NodeView], name: &str) -> bool {
-    nodes.iter().any(|(n, node, _)| {
-        n == name
-            && node
-                .pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .is_some_and(|cs| {
-                    cs.iter()
-                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                })
-    })
+    nodes.iter().any(|(n, node, _)| n == name && node.ready())
 }
 
-/// The VMI as the scheduler should see it for the target: its own node selector plus the
-/// migration's `addedNodeSelector` (the VMI's keys win).
-fn for_target(vmi: &Value, vmim: &Value) -> Value {
-    let mut vmi = vmi.clone();
-    if let Some(added) = vmim
-        .pointer("/spec/addedNodeSelector")
-        .and_then(Value::as_object)
-    {
-        let selector = &mut vmi["spec"]["nodeSelector"];
-        if !selector.is_object() {
-            *selector = json!({});
-        }
-        if let Some(selector) = selector.as_object_mut() {
-            for (k, v) in added {
-                selector.entry(k.clone()).or_insert(v.clone());
-            }
+/// The VMI's spec as the scheduler should see it for the target: its own node selector
+/// plus the migration's `addedNodeSelector` (the VMI's keys win).
+fn for_target(vmi: &VirtualMachineInstance, vmim: &VirtualMachineInstanceMigration) -> VmiSpec {
+    let mut spec = vmi.spec.clone();
+    if let Some(added) = &vmim.spec.added_node_selector {
+        let selector = spec.node_selector.get_or_insert_with(Default::default);
+        for (k, v) in added {
+            selector.entry(k.clone()).or_insert(v.clone());
         }
     }
-    vmi
+    spec
 }
 
 /// The next step of `vmim`.
-pub fn decide(vmim: &Value, view: &View) -> Step {
-    let phase = MigrationPhase::of(vmim);
-    let uid = str_at(vmim, "/metadata/uid").unwrap_or("");
-    let vmi_state = view.vmi.and_then(MigrationState::of);
-    let ours = vmi_state
-        .as_ref()
-        .filter(|s| s.migration_uid.as_deref() == Some(uid));
+pub fn decide(vmim: &VirtualMachineInstanceMigration, view: &View) -> Step {
+    let phase = vmim.phase();
+    let uid = vmim.uid();
+    let vmi_state = view.vmi.and_then(|v| v.migration_state());
+    let ours = vmi_state.filter(|s| s.migration_uid.as_deref() == Some(uid));
     if phase.is_final() {
-        let finalizers = vmim
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array);
-        if finalizers.is_some_and(|f| f.iter().any(|f| f == FINALIZER)) {
+        let finalizers = vmim.metadata.finalizers.as_deref().unwrap_or_default();
+        if finalizers.iter().any(|f| f == FINALIZER) {
             // The VMI's state, copied once (with the reason this controller gave, when the
             // nodes gave none); then the finalizer goes.
-            let own = vmim.pointer("/status/migrationState");
-            let state = ours
-                .and_then(|s| serde_json::to_value(s).ok())
-                .map(|mut state| {
-                    let reason = own.and_then(|o| o.get("failureReason"));
-                    if let (Some(reason), None) = (reason, state.get("failureReason")) {
-                        state["failureReason"] = reason.clone();
-                    }
-                    state
-                });
-            let state = state.filter(|s| Some(s) != own);
+            let own = vmim.status.migration_state.as_ref();
+            let state = ours.map(|s| {
+                let mut state = s.clone();
+                if state.failure_reason.is_none() {
+                    state.failure_reason = own.and_then(|o| o.failure_reason.clone());
+                }
+                state
+            });
+            let state = state.filter(|s| Some(s) != own).map(Box::new);
             return Step::Finalize { state };
         }
         return Step::Wait;
     }
-    let deleted = vmim
-        .pointer("/metadata/deletionTimestamp")
-        .is_some_and(|t| !t.is_null());
+    let deleted = vmim.metadata.deletion_timestamp.is_some();
     if deleted && !phase.handed_off() {
         return Step::Enter {
             phase: MigrationPhase::Failed,
@@ -184,17 +151,19 @@ pub fn decide(vmim: &Value, view: &View) -> Step {
     let Some(vmi) = view.vmi else {
         return fail("Migration failed because vmi does not exist.");
     };
-    if VmiPhase::of(vmi).is_final()
-        || vmi
-            .pointer("/metadata/deletionTimestamp")
-            .is_some_and(|t| !t.is_null())
-    {
+    if vmi.phase().is_final() || vmi.metadata.deletion_timestamp.is_some() {
         return fail("Migration failed vmi shutdown during migration.");
     }
-    let source = str_at(vmi, "/status/nodeName").unwrap_or("").to_string();
+    let source = vmi.node_name().unwrap_or("").to_string();
+    let target_of = |vmim: &VirtualMachineInstanceMigration| {
+        vmim.status
+            .migration_state
+            .as_ref()
+            .and_then(|s| s.target_node.clone())
+    };
     match phase {
         MigrationPhase::Unset => {
-            let other = vmi_state.as_ref().is_some_and(|s| {
+            let other = vmi_state.is_some_and(|s| {
                 s.in_flight() && s.migration_uid.as_deref().is_some_and(|u| u != uid)
             });
             if other {
@@ -206,7 +175,7 @@ pub fn decide(vmim: &Value, view: &View) -> Step {
             }
         }
         MigrationPhase::Pending => {
-            if VmiPhase::of(vmi) != VmiPhase::Running || source.is_empty() {
+            if vmi.phase() != VmiPhase::Running || source.is_empty() {
                 return Step::Wait;
             }
             let outbound = view.active.iter().filter(|(_, s)| *s == source).count();
@@ -233,37 +202,38 @@ pub fn decide(vmim: &Value, view: &View) -> Step {
                 status: target_status(vmim, vmi, &source, view),
             }
         }
-        MigrationPhase::Scheduling => match str_at(vmim, "/status/migrationState/targetNode") {
-            Some(target) if node_ready(view.nodes, target) => Step::Enter {
+        MigrationPhase::Scheduling => match target_of(vmim) {
+            Some(target) if node_ready(view.nodes, &target) => Step::Enter {
                 phase: MigrationPhase::Scheduled,
                 status: json!({}),
             },
             _ => {
                 let status = target_status(vmim, vmi, &source, view);
+                let why = status
+                    .pointer("/conditions/0/message")
+                    .and_then(Value::as_str);
                 if status.pointer("/migrationState/targetNode").is_none() {
                     let timeout = vmim
-                        .pointer(&format!(
-                            "/metadata/annotations/{}",
-                            MIGRATION_UNSCHEDULABLE_TIMEOUT.replace('/', "~1")
-                        ))
-                        .and_then(Value::as_str)
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(MIGRATION_UNSCHEDULABLE_TIMEOUT))
                         .and_then(|s| s.parse::<u64>().ok())
                         .map_or(UNSCHEDULABLE_TIMEOUT, Duration::from_secs);
                     if view.unschedulable_for.is_some_and(|d| d >= timeout) {
-                        let why = status
-                            .pointer("/conditions/0/message")
-                            .and_then(Value::as_str)
-                            .unwrap_or("");
                         return fail(&format!(
-                            "Migration target for VMI {} was unschedulable for {} seconds: {why}",
-                            str_at(vmi, "/metadata/name").unwrap_or(""),
-                            timeout.as_secs()
+                            "Migration target for VMI {} was unschedulable for {} seconds: {}",
+                            vmi.name(),
+                            timeout.as_secs(),
+                            why.unwrap_or("")
                         ));
                     }
                 }
-                let same = vmim.pointer("/status/migrationState") == status.get("migrationState")
-                    && vmim.pointer("/status/conditions/0/message")
-                        == status.pointer("/conditions/0/message");
+                let own_state = serde_json::to_value(&vmim.status.migration_state).ok();
+                let own_why =
+                    kubevirt_api::model::object::find(&vmim.status.conditions, UNSCHEDULABLE)
+                        .map(|c| c.message());
+                let same = own_state.as_ref() == status.get("migrationState") && own_why == why;
                 if same {
                     Step::Wait
                 } else {
@@ -271,20 +241,14 @@ pub fn decide(vmim: &Value, view: &View) -> Step {
                 }
             }
         },
-        MigrationPhase::Scheduled => {
-            let target = str_at(vmim, "/status/migrationState/targetNode")
-                .unwrap_or("")
-                .to_string();
-            Step::HandOff { source, target }
-        }
+        MigrationPhase::Scheduled => Step::HandOff {
+            source,
+            target: target_of(vmim).unwrap_or_default(),
+        },
         MigrationPhase::PreparingTarget | MigrationPhase::TargetReady | MigrationPhase::Running => {
             let Some(state) = ours else {
                 return fail(
-                    if vmi_state
-                        .as_ref()
-                        .and_then(|s| s.migration_uid.as_ref())
-                        .is_some()
-                    {
+                    if vmi_state.and_then(|s| s.migration_uid.as_ref()).is_some() {
                         "VMI's migration state was taken over by another migration job during active migration."
                     } else {
                         "VMI's migration state was cleared during the active migration."
@@ -337,7 +301,12 @@ pub fn decide(vmim: &Value, view: &View) -> Step {
 
 /// `status.migrationState` naming the chosen target, or a condition saying why there is
 /// none.
-fn target_status(vmim: &Value, vmi: &Value, source: &str, view: &View) -> Value {
+fn target_status(
+    vmim: &VirtualMachineInstanceMigration,
+    vmi: &VirtualMachineInstance,
+    source: &str,
+    view: &View,
+) -> Value {
     match choose_except(&for_target(vmi, vmim), view.nodes, Some(source)) {
         Ok(target) => {
             json!({"migrationState": {"sourceNode": source, "targetNode": target}, "conditions": []})
@@ -349,23 +318,13 @@ fn target_status(vmim: &Value, vmi: &Value, source: &str, view: &View) -> Value 
     }
 }
 
-pub fn kubevirt_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("kubevirt.io", "v1", "KubeVirt"),
-        "kubevirts",
-    )
-}
-
-/// KubeVirt's namespace and the name of its configuration object.
-pub const KUBEVIRT_NAMESPACE: &str = "kubevirt";
-pub const KUBEVIRT_NAME: &str = "kubevirt";
-
 /// `spec.configuration.migrations` in force: KubeVirt's defaults, overridden by what the
 /// `kubevirt/kubevirt` object sets.
-pub fn effective_configuration(kubevirt: Option<&Value>) -> Value {
+pub fn effective_configuration(kubevirt: Option<&KubeVirt>) -> Value {
     let mut config = configuration();
     if let Some(set) = kubevirt
-        .and_then(|kv| kv.pointer("/spec/configuration/migrations"))
+        .and_then(|kv| kv.spec.configuration.as_ref())
+        .and_then(|c| c.migrations.as_ref())
         .and_then(Value::as_object)
     {
         for (k, v) in set {

@@ -4,23 +4,24 @@
 //! affinity, and that has the CPU and memory it requests left. Among those, the one with
 //! the most free memory wins. A VMI that fits nowhere says why, like a pending pod.
 
-use apimachinery::pointer::Pointer;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration};
 use kube::api::{Patch, PatchParams};
-use kube::core::DynamicObject;
 use kube::runtime::reflector::Store;
-use kube::{Client, ResourceExt};
+use kube::Client;
 use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::meta;
-use kubevirt_api::model::VmiPhase;
+use kubevirt_api::model::core::Node;
+use kubevirt_api::model::vmi::{PhaseTransition, VmiSpec};
+use kubevirt_api::model::{Condition, VirtualMachineInstance, VmiPhase};
 use kubevirt_api::quantity::Quantity;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify, Semaphore};
 
-use crate::resources::{self, str_at};
+use crate::resources;
 
 const MANAGER: &str = "virt-scheduler";
 const NODE_NAME_LABEL: &str = kubevirt_api::names::labels::NODE_NAME;
@@ -51,25 +52,29 @@ fn quantity(v: Option<&Value>) -> Option<Quantity> {
 }
 
 /// What a VMI asks of its node.
-pub fn requests(vmi: &Value) -> Resources {
-    let domain = vmi.at("/spec/domain");
-    let get = |p: &str| domain.and_then(|d| d.at(p));
-    let memory = quantity(get("/resources/requests/memory"))
-        .or_else(|| quantity(get("/memory/guest")))
-        .or_else(|| quantity(get("/resources/limits/memory")))
+pub fn requests(spec: &VmiSpec) -> Resources {
+    let domain = spec.domain.clone().unwrap_or_default();
+    let resources = domain.resources.unwrap_or_default();
+    let request = |name: &str| quantity(resources.requests.as_ref().and_then(|r| r.get(name)));
+    let memory = request("memory")
+        .or_else(|| quantity(domain.memory.as_ref().and_then(|m| m.guest.as_ref())))
+        .or_else(|| quantity(resources.limits.as_ref().and_then(|l| l.get("memory"))))
         .map_or(0, Quantity::value);
-    let vcpus = ["/cpu/sockets", "/cpu/cores", "/cpu/threads"]
+    let cpu = domain.cpu.unwrap_or_default();
+    let vcpus = [cpu.sockets, cpu.cores, cpu.threads]
         .iter()
-        .map(|p| get(p).and_then(Value::as_i64).unwrap_or(1).max(1))
+        .map(|n| i64::from(n.unwrap_or(1).max(1)))
         .product::<i64>();
-    let millicpu = quantity(get("/resources/requests/cpu"))
-        .map_or(vcpus * MILLICPU_PER_VCPU, Quantity::milli_value);
+    let millicpu = request("cpu").map_or(vcpus * MILLICPU_PER_VCPU, Quantity::milli_value);
     Resources { millicpu, memory }
 }
 
 /// What a node offers in total.
-pub fn allocatable(node: &Value) -> Resources {
-    let get = |k: &str| quantity(node.at(&format!("/status/allocatable/{k}")));
+pub fn allocatable(node: &Node) -> Resources {
+    let get = |k: &str| {
+        let text = node.status.allocatable.as_ref()?.get(k)?;
+        Quantity::parse(&text.0)
+    };
     Resources {
         millicpu: get("cpu").map_or(0, Quantity::milli_value),
         memory: get("memory").map_or(0, Quantity::value),
@@ -103,148 +108,123 @@ impl Misfit {
     }
 }
 
-fn label<'a>(node: &'a Value, key: &str) -> Option<&'a Value> {
-    node.at("/metadata/labels")?.get(key)
-}
-
-fn array<'a>(value: &'a Value, pointer: &str) -> &'a [Value] {
-    value
-        .at(pointer)
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
-}
-
-fn tolerates(tolerations: &[Value], taint: &Value) -> bool {
+fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
     tolerations.iter().any(|t| {
-        let key_ok = match t["key"].as_str().unwrap_or("") {
-            "" => t["operator"] == "Exists",
-            key => key == taint["key"].as_str().unwrap_or(""),
+        let exists = t.operator.as_deref() == Some("Exists");
+        let key_ok = match t.key.as_deref().unwrap_or("") {
+            "" => exists,
+            key => key == taint.key,
         };
-        let value_ok = t["operator"] == "Exists"
-            || t["value"].as_str().unwrap_or("") == taint["value"].as_str().unwrap_or("");
-        let effect_ok =
-            t["effect"].as_str().unwrap_or("").is_empty() || t["effect"] == taint["effect"];
+        let value_ok =
+            exists || t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("");
+        let effect_ok = t
+            .effect
+            .as_deref()
+            .is_none_or(|e| e.is_empty() || e == taint.effect);
         key_ok && value_ok && effect_ok
     })
 }
 
-/// One `nodeSelectorTerm`: every expression must hold.
-fn term_matches(term: &Value, node: &Value) -> bool {
-    let expressions = array(term, "/matchExpressions");
-    let fields = array(term, "/matchFields");
-    let holds = |expr: &Value, actual: Option<String>| {
-        let values: Vec<String> = expr["values"]
-            .as_array()
-            .map(|v| {
-                v.iter()
-                    .filter_map(|x| x.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let number = |s: &str| s.parse::<i64>().ok();
-        match expr["operator"].as_str().unwrap_or("") {
-            "In" => actual.is_some_and(|a| values.contains(&a)),
-            "NotIn" => actual.is_none_or(|a| !values.contains(&a)),
-            "Exists" => actual.is_some(),
-            "DoesNotExist" => actual.is_none(),
-            "Gt" => {
-                matches!((actual.as_deref().and_then(number), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a > b)
-            }
-            "Lt" => {
-                matches!((actual.as_deref().and_then(number), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a < b)
-            }
-            _ => false,
-        }
+/// One requirement of a `nodeSelectorTerm` on the value it looks at (`None`: absent).
+fn holds(requirement: &NodeSelectorRequirement, actual: Option<&str>) -> bool {
+    let values = requirement.values.as_deref().unwrap_or_default();
+    let number = |s: &str| s.parse::<i64>().ok();
+    let compare = |ordering: std::cmp::Ordering| match (
+        actual.and_then(number),
+        values.first().and_then(|v| number(v)),
+    ) {
+        (Some(a), Some(b)) => a.cmp(&b) == ordering,
+        _ => false,
     };
-    expressions.iter().all(|e| {
-        holds(
-            e,
-            label(node, e["key"].as_str().unwrap_or(""))
-                .and_then(Value::as_str)
-                .map(str::to_string),
-        )
-    }) && fields.iter().all(|e| {
-        let actual = (e["key"] == "metadata.name").then(|| {
-            node.at("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string()
-        });
-        holds(e, actual)
-    })
+    match requirement.operator.as_str() {
+        "In" => actual.is_some_and(|a| values.iter().any(|v| v == a)),
+        "NotIn" => actual.is_none_or(|a| !values.iter().any(|v| v == a)),
+        "Exists" => actual.is_some(),
+        "DoesNotExist" => actual.is_none(),
+        "Gt" => compare(std::cmp::Ordering::Greater),
+        "Lt" => compare(std::cmp::Ordering::Less),
+        _ => false,
+    }
 }
 
-/// Whether `vmi` may run on `node` at all, ignoring capacity.
-pub fn eligible(vmi: &Value, node: &Value) -> Result<(), Misfit> {
-    let ready = node
-        .at("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        });
-    if !ready {
+/// One `nodeSelectorTerm`: every expression must hold.
+fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
+    let labels = node.labels();
+    term.match_expressions
+        .iter()
+        .flatten()
+        .all(|e| holds(e, labels.get(&e.key).map(String::as_str)))
+        && term.match_fields.iter().flatten().all(|e| {
+            let actual = (e.key == "metadata.name").then(|| node.name());
+            holds(e, actual)
+        })
+}
+
+/// Whether a VMI of `spec` may run on `node` at all, ignoring capacity.
+pub fn eligible(spec: &VmiSpec, node: &Node) -> Result<(), Misfit> {
+    if !node.ready() {
         return Err(Misfit::NotReady);
     }
-    if node.at("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+    if node.spec.unschedulable == Some(true) {
         return Err(Misfit::Unschedulable);
     }
-    let tolerations = array(vmi, "/spec/tolerations");
-    if array(node, "/spec/taints").iter().any(|t| {
-        matches!(t["effect"].as_str(), Some("NoSchedule" | "NoExecute"))
-            && !tolerates(tolerations, t)
+    let taints = node.spec.taints.as_deref().unwrap_or_default();
+    if taints.iter().any(|t| {
+        matches!(t.effect.as_str(), "NoSchedule" | "NoExecute") && !tolerates(spec.tolerations(), t)
     }) {
         return Err(Misfit::Taint);
     }
-    if let Some(selector) = vmi.at("/spec/nodeSelector").and_then(Value::as_object) {
-        if selector.iter().any(|(k, v)| label(node, k) != Some(v)) {
+    if let Some(selector) = &spec.node_selector {
+        let labels = node.labels();
+        if selector.iter().any(|(k, v)| labels.get(k) != Some(v)) {
             return Err(Misfit::Selector);
         }
     }
-    let terms = vmi
-        .at("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
-        .and_then(Value::as_array);
-    if let Some(terms) = terms {
-        if !terms.is_empty() && !terms.iter().any(|t| term_matches(t, node)) {
-            return Err(Misfit::Selector);
-        }
+    let terms = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .map(|r| r.node_selector_terms.as_slice())
+        .unwrap_or_default();
+    if !terms.is_empty() && !terms.iter().any(|t| term_matches(t, node)) {
+        return Err(Misfit::Selector);
     }
     Ok(())
 }
 
-/// The node to place `vmi` on, given what each node has left, or the reasons none fits.
-pub fn choose(vmi: &Value, nodes: &[NodeView]) -> Result<String, String> {
-    choose_except(vmi, nodes, None)
+/// The node to place a VMI of `spec` on, given what each node has left, or the reasons
+/// none fits.
+pub fn choose(spec: &VmiSpec, nodes: &[NodeView]) -> Result<String, String> {
+    choose_except(spec, nodes, None)
 }
 
 /// As [`choose`], never choosing `except` (a migration's source node).
 pub fn choose_except(
-    vmi: &Value,
+    spec: &VmiSpec,
     nodes: &[NodeView],
     except: Option<&str>,
 ) -> Result<String, String> {
-    let verdicts = verdicts(vmi, nodes);
-    pick(requests(vmi), nodes, &verdicts, except).map(|i| nodes[i].0.clone())
+    let verdicts = verdicts(spec, nodes);
+    pick(requests(spec), nodes, &verdicts, except).map(|i| nodes[i].0.clone())
 }
 
-/// `eligible` of `vmi` on each node.
-fn verdicts(vmi: &Value, nodes: &[NodeView]) -> Vec<Result<(), Misfit>> {
+/// `eligible` of a VMI of `spec` on each node.
+fn verdicts(spec: &VmiSpec, nodes: &[NodeView]) -> Vec<Result<(), Misfit>> {
     nodes
         .iter()
-        .map(|(_, node, _)| eligible(vmi, node))
+        .map(|(_, node, _)| eligible(spec, node))
         .collect()
 }
 
 /// What `eligible` reads of a VMI: VMIs alike (made from one template) are filtered
 /// alike, so a pass filters the nodes once per kind rather than once per VMI.
-fn filter_kind(vmi: &Value) -> String {
-    let part = |p: &str| vmi.at(p).cloned().unwrap_or(Value::Null);
-    json!([
-        part("/spec/nodeSelector"),
-        part("/spec/affinity"),
-        part("/spec/tolerations")
-    ])
-    .to_string()
+fn filter_kind(spec: &VmiSpec) -> String {
+    serde_json::to_string(&(&spec.node_selector, &spec.affinity, &spec.tolerations))
+        .unwrap_or_default()
 }
 
 /// The index of the node for a VMI asking `want`, given each node's `verdicts` (from
@@ -293,14 +273,6 @@ fn pick(
     ))
 }
 
-fn is_final(vmi: &DynamicObject) -> bool {
-    VmiPhase::of(&vmi.data).is_final()
-}
-
-fn node_of(vmi: &DynamicObject) -> Option<&str> {
-    str_at(vmi, "/status/nodeName").filter(|n| !n.is_empty())
-}
-
 /// What a pass reads of a VMI. Kept between passes until the VMI's resourceVersion
 /// changes: with 10,000 VMIs, reading them again from their JSON each pass cost
 /// 11 µs apiece (112 ms a pass).
@@ -320,18 +292,18 @@ struct SeenVmis(HashMap<String, SeenVmi>);
 
 impl SeenVmis {
     /// `vmi` as this pass sees it, read again only if it changed.
-    fn see(&mut self, uid: &str, vmi: &DynamicObject, pass: u64) -> &SeenVmi {
+    fn see(&mut self, uid: &str, vmi: &VirtualMachineInstance, pass: u64) -> &SeenVmi {
         let version = vmi.metadata.resource_version.as_deref();
         let fresh = |old: Option<Resources>| SeenVmi {
             resource_version: version.map(str::to_string),
             pass,
-            phase: VmiPhase::of(&vmi.data),
-            node: node_of(vmi).map(str::to_string),
-            migration_target: kubevirt_api::model::MigrationState::of(&vmi.data)
-                .filter(|m| m.in_flight())
-                .and_then(|m| m.target_node),
+            phase: vmi.phase(),
+            node: vmi.node_name().map(str::to_string),
+            migration_target: vmi
+                .migration_in_flight()
+                .and_then(|m| m.target_node.clone()),
             // A VMI's spec (and so what it asks for) does not change.
-            requests: old.unwrap_or_else(|| requests(&vmi.data)),
+            requests: old.unwrap_or_else(|| requests(&vmi.spec)),
         };
         if !self.0.contains_key(uid) {
             return self.0.entry(uid.to_string()).or_insert(fresh(None));
@@ -355,14 +327,13 @@ impl SeenVmis {
 
 struct Scheduler {
     client: Client,
-    nodes: Store<DynamicObject>,
-    vmis: Store<DynamicObject>,
+    nodes: Store<Node>,
+    vmis: Store<VirtualMachineInstance>,
     /// Placements written but not yet seen in the VMI cache, by VMI uid.
     assumed: HashMap<String, (String, Resources)>,
     /// What each pass reads of each VMI, by uid.
     seen: SeenVmis,
     pass_number: u64,
-    node_views: NodeViews,
     /// Steps being carried out.
     in_flight: Arc<Semaphore>,
     /// Uids of VMIs whose binding failed, to be placed again.
@@ -385,7 +356,6 @@ pub async fn run(client: Client, shared: crate::informer::Shared) {
         assumed: HashMap::new(),
         seen: SeenVmis::default(),
         pass_number: 0,
-        node_views: NodeViews::default(),
         in_flight: Arc::new(Semaphore::new(IN_FLIGHT)),
         report,
         failed,
@@ -405,19 +375,19 @@ pub async fn run(client: Client, shared: crate::informer::Shared) {
 
 enum Step {
     Bind {
-        vmi: Arc<DynamicObject>,
+        vmi: Arc<VirtualMachineInstance>,
         node: String,
     },
     Unschedulable {
-        vmi: Arc<DynamicObject>,
+        vmi: Arc<VirtualMachineInstance>,
         message: String,
     },
     /// Deleted before it was ever placed: nothing runs it, so nothing else will let it go.
-    ReleaseUnplaced { vmi: Arc<DynamicObject> },
+    ReleaseUnplaced { vmi: Arc<VirtualMachineInstance> },
 }
 
 impl Step {
-    fn vmi(&self) -> &DynamicObject {
+    fn vmi(&self) -> &VirtualMachineInstance {
         match self {
             Step::Bind { vmi, .. }
             | Step::Unschedulable { vmi, .. }
@@ -454,7 +424,7 @@ impl Scheduler {
             u.memory += r.memory;
         }
         let now = std::time::Instant::now();
-        let mut pending: Vec<Arc<DynamicObject>> = Vec::new();
+        let mut pending: Vec<Arc<VirtualMachineInstance>> = Vec::new();
         for vmi in &vmis {
             let Some(uid) = vmi.metadata.uid.as_ref() else {
                 continue;
@@ -492,7 +462,7 @@ impl Scheduler {
         for (node, r) in self.assumed.values() {
             take(node, *r, &mut used);
         }
-        let mut nodes = self.node_views.free(&self.nodes.state(), &used);
+        let mut nodes = free_nodes(&self.nodes.state(), &used);
         pending.sort_by_key(|v| v.metadata.creation_timestamp.clone().map(|t| t.0));
         let mut steps = Vec::new();
         let mut filtered: HashMap<String, Vec<Result<(), Misfit>>> = HashMap::new();
@@ -502,17 +472,17 @@ impl Scheduler {
                 continue;
             }
             let verdicts = filtered
-                .entry(filter_kind(&vmi.data))
-                .or_insert_with(|| verdicts(&vmi.data, &nodes));
-            let want = requests(&vmi.data);
+                .entry(filter_kind(&vmi.spec))
+                .or_insert_with(|| verdicts(&vmi.spec, &nodes));
+            let want = requests(&vmi.spec);
             match pick(want, &nodes, verdicts, None) {
                 Ok(i) => {
                     let (node, _, free) = &mut nodes[i];
                     free.millicpu -= want.millicpu;
                     free.memory -= want.memory;
                     let node = node.clone();
-                    if let Some(uid) = vmi.uid() {
-                        self.assumed.insert(uid, (node.clone(), want));
+                    if let Some(uid) = &vmi.metadata.uid {
+                        self.assumed.insert(uid.clone(), (node.clone(), want));
                     }
                     steps.push(Step::Bind { vmi, node });
                 }
@@ -536,8 +506,8 @@ impl Scheduler {
                 self.backoff.clone(),
             );
             tokio::spawn(async move {
-                let uid = step.vmi().uid().unwrap_or_default();
-                let key = object_key(step.vmi().namespace().as_deref(), &step.vmi().name_any());
+                let uid = step.vmi().uid().to_string();
+                let key = object_key(Some(step.vmi().namespace()), step.vmi().name());
                 let (what, bind) = (step.what(), matches!(step, Step::Bind { .. }));
                 let result = execute(client, step).await;
                 drop(permit);
@@ -566,85 +536,77 @@ impl Scheduler {
     }
 }
 
+/// The VMI's status as entering Scheduling leaves it: the phase and its transition time.
+fn entering_scheduling(vmi: &VirtualMachineInstance) -> Value {
+    let mut transitions = vmi
+        .status
+        .phase_transition_timestamps
+        .clone()
+        .unwrap_or_default();
+    transitions.push(PhaseTransition::new(
+        VmiPhase::Scheduling.as_str(),
+        &meta::now(),
+    ));
+    json!({"phase": VmiPhase::Scheduling, "phaseTransitionTimestamps": transitions})
+}
+
 /// Carries out one step.
 async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
+    let conditions = |vmi: &VirtualMachineInstance| -> Vec<Condition> {
+        vmi.status.conditions.clone().unwrap_or_default()
+    };
     let (vmi, patch) = match &step {
         Step::Bind { vmi, node } => {
-            let mut transitions = vmi
-                .data
-                .at("/status/phaseTransitionTimestamps")
-                .cloned()
-                .unwrap_or_else(|| json!([]));
-            if let Some(list) = transitions.as_array_mut() {
-                list.push(json!({"phase": VmiPhase::Scheduling.as_str(), "phaseTransitionTimestamp": meta::now()}));
-            }
-            let mut conditions: Vec<Value> = vmi
-                .data
-                .at("/status/conditions")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            conditions.retain(|c| c["type"] != "PodScheduled");
+            let mut status = entering_scheduling(vmi);
+            let mut conditions = conditions(vmi);
+            conditions.retain(|c| c.kind() != "PodScheduled");
+            status["nodeName"] = json!(node);
+            status["conditions"] = json!(conditions);
             (
                 vmi,
                 json!({
-                    "metadata": {"resourceVersion": vmi.resource_version(), "labels": {NODE_NAME_LABEL: node}},
-                    "status": {"phase": VmiPhase::Scheduling.as_str(), "nodeName": node, "phaseTransitionTimestamps": transitions,
-                               "conditions": conditions},
+                    "metadata": {"resourceVersion": vmi.metadata.resource_version, "labels": {NODE_NAME_LABEL: node}},
+                    "status": status,
                 }),
             )
         }
         Step::Unschedulable { vmi, message } => {
-            let already = crate::resources::condition(vmi, "PodScheduled")
-                .is_some_and(|c| c["message"] == json!(message));
-            if already && VmiPhase::of(&vmi.data) == VmiPhase::Scheduling {
+            let already = vmi
+                .condition("PodScheduled")
+                .is_some_and(|c| c.message() == message);
+            if already && vmi.phase() == VmiPhase::Scheduling {
                 return Ok(());
             }
-            let mut conditions: Vec<Value> = vmi
-                .data
-                .at("/status/conditions")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            meta::set_condition(
+            let mut conditions = conditions(vmi);
+            kubevirt_api::model::object::set(
                 &mut conditions,
-                json!({"type": "PodScheduled", "status": "False",
-                "reason": "Unschedulable", "message": message, "lastProbeTime": null,
-                "lastTransitionTime": meta::now()}),
+                Condition::new("PodScheduled", "False", "Unschedulable", message),
+                &meta::now(),
             );
-            let mut status = json!({"conditions": conditions});
-            if VmiPhase::of(&vmi.data) != VmiPhase::Scheduling {
-                let mut transitions = vmi
-                    .data
-                    .at("/status/phaseTransitionTimestamps")
-                    .cloned()
-                    .unwrap_or_else(|| json!([]));
-                if let Some(list) = transitions.as_array_mut() {
-                    list.push(
-                        json!({"phase": VmiPhase::Scheduling.as_str(), "phaseTransitionTimestamp": meta::now()}),
-                    );
-                }
-                status["phase"] = json!(VmiPhase::Scheduling.as_str());
-                status["phaseTransitionTimestamps"] = transitions;
-            }
+            let mut status = if vmi.phase() != VmiPhase::Scheduling {
+                entering_scheduling(vmi)
+            } else {
+                json!({})
+            };
+            status["conditions"] = json!(conditions);
             (
                 vmi,
-                json!({"metadata": {"resourceVersion": vmi.resource_version()}, "status": status}),
+                json!({"metadata": {"resourceVersion": vmi.metadata.resource_version}, "status": status}),
             )
         }
         Step::ReleaseUnplaced { vmi } => {
-            let finalizers: Vec<&String> = vmi
-                .finalizers()
+            let all = vmi.metadata.finalizers.as_deref().unwrap_or_default();
+            let finalizers: Vec<&String> = all
                 .iter()
                 .filter(|f| f.as_str() != kubevirt_api::defaults::VMI_FOREGROUND_FINALIZER)
                 .collect();
-            if finalizers.len() == vmi.finalizers().len() && is_final(vmi) {
+            if finalizers.len() == all.len() && vmi.phase().is_final() {
                 return Ok(());
             }
             (
                 vmi,
-                json!({"metadata": {"resourceVersion": vmi.resource_version(), "finalizers": finalizers},
-                         "status": {"phase": "Failed", "reason": "Deleted before it was scheduled"}}),
+                json!({"metadata": {"resourceVersion": vmi.metadata.resource_version, "finalizers": finalizers},
+                         "status": {"phase": VmiPhase::Failed, "reason": "Deleted before it was scheduled"}}),
             )
         }
     };
@@ -655,8 +617,8 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
     crate::writes::patch(
         &client,
         &resources::virtual_machine_instance(),
-        &vmi.namespace().unwrap_or_default(),
-        &vmi.name_any(),
+        vmi.namespace(),
+        vmi.name(),
         None,
         &params,
         &Patch::Merge(&patch),
@@ -665,73 +627,26 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
     Ok(())
 }
 
-/// A node as the placement functions read it: its name, its view (see `node_view`) and
-/// what it has left.
-pub type NodeView = (String, Arc<Value>, Resources);
+/// A node as the placement functions read it: its name, the node and what it has left.
+pub type NodeView = (String, Arc<Node>, Resources);
 
-/// Each node (sorted by name) as [`choose`] takes it: its view and what it has left once
-/// `used` (by node name) is taken.
-pub fn free_nodes(
-    nodes: &[Arc<DynamicObject>],
-    used: &HashMap<String, Resources>,
-) -> Vec<NodeView> {
-    NodeViews::default().free(nodes, used)
-}
-
-/// Node views kept between passes: with 1,000 nodes, making each one's view again on
-/// every pass (one pass per burst of VMI events) was a good part of a pass.
-#[derive(Default)]
-pub struct NodeViews(HashMap<String, (Option<String>, Arc<Value>, Resources)>);
-
-impl NodeViews {
-    /// As [`free_nodes`]; a node's view is made again only when its resourceVersion
-    /// changed since the last call.
-    pub fn free(
-        &mut self,
-        nodes: &[Arc<DynamicObject>],
-        used: &HashMap<String, Resources>,
-    ) -> Vec<NodeView> {
-        let names: HashSet<&str> = nodes
-            .iter()
-            .filter_map(|n| n.metadata.name.as_deref())
-            .collect();
-        self.0.retain(|name, _| names.contains(name.as_str()));
-        let mut out: Vec<NodeView> = nodes
-            .iter()
-            .map(|n| {
-                let name = n.name_any();
-                let version = &n.metadata.resource_version;
-                let (view, total) = match self.0.get(&name) {
-                    Some((seen, view, total)) if seen == version && version.is_some() => {
-                        (view.clone(), *total)
-                    }
-                    _ => {
-                        let view = Arc::new(node_view(n));
-                        let total = allocatable(&view);
-                        self.0
-                            .insert(name.clone(), (version.clone(), view.clone(), total));
-                        (view, total)
-                    }
-                };
-                let u = used.get(name.as_str()).copied().unwrap_or_default();
-                let free = Resources {
-                    millicpu: total.millicpu - u.millicpu,
-                    memory: total.memory - u.memory,
-                };
-                (name, view, free)
-            })
-            .collect();
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        out
-    }
-}
-
-/// A node as one JSON value for the pure functions above: its spec and status with the
-/// only metadata they read (name, labels) — not the whole metadata (managedFields...).
-fn node_view(node: &DynamicObject) -> Value {
-    let mut value = node.data.clone();
-    value["metadata"] = json!({"name": node.metadata.name, "labels": node.metadata.labels});
-    value
+/// Each node (sorted by name) as [`choose`] takes it, with what it has left once `used`
+/// (by node name) is taken.
+pub fn free_nodes(nodes: &[Arc<Node>], used: &HashMap<String, Resources>) -> Vec<NodeView> {
+    let mut views: Vec<NodeView> = nodes
+        .iter()
+        .map(|node| {
+            let total = allocatable(node);
+            let u = used.get(node.name()).copied().unwrap_or_default();
+            let free = Resources {
+                millicpu: total.millicpu - u.millicpu,
+                memory: total.memory - u.memory,
+            };
+            (node.name().to_string(), node.clone(), free)
+        })
+        .collect();
+    views.sort_by(|a, b| a.0.cmp(&b.0));
+    views
 }
 
 #[cfg(test)]

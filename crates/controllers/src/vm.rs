@@ -1,33 +1,32 @@
 //! The VirtualMachine controller: keeps one VMI per VM as its runStrategy and queued
 //! state-change requests say, and reports what it sees in the VM's status.
 
-use apimachinery::pointer::Pointer;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Map, Value};
 
-use crate::cached::{self, Cached, Kind, VirtualMachine, DECISION_SPEC_FIELDS};
-use crate::datavolume::data_volume_resource;
-use crate::resources::{condition, condition_is, str_at};
+use crate::cached::{self, Cached, DECISION_SPEC_FIELDS};
 use crate::run_strategy::{
-    self, ChangeRequest, Effect, Phase, RunStrategy, StartFailure, VmState, VmiAction, VmiState,
+    self, ChangeRequest, Effect, RunStrategy, StartFailure, VmState, VmiAction, VmiState,
 };
 use crate::vm_volumes::{self, Readiness};
 use crate::Error;
 use kubevirt_api::backoff::{object_key, Backoff};
-use kubevirt_api::lean::Lean;
+use kubevirt_api::cdi::model::DataVolume;
 use kubevirt_api::meta;
-use kubevirt_api::model::{MigrationState, SpecStrategy, VmiPhase};
+use kubevirt_api::model::object::{find, set};
+use kubevirt_api::model::vm::VmiTemplate;
+use kubevirt_api::model::{Condition, VirtualMachine, VirtualMachineInstance, VmiPhase};
 use kubevirt_api::resources::VM_CONTROLLER_FINALIZER as VM_FINALIZER;
 use kubevirt_api::vm_status;
 
@@ -35,10 +34,8 @@ const MANAGER: &str = "virt-controller";
 
 struct Context {
     client: Client,
-    vm: ApiResource,
-    vmi: ApiResource,
     /// Every VMI, as the shared VMI informer last saw it.
-    vmis: Store<DynamicObject>,
+    vmis: Store<VirtualMachineInstance>,
     /// Retry delays of VMs whose sync failed, by `namespace/name`.
     backoff: Backoff<String>,
     expectations: Expectations,
@@ -56,7 +53,7 @@ struct Expected {
     /// The resourceVersion of the VM's last status write.
     vm_version: Option<u64>,
     /// The VMI this controller created, until the VMI cache shows it.
-    vmi: Option<(Arc<DynamicObject>, Instant)>,
+    vmi: Option<(Arc<VirtualMachineInstance>, Instant)>,
 }
 
 /// How long a created VMI stands in for the cache's; past that the server is asked.
@@ -92,14 +89,14 @@ impl Expectations {
         self.with(key, |expected| expected.vm_version = version);
     }
 
-    fn created_vmi(&self, key: &str, vmi: &Arc<DynamicObject>) {
+    fn created_vmi(&self, key: &str, vmi: &Arc<VirtualMachineInstance>) {
         self.with(key, |expected| {
             expected.vmi = Some((vmi.clone(), Instant::now()));
         });
     }
 
     /// The VMI created for this VM that the cache does not show yet, if recent.
-    fn vmi_not_cached(&self, key: &str, cached: bool) -> Option<Arc<DynamicObject>> {
+    fn vmi_not_cached(&self, key: &str, cached: bool) -> Option<Arc<VirtualMachineInstance>> {
         self.with(key, |expected| match expected.vmi.take() {
             Some((vmi, at)) if !cached && at.elapsed() < CREATED_VMI_TRUST => {
                 expected.vmi = Some((vmi.clone(), at));
@@ -114,20 +111,14 @@ pub async fn run(client: Client, shared: crate::informer::Shared) {
     let (vm_reader, vm_events) = cached::watch::<VirtualMachine>(&client);
     let ctx = Arc::new(Context {
         client,
-        vm: VirtualMachine::resource(),
-        vmi: crate::resources::virtual_machine_instance(),
         vmis: shared.vmis.store(),
         backoff: Backoff::default(),
         expectations: Expectations::default(),
     });
-    let data_volumes = Api::<DynamicObject>::all_with(ctx.client.clone(), &data_volume_resource());
+    let data_volumes = Api::<DataVolume>::all(ctx.client.clone());
     Controller::for_stream(vm_events.applied_objects(), vm_reader)
         .reconcile_on(shared.vmis.follow(owning_vm))
-        .owns_with(
-            data_volumes,
-            data_volume_resource(),
-            kube::runtime::watcher::Config::default(),
-        )
+        .owns(data_volumes, kube::runtime::watcher::Config::default())
         .with_config(crate::controller_config())
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| {
@@ -155,28 +146,27 @@ fn error_policy(vm: Arc<Cached<VirtualMachine>>, error: &Error, ctx: Arc<Context
     Action::requeue(retry)
 }
 
-fn strategy_of(vm: &DynamicObject) -> Option<RunStrategy> {
-    SpecStrategy::of_value(vm.data.get("spec")?).strategy()
+fn strategy_of(vm: &VirtualMachine) -> Option<RunStrategy> {
+    vm.spec_strategy().strategy()
 }
 
-fn requests_of(vm: &DynamicObject) -> Vec<ChangeRequest> {
-    vm.data
-        .at("/status/stateChangeRequests")
-        .and_then(Value::as_array)
-        .map(|list| {
-            list.iter()
-                .filter_map(|r| match r["action"].as_str()? {
-                    "Start" => Some(ChangeRequest::Start {
-                        paused: r.at("/data/paused") == Some(&json!("true")),
-                    }),
-                    "Stop" => Some(ChangeRequest::Stop {
-                        uid: r["uid"].as_str().map(str::to_string),
-                    }),
-                    _ => None,
-                })
-                .collect()
+fn requests_of(vm: &VirtualMachine) -> Vec<ChangeRequest> {
+    vm.status
+        .state_change_requests
+        .iter()
+        .flatten()
+        .filter_map(|r| match r.action.as_deref()? {
+            "Start" => Some(ChangeRequest::Start {
+                paused: r
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get("paused"))
+                    .is_some_and(|p| p == "true"),
+            }),
+            "Stop" => Some(ChangeRequest::Stop { uid: r.uid.clone() }),
+            _ => None,
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 fn request_json(request: &ChangeRequest) -> Value {
@@ -190,13 +180,14 @@ fn request_json(request: &ChangeRequest) -> Value {
     }
 }
 
-fn start_failure_of(vm: &DynamicObject) -> Option<StartFailure> {
-    let f = vm.data.at("/status/startFailure")?;
+fn start_failure_of(vm: &VirtualMachine) -> Option<StartFailure> {
+    let f = vm.status.start_failure.as_ref()?;
     Some(StartFailure {
-        consecutive_fail_count: f["consecutiveFailCount"].as_u64().unwrap_or(0) as u32,
-        last_failed_vmi_uid: f["lastFailedVMIUID"].as_str().unwrap_or("").to_string(),
-        retry_after: f["retryAfterTimestamp"]
-            .as_str()
+        consecutive_fail_count: u32::try_from(f.consecutive_fail_count.unwrap_or(0)).unwrap_or(0),
+        last_failed_vmi_uid: f.last_failed_vmi_uid.clone().unwrap_or_default(),
+        retry_after: f
+            .retry_after_timestamp
+            .as_deref()
             .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
             .map(|t| t.with_timezone(&Utc))
             .unwrap_or_else(Utc::now),
@@ -208,72 +199,71 @@ fn start_failure_json(f: &StartFailure) -> Value {
            "retryAfterTimestamp": meta::format_time(f.retry_after)})
 }
 
-fn vmi_state(vmi: &DynamicObject) -> VmiState {
-    let migrating = MigrationState::of(&vmi.data).is_some_and(|m| m.moving());
-    let sync_failure = condition(vmi, "Synchronized")
-        .filter(|c| c["status"] == "False")
-        .and_then(|c| c["reason"].as_str())
-        .map(str::to_string);
+fn vmi_state(vmi: &VirtualMachineInstance) -> VmiState {
+    let sync_failure = vmi
+        .condition("Synchronized")
+        .filter(|c| c.status.as_deref() == Some("False"))
+        .and_then(|c| c.reason.clone());
     VmiState {
-        uid: vmi.uid().unwrap_or_default(),
-        phase: Phase::parse(str_at(vmi, "/status/phase").unwrap_or("")),
+        uid: vmi.uid().to_string(),
+        phase: vmi.phase(),
         deleting: vmi.metadata.deletion_timestamp.is_some(),
-        ever_running: vmi
-            .data
-            .at("/status/phaseTransitionTimestamps")
-            .and_then(Value::as_array)
-            .is_some_and(|ts| ts.iter().any(|t| t["phase"] == "Running")),
-        paused: condition_is(vmi, "Paused", "True"),
-        unschedulable: condition(vmi, "PodScheduled")
-            .is_some_and(|c| c["status"] == "False" && c["reason"] == "Unschedulable"),
+        ever_running: vmi.entered(VmiPhase::Running).is_some(),
+        paused: vmi
+            .condition("Paused")
+            .is_some_and(|c| c.is("Paused", "True")),
+        unschedulable: vmi
+            .condition("PodScheduled")
+            .is_some_and(|c| c.is("PodScheduled", "False") && c.reason() == "Unschedulable"),
         sync_failure,
-        migrating,
+        migrating: vmi.migration_state().is_some_and(|m| m.moving()),
     }
 }
 
 /// The VMI a VM starts: its template with the VM's name, owned by the VM (§1.6).
-fn vmi_from_template(vm: &DynamicObject, template: Option<Value>, paused: bool) -> Value {
-    let template = template.unwrap_or_else(|| json!({}));
-    let mut labels = template
-        .at("/metadata/labels")
-        .cloned()
-        .unwrap_or_else(|| json!({}));
-    if !labels.is_object() {
-        labels = json!({});
-    }
-    let mut annotations = template
-        .at("/metadata/annotations")
-        .cloned()
-        .unwrap_or_else(|| json!({}));
-    if !annotations.is_object() {
-        annotations = json!({});
-    }
-    annotations["kubevirt.io/vm-generation"] =
-        json!(vm.metadata.generation.unwrap_or(1).to_string());
-    let mut spec = template.get("spec").cloned().unwrap_or_else(|| json!({}));
+fn vmi_from_template(
+    vm: &VirtualMachine,
+    template: Option<VmiTemplate>,
+    paused: bool,
+) -> VirtualMachineInstance {
+    let template = template.unwrap_or_default();
+    let metadata = template.metadata.unwrap_or_default();
+    let mut annotations = metadata.annotations.unwrap_or_default();
+    annotations.insert(
+        "kubevirt.io/vm-generation".into(),
+        vm.metadata.generation.unwrap_or(1).to_string(),
+    );
+    let mut spec = template.spec.unwrap_or_default();
     if paused {
-        spec["startStrategy"] = json!("Paused");
+        spec.start_strategy = Some("Paused".into());
     }
-    if spec.at("/domain/firmware/uuid").is_none() {
-        if spec.at("/domain/firmware").is_none() {
-            spec["domain"]["firmware"] = json!({});
-        }
-        spec["domain"]["firmware"]["uuid"] =
-            json!(kubevirt_api::defaults::stable_firmware_uuid(&vm.name_any()));
+    let firmware = spec
+        .domain
+        .get_or_insert_with(Default::default)
+        .firmware
+        .get_or_insert_with(Default::default);
+    if firmware.uuid.is_none() {
+        firmware.uuid = Some(kubevirt_api::defaults::stable_firmware_uuid(vm.name()));
     }
-    json!({
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachineInstance",
-        "metadata": {
-            "name": vm.name_any(),
-            "namespace": vm.namespace(),
-            "labels": labels,
-            "annotations": annotations,
-            "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": vm.name_any(),
-                                 "uid": vm.uid(), "controller": true, "blockOwnerDeletion": true}],
+    VirtualMachineInstance {
+        metadata: ObjectMeta {
+            name: Some(vm.name().to_string()),
+            namespace: Some(vm.namespace().to_string()),
+            labels: Some(metadata.labels.unwrap_or_default()),
+            annotations: Some(annotations),
+            owner_references: Some(vec![OwnerReference {
+                api_version: VirtualMachine::API_VERSION.into(),
+                kind: VirtualMachine::KIND.into(),
+                name: vm.name().to_string(),
+                uid: vm.uid().to_string(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..ObjectMeta::default()
         },
-        "spec": spec,
-    })
+        spec,
+        status: Default::default(),
+    }
 }
 
 fn post_params() -> PostParams {
@@ -286,31 +276,26 @@ fn post_params() -> PostParams {
 /// The VM's VMI: from the cache, or from the server when the cache may lag behind a
 /// create (the VM's status says a VMI was created, but the cache has none).
 async fn find_vmi(
-    vm: &DynamicObject,
-    vmis: &Api<Lean>,
+    vm: &VirtualMachine,
+    vmis: &Api<VirtualMachineInstance>,
     ctx: &Context,
-) -> Result<Option<Arc<DynamicObject>>, Error> {
-    let name = vm.name_any();
-    let namespace = vm.namespace().unwrap_or_default();
-    let cached = ctx
-        .vmis
-        .get(&ObjectRef::new_with(&name, ctx.vmi.clone()).within(&namespace));
+) -> Result<Option<Arc<VirtualMachineInstance>>, Error> {
+    let (name, namespace) = (vm.name(), vm.namespace());
+    let cached = ctx.vmis.get(&ObjectRef::new(name).within(namespace));
     let created = ctx
         .expectations
-        .vmi_not_cached(&object_key(Some(&namespace), &name), cached.is_some());
+        .vmi_not_cached(&object_key(Some(namespace), name), cached.is_some());
     let vmi = match (cached, created) {
         (Some(cached), _) => Some(cached),
         (None, Some(created)) => Some(created),
-        (None, None) if vm.data.at("/status/created").and_then(Value::as_bool) == Some(true) => {
-            vmis.get_opt(&name).await?.map(|vmi| Arc::new(vmi.0))
-        }
+        (None, None) if vm.status.created == Some(true) => vmis.get_opt(name).await?.map(Arc::new),
         (None, None) => None,
     };
     Ok(vmi.filter(|vmi| owned_by(vmi, vm)))
 }
 
 /// The VM that controls `vmi`, to sync when the VMI changes.
-fn owning_vm(vmi: &DynamicObject) -> Option<ObjectRef<Cached<VirtualMachine>>> {
+fn owning_vm(vmi: &VirtualMachineInstance) -> Option<ObjectRef<Cached<VirtualMachine>>> {
     let owner = vmi
         .metadata
         .owner_references
@@ -318,18 +303,16 @@ fn owning_vm(vmi: &DynamicObject) -> Option<ObjectRef<Cached<VirtualMachine>>> {
         .iter()
         .find(|r| r.controller == Some(true))?;
     let group = owner.api_version.split_once('/').map(|(group, _)| group);
-    (owner.kind == VirtualMachine::KIND && group == Some(VirtualMachine::GROUP)).then(|| {
-        ObjectRef::new(&owner.name).within(vmi.metadata.namespace.as_deref().unwrap_or_default())
-    })
+    (owner.kind == VirtualMachine::KIND && group == Some(VirtualMachine::GROUP))
+        .then(|| ObjectRef::new(&owner.name).within(vmi.namespace()))
 }
 
 /// Whether `vmi` is this VM's: a VMI of the same name left by an earlier VM is not.
-fn owned_by(vmi: &DynamicObject, vm: &DynamicObject) -> bool {
-    let vm_uid = vm.uid().unwrap_or_default();
+fn owned_by(vmi: &VirtualMachineInstance, vm: &VirtualMachine) -> bool {
     vmi.metadata
         .owner_references
         .as_ref()
-        .is_some_and(|refs| refs.iter().any(|r| r.uid == vm_uid))
+        .is_some_and(|refs| refs.iter().any(|r| r.uid == vm.uid()))
 }
 
 async fn reconcile(
@@ -345,23 +328,22 @@ async fn reconcile(
         return Ok(Action::requeue(STALE_VM_RETRY));
     }
     let cached = cached.unpack()?;
-    let vm = Arc::new(cached.object::<VirtualMachine>(Some(DECISION_SPEC_FIELDS))?);
-    let namespace = vm.namespace().unwrap_or_default();
-    let name = vm.name_any();
-    let vms = Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &ctx.vm);
-    // Decoded lean: the controller reads no managedFields.
-    let vmis = Api::<Lean>::namespaced_with(ctx.client.clone(), &namespace, &ctx.vmi);
+    let vm = Arc::new(cached.vm(DECISION_SPEC_FIELDS)?);
+    let namespace = vm.namespace().to_string();
+    let name = vm.name().to_string();
+    let vms = Api::<VirtualMachine>::namespaced(ctx.client.clone(), &namespace);
+    let vmis = Api::<VirtualMachineInstance>::namespaced(ctx.client.clone(), &namespace);
     let mut vmi = find_vmi(&vm, &vmis, &ctx).await?;
     let deleting = vm.metadata.deletion_timestamp.is_some();
-    let has_finalizer = vm.finalizers().iter().any(|f| f == VM_FINALIZER);
+    let finalizers_now = vm.metadata.finalizers.clone().unwrap_or_default();
+    let has_finalizer = finalizers_now.iter().any(|f| f == VM_FINALIZER);
     if deleting && vmi.is_none() {
         if has_finalizer {
-            let finalizers: Vec<&String> = vm
-                .finalizers()
+            let finalizers: Vec<&String> = finalizers_now
                 .iter()
                 .filter(|f| *f != VM_FINALIZER)
                 .collect();
-            let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": vm.resource_version()}});
+            let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": vm.metadata.resource_version}});
             vms.patch(&name, &params_merge(), &Patch::Merge(&patch))
                 .await?;
         }
@@ -370,32 +352,39 @@ async fn reconcile(
     // The finalizer first, then on with the VM as that write left it (KubeVirt does both
     // in one sync).
     let vm = if !deleting && !has_finalizer {
-        let mut finalizers = vm.finalizers().to_vec();
+        let mut finalizers = finalizers_now.clone();
         finalizers.push(VM_FINALIZER.to_string());
-        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": vm.resource_version()}});
-        Arc::new(
-            vms.patch(&name, &params_merge(), &Patch::Merge(&patch))
-                .await?,
-        )
+        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": vm.metadata.resource_version}});
+        // The answer is the whole VM; the sync goes on with the spec fields it decides by,
+        // as the cache gave them, and the written metadata.
+        let written = vms
+            .patch(&name, &params_merge(), &Patch::Merge(&patch))
+            .await?;
+        Arc::new(VirtualMachine {
+            metadata: written.metadata,
+            ..(*vm).clone()
+        })
     } else {
         vm
     };
 
     let Some(strategy) = strategy_of(&vm) else {
-        let failure = json!({"type": "Failure", "status": "True", "reason": "FailedCreate",
-            "message": "Error fetching RunStrategy: running and runstrategy are mutually exclusive or missing",
-            "lastTransitionTime": meta::now()});
+        let failure = Condition::new(
+            "Failure",
+            "True",
+            "FailedCreate",
+            "Error fetching RunStrategy: running and runstrategy are mutually exclusive or missing",
+        );
         let retry = update_status(&ctx, &key, &vm, |status| {
-            let mut conditions = existing_conditions(&vm);
-            meta::set_condition(&mut conditions, failure.clone());
+            let mut conditions = vm.status.conditions.clone().unwrap_or_default();
+            set(&mut conditions, failure.clone(), &meta::now());
             status.insert("conditions".into(), json!(conditions));
         })
         .await?;
         return Ok(next_sync(retry));
     };
-    let templates = cached
+    let templates: Vec<Value> = cached
         .spec_field("dataVolumeTemplates")?
-        .and_then(|t| t.as_array().cloned())
         .unwrap_or_default();
     if !deleting && !templates.is_empty() {
         vm_volumes::ensure_templates(&ctx.client, &vm, &templates).await?;
@@ -404,7 +393,11 @@ async fn reconcile(
     let state = VmState {
         strategy,
         deleting,
-        last_strategy: str_at(&vm, "/status/runStrategy").and_then(RunStrategy::parse),
+        last_strategy: vm
+            .status
+            .run_strategy
+            .as_deref()
+            .and_then(RunStrategy::parse),
         requests: requests_of(&vm),
         start_failure: start_failure_of(&vm),
     };
@@ -419,7 +412,7 @@ async fn reconcile(
     // Whether the volumes let the VM start, when it wants to or has DataVolumes to show.
     let wants_vmi = matches!(plan.action, VmiAction::Create { .. });
     let volumes = if (wants_vmi || !templates.is_empty()) && vmi.is_none() && !deleting {
-        match cached.spec_field("template")? {
+        match cached.spec_field::<VmiTemplate>("template")? {
             Some(template) => vm_volumes::readiness(&ctx.client, &namespace, &template).await?,
             None => Readiness::Ready,
         }
@@ -434,15 +427,11 @@ async fn reconcile(
         VmiAction::None => {}
         VmiAction::Create { .. } if volumes != Readiness::Ready => {}
         VmiAction::Create { paused } => {
-            let body: DynamicObject = serde_json::from_value(vmi_from_template(
-                &vm,
-                cached.spec_field("template")?,
-                *paused,
-            ))?;
-            match vmis.create(&post_params(), &Lean(body)).await {
+            let body = vmi_from_template(&vm, cached.spec_field("template")?, *paused);
+            match vmis.create(&post_params(), &body).await {
                 // The status reports on the VMI just made, so the sync its creation
                 // triggers finds nothing left to write.
-                Ok(Lean(created)) => {
+                Ok(created) => {
                     let created = Arc::new(created);
                     effect = Effect::Created;
                     ctx.expectations.created_vmi(&key, &created);
@@ -453,7 +442,7 @@ async fn reconcile(
                     vmi = vmis
                         .get_opt(&name)
                         .await?
-                        .map(|vmi| Arc::new(vmi.0))
+                        .map(Arc::new)
                         .filter(|vmi| owned_by(vmi, &vm));
                     if vmi.is_some() {
                         effect = Effect::FoundExisting;
@@ -473,8 +462,8 @@ async fn reconcile(
         VmiAction::Delete => {
             if let Some(vmi) = &vmi {
                 let dp = DeleteParams {
-                    preconditions: vmi.uid().map(|uid| kube::api::Preconditions {
-                        uid: Some(uid),
+                    preconditions: Some(kube::api::Preconditions {
+                        uid: vmi.metadata.uid.clone(),
                         resource_version: None,
                     }),
                     ..Default::default()
@@ -497,7 +486,7 @@ async fn reconcile(
             requeue = Some((*when - now).to_std().unwrap_or(Duration::from_millis(100)));
         }
         VmiAction::SwitchToAlways => {
-            let patch = if vm.data.at("/spec/running").is_some() {
+            let patch = if vm.spec.running.is_some() {
                 json!({"spec": {"running": true}})
             } else {
                 json!({"spec": {"runStrategy": "Always"}})
@@ -514,7 +503,9 @@ async fn reconcile(
     };
     let generation = vm.metadata.generation;
     let vmi_generation = vmi.as_ref().and_then(|v| {
-        v.annotations()
+        v.metadata
+            .annotations
+            .as_ref()?
             .get("kubevirt.io/vm-generation")
             .and_then(|g| g.parse::<i64>().ok())
     });
@@ -523,7 +514,8 @@ async fn reconcile(
         status.insert("created".into(), json!(vmi.is_some()));
         let ready = vmi
             .as_ref()
-            .is_some_and(|v| condition_is(v, "Ready", "True"));
+            .and_then(|v| v.condition("Ready"))
+            .is_some_and(|c| c.is("Ready", "True"));
         status.insert("ready".into(), json!(ready));
         if let Some(strategy) = state.last_strategy {
             status.insert("runStrategy".into(), json!(strategy.as_str()));
@@ -531,10 +523,9 @@ async fn reconcile(
         let mut conditions = vm_conditions(vmi.as_deref());
         conditions.extend(volumes.condition(&meta::now()));
         if let Some((reason, message)) = &failure {
-            conditions.push(
-                json!({"type": "Failure", "status": "True", "reason": reason, "message": message,
-                                   "lastProbeTime": null, "lastTransitionTime": meta::now()}),
-            );
+            let mut failure = Condition::new("Failure", "True", reason, message);
+            failure.last_transition_time = Some(meta::now());
+            conditions.push(failure);
         } else if state.start_failure.is_some() {
             conditions.extend(start_failure_condition(&vm, vmi.as_deref()));
         }
@@ -586,45 +577,37 @@ fn sooner(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
 /// Failure condition with its reason and message), so that the VM says more than
 /// CrashLoopBackOff: taken from the failed VMI's Ready condition while it is there, then
 /// kept from the VM's own until a VMI runs or the user stops the VM.
-fn start_failure_condition(vm: &DynamicObject, vmi: Option<&DynamicObject>) -> Option<Value> {
+fn start_failure_condition(
+    vm: &VirtualMachine,
+    vmi: Option<&VirtualMachineInstance>,
+) -> Option<Condition> {
     let from_vmi = vmi
-        .filter(|vmi| VmiPhase::of(&vmi.data) == VmiPhase::Failed)
-        .and_then(|vmi| condition(vmi, "Ready"))
-        .filter(|ready| ready["status"] == "False")
-        .map(|ready| {
-            json!({"type": "Failure", "status": "True", "reason": ready["reason"],
-                   "message": ready["message"], "lastProbeTime": null,
-                   "lastTransitionTime": ready["lastTransitionTime"]})
+        .filter(|vmi| vmi.phase() == VmiPhase::Failed)
+        .and_then(|vmi| vmi.condition("Ready"))
+        .filter(|ready| ready.status.as_deref() == Some("False"))
+        .map(|ready| Condition {
+            type_: Some("Failure".into()),
+            status: Some("True".into()),
+            ..ready.clone()
         });
-    from_vmi.or_else(|| condition(vm, "Failure").cloned())
-}
-
-fn existing_conditions(vm: &DynamicObject) -> Vec<Value> {
-    vm.data
-        .at("/status/conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
+    from_vmi.or_else(|| vm.condition("Failure").cloned())
 }
 
 /// Ready from the VMI (or VMINotExists), and every other VMI condition mirrored (§2.3).
-fn vm_conditions(vmi: Option<&DynamicObject>) -> Vec<Value> {
+fn vm_conditions(vmi: Option<&VirtualMachineInstance>) -> Vec<Condition> {
     let Some(vmi) = vmi else {
         return vec![vm_status::vmi_not_exists_condition(&meta::now())];
     };
-    let mut out: Vec<Value> = vmi
-        .data
-        .at("/status/conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    if !out.iter().any(|c| c["type"] == "Ready") {
-        out.insert(
-            0,
-            json!({"type": "Ready", "status": "False", "reason": "VMIConditionMissing",
-                             "message": "VMI is missing the Ready condition", "lastProbeTime": null,
-                             "lastTransitionTime": meta::now()}),
+    let mut out = vmi.status.conditions.clone().unwrap_or_default();
+    if find(&vmi.status.conditions, "Ready").is_none() {
+        let mut missing = Condition::new(
+            "Ready",
+            "False",
+            "VMIConditionMissing",
+            "VMI is missing the Ready condition",
         );
+        missing.last_transition_time = Some(meta::now());
+        out.insert(0, missing);
     }
     out
 }
@@ -635,15 +618,13 @@ fn vm_conditions(vmi: Option<&DynamicObject>) -> Vec<Value> {
 async fn update_status(
     ctx: &Context,
     key: &str,
-    vm: &DynamicObject,
+    vm: &VirtualMachine,
     fill: impl FnOnce(&mut Map<String, Value>),
 ) -> Result<Option<Duration>, Error> {
-    let current = vm
-        .data
-        .get("status")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+    let current = match serde_json::to_value(&vm.status)? {
+        Value::Object(status) => status,
+        _ => Map::new(),
+    };
     let mut desired = current.clone();
     let mut changes = Map::new();
     fill(&mut changes);
@@ -682,12 +663,13 @@ async fn update_status(
             }
         }
     }
-    let patch = json!({"metadata": {"resourceVersion": vm.resource_version()}, "status": changes});
+    let patch =
+        json!({"metadata": {"resourceVersion": vm.metadata.resource_version}, "status": changes});
     let written = crate::writes::patch(
         &ctx.client,
-        &ctx.vm,
-        &vm.namespace().unwrap_or_default(),
-        &vm.name_any(),
+        &crate::resources::virtual_machine(),
+        vm.namespace(),
+        vm.name(),
         Some("status"),
         &params_merge(),
         &Patch::Merge(&patch),

@@ -4,14 +4,16 @@
 //! volumes use is ready. Until then the VM shows why (printableStatus and a
 //! `DataVolumesReady` condition).
 
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::PostParams;
-use kube::core::DynamicObject;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
+use kubevirt_api::cdi::model::DataVolume;
 use kubevirt_api::cdi::Phase as DataVolumePhase;
+use kubevirt_api::model::vm::VmiTemplate;
+use kubevirt_api::model::{Condition, VirtualMachine};
+use kubevirt_api::volumes::Source;
 use serde_json::{json, Value};
 
-use crate::datavolume::data_volume_resource;
-use crate::volumes::claim_resource;
 use crate::Error;
 
 /// Whether a VM's volumes let it start.
@@ -38,27 +40,26 @@ impl Readiness {
     }
 
     /// The VM condition that says what is missing.
-    pub fn condition(&self, now: &str) -> Option<Value> {
+    pub fn condition(&self, now: &str) -> Option<Condition> {
         let message = match self {
             Readiness::Ready => return None,
             Readiness::Provisioning(m) | Readiness::Waiting(m) | Readiness::Failed(m) => m,
         };
-        Some(
-            json!({"type": "DataVolumesReady", "status": "False", "reason": "NotAllDVsReady",
-                    "message": message, "lastProbeTime": null, "lastTransitionTime": now}),
-        )
+        Some(Condition {
+            last_transition_time: Some(now.into()),
+            ..Condition::new("DataVolumesReady", "False", "NotAllDVsReady", message)
+        })
     }
 }
 
 /// Creates the DataVolumes of `templates` that do not exist yet, owned by `vm`.
 pub async fn ensure_templates(
     client: &Client,
-    vm: &DynamicObject,
+    vm: &VirtualMachine,
     templates: &[Value],
 ) -> Result<(), Error> {
-    let namespace = vm.namespace().unwrap_or_default();
-    let api =
-        Api::<DynamicObject>::namespaced_with(client.clone(), &namespace, &data_volume_resource());
+    let namespace = vm.namespace();
+    let api = Api::<DataVolume>::namespaced(client.clone(), namespace);
     for template in templates {
         let Some(name) = template.pointer("/metadata/name").and_then(Value::as_str) else {
             continue;
@@ -74,7 +75,7 @@ pub async fn ensure_templates(
         metadata["ownerReferences"] = json!([{
             "apiVersion": "kubevirt.io/v1",
             "kind": "VirtualMachine",
-            "name": vm.name_any(),
+            "name": vm.name(),
             "uid": vm.uid(),
             "controller": true,
             "blockOwnerDeletion": true,
@@ -87,7 +88,7 @@ pub async fn ensure_templates(
         {
             Ok(_) => tracing::info!(
                 "vm {namespace}/{}: created its DataVolume {name}",
-                vm.name_any()
+                vm.name()
             ),
             // Created meanwhile (a second pass, or the user): readiness looks at it.
             Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -97,20 +98,19 @@ pub async fn ensure_templates(
     Ok(())
 }
 
-/// The DataVolumes and claims a VMI template's volumes name.
-fn volume_claims(template: &Value) -> Vec<(bool, String)> {
-    template
-        .pointer("/spec/volumes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|v| {
-            if let Some(name) = v.pointer("/dataVolume/name").and_then(Value::as_str) {
-                return Some((true, name.to_string()));
-            }
-            v.pointer("/persistentVolumeClaim/claimName")
-                .and_then(Value::as_str)
-                .map(|name| (false, name.to_string()))
+/// The DataVolumes and claims a VMI template's volumes name: (is a DataVolume, name).
+fn volume_claims(template: &VmiTemplate) -> Vec<(bool, String)> {
+    let volumes = template
+        .spec
+        .as_ref()
+        .map(|s| s.volumes())
+        .unwrap_or_default();
+    volumes
+        .iter()
+        .filter_map(|v| match &v.source {
+            Source::DataVolume(name) => Some((true, name.clone())),
+            Source::PersistentVolumeClaim(name) => Some((false, name.clone())),
+            _ => None,
         })
         .collect()
 }
@@ -120,15 +120,14 @@ fn volume_claims(template: &Value) -> Vec<(bool, String)> {
 pub async fn readiness(
     client: &Client,
     namespace: &str,
-    template: &Value,
+    template: &VmiTemplate,
 ) -> Result<Readiness, Error> {
     let claims = volume_claims(template);
     if claims.is_empty() {
         return Ok(Readiness::Ready);
     }
-    let dvs =
-        Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &data_volume_resource());
-    let pvcs = Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &claim_resource());
+    let dvs = Api::<DataVolume>::namespaced(client.clone(), namespace);
+    let pvcs = Api::<PersistentVolumeClaim>::namespaced(client.clone(), namespace);
     for (is_data_volume, name) in claims {
         if is_data_volume {
             let Some(dv) = dvs.get_opt(&name).await? else {
@@ -136,20 +135,10 @@ pub async fn readiness(
                     "DataVolume {namespace}/{name} does not exist"
                 )));
             };
-            let phase = DataVolumePhase::of(&dv.data);
-            match phase {
+            match dv.phase() {
                 DataVolumePhase::Succeeded => continue,
                 DataVolumePhase::Failed => {
-                    let why = dv
-                        .data
-                        .pointer("/status/conditions")
-                        .and_then(Value::as_array)
-                        .into_iter()
-                        .flatten()
-                        .find(|c| c["type"] == "Running")
-                        .and_then(|c| c["message"].as_str())
-                        .unwrap_or("")
-                        .to_string();
+                    let why = dv.condition("Running").map(|c| c.message()).unwrap_or("");
                     return Ok(Readiness::Failed(format!(
                         "DataVolume {namespace}/{name} failed: {why}"
                     )));
@@ -162,11 +151,7 @@ pub async fn readiness(
                     )))
                 }
                 other => {
-                    let progress = dv
-                        .data
-                        .pointer("/status/progress")
-                        .and_then(Value::as_str)
-                        .unwrap_or("N/A");
+                    let progress = dv.status.progress.as_deref().unwrap_or("N/A");
                     return Ok(Readiness::Provisioning(format!(
                         "DataVolume {namespace}/{name} is {} ({progress})",
                         other.as_str()
@@ -179,7 +164,7 @@ pub async fn readiness(
         let pending = pvcs
             .get_opt(&name)
             .await?
-            .is_some_and(|c| c.data.pointer("/status/phase") != Some(&json!("Bound")));
+            .is_some_and(|c| c.status.and_then(|s| s.phase).as_deref() != Some("Bound"));
         if pending {
             return Ok(Readiness::Waiting(format!(
                 "PVC {namespace}/{name} is not bound"
@@ -195,11 +180,12 @@ mod tests {
 
     #[test]
     fn volumes_name_their_data_volumes_and_claims() {
-        let template = json!({"spec": {"volumes": [
+        let template: VmiTemplate = serde_json::from_value(json!({"spec": {"volumes": [
             {"name": "root", "dataVolume": {"name": "fedora"}},
             {"name": "data", "persistentVolumeClaim": {"claimName": "scratch"}},
             {"name": "cloud", "cloudInitNoCloud": {"userData": "#cloud-config"}},
-        ]}});
+        ]}}))
+        .unwrap();
         assert_eq!(
             volume_claims(&template),
             vec![(true, "fedora".to_string()), (false, "scratch".to_string())]
@@ -224,7 +210,7 @@ mod tests {
         let c = Readiness::Waiting("DataVolume n/x does not exist".into())
             .condition("t")
             .unwrap();
-        assert_eq!(c["reason"], "NotAllDVsReady");
-        assert_eq!(c["message"], "DataVolume n/x does not exist");
+        assert_eq!(c.reason(), "NotAllDVsReady");
+        assert_eq!(c.message(), "DataVolume n/x does not exist");
     }
 }

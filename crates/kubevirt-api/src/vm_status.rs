@@ -4,13 +4,14 @@
 
 use serde_json::{json, Value};
 
-use crate::model::{RunStrategy, SpecStrategy};
+use crate::model::{Condition, RunStrategy, SpecStrategy};
 
 /// The VM's Ready condition while it has no VMI (KubeVirt's reason and message).
-pub fn vmi_not_exists_condition(now: &str) -> Value {
-    json!({"type": "Ready", "status": "False", "reason": "VMINotExists",
-           "message": "VMI does not exist", "lastProbeTime": null,
-           "lastTransitionTime": now})
+pub fn vmi_not_exists_condition(now: &str) -> Condition {
+    Condition {
+        last_transition_time: Some(now.into()),
+        ..Condition::new("Ready", "False", "VMINotExists", "VMI does not exist")
+    }
 }
 
 /// The status the VM controller writes in its first sync of a new VM that stays

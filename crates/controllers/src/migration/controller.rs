@@ -7,24 +7,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::meta;
-use kubevirt_api::model::{MigrationPhase, MigrationState, VmiPhase};
+use kubevirt_api::model::config::{self, KubeVirt};
+use kubevirt_api::model::core::Node;
+use kubevirt_api::model::vmi::PhaseTransition;
+use kubevirt_api::model::{
+    MigrationPhase, MigrationPolicy, VirtualMachineInstance, VirtualMachineInstanceMigration,
+};
 use kubevirt_api::names::finalizers::MIGRATION as FINALIZER;
 use kubevirt_api::names::labels::{MIGRATION_TARGET_NODE, VMI_NAME};
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
 use super::{
-    decide, effective_configuration, kubevirt_resource, migration_resource, policy, str_at,
-    IssueCredentials, Step, View, FINISHED_KEPT, KUBEVIRT_NAME, KUBEVIRT_NAMESPACE, MANAGER,
+    decide, effective_configuration, policy, IssueCredentials, Step, View, FINISHED_KEPT, MANAGER,
 };
-use crate::resources;
+use crate::informer::Informed;
 use crate::scheduler::{free_nodes, requests, NodeView, Resources};
 
 /// Which object a step wrote, at the version it was decided on.
@@ -55,13 +59,13 @@ impl Step {
 
 struct Controller {
     client: Client,
-    migrations: Store<DynamicObject>,
-    vmis: Store<DynamicObject>,
-    nodes: Store<DynamicObject>,
+    migrations: Store<VirtualMachineInstanceMigration>,
+    vmis: Store<VirtualMachineInstance>,
+    nodes: Store<Node>,
     /// KubeVirt objects: the cluster's configuration.
-    kubevirts: Store<DynamicObject>,
-    policies: Store<DynamicObject>,
-    namespaces: Store<DynamicObject>,
+    kubevirts: Store<KubeVirt>,
+    policies: Store<MigrationPolicy>,
+    namespaces: Store<Namespace>,
     backoff: Backoff<String>,
     /// When each migration first found no target, by uid.
     unschedulable_since: HashMap<String, std::time::Instant>,
@@ -75,15 +79,12 @@ struct Controller {
     credentials: Option<IssueCredentials>,
 }
 
-pub(crate) fn reflect(
-    client: &Client,
-    resource: ApiResource,
-    changed: Arc<Notify>,
-) -> Store<DynamicObject> {
-    let writer = reflector::store::Writer::new(resource.clone());
+/// A cache of every object of kind `K`; `changed` is notified on each of its events.
+pub(crate) fn reflect<K: Informed>(client: &Client, changed: Arc<Notify>) -> Store<K> {
+    let writer = reflector::store::Writer::default();
     let reader = writer.as_reader();
     tokio::spawn(
-        kubevirt_api::lean::watch(client, &resource, watcher::Config::default())
+        watcher(Api::<K>::all(client.clone()), watcher::Config::default())
             .default_backoff()
             .reflect(writer)
             .for_each(move |_| {
@@ -101,12 +102,12 @@ pub async fn run(
 ) {
     let changed = Arc::new(Notify::new());
     let mut controller = Controller {
-        migrations: reflect(&client, migration_resource(), changed.clone()),
+        migrations: reflect(&client, changed.clone()),
         vmis: shared.vmis.subscribe(changed.clone()),
         nodes: shared.nodes.subscribe(changed.clone()),
-        kubevirts: reflect(&client, kubevirt_resource(), changed.clone()),
-        policies: reflect(&client, policy_resource(), changed.clone()),
-        namespaces: reflect(&client, namespace_resource(), changed.clone()),
+        kubevirts: reflect(&client, changed.clone()),
+        policies: reflect(&client, changed.clone()),
+        namespaces: reflect(&client, changed.clone()),
         client,
         backoff: Backoff::default(),
         unschedulable_since: HashMap::new(),
@@ -120,31 +121,25 @@ pub async fn run(
     }
 }
 
-fn value_of(obj: &DynamicObject) -> Value {
-    let mut value = obj.data.clone();
-    value["metadata"] = serde_json::to_value(&obj.metadata).unwrap_or(Value::Null);
-    value
-}
-
 impl Controller {
     /// What each node has left: allocatable minus the VMIs on it and those migrating to it.
-    fn free(&self, vmis: &[Arc<DynamicObject>]) -> Vec<NodeView> {
+    fn free(&self, vmis: &[Arc<VirtualMachineInstance>]) -> Vec<NodeView> {
         let mut used: HashMap<String, Resources> = HashMap::new();
-        for vmi in vmis.iter().filter(|v| !VmiPhase::of(&v.data).is_final()) {
-            let want = requests(&vmi.data);
+        for vmi in vmis.iter().filter(|v| !v.phase().is_final()) {
+            let want = requests(&vmi.spec);
             let mut add = |node: &str| {
                 let u = used.entry(node.to_string()).or_default();
                 u.millicpu += want.millicpu;
                 u.memory += want.memory;
             };
-            if let Some(node) = resources::str_at(vmi, "/status/nodeName") {
+            if let Some(node) = vmi.node_name() {
                 add(node);
             }
-            if let Some(target) = MigrationState::of(&vmi.data)
-                .filter(|m| m.in_flight())
-                .and_then(|m| m.target_node)
+            if let Some(target) = vmi
+                .migration_in_flight()
+                .and_then(|m| m.target_node.as_deref())
             {
-                add(&target);
+                add(target);
             }
         }
         free_nodes(&self.nodes.state(), &used)
@@ -163,42 +158,42 @@ impl Controller {
         }
         let vmis = self.vmis.state();
         let mut nodes = self.free(&vmis);
-        let vmi_by_key: HashMap<(String, String), &Arc<DynamicObject>> = vmis
+        let vmi_by_key: HashMap<(&str, &str), &Arc<VirtualMachineInstance>> = vmis
             .iter()
-            .map(|v| ((v.namespace().unwrap_or_default(), v.name_any()), v))
+            .map(|v| ((v.namespace(), v.name()), v))
             .collect();
-        let mut ordered: Vec<&Arc<DynamicObject>> = migrations.iter().collect();
+        let mut ordered: Vec<&Arc<VirtualMachineInstanceMigration>> = migrations.iter().collect();
         // Creation order, as KubeVirt keeps the newest; timestamps have whole seconds, so
         // the name breaks ties, the same way on every pass.
         ordered.sort_by_key(|m| {
             (
                 m.metadata.creation_timestamp.clone().map(|t| t.0),
-                m.name_any(),
+                m.name().to_string(),
             )
         });
         // Migrations that hold a place (KubeVirt counts those past Pending).
         let mut active: Vec<(String, String)> = ordered
             .iter()
-            .filter(|m| {
-                let p = MigrationPhase::of(&m.data);
-                p > MigrationPhase::Pending && !p.is_final()
-            })
+            .filter(|m| m.phase() > MigrationPhase::Pending && !m.phase().is_final())
             .map(|m| {
-                let source = resources::str_at(m, "/status/migrationState/sourceNode")
-                    .unwrap_or("")
-                    .to_string();
-                (m.uid().unwrap_or_default(), source)
+                let source = m
+                    .status
+                    .migration_state
+                    .as_ref()
+                    .and_then(|s| s.source_node.clone())
+                    .unwrap_or_default();
+                (m.uid().to_string(), source)
             })
             .collect();
         let known: std::collections::HashSet<String> =
-            ordered.iter().filter_map(|m| m.uid()).collect();
+            ordered.iter().map(|m| m.uid().to_string()).collect();
         self.unschedulable_since
             .retain(|uid, _| known.contains(uid));
         self.acted_on.retain(|uid, _| known.contains(uid));
         let still_pending: std::collections::HashSet<String> = ordered
             .iter()
-            .filter(|m| MigrationPhase::of(&m.data) <= MigrationPhase::Pending)
-            .filter_map(|m| m.uid())
+            .filter(|m| m.phase() <= MigrationPhase::Pending)
+            .map(|m| m.uid().to_string())
             .collect();
         self.scheduled.retain(|uid, _| still_pending.contains(uid));
         for (uid, source) in &self.scheduled {
@@ -206,26 +201,30 @@ impl Controller {
         }
         self.backoff.retain(|uid| known.contains(uid));
         let now = std::time::Instant::now();
-        let kubevirt = self.kubevirts.state().into_iter().find(|kv| {
-            kv.namespace().as_deref() == Some(KUBEVIRT_NAMESPACE) && kv.name_any() == KUBEVIRT_NAME
-        });
-        let configuration = effective_configuration(kubevirt.map(|kv| kv.data.clone()).as_ref());
+        let kubevirt = self
+            .kubevirts
+            .state()
+            .into_iter()
+            .find(|kv| kv.namespace() == config::NAMESPACE && kv.name() == config::NAME);
+        let configuration = effective_configuration(kubevirt.as_deref());
         for migration in &ordered {
-            let uid = migration.uid().unwrap_or_default();
+            let uid = migration.uid().to_string();
             if self.backoff.waiting(&uid, now) {
                 continue;
             }
-            let vmim = value_of(migration);
-            let namespace = migration.namespace().unwrap_or_default();
-            let vmi_name = resources::str_at(migration, "/spec/vmiName")
-                .unwrap_or("")
-                .to_string();
-            let vmi_object = vmi_by_key.get(&(namespace.clone(), vmi_name));
-            let migration_version =
-                Written::Migration(migration.resource_version().unwrap_or_default());
+            let namespace = migration.namespace().to_string();
+            let vmi = vmi_by_key
+                .get(&(namespace.as_str(), migration.vmi_name()))
+                .copied();
+            let migration_version = Written::Migration(
+                migration
+                    .metadata
+                    .resource_version
+                    .clone()
+                    .unwrap_or_default(),
+            );
             let vmi_version = Written::Vmi(
-                vmi_object
-                    .and_then(|v| v.resource_version())
+                vmi.and_then(|v| v.metadata.resource_version.clone())
                     .unwrap_or_default(),
             );
             let stale = self.acted_on.get(&uid).is_some_and(|ws| {
@@ -235,17 +234,16 @@ impl Controller {
             if stale {
                 continue;
             }
-            let vmi = vmi_object.map(|v| value_of(v));
             let others: Vec<(String, String)> =
                 active.iter().filter(|(u, _)| *u != uid).cloned().collect();
             let view = View {
-                vmi: vmi.as_ref(),
+                vmi: vmi.map(|v| &**v),
                 nodes: &nodes,
                 active: &others,
                 unschedulable_for: self.unschedulable_since.get(&uid).map(|t| t.elapsed()),
                 configuration: &configuration,
             };
-            let step = decide(&vmim, &view);
+            let step = decide(migration, &view);
             if step == Step::Wait {
                 continue;
             }
@@ -262,8 +260,8 @@ impl Controller {
                 {
                     Some(target) => {
                         self.unschedulable_since.remove(&uid);
-                        if let Some(vmi) = &vmi {
-                            let want = requests(vmi);
+                        if let Some(vmi) = vmi {
+                            let want = requests(&vmi.spec);
                             if let Some(entry) = nodes.iter_mut().find(|(n, _, _)| n == target) {
                                 entry.2.millicpu -= want.millicpu;
                                 entry.2.memory -= want.memory;
@@ -282,7 +280,7 @@ impl Controller {
                     active.push((uid.clone(), source.to_string()));
                 }
             }
-            let key = object_key(Some(&namespace), &migration.name_any());
+            let key = object_key(Some(&namespace), migration.name());
             let writes = step.writes();
             let scheduling = match &step {
                 Step::Enter {
@@ -295,7 +293,7 @@ impl Controller {
                 _ => None,
             };
             match self
-                .execute(migration, &vmim, vmi.as_ref(), step, &configuration)
+                .execute(migration, vmi.map(|v| &**v), step, &configuration)
                 .await
             {
                 Ok(()) => {
@@ -323,50 +321,46 @@ impl Controller {
         }
     }
 
-    fn migration_api(&self, namespace: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), namespace, &migration_resource())
+    fn migration_api(&self, namespace: &str) -> Api<VirtualMachineInstanceMigration> {
+        Api::namespaced(self.client.clone(), namespace)
     }
 
-    fn vmi_api(&self, namespace: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(
-            self.client.clone(),
-            namespace,
-            &resources::virtual_machine_instance(),
-        )
+    fn vmi_api(&self, namespace: &str) -> Api<VirtualMachineInstance> {
+        Api::namespaced(self.client.clone(), namespace)
     }
 
     async fn execute(
         &self,
-        migration: &DynamicObject,
-        vmim: &Value,
-        vmi: Option<&Value>,
+        migration: &VirtualMachineInstanceMigration,
+        vmi: Option<&VirtualMachineInstance>,
         step: Step,
         configuration: &Value,
     ) -> Result<(), kube::Error> {
-        let namespace = migration.namespace().unwrap_or_default();
-        let name = migration.name_any();
+        let namespace = migration.namespace();
+        let name = migration.name();
+        let version = &migration.metadata.resource_version;
         let params = PatchParams {
             field_manager: Some(MANAGER.into()),
             ..Default::default()
         };
-        let api = self.migration_api(&namespace);
-        let vmi_name = str_at(vmim, "/spec/vmiName").unwrap_or("").to_string();
+        let api = self.migration_api(namespace);
+        let vmi_name = migration.vmi_name();
+        let entering = |phase: MigrationPhase| {
+            let mut transitions = migration
+                .status
+                .phase_transition_timestamps
+                .clone()
+                .unwrap_or_default();
+            transitions.push(PhaseTransition::new(phase.as_str(), &meta::now()));
+            json!({"metadata": {"resourceVersion": version},
+                   "status": {"phase": phase, "phaseTransitionTimestamps": transitions}})
+        };
         match step {
             Step::Wait => Ok(()),
             Step::Enter { phase, status } => {
-                let mut transitions = vmim
-                    .pointer("/status/phaseTransitionTimestamps")
-                    .cloned()
-                    .unwrap_or_else(|| json!([]));
-                if let Some(list) = transitions.as_array_mut() {
-                    list.push(
-                        json!({"phase": phase.as_str(), "phaseTransitionTimestamp": meta::now()}),
-                    );
-                }
-                let mut body = json!({"metadata": {"resourceVersion": migration.resource_version()},
-                    "status": {"phase": phase.as_str(), "phaseTransitionTimestamps": transitions}});
+                let mut body = entering(phase);
                 merge_into(&mut body["status"], status);
-                api.patch_status(&name, &params, &Patch::Merge(&body))
+                api.patch_status(name, &params, &Patch::Merge(&body))
                     .await?;
                 tracing::info!(
                     "migration {namespace}/{name} of {vmi_name}: {}",
@@ -375,9 +369,9 @@ impl Controller {
                 Ok(())
             }
             Step::Update { status } => {
-                let mut body = json!({"metadata": {"resourceVersion": migration.resource_version()}, "status": {}});
+                let mut body = json!({"metadata": {"resourceVersion": version}, "status": {}});
                 merge_into(&mut body["status"], status);
-                api.patch_status(&name, &params, &Patch::Merge(&body))
+                api.patch_status(name, &params, &Patch::Merge(&body))
                     .await?;
                 Ok(())
             }
@@ -385,7 +379,7 @@ impl Controller {
                 // `decide` hands off only a VMI it saw.
                 let Some(vmi) = vmi else { return Ok(()) };
                 let mut configuration = configuration.clone();
-                let policy_name = self.apply_policy(vmi, &namespace, &mut configuration);
+                let policy_name = self.apply_policy(vmi, namespace, &mut configuration);
                 match &self.credentials {
                     _ if configuration["disableTLS"] == json!(true) => {}
                     Some(issue) => self.create_credentials(migration, &target, issue).await?,
@@ -398,10 +392,7 @@ impl Controller {
                 // set to null beside the new ones (a merge would keep them), so no cache
                 // ever holds a VMI whose state was cleared mid-hand-off.
                 let mut state = serde_json::Map::new();
-                if let Some(old) = vmi
-                    .pointer("/status/migrationState")
-                    .and_then(Value::as_object)
-                {
+                if let Ok(Value::Object(old)) = serde_json::to_value(&vmi.status.migration_state) {
                     for key in old.keys() {
                         state.insert(key.clone(), Value::Null);
                     }
@@ -414,62 +405,57 @@ impl Controller {
                     state.insert(k.clone(), v.clone());
                 }
                 let body = json!({
-                    "metadata": {"resourceVersion": str_at(vmi, "/metadata/resourceVersion"),
+                    "metadata": {"resourceVersion": vmi.metadata.resource_version,
                                  "labels": {MIGRATION_TARGET_NODE: target}},
                     "status": {"migrationState": state}});
-                self.vmi_api(&namespace)
-                    .patch(&vmi_name, &params, &Patch::Merge(&body))
+                self.vmi_api(namespace)
+                    .patch(vmi_name, &params, &Patch::Merge(&body))
                     .await?;
-                let mut transitions = vmim
-                    .pointer("/status/phaseTransitionTimestamps")
-                    .cloned()
-                    .unwrap_or_else(|| json!([]));
-                if let Some(list) = transitions.as_array_mut() {
-                    list.push(json!({"phase": MigrationPhase::PreparingTarget.as_str(), "phaseTransitionTimestamp": meta::now()}));
-                }
-                let status = json!({"metadata": {"resourceVersion": migration.resource_version()}, "status": {"phase": MigrationPhase::PreparingTarget.as_str(),
-                    "phaseTransitionTimestamps": transitions}});
-                api.patch_status(&name, &params, &Patch::Merge(&status))
+                let status = entering(MigrationPhase::PreparingTarget);
+                api.patch_status(name, &params, &Patch::Merge(&status))
                     .await?;
                 tracing::info!("migration {namespace}/{name}: {vmi_name} handed over from {source} to {target}");
                 Ok(())
             }
             Step::RequestAbort => {
                 let body = json!({"status": {"migrationState": {"abortRequested": true}}});
-                self.vmi_api(&namespace)
-                    .patch(&vmi_name, &params, &Patch::Merge(&body))
+                self.vmi_api(namespace)
+                    .patch(vmi_name, &params, &Patch::Merge(&body))
                     .await?;
                 tracing::info!("migration {namespace}/{name} deleted while running: aborting it");
                 Ok(())
             }
             Step::TargetDown { node } => {
                 // Guarded: a target that took the VMI meanwhile keeps it.
-                let version = vmi.and_then(|v| str_at(v, "/metadata/resourceVersion"));
+                let version = vmi.and_then(|v| v.metadata.resource_version.as_deref());
                 let body = json!({"metadata": {"resourceVersion": version},
                     "status": {"migrationState": {"failed": true, "completed": true,
                     "endTimestamp": meta::now(), "failureReason": format!("Target node {node} is down")}}});
-                self.vmi_api(&namespace)
-                    .patch(&vmi_name, &params, &Patch::Merge(&body))
+                self.vmi_api(namespace)
+                    .patch(vmi_name, &params, &Patch::Merge(&body))
                     .await?;
                 Ok(())
             }
             Step::Finalize { state } => {
                 if let Some(state) = state {
                     let body = json!({"status": {"migrationState": state}});
-                    api.patch_status(&name, &params, &Patch::Merge(&body))
+                    api.patch_status(name, &params, &Patch::Merge(&body))
                         .await?;
                     // The finalizer goes on the next pass, once the copy is in the cache.
                     return self
-                        .drop_target_label(&namespace, &vmi_name, vmi, &params)
+                        .drop_target_label(namespace, vmi_name, vmi, &params)
                         .await;
                 }
                 let finalizers: Vec<&String> = migration
-                    .finalizers()
+                    .metadata
+                    .finalizers
                     .iter()
+                    .flatten()
                     .filter(|f| f.as_str() != FINALIZER)
                     .collect();
-                let body = json!({"metadata": {"resourceVersion": migration.resource_version(), "finalizers": finalizers}});
-                api.patch(&name, &params, &Patch::Merge(&body)).await?;
+                let body =
+                    json!({"metadata": {"resourceVersion": version, "finalizers": finalizers}});
+                api.patch(name, &params, &Patch::Merge(&body)).await?;
                 Ok(())
             }
         }
@@ -479,60 +465,38 @@ impl Controller {
     /// names it.
     fn apply_policy(
         &self,
-        vmi: &Value,
+        vmi: &VirtualMachineInstance,
         namespace: &str,
         configuration: &mut Value,
     ) -> Option<String> {
-        let labels = |v: Option<&Value>| -> BTreeMap<String, String> {
-            v.and_then(Value::as_object)
-                .into_iter()
-                .flatten()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect()
-        };
-        let vmi_labels = labels(vmi.pointer("/metadata/labels"));
+        let vmi_labels = vmi.metadata.labels.clone().unwrap_or_default();
         let namespace_labels: BTreeMap<String, String> = self
             .namespaces
             .state()
             .iter()
-            .find(|n| n.name_any() == namespace)
+            .find(|n| n.metadata.name.as_deref() == Some(namespace))
             .and_then(|n| n.metadata.labels.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
-        let policies: Vec<Value> = self.policies.state().iter().map(|p| value_of(p)).collect();
+            .unwrap_or_default();
+        let policies = self.policies.state();
         let policy = policy::choose(&policies, &vmi_labels, &namespace_labels)?;
         policy::apply(configuration, policy);
-        policy
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .map(str::to_string)
+        Some(policy.name().to_string())
     }
 
     /// The migration's Secret with its TLS credentials, owned by it (so it goes with it),
     /// for the addresses the target node publishes.
     async fn create_credentials(
         &self,
-        migration: &DynamicObject,
+        migration: &VirtualMachineInstanceMigration,
         target: &str,
         issue: &IssueCredentials,
     ) -> Result<(), kube::Error> {
         use base64::Engine as _;
-        let node = self
-            .nodes
-            .state()
-            .into_iter()
-            .find(|n| n.name_any() == target);
+        let node = self.nodes.state().into_iter().find(|n| n.name() == target);
         let mut hosts: Vec<String> = node
-            .and_then(|n| {
-                n.data
-                    .pointer("/status/addresses")
-                    .and_then(Value::as_array)
-                    .cloned()
-            })
-            .unwrap_or_default()
             .iter()
-            .filter_map(|a| a["address"].as_str().map(str::to_string))
+            .flat_map(|n| n.status.addresses.iter().flatten())
+            .map(|a| a.address.clone())
             .collect();
         hosts.push(target.to_string());
         hosts.sort();
@@ -547,23 +511,19 @@ impl Controller {
                 )
             })
             .collect();
-        let namespace = migration.namespace().unwrap_or_default();
-        let uid = migration.uid().unwrap_or_default();
+        let namespace = migration.namespace();
+        let uid = migration.uid();
         let secret = json!({
             "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": kubevirt_api::names::migration_tls_secret(&uid), "namespace": namespace,
-                "ownerReferences": [{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
-                    "name": migration.name_any(), "uid": uid, "controller": true, "blockOwnerDeletion": true}]},
+            "metadata": {"name": kubevirt_api::names::migration_tls_secret(uid), "namespace": namespace,
+                "ownerReferences": [{"apiVersion": VirtualMachineInstanceMigration::API_VERSION,
+                    "kind": VirtualMachineInstanceMigration::KIND,
+                    "name": migration.name(), "uid": uid, "controller": true, "blockOwnerDeletion": true}]},
             "type": "Opaque",
             "data": data,
         });
-        let secret: DynamicObject =
-            serde_json::from_value(secret).map_err(kube::Error::SerdeError)?;
-        let api = Api::<DynamicObject>::namespaced_with(
-            self.client.clone(),
-            &namespace,
-            &secret_resource(),
-        );
+        let secret: Secret = serde_json::from_value(secret).map_err(kube::Error::SerdeError)?;
+        let api = Api::<Secret>::namespaced(self.client.clone(), namespace);
         match api.create(&Default::default(), &secret).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
@@ -576,14 +536,13 @@ impl Controller {
         &self,
         namespace: &str,
         vmi_name: &str,
-        vmi: Option<&Value>,
+        vmi: Option<&VirtualMachineInstance>,
         params: &PatchParams,
     ) -> Result<(), kube::Error> {
-        let label = format!(
-            "/metadata/labels/{}",
-            MIGRATION_TARGET_NODE.replace('/', "~1")
-        );
-        if vmi.and_then(|v| v.pointer(&label)).is_some() {
+        let labelled = vmi
+            .and_then(|v| v.metadata.labels.as_ref())
+            .is_some_and(|l| l.contains_key(MIGRATION_TARGET_NODE));
+        if labelled {
             let body = json!({"metadata": {"labels": {MIGRATION_TARGET_NODE: null}}});
             self.vmi_api(namespace)
                 .patch(vmi_name, params, &Patch::Merge(&body))
@@ -595,19 +554,27 @@ impl Controller {
     /// Deletes all but the newest [`FINISHED_KEPT`] finished migrations of each VMI.
     async fn collect_finished(
         &self,
-        migrations: &[&Arc<DynamicObject>],
+        migrations: &[&Arc<VirtualMachineInstanceMigration>],
     ) -> Result<(), kube::Error> {
-        let mut finished: BTreeMap<(String, String), Vec<&Arc<DynamicObject>>> = BTreeMap::new();
+        let mut finished: BTreeMap<(&str, &str), Vec<&VirtualMachineInstanceMigration>> =
+            BTreeMap::new();
         for m in migrations {
-            let done = MigrationPhase::of(&m.data).is_final()
-                && !m.finalizers().iter().any(|f| f == FINALIZER)
+            let done = m.phase().is_final()
+                && !m
+                    .metadata
+                    .finalizers
+                    .iter()
+                    .flatten()
+                    .any(|f| f == FINALIZER)
                 && m.metadata.deletion_timestamp.is_none();
             if done {
-                let vmi = m.labels().get(VMI_NAME).cloned().unwrap_or_default();
-                finished
-                    .entry((m.namespace().unwrap_or_default(), vmi))
-                    .or_default()
-                    .push(m);
+                let vmi = m
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(VMI_NAME))
+                    .map_or("", String::as_str);
+                finished.entry((m.namespace(), vmi)).or_default().push(m);
             }
         }
         for ((namespace, _), list) in finished {
@@ -615,8 +582,8 @@ impl Controller {
             let surplus = list.len().saturating_sub(FINISHED_KEPT);
             for m in &list[..surplus] {
                 match self
-                    .migration_api(&namespace)
-                    .delete(&m.name_any(), &DeleteParams::default())
+                    .migration_api(namespace)
+                    .delete(m.name(), &DeleteParams::default())
                     .await
                 {
                     Ok(_) => {}
@@ -627,21 +594,6 @@ impl Controller {
         }
         Ok(())
     }
-}
-
-fn policy_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("migrations.kubevirt.io", "v1alpha1", "MigrationPolicy"),
-        "migrationpolicies",
-    )
-}
-
-fn namespace_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Namespace"), "namespaces")
-}
-
-fn secret_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Secret"), "secrets")
 }
 
 fn merge_into(into: &mut Value, from: Value) {

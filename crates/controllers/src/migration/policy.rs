@@ -5,71 +5,84 @@
 //! name. Its settings override the cluster's for that VMI's migrations.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use serde_json::Value;
-
-/// The settings a policy may set, by their `spec` (and `migrations`) name.
-const OVERRIDES: [&str; 5] = [
-    "allowAutoConverge",
-    "bandwidthPerMigration",
-    "completionTimeoutPerGiB",
-    "allowPostCopy",
-    "allowWorkloadDisruption",
-];
+use kubevirt_api::model::MigrationPolicy;
+use serde_json::{json, Value};
 
 /// How many of `selector`'s labels `labels` has, or `None` if one is missing or differs.
-fn matched(selector: Option<&Value>, labels: &BTreeMap<String, String>) -> Option<usize> {
-    let Some(selector) = selector.and_then(Value::as_object) else {
+fn matched(
+    selector: Option<&BTreeMap<String, String>>,
+    labels: &BTreeMap<String, String>,
+) -> Option<usize> {
+    let Some(selector) = selector else {
         return Some(0);
     };
     selector
         .iter()
-        .all(|(k, v)| labels.get(k).map(String::as_str) == v.as_str())
+        .all(|(k, v)| labels.get(k) == Some(v))
         .then_some(selector.len())
 }
 
 /// The policy that applies to a VMI with `vmi_labels` in a namespace with `namespace_labels`.
 pub fn choose<'a>(
-    policies: &'a [Value],
+    policies: &'a [Arc<MigrationPolicy>],
     vmi_labels: &BTreeMap<String, String>,
     namespace_labels: &BTreeMap<String, String>,
-) -> Option<&'a Value> {
-    let mut best: Option<((usize, usize), &str, &Value)> = None;
+) -> Option<&'a MigrationPolicy> {
+    let mut best: Option<((usize, usize), &MigrationPolicy)> = None;
     for policy in policies {
-        let selectors = policy.pointer("/spec/selectors");
+        let selectors = policy.spec.selectors.as_ref();
         let vmi = matched(
-            selectors.and_then(|s| s.get("virtualMachineInstanceSelector")),
+            selectors.and_then(|s| s.virtual_machine_instance_selector.as_ref()),
             vmi_labels,
         );
         let namespace = matched(
-            selectors.and_then(|s| s.get("namespaceSelector")),
+            selectors.and_then(|s| s.namespace_selector.as_ref()),
             namespace_labels,
         );
         let (Some(vmi), Some(namespace)) = (vmi, namespace) else {
             continue;
         };
-        let name = policy
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("");
         let better = match &best {
             None => true,
-            Some((score, best_name, _)) => {
-                (vmi, namespace) > *score || ((vmi, namespace) == *score && name < *best_name)
+            Some((score, best)) => {
+                (vmi, namespace) > *score
+                    || ((vmi, namespace) == *score && policy.name() < best.name())
             }
         };
         if better {
-            best = Some(((vmi, namespace), name, policy));
+            best = Some(((vmi, namespace), policy));
         }
     }
-    best.map(|(_, _, p)| p)
+    best.map(|(_, p)| p)
 }
 
 /// `configuration` with what `policy` sets.
-pub fn apply(configuration: &mut Value, policy: &Value) {
-    for key in OVERRIDES {
-        if let Some(v) = policy.pointer(&format!("/spec/{key}")) {
-            configuration[key] = v.clone();
+pub fn apply(configuration: &mut Value, policy: &MigrationPolicy) {
+    let spec = &policy.spec;
+    let overrides = [
+        (
+            "allowAutoConverge",
+            spec.allow_auto_converge.map(|v| json!(v)),
+        ),
+        (
+            "bandwidthPerMigration",
+            spec.bandwidth_per_migration.clone(),
+        ),
+        (
+            "completionTimeoutPerGiB",
+            spec.completion_timeout_per_gib.map(|v| json!(v)),
+        ),
+        ("allowPostCopy", spec.allow_post_copy.map(|v| json!(v))),
+        (
+            "allowWorkloadDisruption",
+            spec.allow_workload_disruption.map(|v| json!(v)),
+        ),
+    ];
+    for (key, value) in overrides {
+        if let Some(value) = value {
+            configuration[key] = value;
         }
     }
 }
@@ -86,9 +99,12 @@ mod tests {
             .collect()
     }
 
-    fn policy(name: &str, vmi: Value, namespace: Value) -> Value {
-        json!({"metadata": {"name": name}, "spec": {"allowPostCopy": true,
-            "selectors": {"virtualMachineInstanceSelector": vmi, "namespaceSelector": namespace}}})
+    fn policy(name: &str, vmi: Value, namespace: Value) -> Arc<MigrationPolicy> {
+        Arc::new(
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"allowPostCopy": true,
+                "selectors": {"virtualMachineInstanceSelector": vmi, "namespaceSelector": namespace}}}))
+            .unwrap(),
+        )
     }
 
     #[test]
@@ -104,7 +120,7 @@ mod tests {
             ),
         ];
         let vmi = labels(&[("tier", "web"), ("zone", "a")]);
-        let name = |p: Option<&Value>| p.map(|p| p["metadata"]["name"].clone());
+        let name = |p: Option<&MigrationPolicy>| p.map(|p| json!(p.name()));
         assert_eq!(
             name(choose(&policies, &vmi, &labels(&[]))),
             Some(json!("c-narrow"))
@@ -134,7 +150,10 @@ mod tests {
         let mut config = json!({"allowPostCopy": false, "progressTimeout": 150});
         apply(
             &mut config,
-            &json!({"spec": {"allowPostCopy": true, "bandwidthPerMigration": "64Mi"}}),
+            &serde_json::from_value(
+                json!({"spec": {"allowPostCopy": true, "bandwidthPerMigration": "64Mi"}}),
+            )
+            .unwrap(),
         );
         assert_eq!(
             config,

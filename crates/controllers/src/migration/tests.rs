@@ -1,4 +1,15 @@
 use super::*;
+use serde::de::DeserializeOwned;
+
+/// A typed object from its JSON.
+pub(super) fn typed<T: DeserializeOwned>(v: &Value) -> T {
+    serde_json::from_value(v.clone()).expect("a well-formed object")
+}
+
+/// [`super::decide`] of a migration written as JSON.
+fn decide(vmim: &Value, view: &View) -> Step {
+    super::decide(&typed(vmim), view)
+}
 
 static DEFAULTS: std::sync::LazyLock<Value> =
     std::sync::LazyLock::new(|| effective_configuration(None));
@@ -7,11 +18,11 @@ fn node(name: &str, ready: bool) -> NodeView {
     let status = if ready { "True" } else { "Unknown" };
     (
         name.to_string(),
-        Arc::new(
-            json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        Arc::new(typed(
+            &json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
                "status": {"conditions": [{"type": "Ready", "status": status}],
                           "allocatable": {"cpu": "4", "memory": "8Gi"}}}),
-        ),
+        )),
         Resources {
             millicpu: 4000,
             memory: 8 << 30,
@@ -32,7 +43,8 @@ fn vmi(node: &str, state: Value) -> Value {
 
 fn view<'a>(vmi: Option<&'a Value>, nodes: &'a [NodeView]) -> View<'a> {
     View {
-        vmi,
+        // Leaked: a test's few objects live as long as its views.
+        vmi: vmi.map(|v| &*Box::leak(Box::new(typed(v)))),
         nodes,
         active: &[],
         unschedulable_for: None,
@@ -168,7 +180,7 @@ fn failures_carry_kubevirt_reasons() {
         "VMI is not eligible for migration because another migration job is in progress."
     );
     let mut deleted = vmim("Scheduling", Value::Null);
-    deleted["metadata"]["deletionTimestamp"] = json!("t");
+    deleted["metadata"]["deletionTimestamp"] = json!("2026-12-01T00:00:00Z");
     let v = vmi("a", Value::Null);
     assert_eq!(
         reason(decide(&deleted, &view(Some(&v), &nodes))),
@@ -197,7 +209,7 @@ fn a_deleted_running_migration_is_aborted_and_a_lost_target_fails_it() {
                                   "startTimestamp": "t"}),
     );
     let mut deleted = vmim("Running", Value::Null);
-    deleted["metadata"]["deletionTimestamp"] = json!("t");
+    deleted["metadata"]["deletionTimestamp"] = json!("2026-12-01T00:00:00Z");
     assert_eq!(
         decide(&deleted, &view(Some(&running), &nodes)),
         Step::RequestAbort
@@ -221,7 +233,7 @@ fn a_final_migration_copies_the_state_and_lets_go() {
     else {
         panic!()
     };
-    assert_eq!(copied["targetNode"], "b");
+    assert_eq!(copied.target_node.as_deref(), Some("b"));
     let mut released = vmim("Succeeded", Value::Null);
     released["metadata"]["finalizers"] = json!([]);
     assert_eq!(decide(&released, &view(Some(&v), &nodes)), Step::Wait);
@@ -231,7 +243,7 @@ fn a_final_migration_copies_the_state_and_lets_go() {
 fn the_cluster_configuration_overrides_the_defaults() {
     let kv = json!({"spec": {"configuration": {"migrations": {
         "parallelOutboundMigrationsPerNode": 1, "bandwidthPerMigration": "64Mi"}}}});
-    let config = effective_configuration(Some(&kv));
+    let config = effective_configuration(Some(&typed(&kv)));
     assert_eq!(config["bandwidthPerMigration"], "64Mi");
     assert_eq!(config["progressTimeout"], 150);
     let nodes = [node("a", true), node("b", true)];

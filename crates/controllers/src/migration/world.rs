@@ -6,7 +6,9 @@
 
 use std::collections::BTreeMap;
 
+use super::tests::typed;
 use super::*;
+use kubevirt_api::model::MigrationState;
 
 /// Where a copy of the guest is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,9 +38,9 @@ pub struct World {
 fn node(name: &str) -> NodeView {
     (
         name.to_string(),
-        Arc::new(json!({"metadata": {"name": name, "labels": {}},
+        Arc::new(typed(&json!({"metadata": {"name": name, "labels": {}},
                "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                          "allocatable": {"cpu": "4", "memory": "8Gi"}}})),
+                          "allocatable": {"cpu": "4", "memory": "8Gi"}}}))),
         Resources {
             millicpu: 4000,
             memory: 8 << 30,
@@ -107,7 +109,7 @@ impl World {
     /// The controller's next step, carried out; false when it had nothing to do.
     pub fn controller(&mut self) -> bool {
         let configuration = effective_configuration(None);
-        let vmi = self.vmi.clone();
+        let vmi = typed(&self.vmi);
         let view = View {
             vmi: Some(&vmi),
             nodes: &self.nodes,
@@ -115,7 +117,7 @@ impl World {
             unschedulable_for: self.waited.then_some(UNSCHEDULABLE_TIMEOUT),
             configuration: &configuration,
         };
-        let step = decide(&self.vmim, &view);
+        let step = decide(&typed(&self.vmim), &view);
         match step {
             Step::Wait => return false,
             Step::Enter { phase, status } => {
@@ -142,7 +144,7 @@ impl World {
                 }
             }
             Step::Finalize { state } => match state {
-                Some(state) => self.vmim["status"]["migrationState"] = state,
+                Some(state) => self.vmim["status"]["migrationState"] = json!(state),
                 None => self.vmim["metadata"]["finalizers"] = json!([]),
             },
         }
@@ -244,12 +246,15 @@ impl World {
             Event::DeleteMigration => {
                 if !self.deleted_vmim {
                     self.deleted_vmim = true;
-                    self.vmim["metadata"]["deletionTimestamp"] = json!("t");
+                    self.vmim["metadata"]["deletionTimestamp"] = json!("2026-12-01T00:00:00Z");
                 }
             }
             Event::TargetNodeDown => {
                 if let Some(n) = self.nodes.iter_mut().find(|(n, _, _)| n == "b") {
-                    Arc::make_mut(&mut n.1)["status"]["conditions"][0]["status"] = json!("Unknown");
+                    let node = Arc::make_mut(&mut n.1);
+                    if let Some(ready) = node.status.conditions.iter_mut().flatten().next() {
+                        ready.status = "Unknown".into();
+                    }
                 }
             }
             Event::GuestPowersOff => {

@@ -1,14 +1,32 @@
 use super::*;
 
 fn node(name: &str, cpu: &str, memory: &str, labels: Value) -> NodeView {
-    let value = json!({
+    let node: Node = serde_json::from_value(json!({
         "metadata": {"name": name, "labels": labels},
         "spec": {},
         "status": {"allocatable": {"cpu": cpu, "memory": memory},
                    "conditions": [{"type": "Ready", "status": "True"}]},
-    });
-    let free = allocatable(&value);
-    (name.to_string(), Arc::new(value), free)
+    }))
+    .unwrap();
+    let free = allocatable(&node);
+    (name.to_string(), Arc::new(node), free)
+}
+
+/// The spec of a VMI written as JSON.
+fn spec(vmi: &Value) -> VmiSpec {
+    serde_json::from_value(vmi["spec"].clone()).unwrap()
+}
+
+fn choose(vmi: &Value, nodes: &[NodeView]) -> Result<String, String> {
+    super::choose(&spec(vmi), nodes)
+}
+
+fn requests(vmi: &Value) -> Resources {
+    super::requests(&spec(vmi))
+}
+
+fn filter_kind(vmi: &Value) -> String {
+    super::filter_kind(&spec(vmi))
 }
 
 fn vmi(memory: &str) -> Value {
@@ -46,10 +64,14 @@ fn picks_the_node_with_most_free_memory() {
 #[test]
 fn explains_why_nothing_fits() {
     let mut tainted = node("t", "4", "8Gi", json!({}));
-    Arc::make_mut(&mut tainted.1)["spec"]["taints"] =
-        json!([{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]);
+    Arc::make_mut(&mut tainted.1).spec.taints = Some(vec![k8s_openapi::api::core::v1::Taint {
+        key: "dedicated".into(),
+        value: Some("gpu".into()),
+        effect: "NoSchedule".into(),
+        time_added: None,
+    }]);
     let mut cordoned = node("c", "4", "8Gi", json!({}));
-    Arc::make_mut(&mut cordoned.1)["spec"]["unschedulable"] = json!(true);
+    Arc::make_mut(&mut cordoned.1).spec.unschedulable = Some(true);
     let nodes = vec![node("small", "4", "512Mi", json!({})), tainted, cordoned];
     assert_eq!(
         choose(&vmi("1Gi"), &nodes),
@@ -86,8 +108,14 @@ fn node_selector_and_required_affinity() {
 #[test]
 fn not_ready_nodes_are_skipped() {
     let mut down = node("down", "4", "8Gi", json!({}));
-    Arc::make_mut(&mut down.1)["status"]["conditions"] =
-        json!([{"type": "Ready", "status": "Unknown"}]);
+    for ready in Arc::make_mut(&mut down.1)
+        .status
+        .conditions
+        .iter_mut()
+        .flatten()
+    {
+        ready.status = "Unknown".into();
+    }
     assert_eq!(
         choose(&vmi("1Gi"), &[down]),
         Err("0/1 nodes are available: 1 node(s) were not ready.".into())
@@ -111,21 +139,18 @@ fn vmis_filter_alike_when_their_placement_rules_are_alike() {
     assert_ne!(filter_kind(&a), filter_kind(&b));
 }
 
-fn node_object(name: &str, version: &str, rack: &str) -> Arc<DynamicObject> {
-    Arc::new(
-        serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "resourceVersion": version, "labels": {"rack": rack}},
-            "status": {"allocatable": {"cpu": "2", "memory": "4Gi"},
-                       "conditions": [{"type": "Ready", "status": "True"}]},
-        }))
-        .unwrap(),
-    )
-}
-
 #[test]
-fn a_node_view_is_made_again_only_when_the_node_changed() {
-    let mut views = NodeViews::default();
+fn free_nodes_are_sorted_and_take_what_is_used() {
+    let node = |name: &str| -> Arc<Node> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "status": {"allocatable": {"cpu": "2", "memory": "4Gi"},
+                           "conditions": [{"type": "Ready", "status": "True"}]},
+            }))
+            .unwrap(),
+        )
+    };
     let used: HashMap<String, Resources> = [(
         "b".to_string(),
         Resources {
@@ -134,21 +159,9 @@ fn a_node_view_is_made_again_only_when_the_node_changed() {
         },
     )]
     .into();
-    let first = views.free(
-        &[node_object("b", "7", "r1"), node_object("a", "3", "r1")],
-        &used,
-    );
-    assert_eq!(first[0].0, "a");
-    assert_eq!(first[1].2.millicpu, 1500);
-    assert_eq!(first[1].2.memory, 3 << 30);
-    let again = views.free(
-        &[node_object("a", "3", "r1"), node_object("b", "8", "r2")],
-        &used,
-    );
-    assert!(Arc::ptr_eq(&first[0].1, &again[0].1), "a is unchanged");
-    assert!(!Arc::ptr_eq(&first[1].1, &again[1].1), "b changed");
-    assert_eq!(again[1].1["metadata"]["labels"]["rack"], "r2");
-    let gone = views.free(&[node_object("a", "3", "r1")], &HashMap::new());
-    assert_eq!(gone.len(), 1);
-    assert_eq!(views.0.len(), 1, "a removed node's view is dropped");
+    let free = free_nodes(&[node("b"), node("a")], &used);
+    assert_eq!(free[0].0, "a");
+    assert_eq!(free[0].2.millicpu, 2000);
+    assert_eq!(free[1].2.millicpu, 1500);
+    assert_eq!(free[1].2.memory, 3 << 30);
 }

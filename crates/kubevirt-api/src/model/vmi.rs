@@ -238,6 +238,8 @@ crate::open_struct! {
         volume_status: Vec<VolumeStatus> = "volumeStatus",
         kernel_boot_status: KernelBootStatus = "kernelBootStatus",
         machine: Machine = "machine",
+        /// The node a drain is moving it off (KubeVirt's).
+        evacuation_node_name: String = "evacuationNodeName",
         /// How the node runs the vCPUs (`kvm`, `tcg`): a virtplane field.
         accelerator: String = "accelerator",
         /// Where the ports of masquerade interfaces are forwarded from on the node (a
