@@ -5,23 +5,34 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::NodeCondition;
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::core::DynamicObject;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use serde_json::{json, Value};
 
 use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::meta;
-
-use crate::resources::{self, condition, str_at};
+use kubevirt_api::model::core::Node;
+use kubevirt_api::model::object::set;
+use kubevirt_api::model::vmi::PhaseTransition;
+use kubevirt_api::model::{Condition, VirtualMachineInstance, VmiPhase};
 
 const MANAGER: &str = "virt-node-lifecycle";
 
+fn ready_condition(node: &Node) -> Option<&NodeCondition> {
+    node.status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")
+}
+
 /// What the node reported as its last heartbeat (second resolution, the agent's clock).
-fn last_heartbeat(node: &DynamicObject) -> Option<String> {
-    condition(node, "Ready")?["lastHeartbeatTime"]
-        .as_str()
-        .map(str::to_string)
+fn last_heartbeat(node: &Node) -> Option<String> {
+    ready_condition(node)?
+        .last_heartbeat_time
+        .as_ref()
+        .map(|t| t.0.to_string())
 }
 
 /// When this controller last saw each node's heartbeat change, on its own clock — as
@@ -84,53 +95,51 @@ pub async fn run(client: Client, grace: Duration) {
 /// failed. A failed write of one object is logged and retried with that object's
 /// backoff on a later pass, without holding up the others.
 async fn pass(client: &Client, grace: Duration, state: &mut State) -> Result<(), crate::Error> {
-    let nodes = Api::<DynamicObject>::all_with(client.clone(), &resources::node());
+    let nodes = Api::<Node>::all(client.clone());
     let now = Instant::now();
     let mut lost = Vec::new();
     let listed = nodes.list(&ListParams::default()).await?.items;
     state
         .seen
         .0
-        .retain(|name, _| listed.iter().any(|n| &n.name_any() == name));
+        .retain(|name, _| listed.iter().any(|n| n.name() == name));
     state
         .node_writes
-        .retain(|name| listed.iter().any(|n| &n.name_any() == name));
+        .retain(|name| listed.iter().any(|n| n.name() == name));
     for node in listed {
-        let ready = condition(&node, "Ready").map(|c| c["status"].clone());
-        let stale = state
-            .seen
-            .stale(&node.name_any(), last_heartbeat(&node), now, grace);
+        let name = &node.name().to_string();
+        let stale = state.seen.stale(name, last_heartbeat(&node), now, grace);
         if !stale {
             continue;
         }
-        lost.push(node.name_any());
-        if ready.as_ref() != Some(&json!("Unknown"))
-            && !state.node_writes.waiting(&node.name_any(), now)
-        {
+        lost.push(name.clone());
+        let unknown = ready_condition(&node).is_some_and(|c| c.status == "Unknown");
+        if !unknown && !state.node_writes.waiting(name, now) {
             let mut conditions: Vec<Value> = node
-                .data
-                .pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
+                .status
+                .conditions
+                .iter()
+                .flatten()
+                .filter_map(|c| serde_json::to_value(c).ok())
+                .collect();
+            let last_heartbeat = ready_condition(&node).and_then(|c| c.last_heartbeat_time.clone());
             meta::set_condition(
                 &mut conditions,
                 json!({"type": "Ready", "status": "Unknown",
                 "reason": "NodeStatusUnknown", "message": "Node agent stopped posting node status.",
-                "lastHeartbeatTime": condition(&node, "Ready").map(|c| c["lastHeartbeatTime"].clone()).unwrap_or(Value::Null),
+                "lastHeartbeatTime": last_heartbeat,
                 "lastTransitionTime": meta::now()}),
             );
             let patch = json!({"status": {"conditions": conditions}});
             match nodes
-                .patch_status(&node.name_any(), &params(), &Patch::Merge(&patch))
+                .patch_status(name, &params(), &Patch::Merge(&patch))
                 .await
             {
-                Ok(_) => state.node_writes.succeeded(&node.name_any()),
+                Ok(_) => state.node_writes.succeeded(name),
                 Err(e) => {
-                    let retry = state.node_writes.failed(node.name_any());
+                    let retry = state.node_writes.failed(name.clone());
                     tracing::warn!(
-                        "node lifecycle: marking node {} NotReady failed, retrying in {retry:?}: {e}",
-                        node.name_any()
+                        "node lifecycle: marking node {name} NotReady failed, retrying in {retry:?}: {e}"
                     );
                 }
             }
@@ -140,16 +149,15 @@ async fn pass(client: &Client, grace: Duration, state: &mut State) -> Result<(),
         state.vmi_writes.retain(|_| false);
         return Ok(());
     }
-    let vmis =
-        Api::<DynamicObject>::all_with(client.clone(), &resources::virtual_machine_instance());
-    let orphaned: Vec<DynamicObject> = vmis
+    let vmis = Api::<VirtualMachineInstance>::all(client.clone());
+    let orphaned: Vec<VirtualMachineInstance> = vmis
         .list(&ListParams::default())
         .await?
         .items
         .into_iter()
-        .filter(|v| str_at(v, "/status/nodeName").is_some_and(|n| lost.iter().any(|l| l == n)))
+        .filter(|v| v.node_name().is_some_and(|n| lost.iter().any(|l| l == n)))
         .collect();
-    let key = |vmi: &DynamicObject| object_key(vmi.namespace().as_deref(), &vmi.name_any());
+    let key = |vmi: &VirtualMachineInstance| object_key(Some(vmi.namespace()), vmi.name());
     let keys: Vec<String> = orphaned.iter().map(key).collect();
     state.vmi_writes.retain(|k| keys.contains(k));
     let writes = &state.vmi_writes;
@@ -175,50 +183,45 @@ async fn pass(client: &Client, grace: Duration, state: &mut State) -> Result<(),
 }
 
 /// Marks a VMI of a lost node Failed or, once it is, lets it go if it is being deleted.
-async fn fail_vmi(client: Client, vmi: &DynamicObject) -> Result<(), crate::Error> {
-    let api = Api::<DynamicObject>::namespaced_with(
-        client,
-        &vmi.namespace().unwrap_or_default(),
-        &resources::virtual_machine_instance(),
-    );
-    let final_phase = kubevirt_api::model::VmiPhase::of(&vmi.data).is_final();
-    let mut patch = json!({"metadata": {"resourceVersion": vmi.resource_version()}});
-    if !final_phase {
+async fn fail_vmi(client: Client, vmi: &VirtualMachineInstance) -> Result<(), crate::Error> {
+    let api = Api::<VirtualMachineInstance>::namespaced(client, vmi.namespace());
+    let mut patch = json!({"metadata": {"resourceVersion": vmi.metadata.resource_version}});
+    if !vmi.phase().is_final() {
+        let now = meta::now();
         let mut transitions = vmi
-            .data
-            .pointer("/status/phaseTransitionTimestamps")
-            .cloned()
-            .unwrap_or_else(|| json!([]));
-        if let Some(list) = transitions.as_array_mut() {
-            list.push(json!({"phase": "Failed", "phaseTransitionTimestamp": meta::now()}));
-        }
-        let mut conditions: Vec<Value> = vmi
-            .data
-            .pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .cloned()
+            .status
+            .phase_transition_timestamps
+            .clone()
             .unwrap_or_default();
-        meta::set_condition(
+        transitions.push(PhaseTransition::new(VmiPhase::Failed.as_str(), &now));
+        let mut conditions = vmi.status.conditions.clone().unwrap_or_default();
+        set(
             &mut conditions,
-            json!({"type": "Ready", "status": "False", "reason": "NodeUnresponsive",
-            "message": "the node running this VMI stopped responding", "lastProbeTime": null,
-            "lastTransitionTime": meta::now()}),
+            Condition::new(
+                "Ready",
+                "False",
+                "NodeUnresponsive",
+                "the node running this VMI stopped responding",
+            ),
+            &now,
         );
-        patch["status"] = json!({"phase": "Failed", "reason": "NodeUnresponsive", "phaseTransitionTimestamps": transitions,
-                                 "conditions": conditions});
+        patch["status"] = json!({"phase": VmiPhase::Failed, "reason": "NodeUnresponsive",
+                                 "phaseTransitionTimestamps": transitions, "conditions": conditions});
         // The failure is recorded first; a VMI being deleted is let go on the next pass,
         // so its end is visible rather than lost with it.
     } else if vmi.metadata.deletion_timestamp.is_some() {
         let finalizers: Vec<&String> = vmi
-            .finalizers()
+            .metadata
+            .finalizers
             .iter()
+            .flatten()
             .filter(|f| f.as_str() != kubevirt_api::defaults::VMI_FOREGROUND_FINALIZER)
             .collect();
         patch["metadata"]["finalizers"] = json!(finalizers);
     } else {
         return Ok(());
     }
-    api.patch(&vmi.name_any(), &params(), &Patch::Merge(&patch))
+    api.patch(vmi.name(), &params(), &Patch::Merge(&patch))
         .await?;
     Ok(())
 }

@@ -7,27 +7,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use kubevirt_api::backoff::{object_key, Backoff};
+use kubevirt_api::model::VirtualMachineInstance;
 use kubevirt_api::names::annotations::VOLUME_PATH;
 use kubevirt_api::quantity::Quantity;
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::resources::{self, str_at};
 use crate::Error;
 
 const PROTECTION: &str = "kubernetes.io/pvc-protection";
-
-pub fn claim_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("", "v1", "PersistentVolumeClaim"),
-        "persistentvolumeclaims",
-    )
-}
 
 struct Context {
     client: Client,
@@ -42,13 +35,13 @@ pub fn claim_path(pool: &Path, namespace: &str, claim: &str) -> PathBuf {
 }
 
 pub async fn run(client: Client, pool: PathBuf) {
-    let api = Api::<DynamicObject>::all_with(client.clone(), &claim_resource());
+    let api = Api::<PersistentVolumeClaim>::all(client.clone());
     let ctx = Arc::new(Context {
         client,
         pool,
         backoff: Backoff::default(),
     });
-    Controller::new_with(api, watcher::Config::default(), claim_resource())
+    Controller::new(api, watcher::Config::default())
         .with_config(crate::controller_config())
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| {
@@ -69,7 +62,7 @@ pub async fn run(client: Client, pool: PathBuf) {
         .await;
 }
 
-fn error_policy(claim: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
+fn error_policy(claim: Arc<PersistentVolumeClaim>, error: &Error, ctx: Arc<Context>) -> Action {
     let key = object_key(claim.namespace().as_deref(), &claim.name_any());
     let retry = ctx.backoff.failed(key.clone());
     tracing::warn!("volume controller: sync of {key} failed, retrying in {retry:?}: {error}");
@@ -85,38 +78,26 @@ fn params() -> PatchParams {
 
 /// Whether a VMI that is not finished still refers to the claim.
 async fn in_use(client: &Client, namespace: &str, claim: &str) -> Result<bool, Error> {
-    let vmis = Api::<DynamicObject>::namespaced_with(
-        client.clone(),
-        namespace,
-        &resources::virtual_machine_instance(),
-    );
+    let vmis = Api::<VirtualMachineInstance>::namespaced(client.clone(), namespace);
     Ok(vmis
         .list(&ListParams::default())
         .await?
         .items
         .iter()
         .any(|vmi| {
-            let finished = kubevirt_api::model::VmiPhase::of(&vmi.data).is_final();
             let uses = vmi
-                .data
-                .pointer("/spec/volumes")
-                .and_then(Value::as_array)
-                .is_some_and(|volumes| {
-                    volumes.iter().any(|v| {
-                        v.pointer("/persistentVolumeClaim/claimName")
-                            .or_else(|| v.pointer("/dataVolume/name"))
-                            == Some(&json!(claim))
-                    })
-                });
-            uses && !finished
+                .spec
+                .volumes()
+                .iter()
+                .any(|v| v.source.claim() == Some(claim));
+            uses && !vmi.phase().is_final()
         }))
 }
 
-async fn reconcile(claim: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(claim: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = claim.namespace().unwrap_or_default();
     let name = claim.name_any();
-    let api =
-        Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &claim_resource());
+    let api = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &namespace);
     let path = claim_path(&ctx.pool, &namespace, &name);
     if claim.metadata.deletion_timestamp.is_some() {
         if !claim.finalizers().iter().any(|f| f == PROTECTION) {
@@ -144,15 +125,20 @@ async fn reconcile(claim: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Actio
     }
     let published = claim.annotations().get(VOLUME_PATH).map(String::as_str)
         == Some(path.to_string_lossy().as_ref());
-    if str_at(&claim, "/status/phase") == Some("Bound") && path.exists() && published {
+    let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    if bound && path.exists() && published {
         return Ok(Action::await_change());
     }
-    let requested = claim
-        .data
-        .pointer("/spec/resources/requests/storage")
-        .cloned()
-        .unwrap_or(Value::Null);
-    let bytes = Quantity::from_json(&requested)
+    let spec = claim.spec.clone().unwrap_or_default();
+    let requested = spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .cloned();
+    let bytes = requested
+        .as_ref()
+        .and_then(|q| Quantity::parse(&q.0))
         .map_or(0, Quantity::value)
         .max(0) as u64;
     let allocated = std::fs::create_dir_all(path.parent().unwrap_or(&ctx.pool)).and_then(|()| {
@@ -176,17 +162,15 @@ async fn reconcile(claim: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Actio
     }
     let volume = format!("pvc-{}", claim.uid().unwrap_or_default());
     let mut bind = json!({"metadata": {"annotations": {VOLUME_PATH: path}}});
-    if claim.data.pointer("/spec/volumeName").is_none() {
+    if spec.volume_name.is_none() {
         bind["spec"] = json!({"volumeName": volume});
     }
     if !published || bind.get("spec").is_some() {
         api.patch(&name, &params(), &Patch::Merge(&bind)).await?;
     }
-    let modes = claim
-        .data
-        .pointer("/spec/accessModes")
-        .cloned()
-        .unwrap_or_else(|| json!(["ReadWriteOnce"]));
+    let modes = spec
+        .access_modes
+        .unwrap_or_else(|| vec!["ReadWriteOnce".into()]);
     let status = json!({"status": {"phase": "Bound", "accessModes": modes, "capacity": {"storage": requested}}});
     api.patch_status(&name, &params(), &Patch::Merge(&status))
         .await?;

@@ -7,16 +7,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::Patch;
-use kube::core::DynamicObject;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
+use kubevirt_api::cdi::model::{DataSource, DataVolume};
 use kubevirt_api::cdi::Phase;
-use serde_json::{json, Value};
+use kubevirt_api::model::object::find;
+use serde_json::json;
 
-use super::{data_source_resource, data_volume_resource, params};
-use crate::volumes::claim_resource;
+use super::params;
 use crate::Error;
 
 /// How often a DataSource looks at its claim again (claims are not watched here).
@@ -40,26 +41,26 @@ pub fn readiness(claim_exists: bool, filled_by: Option<Phase>) -> (&'static str,
 }
 
 pub async fn run(client: Client) {
-    let api = Api::<DynamicObject>::all_with(client.clone(), &data_source_resource());
-    Controller::new_with(api, watcher::Config::default(), data_source_resource())
+    let api = Api::<DataSource>::all(client.clone());
+    Controller::new(api, watcher::Config::default())
         .with_config(crate::controller_config())
         .run(reconcile, error_policy, Arc::new(client))
         .for_each(|_| futures::future::ready(()))
         .await;
 }
 
-fn error_policy(source: Arc<DynamicObject>, error: &Error, _: Arc<Client>) -> Action {
+fn error_policy(source: Arc<DataSource>, error: &Error, _: Arc<Client>) -> Action {
     tracing::warn!(
         "datasource controller: sync of {} failed: {error}",
-        source.name_any()
+        source.name()
     );
     Action::requeue(RECHECK)
 }
 
-async fn reconcile(source: Arc<DynamicObject>, client: Arc<Client>) -> Result<Action, Error> {
-    let namespace = source.namespace().unwrap_or_default();
-    let pvc = source.data.pointer("/spec/source/pvc");
-    let (status, reason, message) = match pvc.and_then(|p| p.get("name")).and_then(Value::as_str) {
+async fn reconcile(source: Arc<DataSource>, client: Arc<Client>) -> Result<Action, Error> {
+    let namespace = source.namespace();
+    let pvc = source.spec.source.as_ref().and_then(|s| s.pvc.as_ref());
+    let (status, reason, message) = match pvc.and_then(|p| p.name.as_deref()) {
         None => (
             "False",
             "NoSource".to_string(),
@@ -67,59 +68,38 @@ async fn reconcile(source: Arc<DynamicObject>, client: Arc<Client>) -> Result<Ac
         ),
         Some(name) => {
             let claim_namespace = pvc
-                .and_then(|p| p.get("namespace"))
-                .and_then(Value::as_str)
+                .and_then(|p| p.namespace.as_deref())
                 .filter(|n| !n.is_empty())
-                .unwrap_or(&namespace);
-            let claims = Api::<DynamicObject>::namespaced_with(
-                (*client).clone(),
-                claim_namespace,
-                &claim_resource(),
-            );
-            let dvs = Api::<DynamicObject>::namespaced_with(
-                (*client).clone(),
-                claim_namespace,
-                &data_volume_resource(),
-            );
+                .unwrap_or(namespace);
+            let claims =
+                Api::<PersistentVolumeClaim>::namespaced((*client).clone(), claim_namespace);
+            let dvs = Api::<DataVolume>::namespaced((*client).clone(), claim_namespace);
             let exists = claims.get_opt(name).await?.is_some();
-            let filled_by = dvs.get_opt(name).await?.map(|dv| Phase::of(&dv.data));
+            let filled_by = dvs.get_opt(name).await?.map(|dv| dv.phase());
             let (s, r, m) = readiness(exists, filled_by);
             (s, r, m)
         }
     };
-    let old = source
-        .data
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
-        .cloned();
-    let unchanged = old.as_ref().is_some_and(|c| {
-        c["status"] == status && c["reason"] == reason.as_str() && c["message"] == message.as_str()
+    let old = find(&source.status.conditions, "Ready");
+    let unchanged = old.is_some_and(|c| {
+        c.status.as_deref() == Some(status) && c.reason() == reason && c.message() == message
     });
     if !unchanged {
         let now = kubevirt_api::meta::now();
         let transition = old
-            .as_ref()
-            .filter(|c| c["status"] == status)
-            .map_or_else(|| json!(now), |c| c["lastTransitionTime"].clone());
+            .filter(|c| c.status.as_deref() == Some(status))
+            .and_then(|c| c.last_transition_time.clone())
+            .unwrap_or_else(|| now.clone());
         let ready = json!({"type": "Ready", "status": status, "reason": reason, "message": message,
                            "lastTransitionTime": transition, "lastHeartbeatTime": now});
         let shown = if status == "True" {
-            source
-                .data
-                .pointer("/spec/source")
-                .cloned()
-                .unwrap_or(Value::Null)
+            json!(source.spec.source)
         } else {
             json!({})
         };
-        let api = Api::<DynamicObject>::namespaced_with(
-            (*client).clone(),
-            &namespace,
-            &data_source_resource(),
-        );
+        let api = Api::<DataSource>::namespaced((*client).clone(), namespace);
         let patch = json!({"status": {"conditions": [ready], "source": shown}});
-        api.patch_status(&source.name_any(), &params(), &Patch::Merge(&patch))
+        api.patch_status(source.name(), &params(), &Patch::Merge(&patch))
             .await?;
     }
     Ok(Action::requeue(RECHECK))

@@ -16,18 +16,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use kubevirt_api::backoff::{object_key, Backoff};
+use kubevirt_api::cdi::model::DataVolume;
 use kubevirt_api::cdi::{ClaimProperties, Origin, Phase, Source, Spec};
 use kubevirt_api::names::annotations::UPLOADED_IMAGE;
 use serde_json::{json, Value};
 
-use crate::volumes::claim_resource;
 use crate::Error;
 use status::{State, Transfer};
 use transfers::{Look, Outcome, Transfers};
@@ -38,20 +38,6 @@ pub use transfers::Job;
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 /// How many transfers move bytes at once.
 const PARALLEL_TRANSFERS: usize = 4;
-
-pub fn data_volume_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("cdi.kubevirt.io", "v1beta1", "DataVolume"),
-        "datavolumes",
-    )
-}
-
-pub fn data_source_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("cdi.kubevirt.io", "v1beta1", "DataSource"),
-        "datasources",
-    )
-}
 
 struct Context {
     client: Client,
@@ -81,8 +67,8 @@ pub async fn run(client: Client, dirs: Dirs, insecure_registries: Vec<String>) {
     // The upload proxy names files by their canonical path.
     let uploads = std::fs::canonicalize(&uploads).unwrap_or(uploads);
     let registry = oci::Config::new(scratch.join("registry"), insecure_registries);
-    let api = Api::<DynamicObject>::all_with(client.clone(), &data_volume_resource());
-    let claims = Api::<DynamicObject>::all_with(client.clone(), &claim_resource());
+    let api = Api::<DataVolume>::all(client.clone());
+    let claims = Api::<PersistentVolumeClaim>::all(client.clone());
     let ctx = Arc::new(Context {
         client,
         transfers: Transfers::new(scratch, PARALLEL_TRANSFERS, registry),
@@ -91,8 +77,8 @@ pub async fn run(client: Client, dirs: Dirs, insecure_registries: Vec<String>) {
         attempts: Backoff::new(Duration::from_secs(2), Duration::from_secs(300)),
         uploads,
     });
-    let controller = Controller::new_with(api, watcher::Config::default(), data_volume_resource())
-        .owns_with(claims, claim_resource(), watcher::Config::default());
+    let controller =
+        Controller::new(api, watcher::Config::default()).owns(claims, watcher::Config::default());
     tokio::spawn(cancel_orphans(controller.store(), ctx.clone()));
     tokio::spawn(data_source::run(ctx.client.clone()));
     controller
@@ -115,15 +101,14 @@ pub async fn run(client: Client, dirs: Dirs, insecure_registries: Vec<String>) {
 }
 
 /// Stops the transfers of DataVolumes that were deleted (reconcile never sees those).
-async fn cancel_orphans(store: Store<DynamicObject>, ctx: Arc<Context>) {
+async fn cancel_orphans(store: Store<DataVolume>, ctx: Arc<Context>) {
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         for (uid, key) in ctx.transfers.running() {
             let (namespace, name) = key.split_once('/').unwrap_or(("", &key));
-            let reference = ObjectRef::new_with(name, data_volume_resource()).within(namespace);
+            let reference = ObjectRef::new(name).within(namespace);
             let alive = store.get(&reference).is_some_and(|dv| {
-                dv.uid().as_deref() == Some(uid.as_str())
-                    && dv.metadata.deletion_timestamp.is_none()
+                dv.uid() == uid.as_str() && dv.metadata.deletion_timestamp.is_none()
             });
             if !alive {
                 tracing::info!("datavolume {key} is gone: stopping its transfer");
@@ -133,8 +118,8 @@ async fn cancel_orphans(store: Store<DynamicObject>, ctx: Arc<Context>) {
     }
 }
 
-fn error_policy(dv: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
-    let key = object_key(dv.namespace().as_deref(), &dv.name_any());
+fn error_policy(dv: Arc<DataVolume>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = object_key(Some(dv.namespace()), dv.name());
     let retry = ctx.backoff.failed(key.clone());
     tracing::warn!("datavolume controller: sync of {key} failed, retrying in {retry:?}: {error}");
     Action::requeue(retry)
@@ -149,26 +134,21 @@ fn params() -> PatchParams {
 
 /// Writes the status for `state` unless it shows that already.
 async fn report(
-    api: &Api<DynamicObject>,
-    dv: &DynamicObject,
+    api: &Api<DataVolume>,
+    dv: &DataVolume,
     state: &State,
     restarts: i64,
 ) -> Result<(), Error> {
-    let current = dv.data.get("status").cloned().unwrap_or_else(|| json!({}));
-    let new = status::status(state, &current, restarts, &kubevirt_api::meta::now());
-    if status::changes(&current, &new) {
-        api.patch_status(
-            &dv.name_any(),
-            &params(),
-            &Patch::Merge(&json!({"status": new})),
-        )
-        .await?;
+    let new = status::status(state, &dv.status, restarts, &kubevirt_api::meta::now());
+    if status::changes(&dv.status, &new) {
+        api.patch_status(dv.name(), &params(), &Patch::Merge(&json!({"status": new})))
+            .await?;
     }
     Ok(())
 }
 
 /// Whether the DataVolume with `uid` is the claim's controlling owner.
-fn owned_by(claim: &DynamicObject, uid: &str) -> bool {
+fn owned_by(claim: &PersistentVolumeClaim, uid: &str) -> bool {
     claim
         .metadata
         .owner_references
@@ -177,30 +157,22 @@ fn owned_by(claim: &DynamicObject, uid: &str) -> bool {
         .any(|o| o.controller == Some(true) && o.uid == uid)
 }
 
-async fn reconcile(dv: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let namespace = dv.namespace().unwrap_or_default();
-    let name = dv.name_any();
-    let uid = dv.uid().unwrap_or_default();
+async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = dv.namespace().to_string();
+    let name = dv.name().to_string();
+    let uid = dv.uid().to_string();
     let key = object_key(Some(&namespace), &name);
     if dv.metadata.deletion_timestamp.is_some() {
         ctx.transfers.cancel(&uid);
         return Ok(Action::await_change());
     }
-    let api = Api::<DynamicObject>::namespaced_with(
-        ctx.client.clone(),
-        &namespace,
-        &data_volume_resource(),
-    );
-    let restarts = dv
-        .data
-        .pointer("/status/restartCount")
-        .and_then(Value::as_i64)
-        .unwrap_or(0);
-    if matches!(Phase::of(&dv.data), Phase::Succeeded | Phase::Failed) {
+    let api = Api::<DataVolume>::namespaced(ctx.client.clone(), &namespace);
+    let restarts = dv.status.restart_count.unwrap_or(0);
+    if matches!(dv.phase(), Phase::Succeeded | Phase::Failed) {
         ctx.transfers.forget(&uid);
         return Ok(Action::await_change());
     }
-    let spec = Spec::of(&namespace, &dv.data["spec"]);
+    let spec = dv.parsed_spec();
     let source = match &spec.origin {
         Origin::Source(source) => source.clone(),
         Origin::DataSource(reference) => {
@@ -238,8 +210,7 @@ async fn reconcile(dv: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
         }
     };
 
-    let claims =
-        Api::<DynamicObject>::namespaced_with(ctx.client.clone(), &namespace, &claim_resource());
+    let claims = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &namespace);
     let Some(claim) = claims.get_opt(&name).await? else {
         let size = match (&source, spec.requested_size()) {
             (Source::Pvc(from), None) => sources::claim_size(&ctx.client, from).await?,
@@ -314,9 +285,10 @@ async fn reconcile(dv: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, 
     lock_retry(&ctx).remove(&uid);
     // Shown running but not running here: this process restarted mid-transfer, which
     // starts it again from the beginning.
+    let running = kubevirt_api::cdi::conditions::RUNNING;
     let interrupted = transfer != Transfer::Upload
-        && Phase::of(&dv.data) == transfer.in_progress()
-        && crate::resources::condition_is(&dv, kubevirt_api::cdi::conditions::RUNNING, "True");
+        && dv.phase() == transfer.in_progress()
+        && dv.condition(running).is_some_and(|c| c.is(running, "True"));
     let restarts = if interrupted { restarts + 1 } else { restarts };
     let job = match &source {
         Source::Blank => {
@@ -408,7 +380,10 @@ const POD_PHASE: &str = "cdi.kubevirt.io/storage.pod.phase";
 /// What CDI marks the claim of an upload DataVolume with (virtctl checks it).
 const UPLOAD_TARGET: &str = "cdi.kubevirt.io/storage.upload.target";
 
-async fn mark_claim_succeeded(claims: &Api<DynamicObject>, name: &str) -> Result<(), Error> {
+async fn mark_claim_succeeded(
+    claims: &Api<PersistentVolumeClaim>,
+    name: &str,
+) -> Result<(), Error> {
     let patch = json!({"metadata": {"annotations": {POD_PHASE: "Succeeded"}}});
     claims.patch(name, &params(), &Patch::Merge(&patch)).await?;
     Ok(())
@@ -416,16 +391,16 @@ async fn mark_claim_succeeded(claims: &Api<DynamicObject>, name: &str) -> Result
 
 /// The claim a DataVolume creates: its name, owned by it, with CDI's labels.
 fn claim_for(
-    dv: &DynamicObject,
+    dv: &DataVolume,
     spec: &Spec,
     size: Option<&Value>,
     profile: &ClaimProperties,
-) -> Result<DynamicObject, Error> {
+) -> Result<PersistentVolumeClaim, Error> {
     let claim = json!({
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": {
-            "name": dv.name_any(),
+            "name": dv.name(),
             "namespace": dv.namespace(),
             "labels": {
                 "app": "containerized-data-importer",
@@ -434,9 +409,9 @@ fn claim_for(
             },
             "annotations": {"cdi.kubevirt.io/storage.contentType": "kubevirt"},
             "ownerReferences": [{
-                "apiVersion": "cdi.kubevirt.io/v1beta1",
-                "kind": "DataVolume",
-                "name": dv.name_any(),
+                "apiVersion": DataVolume::API_VERSION,
+                "kind": DataVolume::KIND,
+                "name": dv.name(),
                 "uid": dv.uid(),
                 "controller": true,
                 "blockOwnerDeletion": true,

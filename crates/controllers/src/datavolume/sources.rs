@@ -3,25 +3,17 @@
 
 use std::path::PathBuf;
 
-use base64::Engine as _;
 use importer::{HttpSource, Target};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret};
 use kube::core::DynamicObject;
 use kube::{Api, Client, ResourceExt};
+use kubevirt_api::cdi::model::DataSource;
 use kubevirt_api::cdi::{ClaimProperties, ClaimRef, Http, Registry, Spec, STORAGE_CLASS};
 use kubevirt_api::names::annotations::VOLUME_PATH;
 use kubevirt_api::quantity::Quantity;
 use serde_json::Value;
 
-use super::data_source_resource;
-use crate::volumes::claim_resource;
 use crate::Error;
-
-fn core(kind: &str, plural: &str) -> kube::core::ApiResource {
-    kube::core::ApiResource::from_gvk_with_plural(
-        &kube::core::GroupVersionKind::gvk("", "v1", kind),
-        plural,
-    )
-}
 
 /// The access and volume modes the StorageProfile of the claim's class gives a
 /// `spec.storage` claim (CDI keeps one profile per storage class).
@@ -53,13 +45,15 @@ fn storage_profile_resource() -> kube::core::ApiResource {
 }
 
 /// The file of a bound claim and its size.
-pub fn bound_target(claim: &DynamicObject) -> Option<Target> {
-    let bound = claim.data.pointer("/status/phase").and_then(Value::as_str) == Some("Bound");
+pub fn bound_target(claim: &PersistentVolumeClaim) -> Option<Target> {
+    let status = claim.status.as_ref()?;
+    let bound = status.phase.as_deref() == Some("Bound");
     let path = claim.annotations().get(VOLUME_PATH).filter(|_| bound)?;
-    let capacity = claim
-        .data
-        .pointer("/status/capacity/storage")
-        .and_then(Quantity::from_json)
+    let capacity = status
+        .capacity
+        .as_ref()?
+        .get("storage")
+        .and_then(|q| Quantity::parse(&q.0))
         .map(Quantity::value)?;
     Some(Target {
         path: PathBuf::from(path),
@@ -67,19 +61,25 @@ pub fn bound_target(claim: &DynamicObject) -> Option<Target> {
     })
 }
 
-async fn claim(client: &Client, claim: &ClaimRef) -> Result<Option<DynamicObject>, Error> {
-    let api =
-        Api::<DynamicObject>::namespaced_with(client.clone(), &claim.namespace, &claim_resource());
+async fn claim(client: &Client, claim: &ClaimRef) -> Result<Option<PersistentVolumeClaim>, Error> {
+    let api = Api::<PersistentVolumeClaim>::namespaced(client.clone(), &claim.namespace);
     Ok(api.get_opt(&claim.name).await?)
 }
 
 /// The size of the claim to clone (for a DataVolume that asked for none).
 pub async fn claim_size(client: &Client, from: &ClaimRef) -> Result<Option<Value>, Error> {
     Ok(claim(client, from).await?.and_then(|c| {
-        c.data
-            .pointer("/status/capacity/storage")
-            .or_else(|| c.data.pointer("/spec/resources/requests/storage"))
-            .cloned()
+        let capacity = c
+            .status
+            .and_then(|s| s.capacity)
+            .and_then(|c| c.get("storage").cloned());
+        let requested = || {
+            c.spec
+                .and_then(|s| s.resources)
+                .and_then(|r| r.requests)
+                .and_then(|r| r.get("storage").cloned())
+        };
+        capacity.or_else(requested).map(|q| Value::String(q.0))
     }))
 }
 
@@ -105,27 +105,17 @@ pub async fn data_source_claim(
     client: &Client,
     reference: &ClaimRef,
 ) -> Result<Result<ClaimRef, String>, Error> {
-    let api = Api::<DynamicObject>::namespaced_with(
-        client.clone(),
-        &reference.namespace,
-        &data_source_resource(),
-    );
+    let api = Api::<DataSource>::namespaced(client.clone(), &reference.namespace);
     let ClaimRef { namespace, name } = reference;
     let Some(source) = api.get_opt(name).await? else {
         return Ok(Err(format!("DataSource {namespace}/{name} not found")));
     };
-    let Some(pvc) = source.data.pointer("/spec/source/pvc") else {
-        return Ok(Err(format!("DataSource {namespace}/{name} names no pvc")));
-    };
-    let text = |key: &str| {
-        pvc.get(key)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-    };
-    Ok(match text("name") {
+    let pvc = source.spec.source.and_then(|s| s.pvc).unwrap_or_default();
+    let text = |field: Option<String>| field.filter(|s| !s.is_empty());
+    Ok(match text(pvc.name) {
         Some(claim) => Ok(ClaimRef {
-            namespace: text("namespace").unwrap_or(namespace).to_string(),
-            name: claim.to_string(),
+            namespace: text(pvc.namespace).unwrap_or_else(|| namespace.clone()),
+            name: claim,
         }),
         None => Err(format!("DataSource {namespace}/{name} names no pvc")),
     })
@@ -146,23 +136,13 @@ pub async fn http_source(
         .map(|(name, value)| (name.trim().to_string(), value.trim().to_string()))
         .collect();
     if let Some(secret) = &http.secret_ref {
-        let api = Api::<DynamicObject>::namespaced_with(
-            client.clone(),
-            namespace,
-            &core("Secret", "secrets"),
-        );
+        let api = Api::<Secret>::namespaced(client.clone(), namespace);
         let Some(secret) = api.get_opt(secret).await? else {
             return Ok(Err(format!("secret {namespace}/{secret} not found")));
         };
         let field = |key: &str| {
-            let encoded = secret
-                .data
-                .pointer(&format!("/data/{key}"))
-                .and_then(Value::as_str)?;
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(encoded)
-                .ok()?;
-            String::from_utf8(bytes).ok()
+            let bytes = secret.data.as_ref()?.get(key)?;
+            String::from_utf8(bytes.0.clone()).ok()
         };
         match (field("accessKeyId"), field("secretKey")) {
             (Some(user), Some(password)) => source.basic_auth = Some((user, password)),
@@ -206,26 +186,16 @@ pub async fn registry_pull(
         ..Default::default()
     };
     if let Some(name) = &registry.secret_ref {
-        let api = Api::<DynamicObject>::namespaced_with(
-            client.clone(),
-            namespace,
-            &core("Secret", "secrets"),
-        );
+        let api = Api::<Secret>::namespaced(client.clone(), namespace);
         let Some(secret) = api.get_opt(name).await? else {
             return Ok(Err(format!("secret {namespace}/{name} not found")));
         };
         let data: std::collections::BTreeMap<String, Vec<u8>> = secret
             .data
-            .get("data")
-            .and_then(Value::as_object)
+            .clone()
+            .unwrap_or_default()
             .into_iter()
-            .flatten()
-            .filter_map(|(k, v)| {
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(v.as_str()?)
-                    .ok()?;
-                Some((k.clone(), bytes))
-            })
+            .map(|(k, v)| (k, v.0))
             .collect();
         let text = |key: &str| {
             data.get(key)
@@ -234,11 +204,7 @@ pub async fn registry_pull(
         options.credentials = match (text("accessKeyId"), text("secretKey")) {
             (Some(user), Some(password)) => vec![oci::Credentials::new(user, password)],
             _ => {
-                let kind = secret
-                    .data
-                    .get("type")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
+                let kind = secret.type_.as_deref().unwrap_or("");
                 match oci::Keyring::from_secret(kind, &data) {
                     Ok(keyring) => keyring.lookup(&reference),
                     Err(e) => return Ok(Err(format!("secret {namespace}/{name}: {e}"))),
@@ -261,21 +227,15 @@ async fn config_map_pem(
     namespace: &str,
     name: &str,
 ) -> Result<Result<Vec<u8>, String>, Error> {
-    let api = Api::<DynamicObject>::namespaced_with(
-        client.clone(),
-        namespace,
-        &core("ConfigMap", "configmaps"),
-    );
+    let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
     let Some(config_map) = api.get_opt(name).await? else {
         return Ok(Err(format!("configmap {namespace}/{name} not found")));
     };
     let pem: Vec<&str> = config_map
         .data
-        .get("data")
-        .and_then(Value::as_object)
-        .into_iter()
+        .iter()
         .flatten()
-        .filter_map(|(_, v)| v.as_str())
+        .map(|(_, v)| v.as_str())
         .collect();
     Ok(Ok(pem.join("\n").into_bytes()))
 }

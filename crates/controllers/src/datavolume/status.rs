@@ -4,8 +4,10 @@
 //! `lastHeartbeatTime` whenever the condition is rewritten with new words).
 
 use kubevirt_api::cdi::conditions::{BOUND, READY, RUNNING};
+use kubevirt_api::cdi::model::DataVolumeStatus;
 use kubevirt_api::cdi::Phase;
-use serde_json::{json, Value};
+use kubevirt_api::model::object::find;
+use kubevirt_api::model::Condition;
 
 /// What the DataVolume's transfer is (the words CDI uses for each kind).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,15 +79,16 @@ pub enum State {
     },
 }
 
-struct Condition {
+/// A condition as a state has it, before its times are set.
+struct Planned {
     kind: &'static str,
     status: &'static str,
     reason: String,
     message: String,
 }
 
-fn condition(kind: &'static str, status: &'static str, reason: &str, message: &str) -> Condition {
-    Condition {
+fn condition(kind: &'static str, status: &'static str, reason: &str, message: &str) -> Planned {
+    Planned {
         kind,
         status,
         reason: reason.to_string(),
@@ -93,13 +96,18 @@ fn condition(kind: &'static str, status: &'static str, reason: &str, message: &s
     }
 }
 
-fn bound(claim: &str) -> Condition {
+fn bound(claim: &str) -> Planned {
     condition(BOUND, "True", "Bound", &format!("PVC {claim} Bound"))
 }
 
 /// The status fields to write for `state`, given the current status (whose condition
 /// times are kept where nothing changed) and `restarts` (the restart count to show).
-pub fn status(state: &State, current: &Value, restarts: i64, now: &str) -> Value {
+pub fn status(
+    state: &State,
+    current: &DataVolumeStatus,
+    restarts: i64,
+    now: &str,
+) -> DataVolumeStatus {
     let (phase, progress, claim, conditions) = match state {
         State::ClaimPending { claim } => (
             Phase::Pending,
@@ -200,77 +208,59 @@ pub fn status(state: &State, current: &Value, restarts: i64, now: &str) -> Value
             ],
         ),
     };
-    let old = current
-        .get("conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let conditions: Vec<Value> = conditions
+    let conditions: Vec<Condition> = conditions
         .iter()
         .map(|c| {
-            let before = old.iter().find(|o| o["type"] == c.kind);
-            let same_status = before.is_some_and(|b| b["status"] == c.status);
+            let before = find(&current.conditions, c.kind);
+            let same_status = before.is_some_and(|b| b.status.as_deref() == Some(c.status));
             let same_words = same_status
-                && before.is_some_and(|b| {
-                    b["reason"] == c.reason.as_str() && b["message"] == c.message.as_str()
-                });
-            let kept = |field: &str| {
-                before
-                    .and_then(|b| b.get(field))
-                    .filter(|t| t.is_string())
-                    .cloned()
-                    .unwrap_or_else(|| json!(now))
-            };
-            let transition = if same_status {
-                kept("lastTransitionTime")
-            } else {
-                json!(now)
-            };
-            let heartbeat = if same_words {
-                kept("lastHeartbeatTime")
-            } else {
-                json!(now)
-            };
-            json!({"type": c.kind, "status": c.status, "reason": c.reason, "message": c.message,
-                   "lastTransitionTime": transition, "lastHeartbeatTime": heartbeat})
+                && before.is_some_and(|b| b.reason() == c.reason && b.message() == c.message);
+            let kept = |time: Option<&String>| Some(time.cloned().unwrap_or_else(|| now.into()));
+            Condition {
+                last_transition_time: if same_status {
+                    kept(before.and_then(|b| b.last_transition_time.as_ref()))
+                } else {
+                    Some(now.into())
+                },
+                last_heartbeat_time: if same_words {
+                    kept(before.and_then(|b| b.last_heartbeat_time.as_ref()))
+                } else {
+                    Some(now.into())
+                },
+                ..Condition::new(c.kind, c.status, &c.reason, &c.message)
+            }
         })
         .collect();
-    let mut status = json!({
-        "phase": phase.as_str(),
-        "progress": progress,
-        "restartCount": restarts,
-        "conditions": conditions,
-    });
-    if let Some(claim) = claim {
-        status["claimName"] = json!(claim);
+    DataVolumeStatus {
+        phase: Some(phase),
+        progress: Some(progress),
+        restart_count: Some(restarts),
+        conditions: Some(conditions),
+        claim_name: claim.cloned(),
+        ..DataVolumeStatus::default()
     }
-    status
 }
 
 /// Whether writing `new` would change what `current` shows.
-pub fn changes(current: &Value, new: &Value) -> bool {
-    [
-        "phase",
-        "progress",
-        "restartCount",
-        "claimName",
-        "conditions",
-    ]
-    .iter()
-    .any(|field| current.get(*field) != new.get(*field))
+pub fn changes(current: &DataVolumeStatus, new: &DataVolumeStatus) -> bool {
+    current.phase != new.phase
+        || current.progress != new.progress
+        || current.restart_count != new.restart_count
+        || current.claim_name != new.claim_name
+        || current.conditions != new.conditions
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Value};
 
-    fn cond<'a>(status: &'a Value, kind: &str) -> &'a Value {
-        status["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["type"] == kind)
-            .unwrap()
+    fn cond(status: &DataVolumeStatus, kind: &str) -> Value {
+        json!(find(&status.conditions, kind).unwrap())
+    }
+
+    fn json(status: &DataVolumeStatus) -> Value {
+        json!(status)
     }
 
     #[test]
@@ -278,11 +268,11 @@ mod tests {
         let t0 = "2026-01-01T00:00:00Z";
         let pending = status(
             &State::ClaimPending { claim: "d".into() },
-            &json!({}),
+            &DataVolumeStatus::default(),
             0,
             t0,
         );
-        assert_eq!(pending["phase"], "Pending");
+        assert_eq!(json(&pending)["phase"], "Pending");
         assert_eq!(cond(&pending, "Bound")["message"], "PVC d Pending");
         let running = State::Running {
             transfer: Transfer::Import,
@@ -291,9 +281,9 @@ mod tests {
         };
         let t1 = "2026-01-01T00:00:05Z";
         let first = status(&running, &pending, 0, t1);
-        assert_eq!(first["phase"], "ImportInProgress");
-        assert_eq!(first["progress"], "45.20%");
-        assert_eq!(first["claimName"], "d");
+        assert_eq!(json(&first)["phase"], "ImportInProgress");
+        assert_eq!(json(&first)["progress"], "45.20%");
+        assert_eq!(json(&first)["claimName"], "d");
         assert_eq!(cond(&first, "Bound")["status"], "True");
         assert_eq!(cond(&first, "Bound")["lastTransitionTime"], t1);
         assert_eq!(cond(&first, "Running")["status"], "True");
@@ -303,7 +293,7 @@ mod tests {
         assert_eq!(cond(&first, "Ready")["lastHeartbeatTime"], t1);
         let t2 = "2026-01-01T00:00:09Z";
         let again = status(&running, &first, 0, t2);
-        assert!(!changes(&first, &again), "nothing new: {again}");
+        assert!(!changes(&first, &again), "nothing new: {again:?}");
         let done = status(
             &State::Succeeded {
                 transfer: Transfer::Import,
@@ -313,8 +303,8 @@ mod tests {
             0,
             t2,
         );
-        assert_eq!(done["phase"], "Succeeded");
-        assert_eq!(done["progress"], "100.0%");
+        assert_eq!(json(&done)["phase"], "Succeeded");
+        assert_eq!(json(&done)["progress"], "100.0%");
         assert_eq!(cond(&done, "Ready")["status"], "True");
         assert_eq!(cond(&done, "Running")["message"], "Import Complete");
         assert_eq!(cond(&done, "Running")["reason"], "Completed");
@@ -329,12 +319,12 @@ mod tests {
                 claim: Some("d".into()),
                 message: "Unable to connect to http data source: expected status code 200, got 404. Status: 404 Not Found".into(),
             },
-            &json!({}),
+            &DataVolumeStatus::default(),
             2,
             "2026-01-01T00:00:00Z",
         );
-        assert_eq!(failed["phase"], "Failed");
-        assert_eq!(failed["restartCount"], 2);
+        assert_eq!(json(&failed)["phase"], "Failed");
+        assert_eq!(json(&failed)["restartCount"], 2);
         assert_eq!(cond(&failed, "Running")["reason"], "Error");
         assert!(cond(&failed, "Running")["message"]
             .as_str()
@@ -346,11 +336,11 @@ mod tests {
                 claim: "d".into(),
                 message: "connection refused".into(),
             },
-            &json!({}),
+            &DataVolumeStatus::default(),
             1,
             "2026-01-01T00:00:00Z",
         );
-        assert_eq!(retrying["phase"], "CloneInProgress");
-        assert_eq!(retrying["restartCount"], 1);
+        assert_eq!(json(&retrying)["phase"], "CloneInProgress");
+        assert_eq!(json(&retrying)["restartCount"], 1);
     }
 }
