@@ -2,10 +2,9 @@
 //! (the first that fails gives the condition's reason and message) and the migration
 //! method its volumes need.
 
-use serde_json::Value;
-
-use crate::devices::{Binding, Devices};
-use crate::volumes::{Source, Volume};
+use crate::devices::Binding;
+use crate::model::VirtualMachineInstance;
+use crate::volumes::Source;
 
 /// Why a VMI cannot move: the reason and message of `LiveMigratable=False`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,40 +34,35 @@ impl Method {
 /// Annotation that lets a VMI with a bridge binding on the pod network migrate.
 pub const ALLOW_POD_BRIDGE_MIGRATION: &str = "kubevirt.io/allow-pod-bridge-network-live-migration";
 
-fn array<'a>(v: &'a Value, pointer: &str) -> &'a [Value] {
-    v.pointer(pointer)
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[])
-}
-
 /// Checks a VMI object (spec and annotations) in virt-handler's order. `claim_shared`
 /// says whether a claim is ReadWriteMany (`None`: unknown).
 pub fn check(
-    vmi: &Value,
+    vmi: &VirtualMachineInstance,
     claim_shared: impl Fn(&str) -> Option<bool>,
 ) -> Result<Method, NotMigratable> {
-    let spec = vmi.get("spec").unwrap_or(&Value::Null);
-    let devices = Devices::of(spec);
+    let spec = &vmi.spec;
     let allow_bridge = vmi
-        .pointer("/metadata/annotations")
-        .and_then(|a| a.get(ALLOW_POD_BRIDGE_MIGRATION))
-        .is_some();
-    for iface in &devices.interfaces {
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(ALLOW_POD_BRIDGE_MIGRATION));
+    for iface in spec.interfaces() {
         let migratable_binding = match iface.binding {
             Binding::Masquerade | Binding::Passt | Binding::Plugin(_) => true,
             Binding::Bridge => allow_bridge,
             Binding::Sriov | Binding::Unset => false,
         };
-        if devices.on_pod_network(&iface.name) && !migratable_binding {
+        if spec.on_pod_network(&iface.name) && !migratable_binding {
             return Err(NotMigratable {
                 reason: "InterfaceNotLiveMigratable",
                 message: "cannot migrate VMI which does not use masquerade or a migratable plugin to connect to the pod network".into(),
             });
         }
     }
-    if !array(spec, "/domain/devices/hostDevices").is_empty()
-        || !array(spec, "/domain/devices/gpus").is_empty()
+    let devices = spec.devices();
+    let listed = |list: Option<&Vec<serde_json::Value>>| list.is_some_and(|l| !l.is_empty());
+    if listed(devices.and_then(|d| d.host_devices.as_ref()))
+        || listed(devices.and_then(|d| d.gpus.as_ref()))
     {
         return Err(NotMigratable {
             reason: "HostDeviceNotLiveMigratable",
@@ -76,7 +70,7 @@ pub fn check(
         });
     }
     let mut method = Method::LiveMigration;
-    for volume in Volume::all_of(spec) {
+    for volume in spec.volumes() {
         if let Source::HostDisk(host) = &volume.source {
             if host.shared != Some(true) {
                 return Err(NotMigratable {
@@ -108,10 +102,10 @@ pub fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
-    fn vmi(spec: Value) -> Value {
-        json!({"metadata": {}, "spec": spec})
+    fn vmi(spec: Value) -> VirtualMachineInstance {
+        serde_json::from_value(json!({"metadata": {}, "spec": spec})).unwrap()
     }
 
     #[test]
@@ -138,7 +132,8 @@ mod tests {
         let err = check(&bridge, |_| None).unwrap_err();
         assert_eq!(err.reason, "InterfaceNotLiveMigratable");
         let mut allowed = bridge.clone();
-        allowed["metadata"]["annotations"] = json!({ALLOW_POD_BRIDGE_MIGRATION: ""});
+        allowed.metadata.annotations =
+            Some([(ALLOW_POD_BRIDGE_MIGRATION.to_string(), String::new())].into());
         assert_eq!(
             check(&allowed, |_| None).unwrap_err().reason,
             "HostDeviceNotLiveMigratable"

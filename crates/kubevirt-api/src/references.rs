@@ -6,8 +6,9 @@
 
 use serde_json::Value;
 
-use crate::model::MigrationState;
-use crate::volumes::Volume;
+use crate::model::vmi::VmiSpec;
+use crate::model::VirtualMachineInstance;
+use crate::volumes::{Source, Volume};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SourceKind {
@@ -47,55 +48,46 @@ pub struct Reference {
 
 /// The objects `volume` refers to: a containerDisk's imagePullSecret, a sysprep source,
 /// a cloud-init secretRef and networkDataSecretRef.
-fn volume_references(volume: &Value) -> Vec<Reference> {
-    let volume_name = volume["name"].as_str().unwrap_or_default();
+fn volume_references(volume: &Volume) -> Vec<Reference> {
+    let reference = |kind, name: &str| Reference {
+        kind,
+        name: name.to_string(),
+        volume: volume.name.clone(),
+    };
     let named = |kind, source: Option<&Value>| {
         let name = source?.get("name")?.as_str().filter(|n| !n.is_empty())?;
-        Some(Reference {
-            kind,
-            name: name.to_string(),
-            volume: volume_name.to_string(),
-        })
+        Some(reference(kind, name))
     };
     let mut out = Vec::new();
-    if let Some(name) = volume
-        .pointer("/containerDisk/imagePullSecret")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-    {
-        out.push(Reference {
-            kind: SourceKind::PullSecret,
-            name: name.to_string(),
-            volume: volume_name.to_string(),
-        });
-    }
-    if let Some(sysprep) = volume.get("sysprep") {
-        out.extend(named(SourceKind::ConfigMap, sysprep.get("configMap")));
-        out.extend(named(SourceKind::Secret, sysprep.get("secret")));
-    }
-    for cloud_init in ["cloudInitNoCloud", "cloudInitConfigDrive"] {
-        if let Some(source) = volume.get(cloud_init) {
+    match &volume.source {
+        Source::ContainerDisk(disk) => {
+            if let Some(name) = disk.image_pull_secret.as_deref().filter(|n| !n.is_empty()) {
+                out.push(reference(SourceKind::PullSecret, name));
+            }
+        }
+        Source::Sysprep(sysprep) => {
+            out.extend(named(SourceKind::ConfigMap, sysprep.get("configMap")));
+            out.extend(named(SourceKind::Secret, sysprep.get("secret")));
+        }
+        Source::CloudInitNoCloud(source) | Source::CloudInitConfigDrive(source) => {
             for field in ["secretRef", "networkDataSecretRef"] {
                 out.extend(named(SourceKind::Secret, source.get(field)));
             }
         }
+        _ => {}
     }
     out
 }
 
-/// Every object the volumes of a VMI object refer to, in volume order, then the
-/// kernelBoot container's imagePullSecret (as volume `kernelBoot`).
-pub fn of_vmi(vmi: &Value) -> Vec<Reference> {
-    let mut out: Vec<Reference> = vmi
-        .pointer("/spec/volumes")
-        .and_then(Value::as_array)
-        .map(|volumes| volumes.iter().flat_map(volume_references).collect())
-        .unwrap_or_default();
-    if let Some(name) = vmi
-        .pointer("/spec/domain/firmware/kernelBoot/container/imagePullSecret")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-    {
+/// Every object the volumes of a VMI refer to, in volume order, then the kernelBoot
+/// container's imagePullSecret (as volume `kernelBoot`).
+pub fn of_vmi(vmi: &VirtualMachineInstance) -> Vec<Reference> {
+    let spec = &vmi.spec;
+    let mut out: Vec<Reference> = spec.volumes().iter().flat_map(volume_references).collect();
+    let kernel_secret = spec
+        .kernel_boot_container()
+        .and_then(|c| c.image_pull_secret.as_deref());
+    if let Some(name) = kernel_secret.filter(|n| !n.is_empty()) {
         out.push(Reference {
             kind: SourceKind::PullSecret,
             name: name.to_string(),
@@ -105,11 +97,11 @@ pub fn of_vmi(vmi: &Value) -> Vec<Reference> {
     out
 }
 
-/// The claims the volumes of a VMI object use (`persistentVolumeClaim`, `dataVolume`),
-/// each once.
-pub fn claim_names(vmi: &Value) -> Vec<String> {
-    let spec = vmi.get("spec").unwrap_or(&Value::Null);
-    let mut names: Vec<String> = Volume::all_of(spec)
+/// The claims the volumes of a VMI use (`persistentVolumeClaim`, `dataVolume`), each
+/// once.
+pub fn claim_names(spec: &VmiSpec) -> Vec<String> {
+    let mut names: Vec<String> = spec
+        .volumes()
         .iter()
         .filter_map(|v| v.source.claim().map(str::to_string))
         .collect();
@@ -118,16 +110,17 @@ pub fn claim_names(vmi: &Value) -> Vec<String> {
     names
 }
 
-/// Whether a VMI object uses the core object `plural`/`name` of its namespace: a volume
-/// source, a claim, or its migration's TLS Secret.
-pub fn uses(vmi: &Value, plural: &str, name: &str) -> bool {
+/// Whether a VMI uses the core object `plural`/`name` of its namespace: a volume source,
+/// a claim, or its migration's TLS Secret.
+pub fn uses(vmi: &VirtualMachineInstance, plural: &str, name: &str) -> bool {
     match plural {
-        "persistentvolumeclaims" => claim_names(vmi).iter().any(|c| c == name),
+        "persistentvolumeclaims" => claim_names(&vmi.spec).iter().any(|c| c == name),
         "secrets" | "configmaps" => {
             let migration_secret = plural == "secrets"
-                && MigrationState::of(vmi)
-                    .and_then(|m| m.migration_uid)
-                    .is_some_and(|uid| crate::names::migration_tls_secret(&uid) == name);
+                && vmi
+                    .migration_state()
+                    .and_then(|m| m.migration_uid.as_deref())
+                    .is_some_and(|uid| crate::names::migration_tls_secret(uid) == name);
             migration_secret
                 || of_vmi(vmi)
                     .iter()
@@ -142,8 +135,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn vmi() -> Value {
-        json!({
+    fn vmi() -> VirtualMachineInstance {
+        serde_json::from_value(json!({
             "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
             "metadata": {"name": "v", "namespace": "default"},
             "spec": {"domain": {"firmware": {"kernelBoot": {"container": {"image": "k", "imagePullSecret": "kernelcred"}}}},
@@ -157,7 +150,8 @@ mod tests {
                 {"name": "dv", "dataVolume": {"name": "d1"}}
             ]},
             "status": {"migrationState": {"migrationUid": "u-1"}}
-        })
+        }))
+        .unwrap()
     }
 
     #[test]
@@ -175,7 +169,7 @@ mod tests {
         ]
         .map(|(k, n, v)| (k, n.to_string(), v.to_string()));
         assert_eq!(found, expected);
-        assert_eq!(claim_names(&vmi()), ["c1", "d1"]);
+        assert_eq!(claim_names(&vmi().spec), ["c1", "d1"]);
     }
 
     #[test]

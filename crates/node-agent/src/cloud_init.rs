@@ -2,8 +2,8 @@
 //! (`config-2`) disk, with user and network data given inline, in base64, or in a Secret.
 
 use base64::Engine;
-use kube::core::DynamicObject;
 use kube::ResourceExt;
+use kubevirt_api::model::VirtualMachineInstance;
 use serde_json::{json, Value};
 
 use crate::volume_sources::{SourceKind, VolumeSources};
@@ -73,7 +73,7 @@ fn find(source: &Value, fields: &DataFields, sources: &VolumeSources) -> Result<
 
 /// The seed of a `cloudInitNoCloud` (`nocloud`) or `cloudInitConfigDrive` volume.
 pub fn seed(
-    vmi: &DynamicObject,
+    vmi: &VirtualMachineInstance,
     volume: &Value,
     source: &Value,
     nocloud: bool,
@@ -101,11 +101,10 @@ pub fn seed(
     // KubeVirt's meta-data: NoCloud's instance-id and ConfigDrive's uuid are the
     // firmware UUID; ConfigDrive's instance_id is `<name>.<namespace>`.
     let uuid = vmi
-        .data
-        .pointer("/spec/domain/firmware/uuid")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(|| vmi.uid().unwrap_or_default());
+        .spec
+        .firmware()
+        .and_then(|f| f.uuid.clone())
+        .unwrap_or_else(|| vmi.uid().to_string());
     let host = vmi.name_any();
     let mut files: Vec<(&'static str, Vec<u8>)> = Vec::new();
     if nocloud {
@@ -120,7 +119,7 @@ pub fn seed(
             files,
         });
     }
-    let instance = format!("{host}.{}", vmi.namespace().unwrap_or_default());
+    let instance = format!("{host}.{}", vmi.namespace());
     let meta = json!({"instance_id": instance, "uuid": uuid, "hostname": host});
     files.push((
         "openstack/latest/meta_data.json",
@@ -141,7 +140,7 @@ mod tests {
     use super::*;
     use crate::volume_sources::Files;
 
-    fn vmi() -> DynamicObject {
+    fn vmi() -> VirtualMachineInstance {
         serde_json::from_value(json!({
             "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
             "metadata": {"name": "vm1", "namespace": "ns", "uid": "u-1"},

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use kube::core::DynamicObject;
+use kubevirt_api::model::VirtualMachineInstance;
 
 use crate::volume_sources::VolumeSources;
 
@@ -155,15 +155,15 @@ pub trait Hypervisor: Send + Sync + 'static {
     }
     /// Readies disks and images; `sources` holds the ConfigMaps and Secrets the VMI's
     /// volumes name, read by the agent.
-    async fn prepare(&self, vmi: &DynamicObject, sources: &VolumeSources) -> Prepared;
-    async fn start(&self, vmi: &DynamicObject, sources: &VolumeSources) -> Started;
-    async fn observe(&self, vmi: &DynamicObject) -> Observed;
+    async fn prepare(&self, vmi: &VirtualMachineInstance, sources: &VolumeSources) -> Prepared;
+    async fn start(&self, vmi: &VirtualMachineInstance, sources: &VolumeSources) -> Started;
+    async fn observe(&self, vmi: &VirtualMachineInstance) -> Observed;
     /// Graceful stop (ACPI power-down, then kill after `grace`).
-    async fn stop(&self, vmi: &DynamicObject, grace: Duration) -> Stopping;
-    async fn set_paused(&self, vmi: &DynamicObject, paused: bool) -> Result<(), String>;
-    async fn soft_reboot(&self, vmi: &DynamicObject) -> Result<(), String>;
+    async fn stop(&self, vmi: &VirtualMachineInstance, grace: Duration) -> Stopping;
+    async fn set_paused(&self, vmi: &VirtualMachineInstance, paused: bool) -> Result<(), String>;
+    async fn soft_reboot(&self, vmi: &VirtualMachineInstance) -> Result<(), String>;
     /// Releases everything the VMI held on this node; safe to call more than once.
-    async fn cleanup(&self, vmi: &DynamicObject);
+    async fn cleanup(&self, vmi: &VirtualMachineInstance);
     /// The unix socket of a VMI's `console` or `vnc`, for a server that runs this node
     /// in-process and reaches it without the agent's endpoint; `None` when the backend
     /// has no such device.
@@ -174,7 +174,7 @@ pub trait Hypervisor: Send + Sync + 'static {
     /// its guest, and says where the source sends it. Asked again, it answers the same.
     async fn receive(
         &self,
-        _vmi: &DynamicObject,
+        _vmi: &VirtualMachineInstance,
         _sources: &VolumeSources,
         _settings: &MigrationSettings,
     ) -> Result<Incoming, String> {
@@ -183,19 +183,23 @@ pub trait Hypervisor: Send + Sync + 'static {
             self.kind()
         ))
     }
-    async fn arrival(&self, _vmi: &DynamicObject) -> Arrival {
+    async fn arrival(&self, _vmi: &VirtualMachineInstance) -> Arrival {
         Arrival::Failed("this node receives no migrations".into())
     }
     /// Target: the guest is here and the source has let go; run it (unless `paused`) and
     /// report it as `start` does.
-    async fn take_over(&self, _vmi: &DynamicObject, _paused: bool) -> Result<GuestInfo, String> {
+    async fn take_over(
+        &self,
+        _vmi: &VirtualMachineInstance,
+        _paused: bool,
+    ) -> Result<GuestInfo, String> {
         Err("this node receives no migrations".into())
     }
     /// Source: starts moving the guest to `to` for the VMIM with uid `migration` (nothing
     /// when that one is moving already); how it goes is read with `sending`.
     async fn send(
         &self,
-        _vmi: &DynamicObject,
+        _vmi: &VirtualMachineInstance,
         _migration: &str,
         _to: &Incoming,
         _settings: &MigrationSettings,
@@ -204,17 +208,17 @@ pub trait Hypervisor: Send + Sync + 'static {
     }
     /// Source: the outgoing migration `migration` (a VMIM uid) of a VMI; `None` when it
     /// was not started here.
-    fn sending(&self, _vmi: &DynamicObject, _migration: &str) -> Option<Sending> {
+    fn sending(&self, _vmi: &VirtualMachineInstance, _migration: &str) -> Option<Sending> {
         None
     }
     /// Source: asks the outgoing migration to stop; it then ends as `Sending::Failed`.
-    fn abort_sending(&self, _vmi: &DynamicObject, _migration: &str) {}
+    fn abort_sending(&self, _vmi: &VirtualMachineInstance, _migration: &str) {}
     /// Target: lets go of what `receive` readied (the migration failed or was cancelled).
-    async fn release_incoming(&self, vmi: &DynamicObject) {
+    async fn release_incoming(&self, vmi: &VirtualMachineInstance) {
         self.cleanup(vmi).await
     }
     /// Source: forgets the VMI's last outgoing migration once its end is reported.
-    fn cleanup_sending(&self, _vmi: &DynamicObject) {}
+    fn cleanup_sending(&self, _vmi: &VirtualMachineInstance) {}
     /// The node's own VMI dirs, as (namespace, name): what a sweep for leftovers checks.
     fn local_vmis(&self) -> Vec<(String, String)> {
         Vec::new()

@@ -15,11 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{Patch, PatchParams};
-use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use kubevirt_api::meta::now;
 use kubevirt_api::model::vmi::{MigrationState, Transfer, DISK_PORT_ROLE, MIGRATION_PORT_ROLE};
+use kubevirt_api::model::VirtualMachineInstance;
 use kubevirt_api::names::annotations::PAUSED as PAUSE_ANNOTATION;
 use kubevirt_api::names::labels::{MIGRATION_TARGET_NODE, NODE_NAME};
 use kubevirt_api::names::migration_tls_secret;
@@ -28,7 +28,7 @@ use qemu::migration::{Progress, Tuning};
 use serde_json::{json, Value};
 
 use crate::hypervisor::{Arrival, Hypervisor, Incoming, MigrationSettings, Sending};
-use crate::vmi::{vmi_resource, Context, Wait};
+use crate::vmi::{Context, Wait};
 
 const MANAGER: &str = "virt-handler";
 /// How long a target waits for the last of a guest the source reports sent.
@@ -43,7 +43,7 @@ const DEFAULT_COMPLETION_TIMEOUT_PER_GIB: u64 = 150;
 
 /// The settings a migration runs with, from the configuration frozen into its state at
 /// hand-off, and the guest's memory for the completion timeout (per GiB, rounded up).
-pub fn tuning(vmi: &DynamicObject, state: &MigrationState) -> Tuning {
+pub fn tuning(vmi: &VirtualMachineInstance, state: &MigrationState) -> Tuning {
     let config = state.migration_configuration.clone().unwrap_or(Value::Null);
     let seconds = |key: &str, default: u64| config[key].as_u64().unwrap_or(default);
     let bandwidth = config["bandwidthPerMigration"]
@@ -52,13 +52,11 @@ pub fn tuning(vmi: &DynamicObject, state: &MigrationState) -> Tuning {
         .map(Quantity::value)
         .filter(|b| *b > 0)
         .map(|b| b as u64);
-    let memory = [
-        "/spec/domain/memory/guest",
-        "/spec/domain/resources/requests/memory",
-    ]
-    .iter()
-    .find_map(|p| vmi.data.pointer(p).and_then(Quantity::from_json))
-    .map_or(0, Quantity::value) as u64;
+    let memory = vmi
+        .spec
+        .guest_memory()
+        .and_then(Quantity::from_json)
+        .map_or(0, Quantity::value) as u64;
     let gib = memory.div_ceil(1 << 30).max(1);
     Tuning {
         max_bandwidth: bandwidth,
@@ -87,7 +85,7 @@ pub fn tuning(vmi: &DynamicObject, state: &MigrationState) -> Tuning {
 /// turned TLS off, the credentials the controller put in the migration's Secret.
 async fn settings(
     ctx: &Context,
-    vmi: &DynamicObject,
+    vmi: &VirtualMachineInstance,
     state: &MigrationState,
     uid: &str,
 ) -> Result<Result<MigrationSettings, String>, kube::Error> {
@@ -100,7 +98,7 @@ async fn settings(
         }));
     }
     let name = migration_tls_secret(uid);
-    let namespace = vmi.namespace().unwrap_or_default();
+    let namespace = vmi.namespace().to_string();
     let Some(files) = crate::volume_sources::read_secret(&ctx.client, &namespace, &name).await?
     else {
         return Ok(Err(format!(
@@ -122,15 +120,11 @@ async fn settings(
 /// it at the same time, and a merge patch touches only what it names.
 async fn write_state(
     ctx: &Context,
-    vmi: &DynamicObject,
+    vmi: &VirtualMachineInstance,
     state: Value,
     extra: Value,
 ) -> Result<(), kube::Error> {
-    let api = Api::<DynamicObject>::namespaced_with(
-        ctx.client.clone(),
-        &vmi.namespace().unwrap_or_default(),
-        &vmi_resource(),
-    );
+    let api = Api::<VirtualMachineInstance>::namespaced(ctx.client.clone(), vmi.namespace());
     // `extra` may remove fields (a label set to null), so it is the base of the patch.
     let mut body = if extra.is_object() { extra } else { json!({}) };
     if !body["status"].is_object() {
@@ -182,18 +176,18 @@ fn incoming(state: &MigrationState) -> Option<Incoming> {
     })
 }
 
-fn wants_paused(vmi: &DynamicObject) -> bool {
+fn wants_paused(vmi: &VirtualMachineInstance) -> bool {
     vmi.annotations().get(PAUSE_ANNOTATION).map(String::as_str) == Some("true")
 }
 
 /// The source's part, for a running VMI on one of our nodes: `None` when no migration
 /// concerns it here, so the agent goes on as usual.
 pub async fn source(
-    vmi: &DynamicObject,
+    vmi: &VirtualMachineInstance,
     ctx: &Arc<Context>,
     node: &str,
 ) -> Option<Result<Action, kube::Error>> {
-    let state = MigrationState::of(&vmi.data)?;
+    let state = vmi.migration_state()?;
     let uid = state.migration_uid.clone()?;
     if state.source_node.as_deref() != Some(node) {
         return None;
@@ -234,11 +228,11 @@ pub async fn source(
             None => None,
         };
     }
-    Some(send(vmi, ctx, hv, &uid, &state, sending).await)
+    Some(send(vmi, ctx, hv, &uid, state, sending).await)
 }
 
 async fn send(
-    vmi: &DynamicObject,
+    vmi: &VirtualMachineInstance,
     ctx: &Arc<Context>,
     hv: &dyn Hypervisor,
     uid: &str,
@@ -321,19 +315,15 @@ async fn send(
 
 /// Once the target has taken the VMI (`nodeName` names it), the source's stopped copy
 /// goes. The VMI then leaves this agent's watch, so this looks for itself.
-fn let_go(ctx: Arc<Context>, vmi: DynamicObject) {
+fn let_go(ctx: Arc<Context>, vmi: VirtualMachineInstance) {
     tokio::spawn(async move {
-        let api = Api::<DynamicObject>::namespaced_with(
-            ctx.client.clone(),
-            &vmi.namespace().unwrap_or_default(),
-            &vmi_resource(),
-        );
+        let api = Api::<VirtualMachineInstance>::namespaced(ctx.client.clone(), vmi.namespace());
         let mut delay = Duration::from_millis(20);
         for _ in 0..2000 {
             match api.get_opt(&vmi.name_any()).await {
                 Ok(Some(now)) if now.uid() == vmi.uid() => {
-                    let state = MigrationState::of(&now.data).unwrap_or_default();
-                    let node = now.data.pointer("/status/nodeName").and_then(Value::as_str);
+                    let state = now.migration_state().cloned().unwrap_or_default();
+                    let node = now.node_name();
                     if node.is_some() && node == state.target_node.as_deref() {
                         break;
                     }
@@ -352,7 +342,7 @@ fn let_go(ctx: Arc<Context>, vmi: DynamicObject) {
         }
         tracing::info!(
             "{}/{} runs on its new node: letting the source copy go",
-            vmi.namespace().unwrap_or_default(),
+            vmi.namespace().to_string(),
             vmi.name_any()
         );
         ctx.hypervisor.cleanup(&vmi).await;
@@ -360,7 +350,10 @@ fn let_go(ctx: Arc<Context>, vmi: DynamicObject) {
 }
 
 /// The target's part, for a VMI labelled with one of our nodes as its migration target.
-pub async fn target(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, kube::Error> {
+pub async fn target(
+    vmi: Arc<VirtualMachineInstance>,
+    ctx: Arc<Context>,
+) -> Result<Action, kube::Error> {
     let Some(node) = vmi
         .labels()
         .get(MIGRATION_TARGET_NODE)
@@ -369,15 +362,15 @@ pub async fn target(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action
     else {
         return Ok(Action::await_change());
     };
-    let state = MigrationState::of(&vmi.data).unwrap_or_default();
+    let state = vmi.migration_state().cloned().unwrap_or_default();
     let hv = ctx.hypervisor.as_ref();
-    let on_node = vmi.data.pointer("/status/nodeName").and_then(Value::as_str);
+    let on_node = vmi.node_name();
     if on_node == Some(node.as_str()) {
         // Taken over already.
         return Ok(Action::await_change());
     }
     let ours = state.target_node.as_deref() == Some(node.as_str()) && state.migration_uid.is_some();
-    let vmi_final = kubevirt_api::model::VmiPhase::of(&vmi.data).is_final();
+    let vmi_final = vmi.phase().is_final();
     if !ours || state.failed == Some(true) || vmi_final || vmi.metadata.deletion_timestamp.is_some()
     {
         hv.release_incoming(&vmi).await;
@@ -455,7 +448,7 @@ pub async fn target(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action
 }
 
 async fn take_over(
-    vmi: &DynamicObject,
+    vmi: &VirtualMachineInstance,
     ctx: &Arc<Context>,
     node: &str,
 ) -> Result<Action, kube::Error> {
@@ -505,11 +498,7 @@ async fn take_over(
         "status": {"nodeName": node, "migrationState": {"endTimestamp": at,
             "targetNodeDomainDetected": true, "targetNodeDomainReadyTimestamp": at}},
     });
-    let api = Api::<DynamicObject>::namespaced_with(
-        ctx.client.clone(),
-        &vmi.namespace().unwrap_or_default(),
-        &vmi_resource(),
-    );
+    let api = Api::<VirtualMachineInstance>::namespaced(ctx.client.clone(), vmi.namespace());
     let params = PatchParams {
         field_manager: Some(MANAGER.into()),
         ..Default::default()
@@ -539,7 +528,7 @@ async fn take_over(
     }
     tracing::info!(
         "{}/{} migrated to node {node}",
-        vmi.namespace().unwrap_or_default(),
+        vmi.namespace().to_string(),
         vmi.name_any()
     );
     Ok(Action::await_change())

@@ -17,8 +17,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use kube::core::DynamicObject;
 use kube::ResourceExt;
+use kubevirt_api::model::VirtualMachineInstance;
 
 use crate::hypervisor::{
     Arrival, GuestInfo, Hypervisor, Incoming, MigrationSettings, Observed, PauseCause, Prepared,
@@ -95,12 +95,8 @@ pub struct Sim {
     outgoing: Mutex<HashMap<String, Outgoing>>,
 }
 
-fn node_of(vmi: &DynamicObject) -> String {
-    vmi.data
-        .pointer("/status/nodeName")
-        .and_then(|n| n.as_str())
-        .unwrap_or("")
-        .to_string()
+fn node_of(vmi: &VirtualMachineInstance) -> String {
+    vmi.node_name().unwrap_or("").to_string()
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -117,26 +113,26 @@ impl Sim {
         }
     }
 
-    fn annotation(vmi: &DynamicObject, key: &str) -> Option<String> {
+    fn annotation(vmi: &VirtualMachineInstance, key: &str) -> Option<String> {
         vmi.annotations()
             .get(&format!("sim.virtplane.io/{key}"))
             .cloned()
     }
 
-    fn delay(vmi: &DynamicObject, key: &str, default: Duration) -> Duration {
+    fn delay(vmi: &VirtualMachineInstance, key: &str, default: Duration) -> Duration {
         Self::annotation(vmi, key)
             .and_then(|t| parse_duration(&t))
             .unwrap_or(default)
     }
 
-    fn with_guest<T>(&self, vmi: &DynamicObject, f: impl FnOnce(&mut Guest) -> T) -> T {
+    fn with_guest<T>(&self, vmi: &VirtualMachineInstance, f: impl FnOnce(&mut Guest) -> T) -> T {
         let mut guests = lock(&self.guests);
         f(guests
-            .entry((vmi.uid().unwrap_or_default(), node_of(vmi)))
+            .entry((vmi.uid().to_string(), node_of(vmi)))
             .or_default())
     }
 
-    fn guest_info(&self, vmi: &DynamicObject) -> GuestInfo {
+    fn guest_info(&self, vmi: &VirtualMachineInstance) -> GuestInfo {
         let ip = format!("10.244.{}.{}", rand_octet(vmi, 0), rand_octet(vmi, 1));
         GuestInfo {
             interfaces: vec![("default".into(), "02:00:00:00:00:01".into(), ip)],
@@ -160,7 +156,7 @@ impl Hypervisor for Sim {
         (self.config.cpu_millicores, self.config.memory_bytes)
     }
 
-    async fn prepare(&self, vmi: &DynamicObject, _sources: &VolumeSources) -> Prepared {
+    async fn prepare(&self, vmi: &VirtualMachineInstance, _sources: &VolumeSources) -> Prepared {
         match Self::annotation(vmi, "fail-prepare") {
             Some(reason) => Prepared::Failed {
                 message: format!("simulated failure to prepare the VMI ({reason})"),
@@ -170,7 +166,7 @@ impl Hypervisor for Sim {
         }
     }
 
-    async fn start(&self, vmi: &DynamicObject, _sources: &VolumeSources) -> Started {
+    async fn start(&self, vmi: &VirtualMachineInstance, _sources: &VolumeSources) -> Started {
         if Self::annotation(vmi, "fail-start").as_deref() == Some("true") {
             return Started::Failed {
                 reason: "SimulatedStartFailure".into(),
@@ -178,11 +174,7 @@ impl Hypervisor for Sim {
             };
         }
         let boot = Self::delay(vmi, "boot-delay", self.config.boot_delay);
-        let paused = vmi
-            .data
-            .pointer("/spec/startStrategy")
-            .and_then(|s| s.as_str())
-            == Some("Paused");
+        let paused = vmi.spec.start_strategy.as_deref() == Some("Paused");
         self.with_guest(vmi, |g| {
             let since = *g.boot_started.get_or_insert_with(Instant::now);
             if let Some(left) = Self::remaining(since, boot) {
@@ -194,7 +186,7 @@ impl Hypervisor for Sim {
         })
     }
 
-    async fn observe(&self, vmi: &DynamicObject) -> Observed {
+    async fn observe(&self, vmi: &VirtualMachineInstance) -> Observed {
         let crash = Self::annotation(vmi, "crash-after").and_then(|t| parse_duration(&t));
         let power_off = Self::annotation(vmi, "power-off-after").and_then(|t| parse_duration(&t));
         self.with_guest(vmi, |g| {
@@ -229,7 +221,7 @@ impl Hypervisor for Sim {
         })
     }
 
-    async fn stop(&self, vmi: &DynamicObject, grace: Duration) -> Stopping {
+    async fn stop(&self, vmi: &VirtualMachineInstance, grace: Duration) -> Stopping {
         let delay = Self::delay(vmi, "stop-delay", self.config.stop_delay);
         self.with_guest(vmi, |g| {
             let since = *g.stop_started.get_or_insert_with(Instant::now);
@@ -243,17 +235,17 @@ impl Hypervisor for Sim {
         })
     }
 
-    async fn set_paused(&self, vmi: &DynamicObject, paused: bool) -> Result<(), String> {
+    async fn set_paused(&self, vmi: &VirtualMachineInstance, paused: bool) -> Result<(), String> {
         self.with_guest(vmi, |g| g.paused = paused);
         Ok(())
     }
 
-    async fn soft_reboot(&self, _vmi: &DynamicObject) -> Result<(), String> {
+    async fn soft_reboot(&self, _vmi: &VirtualMachineInstance) -> Result<(), String> {
         Ok(())
     }
 
-    async fn cleanup(&self, vmi: &DynamicObject) {
-        let uid = vmi.uid().unwrap_or_default();
+    async fn cleanup(&self, vmi: &VirtualMachineInstance) {
+        let uid = vmi.uid().to_string();
         let node = node_of(vmi);
         lock(&self.guests).remove(&(uid.clone(), node.clone()));
         // Only what leaves from that node: a later migration from elsewhere stays.
@@ -265,12 +257,12 @@ impl Hypervisor for Sim {
 
     async fn receive(
         &self,
-        vmi: &DynamicObject,
+        vmi: &VirtualMachineInstance,
         _sources: &VolumeSources,
         _settings: &MigrationSettings,
     ) -> Result<Incoming, String> {
         lock(&self.incoming)
-            .entry(vmi.uid().unwrap_or_default())
+            .entry(vmi.uid().to_string())
             .or_insert(None);
         Ok(Incoming {
             address: "127.0.0.1".into(),
@@ -279,16 +271,20 @@ impl Hypervisor for Sim {
         })
     }
 
-    async fn arrival(&self, vmi: &DynamicObject) -> Arrival {
-        match lock(&self.incoming).get(&vmi.uid().unwrap_or_default()) {
+    async fn arrival(&self, vmi: &VirtualMachineInstance) -> Arrival {
+        match lock(&self.incoming).get(&vmi.uid().to_string()) {
             None => Arrival::Failed("the simulated target lost the guest".into()),
             Some(None) => Arrival::Waiting,
             Some(Some(_)) => Arrival::Arrived,
         }
     }
 
-    async fn take_over(&self, vmi: &DynamicObject, paused: bool) -> Result<GuestInfo, String> {
-        let uid = vmi.uid().unwrap_or_default();
+    async fn take_over(
+        &self,
+        vmi: &VirtualMachineInstance,
+        paused: bool,
+    ) -> Result<GuestInfo, String> {
+        let uid = vmi.uid().to_string();
         lock(&self.incoming).remove(&uid);
         let target = vmi
             .labels()
@@ -308,13 +304,13 @@ impl Hypervisor for Sim {
 
     async fn send(
         &self,
-        vmi: &DynamicObject,
+        vmi: &VirtualMachineInstance,
         migration: &str,
         _to: &Incoming,
         _settings: &MigrationSettings,
     ) -> Result<(), String> {
         let mut outgoing = lock(&self.outgoing);
-        let uid = vmi.uid().unwrap_or_default();
+        let uid = vmi.uid().to_string();
         if outgoing.get(&uid).is_some_and(|o| o.migration == migration) {
             return Ok(());
         }
@@ -334,8 +330,8 @@ impl Hypervisor for Sim {
         Ok(())
     }
 
-    fn sending(&self, vmi: &DynamicObject, migration: &str) -> Option<Sending> {
-        let uid = vmi.uid().unwrap_or_default();
+    fn sending(&self, vmi: &VirtualMachineInstance, migration: &str) -> Option<Sending> {
+        let uid = vmi.uid().to_string();
         let outgoing = lock(&self.outgoing);
         let out = outgoing.get(&uid).filter(|o| o.migration == migration)?;
         if out.aborted {
@@ -361,8 +357,8 @@ impl Hypervisor for Sim {
         }))
     }
 
-    fn abort_sending(&self, vmi: &DynamicObject, migration: &str) {
-        let uid = vmi.uid().unwrap_or_default();
+    fn abort_sending(&self, vmi: &VirtualMachineInstance, migration: &str) {
+        let uid = vmi.uid().to_string();
         if let Some(out) = lock(&self.outgoing)
             .get_mut(&uid)
             .filter(|o| o.migration == migration)
@@ -371,18 +367,18 @@ impl Hypervisor for Sim {
         }
     }
 
-    fn cleanup_sending(&self, vmi: &DynamicObject) {
-        lock(&self.outgoing).remove(&vmi.uid().unwrap_or_default());
+    fn cleanup_sending(&self, vmi: &VirtualMachineInstance) {
+        lock(&self.outgoing).remove(&vmi.uid().to_string());
     }
 
-    async fn release_incoming(&self, vmi: &DynamicObject) {
-        lock(&self.incoming).remove(&vmi.uid().unwrap_or_default());
+    async fn release_incoming(&self, vmi: &VirtualMachineInstance) {
+        lock(&self.incoming).remove(&vmi.uid().to_string());
     }
 }
 
 /// A stable pseudo-random octet per VMI, so simulated IPs differ between VMIs.
-fn rand_octet(vmi: &DynamicObject, salt: u8) -> u8 {
-    let uid = vmi.uid().unwrap_or_default();
+fn rand_octet(vmi: &VirtualMachineInstance, salt: u8) -> u8 {
+    let uid = vmi.uid().to_string();
     let sum = uid.bytes().fold(u32::from(salt) * 31, |acc, b| {
         acc.wrapping_mul(33).wrapping_add(u32::from(b))
     });

@@ -4,8 +4,7 @@
 
 use std::path::Path;
 
-use kube::core::DynamicObject;
-use serde_json::Value;
+use kubevirt_api::model::VirtualMachineInstance;
 
 use crate::volume_sources::{Files, VolumeSources};
 
@@ -37,18 +36,12 @@ fn check_answer_file(files: &Files) -> Result<(), String> {
 
 /// Checks every sysprep volume of a VMI against the sources read for it: a message
 /// naming the volume and its source when one cannot become a sysprep drive.
-pub fn check(vmi: &DynamicObject, sources: &VolumeSources) -> Result<(), String> {
-    let volumes = vmi
-        .data
-        .pointer("/spec/volumes")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    for volume in &volumes {
-        let Some(sysprep) = volume.get("sysprep") else {
+pub fn check(vmi: &VirtualMachineInstance, sources: &VolumeSources) -> Result<(), String> {
+    for volume in vmi.spec.volumes() {
+        let kubevirt_api::volumes::Source::Sysprep(sysprep) = &volume.source else {
             continue;
         };
-        let name = volume["name"].as_str().unwrap_or_default();
+        let name = &volume.name;
         let (kind, source, files) = sources
             .sysprep(sysprep)
             .ok_or_else(|| format!("volume {name}: no ConfigMap or Secret was read for it"))?;
@@ -116,7 +109,7 @@ mod tests {
 
     #[test]
     fn check_names_the_volume_and_its_source() {
-        let vmi: DynamicObject = serde_json::from_value(json!({
+        let vmi: VirtualMachineInstance = serde_json::from_value(json!({
             "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
             "metadata": {"name": "win"},
             "spec": {"volumes": [{"name": "sysprep", "sysprep": {"secret": {"name": "answers"}}}]}

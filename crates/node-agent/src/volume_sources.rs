@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use base64::Engine;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client, ResourceExt};
+use kubevirt_api::model::VirtualMachineInstance;
 use kubevirt_api::names::annotations::VOLUME_PATH;
 use serde_json::Value;
 
@@ -140,11 +141,11 @@ pub struct VolumeSources {
 
 impl VolumeSources {
     /// Reads every object the VMI's volumes refer to, from the VMI's namespace.
-    pub async fn read(client: &Client, vmi: &DynamicObject) -> Result<Self, SourceError> {
-        let namespace = vmi.namespace().unwrap_or_default();
+    pub async fn read(client: &Client, vmi: &VirtualMachineInstance) -> Result<Self, SourceError> {
+        let namespace = vmi.namespace().to_string();
         let mut objects = HashMap::new();
         let mut pull_secret_types = HashMap::new();
-        for reference in kubevirt_api::references::of_vmi(&vmi.data) {
+        for reference in kubevirt_api::references::of_vmi(vmi) {
             let key = (reference.kind, reference.name.clone());
             if objects.contains_key(&key) {
                 continue;
@@ -185,7 +186,7 @@ impl VolumeSources {
         );
         let mut claims = HashMap::new();
         let mut shared = HashMap::new();
-        for name in kubevirt_api::references::claim_names(&vmi.data) {
+        for name in kubevirt_api::references::claim_names(&vmi.spec) {
             let claim = api
                 .get_opt(&name)
                 .await

@@ -143,7 +143,9 @@ async fn used_by_a_vmi_of(
         .map_err(|e| format!("cannot read the VMIs of namespace {namespace}: {e}"))?;
     Ok(listed.items.iter().any(|kv| {
         crate::stored::decode(kv).is_ok_and(|vmi| {
-            concerns(&vmi, node) && kubevirt_api::references::uses(&vmi, plural, name)
+            concerns(&vmi, node)
+                && serde_json::from_value::<kubevirt_api::model::VirtualMachineInstance>(vmi)
+                    .is_ok_and(|vmi| kubevirt_api::references::uses(&vmi, plural, name))
         })
     }))
 }

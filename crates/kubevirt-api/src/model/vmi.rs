@@ -68,6 +68,25 @@ impl VmiSpec {
             .unwrap_or_default()
     }
 
+    /// The guest's memory as written (`memory.guest`, else the memory request).
+    pub fn guest_memory(&self) -> Option<&Value> {
+        let domain = self.domain.as_ref()?;
+        domain
+            .memory
+            .as_ref()
+            .and_then(|m| m.guest.as_ref())
+            .or_else(|| domain.resources.as_ref()?.requests.as_ref()?.get("memory"))
+    }
+
+    pub fn firmware(&self) -> Option<&Firmware> {
+        self.domain.as_ref()?.firmware.as_ref()
+    }
+
+    /// The kernel and initrd image, when the guest boots from one.
+    pub fn kernel_boot_container(&self) -> Option<&KernelBootContainer> {
+        self.firmware()?.kernel_boot.as_ref()?.container.as_ref()
+    }
+
     pub fn tolerations(&self) -> &[Toleration] {
         self.tolerations.as_deref().unwrap_or_default()
     }
@@ -86,8 +105,23 @@ crate::open_struct! {
         resources: Resources = "resources",
         machine: Machine = "machine",
         firmware: Firmware = "firmware",
-        features: Features = "features",
+        /// By name (`acpi`, `smm`, `hyperv`, ...): see [`Domain::feature_enabled`].
+        features: serde_json::Map<String, Value> = "features",
         devices: Devices = "devices",
+    }
+}
+
+impl Domain {
+    /// Whether the feature `name` is on: `default` when the spec leaves it out, on when
+    /// it names it without `enabled: false` (KubeVirt's rule).
+    pub fn feature_enabled(&self, name: &str, default: bool) -> bool {
+        match self.features.as_ref().and_then(|f| f.get(name)) {
+            None => default,
+            Some(feature) => feature
+                .get("enabled")
+                .and_then(Value::as_bool)
+                .unwrap_or(true),
+        }
     }
 }
 
@@ -170,19 +204,6 @@ crate::open_struct! {
 }
 
 crate::open_struct! {
-    pub struct Features {
-        acpi: FeatureState = "acpi",
-    }
-}
-
-crate::open_struct! {
-    pub struct FeatureState {
-        /// KubeVirt's default is true.
-        enabled: bool = "enabled",
-    }
-}
-
-crate::open_struct! {
     /// `spec.domain.devices`.
     pub struct Devices {
         disks: Vec<Disk> = "disks",
@@ -191,6 +212,23 @@ crate::open_struct! {
         autoattach_graphics_device: bool = "autoattachGraphicsDevice",
         host_devices: Vec<Value> = "hostDevices",
         gpus: Vec<Value> = "gpus",
+        watchdog: Watchdog = "watchdog",
+        /// A virtio RNG, when present (its settings are QEMU's defaults).
+        rng: Value = "rng",
+    }
+}
+
+crate::open_struct! {
+    pub struct Watchdog {
+        name: String = "name",
+        i6300esb: WatchdogDevice = "i6300esb",
+    }
+}
+
+crate::open_struct! {
+    pub struct WatchdogDevice {
+        /// `poweroff`, `reset` (the default) or `shutdown`.
+        action: String = "action",
     }
 }
 

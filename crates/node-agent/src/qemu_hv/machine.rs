@@ -7,18 +7,17 @@ use std::collections::HashMap;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 
-use kube::core::DynamicObject;
-use kube::ResourceExt;
+use kubevirt_api::model::VirtualMachineInstance;
 use qemu::{
     Accel, Bus, CacheMode, Disk, DiskFormat, DiskMedia, Firmware, KernelBoot, MachineSpec, Nic,
     NicModel, PortForward, Protocol, WatchdogAction,
 };
-use serde_json::Value;
 
-use kubevirt_api::devices::{Binding, Devices, Media};
+use kubevirt_api::devices::{Binding, Media};
+use kubevirt_api::model::vmi::Efi;
 
 use super::volumes::quantity_bytes;
-use super::{spec, start_failed, volumes, Forward, Qemu, OVMF_DIR};
+use super::{start_failed, Forward, Qemu, OVMF_DIR};
 use crate::hypervisor::{Prepared, Started};
 use crate::qemu_user::RUN_DIR;
 use crate::volume_sources::VolumeSources;
@@ -66,7 +65,7 @@ impl Qemu {
     /// The machine of a VMI, with its port forwards recorded for `status.portForwards`.
     pub(super) async fn machine(
         &self,
-        vmi: &DynamicObject,
+        vmi: &VirtualMachineInstance,
         sources: &VolumeSources,
     ) -> Result<MachineSpec, Started> {
         let dir = self
@@ -92,7 +91,7 @@ impl Qemu {
         self.forwards
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(vmi.uid().unwrap_or_default(), forwards);
+            .insert(vmi.uid().to_string(), forwards);
         Ok(machine)
     }
 
@@ -100,13 +99,13 @@ impl Qemu {
     /// doing it again finds them in place (and covers a start after an agent restart).
     async fn ready(
         &self,
-        vmi: &DynamicObject,
+        vmi: &VirtualMachineInstance,
         sources: &VolumeSources,
     ) -> Result<Readied, Started> {
-        let domain = spec(vmi).get("domain").unwrap_or(&Value::Null);
+        let domain = vmi.spec.domain.clone().unwrap_or_default();
         let mut readied = Readied::default();
-        for volume in volumes(vmi) {
-            match self.prepare_volume(vmi, &volume, sources).await {
+        for volume in vmi.spec.volumes() {
+            match self.prepare_volume(vmi, volume, sources).await {
                 Ok(found) => {
                     readied.volumes.insert(volume.name.clone(), found);
                 }
@@ -117,14 +116,21 @@ impl Qemu {
             }
         }
         readied.kernel_boot = self.kernel_boot(vmi, sources).await?;
-        readied.firmware = match domain.pointer("/firmware/bootloader/efi") {
+        let efi = domain
+            .firmware
+            .as_ref()
+            .and_then(|f| f.bootloader.as_ref())
+            .and_then(|b| b.efi.as_ref());
+        readied.firmware = match efi {
             None => None,
             Some(efi) => Some(self.efi_firmware(vmi, efi)?),
         };
-        if let Some(size) = domain
-            .pointer("/memory/hugepages/pageSize")
-            .and_then(Value::as_str)
-        {
+        let hugepages = domain
+            .memory
+            .as_ref()
+            .and_then(|m| m.hugepages.as_ref())
+            .and_then(|h| h.page_size.as_deref());
+        if let Some(size) = hugepages {
             let free = std::fs::read_to_string("/proc/meminfo")
                 .ok()
                 .and_then(|m| {
@@ -142,11 +148,8 @@ impl Qemu {
     }
 
     /// OVMF's code and this VMI's own copy of its variable store.
-    fn efi_firmware(&self, vmi: &DynamicObject, efi: &Value) -> Result<Firmware, Started> {
-        let secure = efi
-            .get("secureBoot")
-            .and_then(Value::as_bool)
-            .unwrap_or(true);
+    fn efi_firmware(&self, vmi: &VirtualMachineInstance, efi: &Efi) -> Result<Firmware, Started> {
+        let secure = efi.secure_boot.unwrap_or(true);
         let (code, vars) = if secure {
             ("OVMF_CODE_4M.secboot.fd", "OVMF_VARS_4M.ms.fd")
         } else {
@@ -181,41 +184,32 @@ impl Qemu {
 /// The machine `vmi`'s spec describes, on `host`, from what was `readied`; `ports` hands
 /// out a node port for each port forward. Also returns the forwards, for the VMI status.
 pub(super) fn machine_spec(
-    vmi: &DynamicObject,
+    vmi: &VirtualMachineInstance,
     host: &Host<'_>,
     readied: &Readied,
     ports: &mut dyn FnMut() -> Option<u16>,
 ) -> Result<(MachineSpec, Vec<Forward>), Started> {
-    let s = spec(vmi);
-    let domain = s.get("domain").cloned().unwrap_or(Value::Null);
+    let spec = &vmi.spec;
+    let domain = spec.domain.clone().unwrap_or_default();
     let dir = host.dir;
-    let get_u32 = |p: &str| {
-        domain
-            .pointer(p)
-            .and_then(Value::as_u64)
-            .map(|v| v.max(1) as u32)
-            .unwrap_or(1)
-    };
-    let memory = domain
-        .pointer("/memory/guest")
-        .or_else(|| domain.pointer("/resources/requests/memory"))
-        .and_then(Value::as_str)
+    let cpu = domain.cpu.clone().unwrap_or_default();
+    let count = |n: Option<u32>| n.unwrap_or(1).max(1);
+    let memory = spec
+        .guest_memory()
+        .and_then(serde_json::Value::as_str)
         .and_then(quantity_bytes)
         .unwrap_or(128 << 20);
     let machine_type = match domain
-        .pointer("/machine/type")
-        .and_then(Value::as_str)
+        .machine
+        .as_ref()
+        .and_then(|m| m.type_.as_deref())
         .unwrap_or("q35")
     {
         t if t.starts_with("pc-q35") || t == "q35" => "q35".to_string(),
         t if t.starts_with("pc-i440fx") || t == "pc" => "pc".to_string(),
         other => other.to_string(),
     };
-    let cpu_model = match domain
-        .pointer("/cpu/model")
-        .and_then(Value::as_str)
-        .unwrap_or("host-model")
-    {
+    let cpu_model = match cpu.model.as_deref().unwrap_or("host-model") {
         "host-model" | "host-passthrough" if host.accel == Accel::Kvm => "host".to_string(),
         // Software emulation has no host CPU to copy; `max` offers every feature TCG has.
         "host-model" | "host-passthrough" => "max".to_string(),
@@ -223,13 +217,8 @@ pub(super) fn machine_spec(
     };
     let hugepages = readied.hugepages.clone();
     let firmware = readied.firmware.clone().unwrap_or(Firmware::Bios);
-    let feature_on = |name: &str, default: bool| match domain.pointer(&format!("/features/{name}"))
-    {
-        None => default,
-        Some(f) => f.get("enabled").and_then(Value::as_bool).unwrap_or(true),
-    };
-    let acpi = feature_on("acpi", true);
-    let smm = feature_on(
+    let acpi = domain.feature_enabled("acpi", true);
+    let smm = domain.feature_enabled(
         "smm",
         matches!(
             firmware,
@@ -240,9 +229,8 @@ pub(super) fn machine_spec(
         ),
     );
 
-    let devices = Devices::of(s);
     let mut disks = Vec::new();
-    for disk in &devices.disks {
+    for disk in spec.disks() {
         let Some((path, format)) = readied.volumes.get(&disk.name).cloned() else {
             return Err(start_failed(
                 "FailedCreate",
@@ -271,12 +259,12 @@ pub(super) fn machine_spec(
             cache: disk.cache.as_deref().and_then(CacheMode::parse),
         });
     }
-    let uid = vmi.uid().unwrap_or_default();
+    let uid = vmi.uid().to_string();
     let mut nics = Vec::new();
     let mut forwards = Vec::new();
-    for (index, iface) in devices.interfaces.iter().enumerate() {
+    for (index, iface) in spec.interfaces().iter().enumerate() {
         let name = iface.name.clone();
-        if iface.binding == Binding::Bridge || !devices.on_pod_network(&name) {
+        if iface.binding == Binding::Bridge || !spec.on_pod_network(&name) {
             return Err(start_failed(
                     "FailedCreate",
                     format!("interface {name}: only the masquerade binding on the pod network is available on virtplane nodes (bridge needs host taps, which this node does not create)"),
@@ -326,11 +314,11 @@ pub(super) fn machine_spec(
         });
     }
     let kernel_boot = readied.kernel_boot.clone();
-    let devices = domain.get("devices").cloned().unwrap_or(Value::Null);
-    let watchdog = match devices.pointer("/watchdog/i6300esb") {
+    let devices = domain.devices.clone().unwrap_or_default();
+    let watchdog = match devices.watchdog.as_ref().and_then(|w| w.i6300esb.as_ref()) {
         None => None,
         Some(w) => {
-            let action = w["action"].as_str().unwrap_or("reset");
+            let action = w.action.as_deref().unwrap_or("reset");
             Some(WatchdogAction::parse(action).ok_or_else(|| {
                 start_failed(
                     "FailedCreate",
@@ -339,27 +327,18 @@ pub(super) fn machine_spec(
             })?)
         }
     };
-    let graphics = devices
-        .get("autoattachGraphicsDevice")
-        .and_then(Value::as_bool)
-        .unwrap_or(true);
+    let graphics = devices.autoattach_graphics_device.unwrap_or(true);
+    let firmware_ids = domain.firmware.clone().unwrap_or_default();
     let machine = MachineSpec {
-        name: format!("{}_{}", vmi.namespace().unwrap_or_default(), vmi.name_any()),
-        uuid: domain
-            .pointer("/firmware/uuid")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .unwrap_or(uid),
-        serial: domain
-            .pointer("/firmware/serial")
-            .and_then(Value::as_str)
-            .map(str::to_string),
+        name: format!("{}_{}", vmi.namespace(), vmi.name()),
+        uuid: firmware_ids.uuid.unwrap_or(uid),
+        serial: firmware_ids.serial,
         machine_type,
         accel: host.accel,
         cpu_model,
-        sockets: get_u32("/cpu/sockets"),
-        cores: get_u32("/cpu/cores"),
-        threads: get_u32("/cpu/threads"),
+        sockets: count(cpu.sockets),
+        cores: count(cpu.cores),
+        threads: count(cpu.threads),
         memory_mib: memory.div_ceil(1 << 20),
         hugepages,
         firmware,
@@ -368,7 +347,7 @@ pub(super) fn machine_spec(
         smm,
         disks,
         nics,
-        rng: devices.get("rng").is_some(),
+        rng: devices.rng.is_some(),
         watchdog,
         // In `run/`, the one dir QEMU may write (see `crate::qemu_user`).
         console_socket: dir.join(RUN_DIR).join("console.sock"),

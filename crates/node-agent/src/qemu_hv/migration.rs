@@ -5,8 +5,8 @@
 
 use std::net::TcpListener;
 
-use kube::core::DynamicObject;
 use kube::ResourceExt;
+use kubevirt_api::model::VirtualMachineInstance;
 use qemu::migration::{self as qm, Endpoint, Failure, Plan, Progress, Tuning};
 use qemu::{Instance, RunState};
 use serde::{Deserialize, Serialize};
@@ -70,7 +70,7 @@ fn free_port(address: &str) -> Result<u16, String> {
 impl Qemu {
     pub(super) async fn receive_guest(
         &self,
-        vmi: &DynamicObject,
+        vmi: &VirtualMachineInstance,
         sources: &VolumeSources,
         settings: &MigrationSettings,
     ) -> Result<Incoming, String> {
@@ -147,7 +147,7 @@ impl Qemu {
         }
         tracing::info!(
             "{}/{}: waiting for the guest on {address}:{} (disks on {:?})",
-            vmi.namespace().unwrap_or_default(),
+            vmi.namespace().to_string(),
             vmi.name_any(),
             listening.migration_port,
             listening.disk_port
@@ -168,7 +168,7 @@ impl Qemu {
     /// dir (the target gets the serving certificate, the source the client one).
     fn tuning_with_credentials(
         &self,
-        vmi: &DynamicObject,
+        vmi: &VirtualMachineInstance,
         settings: &MigrationSettings,
         side: Side,
     ) -> Result<Tuning, String> {
@@ -200,7 +200,7 @@ impl Qemu {
         Ok(tuning)
     }
 
-    pub(super) async fn guest_arrival(&self, vmi: &DynamicObject) -> Arrival {
+    pub(super) async fn guest_arrival(&self, vmi: &VirtualMachineInstance) -> Arrival {
         let slot = self.slot(vmi);
         let mut running = slot.lock().await;
         let Some(entry) = self.instance(&mut running, vmi).await else {
@@ -234,7 +234,7 @@ impl Qemu {
 
     pub(super) async fn take_over_guest(
         &self,
-        vmi: &DynamicObject,
+        vmi: &VirtualMachineInstance,
         paused: bool,
     ) -> Result<GuestInfo, String> {
         let slot = self.slot(vmi);
@@ -262,12 +262,12 @@ impl Qemu {
 
     pub(super) async fn send_guest(
         &self,
-        vmi: &DynamicObject,
+        vmi: &VirtualMachineInstance,
         migration: &str,
         to: &Incoming,
         settings: &MigrationSettings,
     ) -> Result<(), String> {
-        let uid = vmi.uid().unwrap_or_default();
+        let uid = vmi.uid().to_string();
         if self
             .outbound_lock()
             .get(&uid)
@@ -320,7 +320,7 @@ impl Qemu {
                     tuning: tuning.clone(),
                 };
                 let changes = self.changes.clone();
-                let key = (vmi.namespace().unwrap_or_default(), vmi.name_any());
+                let key = (vmi.namespace().to_string(), vmi.name_any());
                 tokio::spawn(async move {
                     let result = qm::send(qmp, &plan, &progress_tx, abort_rx).await;
                     match &result {
@@ -368,8 +368,12 @@ impl Qemu {
         Ok(())
     }
 
-    pub(super) fn outgoing(&self, vmi: &DynamicObject, migration: &str) -> Option<Sending> {
-        let uid = vmi.uid().unwrap_or_default();
+    pub(super) fn outgoing(
+        &self,
+        vmi: &VirtualMachineInstance,
+        migration: &str,
+    ) -> Option<Sending> {
+        let uid = vmi.uid().to_string();
         let outbound = self.outbound_lock();
         let entry = outbound.get(&uid).filter(|o| o.migration == migration)?;
         let result = entry.result.borrow().clone();
@@ -380,8 +384,8 @@ impl Qemu {
         })
     }
 
-    pub(super) fn abort_outgoing(&self, vmi: &DynamicObject, migration: &str) {
-        let uid = vmi.uid().unwrap_or_default();
+    pub(super) fn abort_outgoing(&self, vmi: &VirtualMachineInstance, migration: &str) {
+        let uid = vmi.uid().to_string();
         if let Some(entry) = self
             .outbound_lock()
             .get(&uid)

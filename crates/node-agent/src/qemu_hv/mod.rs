@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use kube::core::DynamicObject;
 use kube::ResourceExt;
+use kubevirt_api::model::VirtualMachineInstance;
 use qemu::{Accel, Instance, RunState, RunStatus};
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::sync::broadcast;
 
 use crate::hypervisor::{
@@ -111,14 +111,6 @@ fn start_failed(reason: &str, message: impl Into<String>) -> Started {
     }
 }
 
-fn spec(vmi: &DynamicObject) -> &Value {
-    vmi.data.get("spec").unwrap_or(&Value::Null)
-}
-
-fn volumes(vmi: &DynamicObject) -> Vec<kubevirt_api::volumes::Volume> {
-    kubevirt_api::volumes::Volume::all_of(spec(vmi))
-}
-
 impl Qemu {
     pub fn new(config: QemuConfig) -> Qemu {
         let puller = oci::Puller::new(oci::Config::new(
@@ -153,15 +145,15 @@ impl Qemu {
         self.config.node_dir.join("vmi").join(namespace).join(name)
     }
 
-    fn dir(&self, vmi: &DynamicObject) -> PathBuf {
-        self.vmi_dir(&vmi.namespace().unwrap_or_default(), &vmi.name_any())
+    fn dir(&self, vmi: &VirtualMachineInstance) -> PathBuf {
+        self.vmi_dir(vmi.namespace(), &vmi.name_any())
     }
 
     /// [`Self::dir`], checked before anything is created in it: the namespace and name
     /// must each be one path component. The API server admits only DNS-1123 names; the
     /// agent, which writes there as root, does not rely on it.
-    fn checked_dir(&self, vmi: &DynamicObject) -> Result<PathBuf, String> {
-        let namespace = vmi.namespace().unwrap_or_default();
+    fn checked_dir(&self, vmi: &VirtualMachineInstance) -> Result<PathBuf, String> {
+        let namespace = vmi.namespace().to_string();
         let name = vmi.name_any();
         crate::host_paths::component("namespace", &namespace)?;
         crate::host_paths::component("VMI name", &name)?;
@@ -174,7 +166,7 @@ impl Qemu {
     }
 
     /// The VMI's own QEMU uid, its dir laid out for it (`None`: QEMU runs as the agent).
-    fn qemu_uid(&self, vmi: &DynamicObject) -> Result<Option<u32>, String> {
+    fn qemu_uid(&self, vmi: &VirtualMachineInstance) -> Result<Option<u32>, String> {
         let dir = self.checked_dir(vmi)?;
         let Some(users) = &self.users else {
             // The same layout, as the agent's own user.
@@ -184,7 +176,7 @@ impl Qemu {
             return Ok(None);
         };
         users
-            .assign(&dir, &vmi.uid().unwrap_or_default())
+            .assign(&dir, vmi.uid())
             .map(Some)
             .map_err(|e| format!("giving the VMI its QEMU user: {e}"))
     }
@@ -192,7 +184,7 @@ impl Qemu {
     /// Gives `path` to the VMI's QEMU (see `QemuUsers::grant`); nothing without users.
     fn grant(
         &self,
-        vmi: &DynamicObject,
+        vmi: &VirtualMachineInstance,
         path: &std::path::Path,
         read_only: bool,
     ) -> Result<(), String> {
@@ -205,11 +197,11 @@ impl Qemu {
     }
 
     /// The slot of a VMI, created empty on first use.
-    fn slot(&self, vmi: &DynamicObject) -> Slot {
+    fn slot(&self, vmi: &VirtualMachineInstance) -> Slot {
         self.slots
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .entry(vmi.uid().unwrap_or_default())
+            .entry(vmi.uid().to_string())
             .or_default()
             .clone()
     }
@@ -218,15 +210,15 @@ impl Qemu {
     async fn instance<'a>(
         &self,
         slot: &'a mut Option<Running>,
-        vmi: &DynamicObject,
+        vmi: &VirtualMachineInstance,
     ) -> Option<&'a mut Running> {
         if slot.is_none() {
-            let run = self.run_dir(&vmi.namespace().unwrap_or_default(), &vmi.name_any());
+            let run = self.run_dir(vmi.namespace(), &vmi.name_any());
             let instance = Instance::adopt(&run.join("qemu.pid"), &run.join("qmp.sock")).await?;
             tracing::info!(
                 "adopted QEMU {} of {}/{} ({})",
                 instance.pid,
-                vmi.namespace().unwrap_or_default(),
+                vmi.namespace().to_string(),
                 vmi.name_any(),
                 instance.run_status().state.as_str()
             );
@@ -240,9 +232,9 @@ impl Qemu {
     }
 
     /// Tells the agent as soon as the guest's run state changes or QEMU exits.
-    fn watch_run_state(&self, vmi: &DynamicObject, instance: &Instance) {
+    fn watch_run_state(&self, vmi: &VirtualMachineInstance, instance: &Instance) {
         let mut status = instance.run_status_changes();
-        let key = (vmi.namespace().unwrap_or_default(), vmi.name_any());
+        let key = (vmi.namespace().to_string(), vmi.name_any());
         let changes = self.changes.clone();
         tokio::spawn(async move {
             loop {
@@ -258,8 +250,8 @@ impl Qemu {
 
     /// What `status` reports of a running guest on this node: its interfaces, its port
     /// forwards here, its machine type.
-    fn guest_info(&self, vmi: &DynamicObject) -> GuestInfo {
-        let uid = vmi.uid().unwrap_or_default();
+    fn guest_info(&self, vmi: &VirtualMachineInstance) -> GuestInfo {
+        let uid = vmi.uid().to_string();
         let forwards = self
             .forwards
             .lock()
@@ -267,8 +259,9 @@ impl Qemu {
             .get(&uid)
             .cloned()
             .unwrap_or_default();
-        let interfaces = kubevirt_api::devices::Devices::of(spec(vmi))
-            .interfaces
+        let interfaces = vmi
+            .spec
+            .interfaces()
             .iter()
             .enumerate()
             .map(|(i, iface)| {
@@ -286,11 +279,13 @@ impl Qemu {
                        "hostIP": self.config.node_address, "hostPort": host_port})
             })
             .collect();
-        let machine = spec(vmi)
-            .pointer("/domain/machine/type")
-            .and_then(Value::as_str)
-            .unwrap_or("q35")
-            .to_string();
+        let machine = vmi
+            .spec
+            .domain
+            .as_ref()
+            .and_then(|d| d.machine.as_ref())
+            .and_then(|m| m.type_.clone())
+            .unwrap_or_else(|| "q35".into());
         GuestInfo {
             interfaces,
             machine,
@@ -299,7 +294,7 @@ impl Qemu {
     }
 
     /// What QEMU's own log says about a failure (the lines that name it).
-    fn qemu_words(&self, vmi: &DynamicObject, needles: &[&str]) -> Option<String> {
+    fn qemu_words(&self, vmi: &VirtualMachineInstance, needles: &[&str]) -> Option<String> {
         let log = std::fs::read_to_string(self.dir(vmi).join("qemu.log")).ok()?;
         let lines: Vec<&str> = log
             .lines()
@@ -316,7 +311,7 @@ impl Qemu {
     }
 
     /// Turns QEMU's run state into what the agent reports.
-    fn observed(&self, vmi: &DynamicObject, status: &RunStatus) -> Observed {
+    fn observed(&self, vmi: &VirtualMachineInstance, status: &RunStatus) -> Observed {
         let recheck = Duration::from_secs(10);
         match &status.state {
             RunState::Running | RunState::Suspended => Observed::Running { recheck },
@@ -396,7 +391,7 @@ impl Hypervisor for Qemu {
         crate::host_tools::QEMU_NODE
     }
 
-    async fn prepare(&self, vmi: &DynamicObject, sources: &VolumeSources) -> Prepared {
+    async fn prepare(&self, vmi: &VirtualMachineInstance, sources: &VolumeSources) -> Prepared {
         let began = Instant::now();
         let dir = match self.checked_dir(vmi) {
             Ok(dir) => dir,
@@ -408,8 +403,8 @@ impl Hypervisor for Qemu {
         if let Err(e) = self.qemu_uid(vmi) {
             return failed("FailedCreate", e);
         }
-        for volume in volumes(vmi) {
-            if let Err(failure) = self.prepare_volume(vmi, &volume, sources).await {
+        for volume in vmi.spec.volumes() {
+            if let Err(failure) = self.prepare_volume(vmi, volume, sources).await {
                 return failure;
             }
         }
@@ -418,7 +413,7 @@ impl Hypervisor for Qemu {
         }
         tracing::debug!(
             "prepared {}/{} in {:?}",
-            vmi.namespace().unwrap_or_default(),
+            vmi.namespace().to_string(),
             vmi.name_any(),
             began.elapsed()
         );
@@ -426,13 +421,13 @@ impl Hypervisor for Qemu {
             .image_ids
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&vmi.uid().unwrap_or_default())
+            .get(&vmi.uid().to_string())
             .cloned()
             .unwrap_or_default();
         Prepared::Ready(ids)
     }
 
-    async fn start(&self, vmi: &DynamicObject, sources: &VolumeSources) -> Started {
+    async fn start(&self, vmi: &VirtualMachineInstance, sources: &VolumeSources) -> Started {
         let slot = self.slot(vmi);
         let mut running = slot.lock().await;
         // Never a second QEMU for one VMI: adopt what runs already.
@@ -459,7 +454,7 @@ impl Hypervisor for Qemu {
             tracing::debug!(
                 "started QEMU {} of {}/{}: command line ready after {specified:?}, QMP after {spawned:?}, running after {:?}",
                 instance.pid,
-                vmi.namespace().unwrap_or_default(),
+                vmi.namespace().to_string(),
                 vmi.name_any(),
                 began.elapsed()
             );
@@ -473,7 +468,7 @@ impl Hypervisor for Qemu {
         Started::Running(self.guest_info(vmi))
     }
 
-    async fn observe(&self, vmi: &DynamicObject) -> Observed {
+    async fn observe(&self, vmi: &VirtualMachineInstance) -> Observed {
         let slot = self.slot(vmi);
         let mut running = slot.lock().await;
         let Some(entry) = self.instance(&mut running, vmi).await else {
@@ -502,7 +497,7 @@ impl Hypervisor for Qemu {
         self.observed(vmi, &status)
     }
 
-    async fn stop(&self, vmi: &DynamicObject, grace: Duration) -> Stopping {
+    async fn stop(&self, vmi: &VirtualMachineInstance, grace: Duration) -> Stopping {
         let slot = self.slot(vmi);
         let mut running = slot.lock().await;
         let Some(entry) = self.instance(&mut running, vmi).await else {
@@ -519,7 +514,7 @@ impl Hypervisor for Qemu {
             if let Err(e) = entry.instance.power_down().await {
                 tracing::warn!(
                     "ACPI power-down of {}/{}: {e}; it is killed when its grace period ends",
-                    vmi.namespace().unwrap_or_default(),
+                    vmi.namespace().to_string(),
                     vmi.name_any()
                 );
             }
@@ -532,7 +527,7 @@ impl Hypervisor for Qemu {
         Stopping::Pending(Duration::from_millis(200))
     }
 
-    async fn set_paused(&self, vmi: &DynamicObject, paused: bool) -> Result<(), String> {
+    async fn set_paused(&self, vmi: &VirtualMachineInstance, paused: bool) -> Result<(), String> {
         let slot = self.slot(vmi);
         let mut running = slot.lock().await;
         let entry = self
@@ -547,7 +542,7 @@ impl Hypervisor for Qemu {
         result.map_err(|e| e.to_string())
     }
 
-    async fn soft_reboot(&self, vmi: &DynamicObject) -> Result<(), String> {
+    async fn soft_reboot(&self, vmi: &VirtualMachineInstance) -> Result<(), String> {
         let slot = self.slot(vmi);
         let mut running = slot.lock().await;
         let entry = self
@@ -566,24 +561,28 @@ impl Hypervisor for Qemu {
 
     async fn receive(
         &self,
-        vmi: &DynamicObject,
+        vmi: &VirtualMachineInstance,
         sources: &VolumeSources,
         settings: &MigrationSettings,
     ) -> Result<Incoming, String> {
         self.receive_guest(vmi, sources, settings).await
     }
 
-    async fn arrival(&self, vmi: &DynamicObject) -> Arrival {
+    async fn arrival(&self, vmi: &VirtualMachineInstance) -> Arrival {
         self.guest_arrival(vmi).await
     }
 
-    async fn take_over(&self, vmi: &DynamicObject, paused: bool) -> Result<GuestInfo, String> {
+    async fn take_over(
+        &self,
+        vmi: &VirtualMachineInstance,
+        paused: bool,
+    ) -> Result<GuestInfo, String> {
         self.take_over_guest(vmi, paused).await
     }
 
     async fn send(
         &self,
-        vmi: &DynamicObject,
+        vmi: &VirtualMachineInstance,
         migration: &str,
         to: &Incoming,
         settings: &MigrationSettings,
@@ -591,16 +590,16 @@ impl Hypervisor for Qemu {
         self.send_guest(vmi, migration, to, settings).await
     }
 
-    fn sending(&self, vmi: &DynamicObject, migration: &str) -> Option<Sending> {
+    fn sending(&self, vmi: &VirtualMachineInstance, migration: &str) -> Option<Sending> {
         self.outgoing(vmi, migration)
     }
 
-    fn abort_sending(&self, vmi: &DynamicObject, migration: &str) {
+    fn abort_sending(&self, vmi: &VirtualMachineInstance, migration: &str) {
         self.abort_outgoing(vmi, migration)
     }
 
-    fn cleanup_sending(&self, vmi: &DynamicObject) {
-        self.forget_outgoing(&vmi.uid().unwrap_or_default());
+    fn cleanup_sending(&self, vmi: &VirtualMachineInstance) {
+        self.forget_outgoing(vmi.uid());
     }
 
     fn local_vmis(&self) -> Vec<(String, String)> {
@@ -639,8 +638,8 @@ impl Hypervisor for Qemu {
         }
     }
 
-    async fn cleanup(&self, vmi: &DynamicObject) {
-        let uid = vmi.uid().unwrap_or_default();
+    async fn cleanup(&self, vmi: &VirtualMachineInstance) {
+        let uid = vmi.uid().to_string();
         self.forget_outgoing(&uid);
         let slot = self.slot(vmi);
         {
@@ -671,7 +670,7 @@ impl Hypervisor for Qemu {
                 tracing::warn!(
                     "removing {} of {}/{}: {e}",
                     self.dir(vmi).display(),
-                    vmi.namespace().unwrap_or_default(),
+                    vmi.namespace().to_string(),
                     vmi.name_any()
                 );
             }
@@ -679,6 +678,6 @@ impl Hypervisor for Qemu {
     }
 }
 
-fn spec_paused(vmi: &DynamicObject) -> bool {
-    spec(vmi).get("startStrategy").and_then(Value::as_str) == Some("Paused")
+fn spec_paused(vmi: &VirtualMachineInstance) -> bool {
+    vmi.spec.start_strategy.as_deref() == Some("Paused")
 }

@@ -3,12 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
-use kube::core::DynamicObject;
-use kube::ResourceExt;
+use kubevirt_api::model::VirtualMachineInstance;
 use kubevirt_api::volumes::{Source, Volume};
 use qemu::{DiskFormat, KernelBoot};
 
-use super::{failed, spec, start_failed, unable, Qemu};
+use super::{failed, start_failed, unable, Qemu};
 use crate::host_paths;
 use crate::host_tools::{QEMU_IMG, XORRISOFS};
 use crate::hypervisor::{Prepared, Started};
@@ -78,7 +77,7 @@ impl ImageSource<'_> {
     }
 
     /// The image ID the VMI's status recorded for this image, if it is still this image.
-    fn pin(&self, vmi: &DynamicObject) -> Option<String> {
+    fn pin(&self, vmi: &VirtualMachineInstance) -> Option<String> {
         let ids = crate::vmi::image_ids(vmi);
         let pin = match self.volume {
             Some(name) => ids.volumes.get(name).cloned(),
@@ -106,7 +105,7 @@ impl Qemu {
     /// reason and a message that says what to do.
     pub(super) async fn pull(
         &self,
-        vmi: &DynamicObject,
+        vmi: &VirtualMachineInstance,
         source: &ImageSource<'_>,
         sources: &VolumeSources,
         wanted: Wanted<'_>,
@@ -117,7 +116,7 @@ impl Qemu {
             Wanted::Disk(path) => format!("disk:{}", path.unwrap_or("")),
             Wanted::Files(files) => files.join("\n"),
         };
-        let uid = vmi.uid().unwrap_or_default();
+        let uid = vmi.uid().to_string();
         let key = (uid.clone(), image.to_string(), wanted_key);
         let known = self
             .pulled
@@ -151,7 +150,7 @@ impl Qemu {
 
     async fn pull_from_registry(
         &self,
-        vmi: &DynamicObject,
+        vmi: &VirtualMachineInstance,
         source: &ImageSource<'_>,
         image: &str,
         pinned: bool,
@@ -162,7 +161,7 @@ impl Qemu {
             let e = oci::PullError::from(e);
             (e.reason(), e.to_string())
         })?;
-        let namespace = vmi.namespace().unwrap_or_default();
+        let namespace = vmi.namespace().to_string();
         let credentials = match source.pull_secret {
             None => Vec::new(),
             Some(name) => {
@@ -239,7 +238,7 @@ impl Qemu {
     /// says where it is and in which format.
     pub(super) async fn prepare_volume(
         &self,
-        vmi: &DynamicObject,
+        vmi: &VirtualMachineInstance,
         volume: &Volume,
         sources: &VolumeSources,
     ) -> Result<(PathBuf, DiskFormat), Prepared> {
@@ -267,7 +266,7 @@ impl Qemu {
     /// The file behind one volume, made ready.
     async fn volume_file(
         &self,
-        vmi: &DynamicObject,
+        vmi: &VirtualMachineInstance,
         volume: &Volume,
         sources: &VolumeSources,
     ) -> Result<(PathBuf, DiskFormat), Prepared> {
@@ -400,7 +399,7 @@ impl Qemu {
             return Ok((path, format));
         }
         if let Some(claim) = volume.source.claim() {
-            let namespace = vmi.namespace().unwrap_or_default();
+            let namespace = vmi.namespace().to_string();
             let path = match sources.claim(claim) {
                 // The path is the claim's `virtplane.io/volume-path` annotation, which
                 // anyone who may edit the claim can write: only a file in the volume
@@ -444,28 +443,29 @@ impl Qemu {
 
     pub(super) async fn kernel_boot(
         &self,
-        vmi: &DynamicObject,
+        vmi: &VirtualMachineInstance,
         sources: &VolumeSources,
     ) -> Result<Option<KernelBoot>, Started> {
-        let Some(kb) = spec(vmi).pointer("/domain/firmware/kernelBoot") else {
+        let Some(kb) = vmi.spec.firmware().and_then(|f| f.kernel_boot.as_ref()) else {
             return Ok(None);
         };
-        let args = kb["kernelArgs"].as_str().unwrap_or("").to_string();
-        let Some(container) = kb.get("container") else {
+        let args = kb.kernel_args.clone().unwrap_or_default();
+        let Some(container) = kb.container.as_ref() else {
             return Ok(None);
         };
-        let image = container["image"].as_str().unwrap_or("");
-        let kernel_path = container["kernelPath"].as_str().unwrap_or("");
-        let initrd_path = container["initrdPath"].as_str();
+        let image = container.image.as_deref().unwrap_or("");
+        let kernel_path = container.kernel_path.as_deref().unwrap_or("");
+        let initrd_path = container.initrd_path.as_deref();
         let mut wanted = vec![kernel_path];
         wanted.extend(initrd_path);
         let source = ImageSource {
             volume: None,
             image,
-            pull_secret: container["imagePullSecret"]
-                .as_str()
+            pull_secret: container
+                .image_pull_secret
+                .as_deref()
                 .filter(|s| !s.is_empty()),
-            pull_policy: container["imagePullPolicy"].as_str(),
+            pull_policy: container.image_pull_policy.as_deref(),
         };
         let extracted = self
             .pull(vmi, &source, sources, Wanted::Files(&wanted))
@@ -506,7 +506,7 @@ mod tests {
 
     #[test]
     fn a_recorded_image_id_pins_the_same_image_only() {
-        let vmi: DynamicObject = serde_json::from_value(json!({
+        let vmi: VirtualMachineInstance = serde_json::from_value(json!({
             "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
             "metadata": {"name": "v", "namespace": "default"},
             "status": {"volumeStatus": [{"name": "root", "target": "vda",

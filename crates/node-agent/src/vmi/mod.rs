@@ -6,17 +6,15 @@
 //! writes are built in `status`, and migration, volume sources and the hypervisor live in
 //! their own modules.
 
-use apimachinery::pointer::Pointer;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, reflector, ObjectRef};
-use kube::runtime::watcher;
+use kube::runtime::watcher::{self, watcher};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Map, Value};
@@ -24,7 +22,7 @@ use serde_json::{json, Map, Value};
 use crate::hypervisor::{Hypervisor, Observed, PauseCause, Prepared, Started, Stopping};
 use crate::volume_sources::{SourceError, SourceKind, VolumeSources};
 
-use kubevirt_api::model::{MigrationState, VmiPhase};
+use kubevirt_api::model::{Condition, VirtualMachineInstance, VmiPhase};
 use kubevirt_api::names::annotations::{
     PAUSED as PAUSE_ANNOTATION, SOFT_REBOOT_DONE as SOFT_REBOOT_DONE_ANNOTATION,
     SOFT_REBOOT_REQUESTED as SOFT_REBOOT_ANNOTATION, UNPAUSE_DONE, UNPAUSE_REQUESTED,
@@ -73,8 +71,8 @@ pub(crate) enum Wait {
 
 impl Context {
     /// How long this target has waited for `what` for `vmi` (zero on the first ask).
-    pub(crate) fn waited(&self, what: Wait, vmi: &DynamicObject) -> std::time::Duration {
-        let key = (what, vmi.uid().unwrap_or_default());
+    pub(crate) fn waited(&self, what: Wait, vmi: &VirtualMachineInstance) -> std::time::Duration {
+        let key = (what, vmi.uid().to_string());
         let mut awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
         awaiting
             .entry(key)
@@ -83,13 +81,13 @@ impl Context {
     }
 
     /// Counts a failure to prepare `vmi`; how often in a row it has failed this way.
-    fn failed_to_prepare(&self, vmi: &DynamicObject, failure: String) -> u32 {
+    fn failed_to_prepare(&self, vmi: &VirtualMachineInstance, failure: String) -> u32 {
         let mut failures = self
             .prepare_failures
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         let entry = failures
-            .entry(vmi.uid().unwrap_or_default())
+            .entry(vmi.uid().to_string())
             .or_insert_with(|| (failure.clone(), 0));
         if entry.0 != failure {
             *entry = (failure, 0);
@@ -98,27 +96,20 @@ impl Context {
         entry.1
     }
 
-    fn forget_prepare_failures(&self, vmi: &DynamicObject) {
+    fn forget_prepare_failures(&self, vmi: &VirtualMachineInstance) {
         self.prepare_failures
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&vmi.uid().unwrap_or_default());
+            .remove(&vmi.uid().to_string());
     }
 
-    pub(crate) fn done_waiting(&self, what: Wait, vmi: &DynamicObject) {
-        let key = (what, vmi.uid().unwrap_or_default());
+    pub(crate) fn done_waiting(&self, what: Wait, vmi: &VirtualMachineInstance) {
+        let key = (what, vmi.uid().to_string());
         self.awaiting
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&key);
     }
-}
-
-pub(crate) fn vmi_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachineInstance"),
-        "virtualmachineinstances",
-    )
 }
 
 pub async fn run(client: Client, nodes: Vec<String>, hypervisor: Arc<dyn Hypervisor>) {
@@ -158,21 +149,21 @@ fn controller(
     client: &Client,
     config: watcher::Config,
     ctx: &Context,
-) -> Controller<DynamicObject> {
-    // Decoded lean: with simulated nodes, this watch sees every VMI of the cluster.
-    let writer = reflector::store::Writer::new(vmi_resource());
+) -> Controller<VirtualMachineInstance> {
+    // Decoded lean (the model skips managedFields): with simulated nodes, this watch sees
+    // every VMI of the cluster.
+    let writer = reflector::store::Writer::default();
     let reader = writer.as_reader();
     let vmis = reflector(
         writer,
-        kubevirt_api::lean::watch(client, &vmi_resource(), config),
+        watcher(Api::<VirtualMachineInstance>::all(client.clone()), config),
     );
-    let mut controller =
-        Controller::for_stream_with(vmis.applied_objects(), reader, vmi_resource());
+    let mut controller = Controller::for_stream(vmis.applied_objects(), reader);
     if let Some(changes) = ctx.hypervisor.changes() {
         let triggers =
             tokio_stream::wrappers::BroadcastStream::new(changes).filter_map(|change| async move {
                 let (namespace, name) = change.ok()?;
-                Some(ObjectRef::new_with(&name, vmi_resource()).within(&namespace))
+                Some(ObjectRef::new(&name).within(&namespace))
             });
         controller = controller.reconcile_on(triggers);
     }
@@ -183,7 +174,7 @@ async fn report<S>(results: S, ctx: &Context)
 where
     S: futures::Stream<
         Item = Result<
-            (ObjectRef<DynamicObject>, Action),
+            (ObjectRef<VirtualMachineInstance>, Action),
             kube::runtime::controller::Error<kube::Error, watcher::Error>,
         >,
     >,
@@ -191,13 +182,15 @@ where
     results
         .for_each(|result| {
             use kube::runtime::controller::Error;
-            let key = |vmi: &ObjectRef<DynamicObject>| {
+            let key = |vmi: &ObjectRef<VirtualMachineInstance>| {
                 kubevirt_api::backoff::object_key(vmi.namespace.as_deref(), &vmi.name)
             };
             match result {
                 Ok((vmi, _)) => ctx.backoff.succeeded(&key(&vmi)),
                 // Deleted while queued: nothing left to retry.
-                Err(Error::ObjectNotFound(vmi)) => ctx.backoff.succeeded(&key(&vmi)),
+                Err(Error::ObjectNotFound(vmi)) => ctx.backoff.succeeded(
+                    &kubevirt_api::backoff::object_key(vmi.namespace.as_deref(), &vmi.name),
+                ),
                 // Logged by error_policy.
                 Err(Error::ReconcilerFailed(..)) => {}
                 Err(e) => tracing::warn!("node agent: {e}"),
@@ -219,11 +212,7 @@ async fn sweep(ctx: Arc<Context>) {
         tokio::time::sleep(wait).await;
         wait = SWEEP_INTERVAL;
         for (namespace, name) in ctx.hypervisor.local_vmis() {
-            let api = Api::<DynamicObject>::namespaced_with(
-                ctx.client.clone(),
-                &namespace,
-                &vmi_resource(),
-            );
+            let api = Api::<VirtualMachineInstance>::namespaced(ctx.client.clone(), &namespace);
             let vmi = match api.get_opt(&name).await {
                 Ok(vmi) => vmi,
                 // A node may read only the VMIs that concern it: this one went elsewhere.
@@ -234,12 +223,12 @@ async fn sweep(ctx: Arc<Context>) {
                 }
             };
             let wanted = vmi.is_some_and(|vmi| {
-                let node = vmi.data.at("/status/nodeName").and_then(Value::as_str);
-                let target = MigrationState::of(&vmi.data)
+                let target = vmi
+                    .migration_state()
                     .filter(|m| m.failed != Some(true))
-                    .and_then(|m| m.target_node);
-                node.is_some_and(|n| ctx.nodes.contains(n))
-                    || target.is_some_and(|n| ctx.nodes.contains(&n))
+                    .and_then(|m| m.target_node.as_deref());
+                vmi.node_name().is_some_and(|n| ctx.nodes.contains(n))
+                    || target.is_some_and(|n| ctx.nodes.contains(n))
             });
             if !wanted {
                 ctx.hypervisor.release_leftover(&namespace, &name).await;
@@ -249,26 +238,26 @@ async fn sweep(ctx: Arc<Context>) {
 }
 
 pub(crate) fn error_policy(
-    vmi: Arc<DynamicObject>,
+    vmi: Arc<VirtualMachineInstance>,
     error: &kube::Error,
     ctx: Arc<Context>,
 ) -> Action {
-    let key = kubevirt_api::backoff::object_key(vmi.namespace().as_deref(), &vmi.name_any());
+    let key = kubevirt_api::backoff::object_key(Some(vmi.namespace()), vmi.name());
     let retry = ctx.backoff.failed(key.clone());
     tracing::warn!("node agent: sync of {key} failed, retrying in {retry:?}: {error}");
     Action::requeue(retry)
 }
 
 struct Writer<'a> {
-    api: Api<DynamicObject>,
-    vmi: &'a DynamicObject,
+    api: Api<VirtualMachineInstance>,
+    vmi: &'a VirtualMachineInstance,
 }
 
 impl Writer<'_> {
     /// A merge patch guarded by the resourceVersion we acted on: if the VMI changed
     /// meanwhile, we simply see it again.
     async fn patch(&self, mut body: Value) -> Result<Action, kube::Error> {
-        body["metadata"]["resourceVersion"] = json!(self.vmi.resource_version());
+        body["metadata"]["resourceVersion"] = json!(self.vmi.metadata.resource_version);
         let params = PatchParams {
             field_manager: Some("virt-handler".into()),
             ..Default::default()
@@ -293,38 +282,36 @@ impl Writer<'_> {
     }
 }
 
-fn grace(vmi: &DynamicObject) -> Duration {
+fn grace(vmi: &VirtualMachineInstance) -> Duration {
     let seconds = vmi
-        .data
-        .at("/spec/terminationGracePeriodSeconds")
-        .and_then(Value::as_u64)
+        .spec
+        .termination_grace_period_seconds
+        .and_then(|s| u64::try_from(s).ok())
         .unwrap_or(DEFAULT_GRACE_SECONDS);
     Duration::from_secs(seconds)
 }
 
-async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, kube::Error> {
-    let node = vmi
-        .data
-        .at("/status/nodeName")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+async fn reconcile(
+    vmi: Arc<VirtualMachineInstance>,
+    ctx: Arc<Context>,
+) -> Result<Action, kube::Error> {
+    let node = vmi.node_name().unwrap_or("");
     if !ctx.nodes.contains(node) {
         return Ok(Action::await_change());
     }
-    let api = Api::<DynamicObject>::namespaced_with(
-        ctx.client.clone(),
-        &vmi.namespace().unwrap_or_default(),
-        &vmi_resource(),
-    );
+    let api = Api::<VirtualMachineInstance>::namespaced(ctx.client.clone(), vmi.namespace());
     let writer = Writer { api, vmi: &vmi };
     let hv = &ctx.hypervisor;
-    let phase = VmiPhase::of(&vmi.data);
+    let phase = vmi.phase();
     let is_final = phase.is_final();
 
     if vmi.metadata.deletion_timestamp.is_some() {
         // A guest being deleted does not move any more.
-        if let Some(uid) = MigrationState::of(&vmi.data).and_then(|m| m.migration_uid) {
-            hv.abort_sending(&vmi, &uid);
+        if let Some(uid) = vmi
+            .migration_state()
+            .and_then(|m| m.migration_uid.as_deref())
+        {
+            hv.abort_sending(&vmi, uid);
         }
         if !is_final {
             let succeeded = if phase == VmiPhase::Running {
@@ -354,7 +341,7 @@ async fn reconcile(vmi: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
                 "GuestNotRunning",
                 "Guest VM is not reported as running",
             );
-            list.retain(|c| c["type"] != "Paused");
+            list.retain(|c| c.kind() != PAUSED);
             status.insert("conditions".into(), json!(list));
             return writer.patch(json!({"status": status})).await;
         }
@@ -434,7 +421,7 @@ enum SourcesUnusable {
 /// outer error is the API failing, which the controller retries.
 async fn read_sources(
     client: &Client,
-    vmi: &DynamicObject,
+    vmi: &VirtualMachineInstance,
 ) -> Result<Result<VolumeSources, SourcesUnusable>, kube::Error> {
     let sources = match VolumeSources::read(client, vmi).await {
         Ok(sources) => sources,
@@ -462,7 +449,7 @@ async fn read_sources(
 /// used (which fails the migration).
 pub(crate) async fn read_sources_for_target(
     client: &Client,
-    vmi: &DynamicObject,
+    vmi: &VirtualMachineInstance,
 ) -> Result<Result<VolumeSources, String>, kube::Error> {
     Ok(read_sources(client, vmi).await?.map_err(|e| match e {
         SourcesUnusable::Missing { message, .. } | SourcesUnusable::Invalid(message) => message,
@@ -475,7 +462,7 @@ pub(crate) async fn read_sources_for_target(
 /// phaseTransitionTimestamps, and a start costs one status write and one watch round trip
 /// fewer. A boot that has to wait writes Scheduled first, as before.
 async fn prepare(
-    vmi: &DynamicObject,
+    vmi: &VirtualMachineInstance,
     writer: &Writer<'_>,
     ctx: &Context,
     sources: &VolumeSources,
@@ -529,7 +516,7 @@ async fn prepare(
 
 /// Scheduled: boot the guest, or fail the VMI saying why.
 async fn start(
-    vmi: &DynamicObject,
+    vmi: &VirtualMachineInstance,
     writer: &Writer<'_>,
     hv: &dyn Hypervisor,
     sources: &VolumeSources,
@@ -548,12 +535,11 @@ enum Boot {
     Wait(Duration),
 }
 
-async fn boot(vmi: &DynamicObject, hv: &dyn Hypervisor, sources: &VolumeSources) -> Boot {
+async fn boot(vmi: &VirtualMachineInstance, hv: &dyn Hypervisor, sources: &VolumeSources) -> Boot {
     match hv.start(vmi, sources).await {
         Started::Pending(after) => Boot::Wait(after),
         Started::Running(info) => {
-            let paused =
-                vmi.data.at("/spec/startStrategy").and_then(Value::as_str) == Some("Paused");
+            let paused = vmi.spec.start_strategy.as_deref() == Some("Paused");
             let mut body =
                 json!({"status": running_status(vmi, &info, paused, hv.accel(), sources)});
             if paused {
@@ -578,12 +564,12 @@ enum VcpuReport {
 }
 
 /// Sets Ready and Paused to match what the hypervisor observed; `None` when they already do.
-fn report_vcpus(vmi: &DynamicObject, report: &VcpuReport) -> Option<Vec<Value>> {
+fn report_vcpus(vmi: &VirtualMachineInstance, report: &VcpuReport) -> Option<Vec<Condition>> {
     let before = conditions(vmi);
     let mut list = before.clone();
     match report {
         VcpuReport::Running => {
-            list.retain(|c| c["type"] != PAUSED);
+            list.retain(|c| c.kind() != PAUSED);
             set_condition(&mut list, READY, "True", "", "");
         }
         VcpuReport::Paused { reason, message } => {
@@ -608,7 +594,7 @@ fn report_vcpus(vmi: &DynamicObject, report: &VcpuReport) -> Option<Vec<Value>> 
 /// A running VMI: carry out pause, unpause and soft-reboot requests, report what the
 /// guest's vCPUs do, and notice the guest ending.
 async fn running(
-    vmi: &DynamicObject,
+    vmi: &VirtualMachineInstance,
     writer: &Writer<'_>,
     hv: &dyn Hypervisor,
 ) -> Result<Action, kube::Error> {
@@ -623,7 +609,7 @@ async fn running(
             // Not recorded as done: tried again until the guest takes it.
             tracing::warn!(
                 "soft reboot of {}/{} failed: {e}; trying again",
-                vmi.namespace().unwrap_or_default(),
+                vmi.namespace().to_string(),
                 vmi.name_any()
             );
             return Ok(Action::requeue(Duration::from_secs(5)));
@@ -651,7 +637,7 @@ async fn running(
                 REASON_GUEST_NOT_RUNNING,
                 "Guest VM is not reported as running",
             );
-            list.retain(|c| c["type"] != PAUSED);
+            list.retain(|c| c.kind() != PAUSED);
             status.insert("conditions".into(), json!(list));
             hv.cleanup(vmi).await;
             return writer.patch(json!({"status": status})).await;
@@ -659,7 +645,7 @@ async fn running(
         Observed::Halted { reason, message } => {
             tracing::warn!(
                 "guest of {}/{} cannot go on: {message}",
-                vmi.namespace().unwrap_or_default(),
+                vmi.namespace().to_string(),
                 vmi.name_any()
             );
             let mut status = failed_status(vmi, &reason, &message);
@@ -729,7 +715,7 @@ async fn running(
 /// Pauses or resumes the vCPUs; the run-state change that follows brings the VMI back
 /// here, where its conditions are reported.
 async fn set_paused(
-    vmi: &DynamicObject,
+    vmi: &VirtualMachineInstance,
     hv: &dyn Hypervisor,
     paused: bool,
 ) -> Result<Action, kube::Error> {
@@ -737,7 +723,7 @@ async fn set_paused(
         tracing::warn!(
             "{} {}/{} failed: {e}; trying again",
             if paused { "pausing" } else { "resuming" },
-            vmi.namespace().unwrap_or_default(),
+            vmi.namespace().to_string(),
             vmi.name_any()
         );
         return Ok(Action::requeue(Duration::from_secs(5)));

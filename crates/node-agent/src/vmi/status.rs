@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use apimachinery::pointer::Pointer;
-use kube::core::DynamicObject;
+use kubevirt_api::model::vmi::PhaseTransition;
+use kubevirt_api::model::{Condition, VirtualMachineInstance};
 use serde_json::{json, Map, Value};
 
 use crate::hypervisor::{GuestInfo, ImageIds};
@@ -14,42 +14,32 @@ use kubevirt_api::meta::now;
 use kubevirt_api::model::VmiPhase;
 use kubevirt_api::names::conditions::LIVE_MIGRATABLE;
 
-pub(super) fn conditions(vmi: &DynamicObject) -> Vec<Value> {
-    vmi.data
-        .at("/status/conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
+pub(super) fn conditions(vmi: &VirtualMachineInstance) -> Vec<Condition> {
+    vmi.status.conditions.clone().unwrap_or_default()
 }
 
-/// `kubevirt_api::meta::set_condition` with the condition spelled out.
+/// Sets the condition of `kind`, its transition time kept while its status stays.
 pub(super) fn set_condition(
-    list: &mut Vec<Value>,
+    list: &mut Vec<Condition>,
     kind: &str,
     status: &str,
     reason: &str,
     message: &str,
 ) {
-    kubevirt_api::meta::set_condition(
-        list,
-        kubevirt_api::meta::condition(kind, status, reason, message),
-    );
+    kubevirt_api::model::object::set(list, Condition::new(kind, status, reason, message), &now());
 }
 
 /// Status fields for entering `phase`, with its transition timestamp.
-pub(super) fn enter_phase(vmi: &DynamicObject, phase: VmiPhase) -> Map<String, Value> {
-    let phase = phase.as_str();
+pub(super) fn enter_phase(vmi: &VirtualMachineInstance, phase: VmiPhase) -> Map<String, Value> {
     let mut transitions = vmi
-        .data
-        .at("/status/phaseTransitionTimestamps")
-        .cloned()
-        .unwrap_or_else(|| json!([]));
-    if let Some(list) = transitions.as_array_mut() {
-        list.push(json!({"phase": phase, "phaseTransitionTimestamp": now()}));
-    }
+        .status
+        .phase_transition_timestamps
+        .clone()
+        .unwrap_or_default();
+    transitions.push(PhaseTransition::new(phase.as_str(), &now()));
     let mut status = Map::new();
     status.insert("phase".into(), json!(phase));
-    status.insert("phaseTransitionTimestamps".into(), transitions);
+    status.insert("phaseTransitionTimestamps".into(), json!(transitions));
     status
 }
 
@@ -57,7 +47,7 @@ pub(super) fn enter_phase(vmi: &DynamicObject, phase: VmiPhase) -> Map<String, V
 /// and how it runs, and its pinned images. `accel`: how the node runs the vCPUs
 /// ([`crate::hypervisor::Hypervisor::accel`]).
 pub(super) fn running_status(
-    vmi: &DynamicObject,
+    vmi: &VirtualMachineInstance,
     info: &GuestInfo,
     paused: bool,
     accel: Option<&str>,
@@ -83,7 +73,7 @@ pub(super) fn running_status(
     } else {
         set_condition(&mut list, "Ready", "True", "", "");
     }
-    match kubevirt_api::migratable::check(&vmi.data, |claim| sources.claim_shared(claim)) {
+    match kubevirt_api::migratable::check(vmi, |claim| sources.claim_shared(claim)) {
         Ok(method) => {
             set_condition(&mut list, LIVE_MIGRATABLE, "True", "", "");
             status.insert("migrationMethod".into(), json!(method.as_str()));
@@ -96,7 +86,7 @@ pub(super) fn running_status(
             &why.message,
         ),
     }
-    list.retain(|c| c["type"] != "Synchronized");
+    list.retain(|c| c.kind() != "Synchronized");
     status.insert("conditions".into(), json!(list));
     status.extend(guest_status(info, accel));
     status.extend(image_status(vmi, &image_ids(vmi)));
@@ -127,28 +117,27 @@ pub(crate) fn guest_status(info: &GuestInfo, accel: Option<&str>) -> Map<String,
 /// containerDisk's in `volumeStatus[].containerDiskVolume.imageID`, the kernelBoot
 /// container's in `kernelBootStatus.imageID` (a pod's `containerStatuses[].imageID`, put
 /// where KubeVirt keeps the rest of a containerDisk's details).
-pub(crate) fn image_ids(vmi: &DynamicObject) -> ImageIds {
+pub(crate) fn image_ids(vmi: &VirtualMachineInstance) -> ImageIds {
     let volumes = vmi
-        .data
-        .at("/status/volumeStatus")
-        .and_then(Value::as_array)
-        .into_iter()
+        .status
+        .volume_status
+        .iter()
         .flatten()
         .filter_map(|v| {
-            let id = v.at("/containerDiskVolume/imageID")?.as_str()?;
-            Some((v["name"].as_str()?.to_string(), id.to_string()))
+            let id = v.container_disk_volume.as_ref()?.image_id.clone()?;
+            Some((v.name.clone()?, id))
         })
         .collect();
     let kernel = vmi
-        .data
-        .at("/status/kernelBootStatus/imageID")
-        .and_then(Value::as_str)
-        .map(str::to_string);
+        .status
+        .kernel_boot_status
+        .as_ref()
+        .and_then(|k| k.image_id.clone());
     ImageIds { volumes, kernel }
 }
 
 /// `volumeStatus` and, for a kernelBoot image, `kernelBootStatus`, with the image IDs.
-fn image_status(vmi: &DynamicObject, ids: &ImageIds) -> Map<String, Value> {
+fn image_status(vmi: &VirtualMachineInstance, ids: &ImageIds) -> Map<String, Value> {
     let mut status = Map::new();
     let volumes: Vec<Value> = volume_status(vmi)
         .into_iter()
@@ -161,14 +150,9 @@ fn image_status(vmi: &DynamicObject, ids: &ImageIds) -> Map<String, Value> {
         .collect();
     status.insert("volumeStatus".into(), json!(volumes));
     if let Some(id) = &ids.kernel {
-        let mut kernel = vmi
-            .data
-            .at("/status/kernelBootStatus")
-            .cloned()
-            .filter(Value::is_object)
-            .unwrap_or_else(|| json!({}));
-        kernel["imageID"] = json!(id);
-        status.insert("kernelBootStatus".into(), kernel);
+        let mut kernel = vmi.status.kernel_boot_status.clone().unwrap_or_default();
+        kernel.image_id = Some(id.clone());
+        status.insert("kernelBootStatus".into(), json!(kernel));
     }
     status
 }
@@ -176,11 +160,10 @@ fn image_status(vmi: &DynamicObject, ids: &ImageIds) -> Map<String, Value> {
 /// `status.volumeStatus`: every disk's volume with its target device, named in
 /// declaration order per prefix (virtio `vda`, `vdb`…; sata, scsi and usb `sda`…; ide
 /// `hda`…), as KubeVirt reports them.
-fn volume_status(vmi: &DynamicObject) -> Vec<Value> {
-    let spec = vmi.data.get("spec").unwrap_or(&Value::Null);
+fn volume_status(vmi: &VirtualMachineInstance) -> Vec<Value> {
     let mut used: HashMap<&str, u8> = HashMap::new();
-    kubevirt_api::devices::Devices::of(spec)
-        .disks
+    vmi.spec
+        .disks()
         .iter()
         .map(|disk| {
             let prefix = match disk.bus.as_str() {
@@ -199,7 +182,7 @@ fn volume_status(vmi: &DynamicObject) -> Vec<Value> {
 /// Status fields of a VMI that failed to start: phase Failed, why, and conditions that
 /// say it (mirrored onto the VM).
 pub(super) fn failed_status(
-    vmi: &DynamicObject,
+    vmi: &VirtualMachineInstance,
     reason: &str,
     message: &str,
 ) -> Map<String, Value> {
@@ -207,7 +190,7 @@ pub(super) fn failed_status(
     status.insert("reason".into(), json!(reason));
     let mut list = conditions(vmi);
     set_condition(&mut list, "Ready", "False", reason, message);
-    list.retain(|c| c["type"] != "Synchronized");
+    list.retain(|c| c.kind() != "Synchronized");
     status.insert("conditions".into(), json!(list));
     status
 }
@@ -215,10 +198,13 @@ pub(super) fn failed_status(
 /// The status a prepared VMI enters Scheduled with: the phase, conditions without
 /// Synchronized, and the digests its images were pulled as (for the start and any
 /// migration).
-pub(super) fn scheduled_status(vmi: &DynamicObject, pulled: ImageIds) -> Map<String, Value> {
+pub(super) fn scheduled_status(
+    vmi: &VirtualMachineInstance,
+    pulled: ImageIds,
+) -> Map<String, Value> {
     let mut status = enter_phase(vmi, VmiPhase::Scheduled);
     let mut list = conditions(vmi);
-    list.retain(|c| c["type"] != "Synchronized");
+    list.retain(|c| c.kind() != "Synchronized");
     status.insert("conditions".into(), json!(list));
     let mut pins = image_ids(vmi);
     pins.volumes.extend(pulled.volumes);
@@ -231,16 +217,20 @@ pub(super) fn scheduled_status(vmi: &DynamicObject, pulled: ImageIds) -> Map<Str
 
 /// The VMI as a merge patch of `status` would leave it: each of its fields replaces the
 /// stored one.
-pub(super) fn with_status(vmi: &DynamicObject, status: &Map<String, Value>) -> DynamicObject {
-    let mut merged = vmi
-        .data
-        .get("status")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+pub(super) fn with_status(
+    vmi: &VirtualMachineInstance,
+    status: &Map<String, Value>,
+) -> VirtualMachineInstance {
+    let mut merged = match serde_json::to_value(&vmi.status) {
+        Ok(Value::Object(current)) => current,
+        _ => Map::new(),
+    };
     merged.extend(status.clone());
     let mut written = vmi.clone();
-    written.data["status"] = Value::Object(merged);
+    // What this agent wrote itself reads back as it was written.
+    if let Ok(status) = serde_json::from_value(Value::Object(merged)) {
+        written.status = status;
+    }
     written
 }
 
@@ -250,7 +240,7 @@ mod tests {
 
     const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
-    fn vmi(status: Value) -> DynamicObject {
+    fn vmi(status: Value) -> VirtualMachineInstance {
         serde_json::from_value(json!({
             "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
             "metadata": {"name": "v", "namespace": "default"},

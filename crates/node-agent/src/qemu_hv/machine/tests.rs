@@ -1,7 +1,7 @@
 use super::*;
 use serde_json::json;
 
-fn vmi(spec: Value) -> DynamicObject {
+fn vmi(spec: serde_json::Value) -> VirtualMachineInstance {
     serde_json::from_value(json!({
         "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
         "metadata": {"name": "vm1", "namespace": "ns", "uid": "7c1e0b54-0000-4000-8000-000000000001"},
