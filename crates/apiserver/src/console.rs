@@ -14,6 +14,7 @@ use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use http::request::Parts;
+use kubevirt_api::model::VmiPhase;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
@@ -59,28 +60,24 @@ pub async fn serve(
     let reg = registry
         .find("kubevirt.io", "v1", "virtualmachineinstances")
         .ok_or_else(|| Status::internal("no VMI registration"))?;
-    let vmi = registry.get(&reg, Some(namespace), name).await?;
-    match vmi.pointer("/status/phase").and_then(|p| p.as_str()) {
-        Some("Running") => {}
-        Some("Failed") => return Err(Status::failure(409, "Conflict", "VMI is in failed status")),
+    let vmi: kubevirt_api::model::VirtualMachineInstance =
+        serde_json::from_value(registry.get(&reg, Some(namespace), name).await?)
+            .map_err(|e| Status::internal(format!("the stored VMI does not decode: {e}")))?;
+    match vmi.phase() {
+        VmiPhase::Running => {}
+        VmiPhase::Failed => {
+            return Err(Status::failure(409, "Conflict", "VMI is in failed status"))
+        }
         _ => return Err(bad_request("VMI is not running")),
     }
-    if which == "console"
-        && vmi.pointer("/spec/domain/devices/autoattachSerialConsole")
-            == Some(&serde_json::json!(false))
-    {
+    let devices = vmi.spec.devices();
+    if which == "console" && devices.and_then(|d| d.autoattach_serial_console) == Some(false) {
         return Err(bad_request("No serial consoles are present."));
     }
-    if which == "vnc"
-        && vmi.pointer("/spec/domain/devices/autoattachGraphicsDevice")
-            == Some(&serde_json::json!(false))
-    {
+    if which == "vnc" && devices.and_then(|d| d.autoattach_graphics_device) == Some(false) {
         return Err(bad_request("No graphics devices are present."));
     }
-    let node = vmi
-        .pointer("/status/nodeName")
-        .and_then(|n| n.as_str())
-        .unwrap_or("");
+    let node = vmi.node_name().unwrap_or("");
     let upgrade = WebSocketUpgrade::from_request_parts(&mut parts, &())
         .await
         .map_err(|e| bad_request(&format!("a websocket upgrade is required: {e}")))?

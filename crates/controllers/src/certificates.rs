@@ -13,8 +13,11 @@ use apimachinery::identity::{
 };
 use base64::Engine;
 use futures::StreamExt;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
@@ -31,20 +34,6 @@ const MAX_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 /// The usages a node client certificate may ask for.
 const NODE_CLIENT_USAGES: &[&str] = &["digital signature", "key encipherment", "client auth"];
 const MANAGER: &str = "certificatesigningrequest-controller";
-
-fn csr_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("certificates.k8s.io", "v1", "CertificateSigningRequest"),
-        "certificatesigningrequests",
-    )
-}
-
-fn review_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("authorization.k8s.io", "v1", "SubjectAccessReview"),
-        "subjectaccessreviews",
-    )
-}
 
 /// What a certificate request asks for.
 #[derive(Debug, PartialEq, Eq)]
@@ -111,13 +100,13 @@ struct Context {
 }
 
 pub async fn run(client: Client, sign: Option<SignRequest>) {
-    let api = Api::<DynamicObject>::all_with(client.clone(), &csr_resource());
+    let api = Api::<CertificateSigningRequest>::all(client.clone());
     let ctx = Arc::new(Context {
         client,
         sign,
         backoff: Backoff::default(),
     });
-    Controller::new_with(api, watcher::Config::default(), csr_resource())
+    Controller::new(api, watcher::Config::default())
         .with_config(crate::controller_config())
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| {
@@ -132,7 +121,7 @@ pub async fn run(client: Client, sign: Option<SignRequest>) {
         .await;
 }
 
-fn error_policy(csr: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Action {
+fn error_policy(csr: Arc<CertificateSigningRequest>, error: &Error, ctx: Arc<Context>) -> Action {
     let retry = ctx.backoff.failed(csr.name_any());
     tracing::warn!(
         "certificate controller: sync of {} failed, retrying in {retry:?}: {error}",
@@ -141,55 +130,46 @@ fn error_policy(csr: Arc<DynamicObject>, error: &Error, ctx: Arc<Context>) -> Ac
     Action::requeue(retry)
 }
 
-fn has_condition(csr: &Value, kind: &str) -> bool {
-    csr.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == kind && c["status"] == "True")
-        })
+fn has_condition(csr: &CertificateSigningRequest, kind: &str) -> bool {
+    csr.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .any(|c| c.type_ == kind && c.status == "True")
 }
 
-fn strings(value: &Value) -> Vec<&str> {
-    value
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default()
-}
-
-async fn reconcile(csr: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let obj = &csr.data;
-    let issued = obj
-        .pointer("/status/certificate")
-        .and_then(Value::as_str)
-        .is_some_and(|c| !c.is_empty());
-    if issued || has_condition(obj, "Denied") || has_condition(obj, "Failed") {
+async fn reconcile(
+    csr: Arc<CertificateSigningRequest>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let issued = csr
+        .status
+        .as_ref()
+        .and_then(|s| s.certificate.as_ref())
+        .is_some_and(|c| !c.0.is_empty());
+    if issued || has_condition(&csr, "Denied") || has_condition(&csr, "Failed") {
         return Ok(Action::await_change());
     }
-    let signer = obj["spec"]["signerName"].as_str().unwrap_or("");
+    let spec = &csr.spec;
+    let signer = spec.signer_name.as_str();
     if signer != KUBELET_CLIENT_SIGNER && signer != CLIENT_SIGNER {
         return Ok(Action::await_change());
     }
-    let request = obj["spec"]["request"]
-        .as_str()
-        .and_then(|r| base64::engine::general_purpose::STANDARD.decode(r).ok())
-        .and_then(|r| String::from_utf8(r).ok())
-        .unwrap_or_default();
-    let usages = strings(&obj["spec"]["usages"]);
+    let request = String::from_utf8(spec.request.0.clone()).unwrap_or_default();
+    let usages: Vec<&str> = spec.usages.iter().flatten().map(String::as_str).collect();
     let node = subject(&request).and_then(|s| node_client(&s, &usages));
-    if !has_condition(obj, "Approved") {
+    if !has_condition(&csr, "Approved") {
         // Only node client requests are approved here; others wait for an administrator.
         let node = match &node {
             Ok(node) if signer == KUBELET_CLIENT_SIGNER => node.clone(),
             _ => return Ok(Action::await_change()),
         };
-        let requester = obj["spec"]["username"].as_str().unwrap_or("");
+        let requester = spec.username.as_deref().unwrap_or("");
         let subresource = if requester == node_user(&node) {
             "selfnodeclient"
         } else {
             "nodeclient"
         };
-        if !may_create(&ctx.client, obj, subresource).await? {
+        if !may_create(&ctx.client, &csr, subresource).await? {
             tracing::info!(
                 "certificate request {} of {requester}: not approved, {requester} may not create certificatesigningrequests/{subresource}",
                 csr.name_any()
@@ -213,8 +193,9 @@ async fn reconcile(csr: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
     let Some(sign) = &ctx.sign else {
         return Ok(Action::await_change());
     };
-    let lifetime = obj["spec"]["expirationSeconds"]
-        .as_u64()
+    let lifetime = spec
+        .expiration_seconds
+        .and_then(|s| u64::try_from(s).ok())
         .map(Duration::from_secs)
         .unwrap_or(MAX_LIFETIME)
         .min(MAX_LIFETIME);
@@ -231,11 +212,13 @@ async fn reconcile(csr: Arc<DynamicObject>, ctx: Arc<Context>) -> Result<Action,
 }
 
 /// Adds the Failed condition the signer gives a request it will not sign.
-async fn fail(client: &Client, csr: &DynamicObject, why: &str) -> Result<(), Error> {
-    let mut conditions = csr.data["status"]["conditions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+async fn fail(client: &Client, csr: &CertificateSigningRequest, why: &str) -> Result<(), Error> {
+    let mut conditions: Vec<Value> = csr
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .filter_map(|c| serde_json::to_value(c).ok())
+        .collect();
     conditions.push(condition("Failed", "SignerValidationFailure", why));
     write_status(client, csr, json!({"conditions": conditions})).await
 }
@@ -247,27 +230,40 @@ fn condition(kind: &str, reason: &str, message: &str) -> Value {
 }
 
 /// Whether the request's requester may create `certificatesigningrequests/<subresource>`.
-async fn may_create(client: &Client, csr: &Value, subresource: &str) -> Result<bool, Error> {
-    let spec = &csr["spec"];
-    let mut review_spec = json!({
-        "user": spec["username"], "groups": spec["groups"],
-        "resourceAttributes": {"group": "certificates.k8s.io", "resource": "certificatesigningrequests",
-                               "subresource": subresource, "verb": "create"}});
-    for field in ["uid", "extra"] {
-        if !spec[field].is_null() {
-            review_spec[field] = spec[field].clone();
-        }
-    }
-    let review: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-        "metadata": {}, "spec": review_spec}))?;
-    let api = Api::<DynamicObject>::all_with(client.clone(), &review_resource());
+async fn may_create(
+    client: &Client,
+    csr: &CertificateSigningRequest,
+    subresource: &str,
+) -> Result<bool, Error> {
+    let spec = &csr.spec;
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: spec.username.clone(),
+            groups: spec.groups.clone(),
+            uid: spec.uid.clone(),
+            extra: spec.extra.clone(),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some("certificates.k8s.io".into()),
+                resource: Some("certificatesigningrequests".into()),
+                subresource: Some(subresource.into()),
+                verb: Some("create".into()),
+                ..ResourceAttributes::default()
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    let api = Api::<SubjectAccessReview>::all(client.clone());
     let answer = api.create(&PostParams::default(), &review).await?;
-    Ok(answer.data.pointer("/status/allowed") == Some(&json!(true)))
+    Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
-async fn write_status(client: &Client, csr: &DynamicObject, status: Value) -> Result<(), Error> {
-    let api = Api::<DynamicObject>::all_with(client.clone(), &csr_resource());
+async fn write_status(
+    client: &Client,
+    csr: &CertificateSigningRequest,
+    status: Value,
+) -> Result<(), Error> {
+    let api = Api::<CertificateSigningRequest>::all(client.clone());
     let params = PatchParams {
         field_manager: Some(MANAGER.into()),
         ..Default::default()

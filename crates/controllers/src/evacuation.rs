@@ -19,6 +19,7 @@ use kubevirt_api::model::core::Node;
 use kubevirt_api::model::{
     MigrationPhase, VirtualMachineInstance, VirtualMachineInstanceMigration, VmiPhase,
 };
+use kubevirt_api::names::conditions::LIVE_MIGRATABLE;
 use kubevirt_api::names::labels::{EVACUATION_MIGRATION, VMI_NAME};
 use serde_json::json;
 use tokio::sync::Notify;
@@ -53,8 +54,8 @@ pub fn evacuation(vmi: &VirtualMachineInstance, cluster_default: Option<&str>) -
         .or(cluster_default)
         .unwrap_or("None");
     let migratable = vmi
-        .condition("LiveMigratable")
-        .is_some_and(|c| c.is("LiveMigratable", "True"));
+        .condition(LIVE_MIGRATABLE)
+        .is_some_and(|c| c.is(LIVE_MIGRATABLE, "True"));
     match (strategy, migratable) {
         ("LiveMigrate", true) | ("LiveMigrateIfPossible", true) => Evacuation::Migrate,
         ("LiveMigrate", false) => Evacuation::Blocked,

@@ -14,7 +14,6 @@ use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::meta;
 use kubevirt_api::model::core::Node;
 use kubevirt_api::model::object::set;
-use kubevirt_api::model::vmi::PhaseTransition;
 use kubevirt_api::model::{Condition, VirtualMachineInstance, VmiPhase};
 
 const MANAGER: &str = "virt-node-lifecycle";
@@ -188,12 +187,7 @@ async fn fail_vmi(client: Client, vmi: &VirtualMachineInstance) -> Result<(), cr
     let mut patch = json!({"metadata": {"resourceVersion": vmi.metadata.resource_version}});
     if !vmi.phase().is_final() {
         let now = meta::now();
-        let mut transitions = vmi
-            .status
-            .phase_transition_timestamps
-            .clone()
-            .unwrap_or_default();
-        transitions.push(PhaseTransition::new(VmiPhase::Failed.as_str(), &now));
+        let transitions = vmi.transitions_entering(VmiPhase::Failed, &now);
         let mut conditions = vmi.status.conditions.clone().unwrap_or_default();
         set(
             &mut conditions,

@@ -5,13 +5,8 @@
 
 use chrono::{DateTime, Duration, Utc};
 
+pub use kubevirt_api::model::vm::ChangeRequest;
 pub use kubevirt_api::model::{RunStrategy, VmiPhase as Phase};
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ChangeRequest {
-    Start { paused: bool },
-    Stop { uid: Option<String> },
-}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StartFailure {

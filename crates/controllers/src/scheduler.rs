@@ -15,7 +15,7 @@ use kube::Client;
 use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::meta;
 use kubevirt_api::model::core::Node;
-use kubevirt_api::model::vmi::{PhaseTransition, VmiSpec};
+use kubevirt_api::model::vmi::VmiSpec;
 use kubevirt_api::model::{Condition, VirtualMachineInstance, VmiPhase};
 use kubevirt_api::quantity::Quantity;
 use serde_json::{json, Value};
@@ -25,6 +25,7 @@ use crate::resources;
 
 const MANAGER: &str = "virt-scheduler";
 const NODE_NAME_LABEL: &str = kubevirt_api::names::labels::NODE_NAME;
+use kubevirt_api::names::conditions::{POD_SCHEDULED, REASON_UNSCHEDULABLE};
 /// The CPU a vCPU requests by default: KubeVirt's cpuAllocationRatio of 10.
 const MILLICPU_PER_VCPU: i64 = 100;
 /// How long a pass waits after the event that woke it, so that the events that follow
@@ -538,15 +539,7 @@ impl Scheduler {
 
 /// The VMI's status as entering Scheduling leaves it: the phase and its transition time.
 fn entering_scheduling(vmi: &VirtualMachineInstance) -> Value {
-    let mut transitions = vmi
-        .status
-        .phase_transition_timestamps
-        .clone()
-        .unwrap_or_default();
-    transitions.push(PhaseTransition::new(
-        VmiPhase::Scheduling.as_str(),
-        &meta::now(),
-    ));
+    let transitions = vmi.transitions_entering(VmiPhase::Scheduling, &meta::now());
     json!({"phase": VmiPhase::Scheduling, "phaseTransitionTimestamps": transitions})
 }
 
@@ -559,7 +552,7 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
         Step::Bind { vmi, node } => {
             let mut status = entering_scheduling(vmi);
             let mut conditions = conditions(vmi);
-            conditions.retain(|c| c.kind() != "PodScheduled");
+            conditions.retain(|c| c.kind() != POD_SCHEDULED);
             status["nodeName"] = json!(node);
             status["conditions"] = json!(conditions);
             (
@@ -572,7 +565,7 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
         }
         Step::Unschedulable { vmi, message } => {
             let already = vmi
-                .condition("PodScheduled")
+                .condition(POD_SCHEDULED)
                 .is_some_and(|c| c.message() == message);
             if already && vmi.phase() == VmiPhase::Scheduling {
                 return Ok(());
@@ -580,7 +573,7 @@ async fn execute(client: Client, step: Step) -> Result<(), kube::Error> {
             let mut conditions = conditions(vmi);
             kubevirt_api::model::object::set(
                 &mut conditions,
-                Condition::new("PodScheduled", "False", "Unschedulable", message),
+                Condition::new(POD_SCHEDULED, "False", REASON_UNSCHEDULABLE, message),
                 &meta::now(),
             );
             let mut status = if vmi.phase() != VmiPhase::Scheduling {

@@ -25,8 +25,13 @@ use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::cdi::model::DataVolume;
 use kubevirt_api::meta;
 use kubevirt_api::model::object::{find, set};
-use kubevirt_api::model::vm::VmiTemplate;
+use kubevirt_api::model::vm::{DataVolumeTemplate, VmiTemplate};
+use kubevirt_api::model::vmi::START_PAUSED;
 use kubevirt_api::model::{Condition, VirtualMachine, VirtualMachineInstance, VmiPhase};
+use kubevirt_api::names::annotations::VM_GENERATION;
+use kubevirt_api::names::conditions::{
+    FAILURE, PAUSED, POD_SCHEDULED, READY, REASON_UNSCHEDULABLE, SYNCHRONIZED,
+};
 use kubevirt_api::resources::VM_CONTROLLER_FINALIZER as VM_FINALIZER;
 use kubevirt_api::vm_status;
 
@@ -150,36 +155,6 @@ fn strategy_of(vm: &VirtualMachine) -> Option<RunStrategy> {
     vm.spec_strategy().strategy()
 }
 
-fn requests_of(vm: &VirtualMachine) -> Vec<ChangeRequest> {
-    vm.status
-        .state_change_requests
-        .iter()
-        .flatten()
-        .filter_map(|r| match r.action.as_deref()? {
-            "Start" => Some(ChangeRequest::Start {
-                paused: r
-                    .data
-                    .as_ref()
-                    .and_then(|d| d.get("paused"))
-                    .is_some_and(|p| p == "true"),
-            }),
-            "Stop" => Some(ChangeRequest::Stop { uid: r.uid.clone() }),
-            _ => None,
-        })
-        .collect()
-}
-
-fn request_json(request: &ChangeRequest) -> Value {
-    match request {
-        ChangeRequest::Start { paused: true } => {
-            json!({"action": "Start", "data": {"paused": "true"}})
-        }
-        ChangeRequest::Start { paused: false } => json!({"action": "Start"}),
-        ChangeRequest::Stop { uid: Some(uid) } => json!({"action": "Stop", "uid": uid}),
-        ChangeRequest::Stop { uid: None } => json!({"action": "Stop"}),
-    }
-}
-
 fn start_failure_of(vm: &VirtualMachine) -> Option<StartFailure> {
     let f = vm.status.start_failure.as_ref()?;
     Some(StartFailure {
@@ -201,7 +176,7 @@ fn start_failure_json(f: &StartFailure) -> Value {
 
 fn vmi_state(vmi: &VirtualMachineInstance) -> VmiState {
     let sync_failure = vmi
-        .condition("Synchronized")
+        .condition(SYNCHRONIZED)
         .filter(|c| c.status.as_deref() == Some("False"))
         .and_then(|c| c.reason.clone());
     VmiState {
@@ -209,12 +184,10 @@ fn vmi_state(vmi: &VirtualMachineInstance) -> VmiState {
         phase: vmi.phase(),
         deleting: vmi.metadata.deletion_timestamp.is_some(),
         ever_running: vmi.entered(VmiPhase::Running).is_some(),
-        paused: vmi
-            .condition("Paused")
-            .is_some_and(|c| c.is("Paused", "True")),
+        paused: vmi.condition(PAUSED).is_some_and(|c| c.is(PAUSED, "True")),
         unschedulable: vmi
-            .condition("PodScheduled")
-            .is_some_and(|c| c.is("PodScheduled", "False") && c.reason() == "Unschedulable"),
+            .condition(POD_SCHEDULED)
+            .is_some_and(|c| c.is(POD_SCHEDULED, "False") && c.reason() == REASON_UNSCHEDULABLE),
         sync_failure,
         migrating: vmi.migration_state().is_some_and(|m| m.moving()),
     }
@@ -230,12 +203,12 @@ fn vmi_from_template(
     let metadata = template.metadata.unwrap_or_default();
     let mut annotations = metadata.annotations.unwrap_or_default();
     annotations.insert(
-        "kubevirt.io/vm-generation".into(),
+        VM_GENERATION.into(),
         vm.metadata.generation.unwrap_or(1).to_string(),
     );
     let mut spec = template.spec.unwrap_or_default();
     if paused {
-        spec.start_strategy = Some("Paused".into());
+        spec.start_strategy = Some(START_PAUSED.into());
     }
     let firmware = spec
         .domain
@@ -383,7 +356,7 @@ async fn reconcile(
         .await?;
         return Ok(next_sync(retry));
     };
-    let templates: Vec<Value> = cached
+    let templates: Vec<DataVolumeTemplate> = cached
         .spec_field("dataVolumeTemplates")?
         .unwrap_or_default();
     if !deleting && !templates.is_empty() {
@@ -398,7 +371,7 @@ async fn reconcile(
             .run_strategy
             .as_deref()
             .and_then(RunStrategy::parse),
-        requests: requests_of(&vm),
+        requests: vm.change_requests(),
         start_failure: start_failure_of(&vm),
     };
     let now = Utc::now();
@@ -506,7 +479,7 @@ async fn reconcile(
         v.metadata
             .annotations
             .as_ref()?
-            .get("kubevirt.io/vm-generation")
+            .get(VM_GENERATION)
             .and_then(|g| g.parse::<i64>().ok())
     });
     let retry = update_status(&ctx, &key, &vm, |status| {
@@ -514,8 +487,8 @@ async fn reconcile(
         status.insert("created".into(), json!(vmi.is_some()));
         let ready = vmi
             .as_ref()
-            .and_then(|v| v.condition("Ready"))
-            .is_some_and(|c| c.is("Ready", "True"));
+            .and_then(|v| v.condition(READY))
+            .is_some_and(|c| c.is(READY, "True"));
         status.insert("ready".into(), json!(ready));
         if let Some(strategy) = state.last_strategy {
             status.insert("runStrategy".into(), json!(strategy.as_str()));
@@ -523,7 +496,7 @@ async fn reconcile(
         let mut conditions = vm_conditions(vmi.as_deref());
         conditions.extend(volumes.condition(&meta::now()));
         if let Some((reason, message)) = &failure {
-            let mut failure = Condition::new("Failure", "True", reason, message);
+            let mut failure = Condition::new(FAILURE, "True", reason, message);
             failure.last_transition_time = Some(meta::now());
             conditions.push(failure);
         } else if state.start_failure.is_some() {
@@ -535,7 +508,11 @@ async fn reconcile(
             if state.requests.is_empty() {
                 Value::Null
             } else {
-                json!(state.requests.iter().map(request_json).collect::<Vec<_>>())
+                json!(state
+                    .requests
+                    .iter()
+                    .map(ChangeRequest::entry)
+                    .collect::<Vec<_>>())
             },
         );
         status.insert(
@@ -583,14 +560,14 @@ fn start_failure_condition(
 ) -> Option<Condition> {
     let from_vmi = vmi
         .filter(|vmi| vmi.phase() == VmiPhase::Failed)
-        .and_then(|vmi| vmi.condition("Ready"))
+        .and_then(|vmi| vmi.condition(READY))
         .filter(|ready| ready.status.as_deref() == Some("False"))
         .map(|ready| Condition {
-            type_: Some("Failure".into()),
+            type_: Some(FAILURE.into()),
             status: Some("True".into()),
             ..ready.clone()
         });
-    from_vmi.or_else(|| vm.condition("Failure").cloned())
+    from_vmi.or_else(|| vm.condition(FAILURE).cloned())
 }
 
 /// Ready from the VMI (or VMINotExists), and every other VMI condition mirrored (§2.3).
@@ -599,7 +576,7 @@ fn vm_conditions(vmi: Option<&VirtualMachineInstance>) -> Vec<Condition> {
         return vec![vm_status::vmi_not_exists_condition(&meta::now())];
     };
     let mut out = vmi.status.conditions.clone().unwrap_or_default();
-    if find(&vmi.status.conditions, "Ready").is_none() {
+    if find(&vmi.status.conditions, READY).is_none() {
         let mut missing = Condition::new(
             "Ready",
             "False",

@@ -5,14 +5,14 @@
 //! `DataVolumesReady` condition).
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::PostParams;
 use kube::{Api, Client};
 use kubevirt_api::cdi::model::DataVolume;
 use kubevirt_api::cdi::Phase as DataVolumePhase;
-use kubevirt_api::model::vm::VmiTemplate;
+use kubevirt_api::model::vm::{DataVolumeTemplate, VmiTemplate};
 use kubevirt_api::model::{Condition, VirtualMachine};
 use kubevirt_api::volumes::Source;
-use serde_json::{json, Value};
 
 use crate::Error;
 
@@ -56,36 +56,33 @@ impl Readiness {
 pub async fn ensure_templates(
     client: &Client,
     vm: &VirtualMachine,
-    templates: &[Value],
+    templates: &[DataVolumeTemplate],
 ) -> Result<(), Error> {
     let namespace = vm.namespace();
     let api = Api::<DataVolume>::namespaced(client.clone(), namespace);
     for template in templates {
-        let Some(name) = template.pointer("/metadata/name").and_then(Value::as_str) else {
+        let mut metadata = template.metadata.clone().unwrap_or_default();
+        let Some(name) = metadata.name.clone() else {
             continue;
         };
-        if api.get_opt(name).await?.is_some() {
+        if api.get_opt(&name).await?.is_some() {
             continue;
         }
-        let mut metadata = template
-            .get("metadata")
-            .cloned()
-            .unwrap_or_else(|| json!({}));
-        metadata["namespace"] = json!(namespace);
-        metadata["ownerReferences"] = json!([{
-            "apiVersion": "kubevirt.io/v1",
-            "kind": "VirtualMachine",
-            "name": vm.name(),
-            "uid": vm.uid(),
-            "controller": true,
-            "blockOwnerDeletion": true,
+        metadata.namespace = Some(namespace.to_string());
+        metadata.owner_references = Some(vec![OwnerReference {
+            api_version: VirtualMachine::API_VERSION.into(),
+            kind: VirtualMachine::KIND.into(),
+            name: vm.name().to_string(),
+            uid: vm.uid().to_string(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
         }]);
-        let dv = json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
-                        "metadata": metadata, "spec": template["spec"]});
-        match api
-            .create(&PostParams::default(), &serde_json::from_value(dv)?)
-            .await
-        {
+        let dv = DataVolume {
+            metadata,
+            spec: template.spec.clone().unwrap_or_default(),
+            status: Default::default(),
+        };
+        match api.create(&PostParams::default(), &dv).await {
             Ok(_) => tracing::info!(
                 "vm {namespace}/{}: created its DataVolume {name}",
                 vm.name()
@@ -138,9 +135,9 @@ pub async fn readiness(
             match dv.phase() {
                 DataVolumePhase::Succeeded => continue,
                 DataVolumePhase::Failed => {
-                    let why = dv.condition("Running").map(|c| c.message()).unwrap_or("");
                     return Ok(Readiness::Failed(format!(
-                        "DataVolume {namespace}/{name} failed: {why}"
+                        "DataVolume {namespace}/{name} failed: {}",
+                        dv.failure_message()
                     )));
                 }
                 DataVolumePhase::Unset
@@ -177,6 +174,7 @@ pub async fn readiness(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn volumes_name_their_data_volumes_and_claims() {

@@ -1,7 +1,7 @@
 //! A VMI's disks, interfaces and networks, typed (`spec.domain.devices.disks`,
-//! `.interfaces`, `spec.networks`), read once so that the node agents and the migration
-//! checks match on kinds instead of probing JSON keys. Values that admission let through
-//! but that do not fit read as unset.
+//! `.interfaces`, `spec.networks` of [`crate::model::vmi::VmiSpec`]), so that the node
+//! agents and the migration checks match on kinds instead of probing JSON keys. Values that
+//! admission let through but that do not fit read as unset.
 
 use serde_json::Value;
 
@@ -157,38 +157,6 @@ impl Network {
     }
 }
 
-/// The typed devices and networks of a VMI spec (or a VM's template spec).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Devices {
-    pub disks: Vec<Disk>,
-    pub interfaces: Vec<Interface>,
-    pub networks: Vec<Network>,
-}
-
-fn list<T>(v: Option<&Value>, f: impl Fn(&Value) -> T) -> Vec<T> {
-    v.and_then(Value::as_array)
-        .map(|l| l.iter().map(f).collect())
-        .unwrap_or_default()
-}
-
-impl Devices {
-    pub fn of(spec: &Value) -> Devices {
-        Devices {
-            disks: list(spec.pointer("/domain/devices/disks"), Disk::from_value),
-            interfaces: list(
-                spec.pointer("/domain/devices/interfaces"),
-                Interface::from_value,
-            ),
-            networks: list(spec.get("networks"), Network::from_value),
-        }
-    }
-
-    /// Whether the interface named `name` is on the pod network.
-    pub fn on_pod_network(&self, name: &str) -> bool {
-        self.networks.iter().any(|n| n.name == name && n.pod)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,9 +174,10 @@ mod tests {
                                {"name": "net2", "binding": {"name": "passt"}}]}},
             "networks": [{"name": "default", "pod": {}}, {"name": "net2", "multus": {"networkName": "x"}}]
         });
-        let d = Devices::of(&spec);
+        let d: crate::model::vmi::VmiSpec = serde_json::from_value(spec.clone()).unwrap();
+        let (disks, interfaces) = (d.disks(), d.interfaces());
         assert_eq!(
-            d.disks[0],
+            disks[0],
             Disk {
                 name: "root".into(),
                 media: Media::Disk,
@@ -221,25 +190,21 @@ mod tests {
             }
         );
         assert_eq!(
-            (
-                d.disks[1].media,
-                d.disks[1].readonly,
-                d.disks[1].bus.as_str()
-            ),
+            (disks[1].media, disks[1].readonly, disks[1].bus.as_str()),
             (Media::Cdrom, true, "virtio")
         );
-        assert_eq!(d.disks[2].media, Media::Disk);
-        assert_eq!(d.interfaces[0].binding, Binding::Masquerade);
-        assert_eq!(d.interfaces[0].model, "e1000");
+        assert_eq!(disks[2].media, Media::Disk);
+        assert_eq!(interfaces[0].binding, Binding::Masquerade);
+        assert_eq!(interfaces[0].model, "e1000");
         assert_eq!(
-            d.interfaces[0].ports[1],
+            interfaces[0].ports[1],
             Port {
                 name: None,
                 port: 53,
                 protocol: "UDP".into()
             }
         );
-        assert_eq!(d.interfaces[1].binding, Binding::Plugin("passt".into()));
+        assert_eq!(interfaces[1].binding, Binding::Plugin("passt".into()));
         assert!(d.on_pod_network("default") && !d.on_pod_network("net2"));
     }
 }

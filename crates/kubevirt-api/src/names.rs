@@ -46,6 +46,8 @@ pub mod annotations {
         "kubevirt.io/migrationUnschedulablePodTimeoutSeconds";
     /// The node agent's heartbeat, as virt-handler writes it.
     pub const HEARTBEAT: &str = "kubevirt.io/heartbeat";
+    /// On a VM's VMI: the VM's generation it was made from.
+    pub const VM_GENERATION: &str = "kubevirt.io/vm-generation";
 }
 
 /// Finalizers.
@@ -64,6 +66,12 @@ pub mod conditions {
     pub const PAUSED: &str = "Paused";
     pub const SYNCHRONIZED: &str = "Synchronized";
     pub const LIVE_MIGRATABLE: &str = "LiveMigratable";
+    /// A VMI's: whether it found a node (False with reason `Unschedulable`, as a pod's).
+    pub const POD_SCHEDULED: &str = "PodScheduled";
+    pub const REASON_UNSCHEDULABLE: &str = "Unschedulable";
+    /// A VM's: a create or delete of its VMI failed, or (virtplane) why its last VMI
+    /// failed before it ran.
+    pub const FAILURE: &str = "Failure";
     /// A Node's: whether the host has the programs and firmware its guests need beside
     /// QEMU (a virtplane condition; KubeVirt's virt-launcher images carry them).
     pub const HOST_TOOLS_READY: &str = "virtplane.io/HostToolsReady";

@@ -4,6 +4,7 @@
 
 use serde_json::{json, Value};
 
+use crate::model::vm::VmSpec;
 use crate::model::{Condition, RunStrategy, SpecStrategy};
 
 /// The VM's Ready condition while it has no VMI (KubeVirt's reason and message).
@@ -23,7 +24,9 @@ pub fn initial_stopped_status(vm: &Value, now: &str) -> Option<Value> {
     let both = spec.get("running").is_some() && spec.get("runStrategy").is_some();
     let stopped = !both
         && matches!(
-            SpecStrategy::of_value(spec).strategy(),
+            serde_json::from_value::<VmSpec>(spec.clone())
+                .map_or(SpecStrategy::Unset, |spec| SpecStrategy::of(&spec))
+                .strategy(),
             Some(RunStrategy::Halted | RunStrategy::Manual)
         );
     if !stopped {

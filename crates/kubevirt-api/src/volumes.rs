@@ -143,14 +143,6 @@ impl Volume {
             raw: raw.clone(),
         }
     }
-
-    /// `spec.volumes` of a VMI object (or of a VM's template spec given as `spec`).
-    pub fn all_of(spec: &Value) -> Vec<Volume> {
-        spec.get("volumes")
-            .and_then(Value::as_array)
-            .map(|list| list.iter().map(Volume::from_value).collect())
-            .unwrap_or_default()
-    }
 }
 
 #[cfg(test)]
@@ -169,7 +161,8 @@ mod tests {
             {"name": "dv", "dataVolume": {"name": "d1"}},
             {"name": "odd", "memoryDump": {"claimName": "m"}}
         ]});
-        let volumes = Volume::all_of(&spec);
+        let spec: crate::model::vmi::VmiSpec = serde_json::from_value(spec).unwrap();
+        let volumes = spec.volumes();
         let sources: Vec<&Source> = volumes.iter().map(|v| &v.source).collect();
         assert_eq!(
             sources[0],

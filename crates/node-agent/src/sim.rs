@@ -174,7 +174,7 @@ impl Hypervisor for Sim {
             };
         }
         let boot = Self::delay(vmi, "boot-delay", self.config.boot_delay);
-        let paused = vmi.spec.start_strategy.as_deref() == Some("Paused");
+        let paused = vmi.spec.starts_paused();
         self.with_guest(vmi, |g| {
             let since = *g.boot_started.get_or_insert_with(Instant::now);
             if let Some(left) = Self::remaining(since, boot) {

@@ -5,12 +5,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use k8s_openapi::api::core::v1::Taint;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
-use kube::{Api, ResourceExt};
-use kubevirt_api::model::MigrationPhase;
+use kube::Api;
+use kubevirt_api::model::core::Node;
+use kubevirt_api::model::{VirtualMachineInstance, VirtualMachineInstanceMigration};
 use kubevirt_api::names::labels::VMI_NAME;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// The drain taint KubeVirt evacuates nodes for.
 pub const DRAIN_TAINT: &str = "kubevirt.io/drain";
@@ -29,19 +30,12 @@ pub async fn config(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Config> {
     })
 }
 
-fn migrations(client: kube::Client, namespace: &str) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachineInstanceMigration"),
-        "virtualmachineinstancemigrations",
-    );
-    Api::namespaced_with(client, namespace, &resource)
+fn migrations(client: kube::Client, namespace: &str) -> Api<VirtualMachineInstanceMigration> {
+    Api::namespaced(client, namespace)
 }
 
-fn nodes(client: kube::Client) -> Api<DynamicObject> {
-    Api::all_with(
-        client,
-        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Node"), "nodes"),
-    )
+fn nodes(client: kube::Client) -> Api<Node> {
+    Api::all(client)
 }
 
 /// virtctl's migrate-cancel: deletes the VMI's unfinished migration, which aborts it.
@@ -55,16 +49,12 @@ pub async fn migrate_cancel(
         .list(&ListParams::default().labels(&format!("{VMI_NAME}={name}")))
         .await
         .context("listing migrations")?;
-    let Some(running) = list
-        .items
-        .iter()
-        .find(|m| !MigrationPhase::of(&m.data).is_final())
-    else {
+    let Some(running) = list.items.iter().find(|m| !m.phase().is_final()) else {
         bail!("Found no migration to cancel for {name}");
     };
-    api.delete(&running.name_any(), &DeleteParams::default())
+    api.delete(running.name(), &DeleteParams::default())
         .await
-        .with_context(|| format!("deleting migration {}", running.name_any()))?;
+        .with_context(|| format!("deleting migration {}", running.name()))?;
     println!("VM {name} was scheduled to migrate-cancel");
     Ok(())
 }
@@ -76,12 +66,8 @@ fn params() -> PatchParams {
     }
 }
 
-fn taints(node: &DynamicObject) -> Vec<Value> {
-    node.data
-        .pointer("/spec/taints")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
+fn taints(node: &Node) -> Vec<Taint> {
+    node.spec.taints.clone().unwrap_or_default()
 }
 
 /// Marks the node unschedulable (`kubectl cordon`) and, with `drain`, adds the drain
@@ -93,10 +79,14 @@ pub async fn cordon(client: kube::Client, node: &str, drain: bool) -> anyhow::Re
         .await
         .with_context(|| format!("node {node}"))?;
     let mut list = taints(&current);
-    if drain && !list.iter().any(|t| t["key"] == DRAIN_TAINT) {
-        list.push(json!({"key": DRAIN_TAINT, "effect": "NoSchedule"}));
+    if drain && !list.iter().any(|t| t.key == DRAIN_TAINT) {
+        list.push(Taint {
+            key: DRAIN_TAINT.into(),
+            effect: "NoSchedule".into(),
+            ..Taint::default()
+        });
     }
-    let body = json!({"metadata": {"resourceVersion": current.resource_version()},
+    let body = json!({"metadata": {"resourceVersion": current.metadata.resource_version},
                       "spec": {"unschedulable": true, "taints": list}});
     api.patch(node, &params(), &Patch::Merge(&body))
         .await
@@ -112,11 +102,11 @@ pub async fn uncordon(client: kube::Client, node: &str) -> anyhow::Result<()> {
         .get(node)
         .await
         .with_context(|| format!("node {node}"))?;
-    let list: Vec<Value> = taints(&current)
+    let list: Vec<Taint> = taints(&current)
         .into_iter()
-        .filter(|t| t["key"] != DRAIN_TAINT)
+        .filter(|t| t.key != DRAIN_TAINT)
         .collect();
-    let body = json!({"metadata": {"resourceVersion": current.resource_version()},
+    let body = json!({"metadata": {"resourceVersion": current.metadata.resource_version},
                       "spec": {"unschedulable": null, "taints": list}});
     api.patch(node, &params(), &Patch::Merge(&body))
         .await
@@ -128,13 +118,7 @@ pub async fn uncordon(client: kube::Client, node: &str) -> anyhow::Result<()> {
 /// `drain`: cordon with the drain taint, then wait until no VMI runs on the node.
 pub async fn drain(client: kube::Client, node: &str, timeout: Duration) -> anyhow::Result<()> {
     cordon(client.clone(), node, true).await?;
-    let vmis: Api<DynamicObject> = Api::all_with(
-        client,
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachineInstance"),
-            "virtualmachineinstances",
-        ),
-    );
+    let vmis: Api<VirtualMachineInstance> = Api::all(client);
     let began = Instant::now();
     let mut last = usize::MAX;
     loop {
@@ -150,7 +134,7 @@ pub async fn drain(client: kube::Client, node: &str, timeout: Duration) -> anyho
         if on_node.len() != last {
             let names: Vec<String> = on_node
                 .iter()
-                .map(|v| format!("{}/{}", v.namespace().unwrap_or_default(), v.name_any()))
+                .map(|v| format!("{}/{}", v.namespace(), v.name()))
                 .collect();
             println!(
                 "evacuating {} VMI(s) from {node}: {}",

@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use futures::StreamExt;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::PostParams;
 use kube::Api;
+use kubevirt_api::cdi::model::DataVolume;
+use kubevirt_api::cdi::Phase;
 use serde_json::{json, Value};
 
 /// virtctl's `uploadReadyWaitInterval`/`processingWaitInterval`, shortened.
@@ -72,39 +74,8 @@ pub struct ImageUploadArgs {
     force_bind: bool,
 }
 
-fn data_volumes(client: kube::Client, namespace: &str) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("cdi.kubevirt.io", "v1beta1", "DataVolume"),
-        "datavolumes",
-    );
-    Api::namespaced_with(client, namespace, &resource)
-}
-
-fn phase(dv: &DynamicObject) -> &str {
-    dv.data
-        .pointer("/status/phase")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-}
-
-fn is_upload(dv: &DynamicObject) -> bool {
-    dv.data
-        .pointer("/spec/source/upload")
-        .is_some_and(Value::is_object)
-}
-
-/// Why a DataVolume failed: its Running condition's message.
-fn failure(dv: &DynamicObject) -> String {
-    dv.data
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == "Running")
-        .and_then(|c| c["message"].as_str())
-        .filter(|m| !m.is_empty())
-        .unwrap_or("no reason given")
-        .to_string()
+fn data_volumes(client: kube::Client, namespace: &str) -> Api<DataVolume> {
+    Api::namespaced(client, namespace)
 }
 
 /// virtctl's argument checks, then the upload.
@@ -161,14 +132,17 @@ pub async fn run(args: ImageUploadArgs) -> anyhow::Result<()> {
         .with_context(|| format!("reading DataVolume {namespace}/{name}"))?
     {
         Some(dv) => {
-            if !is_upload(&dv) {
+            if !dv.is_upload() {
                 bail!("DataVolume {namespace}/{name} is not available for upload: its source is not upload");
             }
-            match phase(&dv) {
-                "Succeeded" => bail!(
+            match dv.phase() {
+                Phase::Succeeded => bail!(
                     "DataVolume {namespace}/{name} already successfully imported/cloned/updated"
                 ),
-                "Failed" => bail!("DataVolume {namespace}/{name} failed: {}", failure(&dv)),
+                Phase::Failed => bail!(
+                    "DataVolume {namespace}/{name} failed: {}",
+                    dv.failure_message()
+                ),
                 _ => {}
             }
             println!("Using existing DataVolume {namespace}/{name}");
@@ -181,7 +155,7 @@ pub async fn run(args: ImageUploadArgs) -> anyhow::Result<()> {
                 bail!("when creating a resource, the size must be specified");
             };
             let dv = data_volume(name, size, &args, volume_mode);
-            let dv: DynamicObject = serde_json::from_value(dv)?;
+            let dv: DataVolume = serde_json::from_value(dv)?;
             match dvs.create(&PostParams::default(), &dv).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(status)) => {
@@ -255,7 +229,7 @@ fn data_volume(name: &str, size: &str, args: &ImageUploadArgs, volume_mode: Opti
 }
 
 async fn wait_upload_ready(
-    dvs: &Api<DynamicObject>,
+    dvs: &Api<DataVolume>,
     namespace: &str,
     name: &str,
     args: &ImageUploadArgs,
@@ -267,20 +241,20 @@ async fn wait_upload_ready(
             .get_opt(name)
             .await
             .with_context(|| format!("reading DataVolume {namespace}/{name}"))?;
-        let phase = dv.as_ref().map(phase).unwrap_or("");
+        let phase = dv.as_ref().map_or(Phase::Unset, DataVolume::phase);
         match phase {
-            "UploadReady" => {
+            Phase::UploadReady => {
                 if told {
                     println!("DataVolume {name} is ready for upload");
                 }
                 return Ok(());
             }
-            "WaitForFirstConsumer" | "PendingPopulation" if !args.force_bind => bail!(
+            Phase::WaitForFirstConsumer | Phase::PendingPopulation if !args.force_bind => bail!(
                 "cannot upload to DataVolume in {phase} phase, make sure the PVC is Bound, or use force-bind flag"
             ),
-            "Succeeded" => bail!("DataVolume {namespace}/{name} already successfully imported/cloned/updated"),
-            "Failed" => {
-                let why = dv.as_ref().map(failure).unwrap_or_default();
+            Phase::Succeeded => bail!("DataVolume {namespace}/{name} already successfully imported/cloned/updated"),
+            Phase::Failed => {
+                let why = dv.as_ref().map(DataVolume::failure_message).unwrap_or_default();
                 bail!("DataVolume {namespace}/{name} failed: {why}")
             }
             _ => {}
@@ -293,7 +267,11 @@ async fn wait_upload_ready(
             bail!(
                 "DataVolume {namespace}/{name} was not ready for upload within {}s (phase {})",
                 args.wait_secs,
-                if phase.is_empty() { "none yet" } else { phase }
+                if phase == Phase::Unset {
+                    "none yet"
+                } else {
+                    phase.as_str()
+                }
             );
         }
         tokio::time::sleep(POLL).await;
@@ -494,11 +472,7 @@ async fn send(
 }
 
 /// Waits until the DataVolume is imported; a failure is an error with its reason.
-async fn wait_processed(
-    dvs: &Api<DynamicObject>,
-    namespace: &str,
-    name: &str,
-) -> anyhow::Result<()> {
+async fn wait_processed(dvs: &Api<DataVolume>, namespace: &str, name: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + PROCESSING_WAIT;
     loop {
         let dv = dvs
@@ -508,14 +482,14 @@ async fn wait_processed(
         let Some(dv) = dv else {
             bail!("DataVolume {namespace}/{name} was deleted before its upload was processed");
         };
-        match phase(&dv) {
-            "Succeeded" => {
+        match dv.phase() {
+            Phase::Succeeded => {
                 println!("Processing completed successfully");
                 return Ok(());
             }
-            "Failed" => bail!(
+            Phase::Failed => bail!(
                 "Processing failed: DataVolume {namespace}/{name} failed: {}",
-                failure(&dv)
+                dv.failure_message()
             ),
             _ => {}
         }

@@ -456,12 +456,15 @@ async fn still_runs(env: &Env, name: &str, word: &str) {
             Duration::from_secs(60),
         )
         .await;
-    assert_eq!(
-        line.as_deref(),
-        Some(format!("alive-{word}").as_str()),
-        "{:?}",
-        console.seen
-    );
+    if line.as_deref() != Some(format!("alive-{word}").as_str()) {
+        let vmi = env.vmi(name).await;
+        panic!(
+            "the guest did not answer on its console ({:?}); its VMI's status: {}\n{}",
+            console.seen,
+            vmi.map(|v| v["status"].clone()).unwrap_or_default(),
+            env.diagnostics(name)
+        );
+    }
     console.close().await;
 }
 

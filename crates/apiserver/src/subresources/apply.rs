@@ -8,9 +8,18 @@ use std::sync::Arc;
 use apimachinery::status::Status;
 use serde_json::{json, Value};
 
-use super::rules::{check_queue, Decision, Effect, StateChangeRequest};
+use kubevirt_api::model::vm::{ChangeRequest, StateChangeRequest, VmSpec};
+use kubevirt_api::model::VirtualMachine;
+
+use super::rules::{check_queue, Decision, Effect};
 use super::{conflict, refused};
 use crate::object;
+
+/// The VM as stored, typed for the tests of what it holds at write time.
+fn typed_vm(stored: &Value) -> Result<VirtualMachine, Status> {
+    serde_json::from_value(stored.clone())
+        .map_err(|e| Status::internal(format!("the stored VM does not decode: {e}")))
+}
 use crate::registry::{Change, Registration, Registry, WriteOptions};
 
 /// Where the writes go: the object named in the request path.
@@ -103,13 +112,13 @@ impl Target<'_> {
     /// replaces, so a concurrent change makes this a 409.
     async fn set_strategy(
         &self,
-        expected: &Value,
+        expected: &VmSpec,
         uses_running: bool,
         start: bool,
         options: &WriteOptions,
     ) -> Result<(), Status> {
         self.update("virtualmachines", "VM", None, options, |old, new| {
-            if old.get("spec") != Some(expected) {
+            if typed_vm(old)?.spec != *expected {
                 return Err(conflict(
                     self.name,
                     "jsonpatch test operation does not apply: the VM spec changed while the request was handled",
@@ -146,13 +155,14 @@ impl Target<'_> {
     /// replaces; a queued request clears a start failure as well.
     async fn queue(
         &self,
-        expected: Option<&Value>,
-        requests: &[StateChangeRequest],
+        expected: Option<&Vec<StateChangeRequest>>,
+        requests: &[ChangeRequest],
         options: &WriteOptions,
     ) -> Result<(), Status> {
-        let requests_json: Vec<Value> = requests.iter().map(StateChangeRequest::to_json).collect();
+        let entries: Vec<StateChangeRequest> = requests.iter().map(ChangeRequest::entry).collect();
         self.update("virtualmachines", "VM", Some("status"), options, |old, new| {
-            let current = old.pointer("/status/stateChangeRequests");
+            let vm = typed_vm(old)?;
+            let current = vm.status.state_change_requests.as_ref();
             if current != expected {
                 return Err(conflict(
                     self.name,
@@ -163,7 +173,7 @@ impl Target<'_> {
             if !new.get("status").is_some_and(Value::is_object) {
                 new["status"] = json!({});
             }
-            new["status"]["stateChangeRequests"] = Value::Array(requests_json.clone());
+            new["status"]["stateChangeRequests"] = json!(entries);
             if let Some(status) = new["status"].as_object_mut() {
                 status.remove("startFailure");
             }

@@ -111,6 +111,12 @@ fn parse_body(body: &[u8], what: &str) -> Result<Value, Status> {
     Ok(value)
 }
 
+/// A stored object as its typed kind.
+fn typed<T: serde::de::DeserializeOwned>(stored: Value) -> Result<T, Status> {
+    serde_json::from_value(stored)
+        .map_err(|e| Status::internal(format!("a stored object does not decode: {e}")))
+}
+
 /// A path this group does not serve.
 fn not_found_path() -> Status {
     Status::failure(
@@ -165,6 +171,8 @@ pub async fn handle(
                 Err(s) => return Err(s),
             };
             let body = parse_body(body, verb)?;
+            let vm = typed(vm)?;
+            let vmi = vmi.map(typed).transpose()?;
             let decision = rules::decide_vm(vm_verb, &body, &vm, vmi.as_ref())
                 .map_err(|r| refused(name, r))?;
             target.apply(&decision).await?;
@@ -177,8 +185,8 @@ pub async fn handle(
                 .map_err(|s| not_found_as("virtualmachineinstance", name, s))?;
             let body = parse_body(body, verb)?;
             let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-            let decision =
-                rules::decide_vmi(vmi_verb, &body, &vmi, &now).map_err(|r| refused(name, r))?;
+            let decision = rules::decide_vmi(vmi_verb, &body, &typed(vmi)?, &now)
+                .map_err(|r| refused(name, r))?;
             target.apply(&decision).await?;
             Ok(StatusCode::OK.into_response())
         }

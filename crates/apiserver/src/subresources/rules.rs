@@ -2,13 +2,16 @@
 //! request body and the objects as read, either the writes to make ([`Decision`]) or why
 //! the request is refused ([`Refusal`]). No registry, no I/O, no HTTP.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use crate::object;
-use kubevirt_api::model::{MigrationState, RunStrategy as Strategy, SpecStrategy, VmiPhase};
+use kubevirt_api::model::vm::{ChangeRequest, StateChangeRequest, VmSpec};
+use kubevirt_api::model::{
+    RunStrategy as Strategy, SpecStrategy, VirtualMachine, VirtualMachineInstance, VmiPhase,
+};
 use kubevirt_api::names::annotations::{
     PAUSED as PAUSE_ANNOTATION, SOFT_REBOOT_REQUESTED as SOFT_REBOOT_ANNOTATION, UNPAUSE_REQUESTED,
 };
+use kubevirt_api::names::conditions::PAUSED;
 
 #[cfg(test)]
 mod tests;
@@ -52,40 +55,13 @@ impl Verb {
     }
 }
 
-/// One entry of a VM's `status.stateChangeRequests`, read by the VM controller.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StateChangeRequest {
-    /// Stop the VMI with this uid (none when the VM has no VMI).
-    Stop {
-        uid: Option<String>,
-    },
-    Start {
-        paused: bool,
-    },
-}
-
-impl StateChangeRequest {
-    /// The JSON virt-api writes: `{"action":"Stop","uid":...}`,
-    /// `{"action":"Start","data":{"paused":"true"}}` (the flag is a string).
-    pub fn to_json(&self) -> Value {
-        match self {
-            StateChangeRequest::Stop { uid: Some(uid) } => json!({"action": "Stop", "uid": uid}),
-            StateChangeRequest::Stop { uid: None } => json!({"action": "Stop"}),
-            StateChangeRequest::Start { paused: true } => {
-                json!({"action": "Start", "data": {"paused": "true"}})
-            }
-            StateChangeRequest::Start { paused: false } => json!({"action": "Start"}),
-        }
-    }
-}
-
 /// One write, carried out in order by `apply`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect {
     /// `spec.running` (if `uses_running`) or `spec.runStrategy` to Always (`start`) or
     /// Halted, only if the VM spec is still `expected_spec`.
     SetRunStrategy {
-        expected_spec: Value,
+        expected_spec: Box<VmSpec>,
         uses_running: bool,
         start: bool,
     },
@@ -94,8 +70,8 @@ pub enum Effect {
     /// Set `status.stateChangeRequests`, only if it is still `expected` (and see
     /// [`check_queue`]).
     QueueStateChanges {
-        expected: Option<Value>,
-        requests: Vec<StateChangeRequest>,
+        expected: Option<Vec<StateChangeRequest>>,
+        requests: Vec<ChangeRequest>,
     },
     /// `spec.terminationGracePeriodSeconds` of the VMI.
     SetVmiGracePeriod(i64),
@@ -144,9 +120,8 @@ pub fn dry_run(body: &Value) -> bool {
 }
 
 /// The effective run strategy and whether the VM uses the deprecated `running` field.
-fn strategy(vm: &Value) -> Result<(Strategy, bool), Refusal> {
-    let spec = vm.get("spec").unwrap_or(&Value::Null);
-    match SpecStrategy::of_value(spec) {
+fn strategy(vm: &VirtualMachine) -> Result<(Strategy, bool), Refusal> {
+    match vm.spec_strategy() {
         SpecStrategy::Running(s) => Ok((s, true)),
         SpecStrategy::Strategy(s) => Ok((s, false)),
         SpecStrategy::Unset => Ok((Strategy::Halted, false)),
@@ -156,32 +131,27 @@ fn strategy(vm: &Value) -> Result<(Strategy, bool), Refusal> {
     }
 }
 
-fn is_final(vmi: &Value) -> bool {
-    VmiPhase::of(vmi).is_final()
+fn is_final(vmi: &VirtualMachineInstance) -> bool {
+    vmi.phase().is_final()
 }
 
-fn is_paused(vmi: &Value) -> bool {
-    vmi.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == "Paused" && c["status"] == "True")
-        })
+fn is_paused(vmi: &VirtualMachineInstance) -> bool {
+    vmi.condition(PAUSED).is_some_and(|c| c.is(PAUSED, "True"))
 }
 
 /// A request on a VM, with its VMI if there is one.
 struct VmRequest<'a> {
     body: &'a Value,
-    vm: &'a Value,
-    vmi: Option<&'a Value>,
+    vm: &'a VirtualMachine,
+    vmi: Option<&'a VirtualMachineInstance>,
 }
 
 /// Decides a VM verb from the request body, the VM and its VMI (if any) as read.
 pub fn decide_vm(
     verb: VmVerb,
     body: &Value,
-    vm: &Value,
-    vmi: Option<&Value>,
+    vm: &VirtualMachine,
+    vmi: Option<&VirtualMachineInstance>,
 ) -> Result<Decision, Refusal> {
     let request = VmRequest { body, vm, vmi };
     let effects = match verb {
@@ -197,15 +167,15 @@ pub fn decide_vm(
 }
 
 impl VmRequest<'_> {
-    fn stop_request(&self) -> StateChangeRequest {
-        StateChangeRequest::Stop {
-            uid: self.vmi.map(|v| object::uid(v).to_string()),
+    fn stop_request(&self) -> ChangeRequest {
+        ChangeRequest::Stop {
+            uid: self.vmi.map(|v| v.uid().to_string()),
         }
     }
 
-    fn queue(&self, requests: Vec<StateChangeRequest>) -> Vec<Effect> {
+    fn queue(&self, requests: Vec<ChangeRequest>) -> Vec<Effect> {
         vec![Effect::QueueStateChanges {
-            expected: self.vm.pointer("/status/stateChangeRequests").cloned(),
+            expected: self.vm.status.state_change_requests.clone(),
             requests,
         }]
     }
@@ -213,11 +183,11 @@ impl VmRequest<'_> {
     /// The spec switch, then the start failure cleared (a dry run has none to clear).
     fn set_strategy(&self, uses_running: bool, start: bool) -> Vec<Effect> {
         let mut effects = vec![Effect::SetRunStrategy {
-            expected_spec: self.vm.get("spec").cloned().unwrap_or(Value::Null),
+            expected_spec: Box::new(self.vm.spec.clone()),
             uses_running,
             start,
         }];
-        if self.vm.pointer("/status/startFailure").is_some() && !dry_run(self.body) {
+        if self.vm.status.start_failure.is_some() && !dry_run(self.body) {
             effects.push(Effect::ClearStartFailure);
         }
         effects
@@ -230,12 +200,12 @@ impl VmRequest<'_> {
             .and_then(Value::as_bool)
             .unwrap_or(false);
         if let Some(vmi) = self.vmi {
-            let phase = VmiPhase::of(vmi);
+            let phase = vmi.phase();
             if !phase.is_final() && !matches!(phase, VmiPhase::Unset | VmiPhase::Unknown) {
                 return Err(vm_conflict("VM is already running"));
             }
         }
-        let start = StateChangeRequest::Start { paused };
+        let start = ChangeRequest::Start { paused };
         let (strategy, uses_running) = strategy(self.vm)?;
         match strategy {
             // A paused start cannot be said with the spec: it goes through the queue.
@@ -245,7 +215,7 @@ impl VmRequest<'_> {
                 Some(_) => Ok(self.queue(vec![self.stop_request(), start])),
                 None => Ok(self.queue(vec![start])),
             },
-            Strategy::RerunOnFailure => match self.vmi.map(VmiPhase::of) {
+            Strategy::RerunOnFailure => match self.vmi.map(VirtualMachineInstance::phase) {
                 Some(VmiPhase::Succeeded) => Ok(self.queue(vec![self.stop_request(), start])),
                 Some(VmiPhase::Failed) => Err(vm_conflict(
                     "RerunOnFailure does not support starting VM from failed state",
@@ -260,9 +230,7 @@ impl VmRequest<'_> {
     fn stop(&self) -> Result<Vec<Effect>, Refusal> {
         let grace = self.body.get("gracePeriod").and_then(Value::as_i64);
         let running = self.vmi.filter(|v| !is_final(v));
-        let old_grace = running
-            .and_then(|v| v.pointer("/spec/terminationGracePeriodSeconds"))
-            .and_then(Value::as_i64);
+        let old_grace = running.and_then(|v| v.spec.termination_grace_period_seconds);
         let (strategy, uses_running) = strategy(self.vm)?;
         let queues_stop = matches!(
             strategy,
@@ -334,17 +302,14 @@ impl VmRequest<'_> {
         }
         effects.extend(self.queue(vec![
             self.stop_request(),
-            StateChangeRequest::Start { paused: false },
+            ChangeRequest::Start { paused: false },
         ]));
         Ok(effects)
     }
 
     fn migrate(&self) -> Result<Vec<Effect>, Refusal> {
         // virt-api looks at the VM: without a running VMI it is not running.
-        let Some(vmi) = self
-            .vmi
-            .filter(|vmi| VmiPhase::of(vmi) == VmiPhase::Running)
-        else {
+        let Some(vmi) = self.vmi.filter(|vmi| vmi.phase() == VmiPhase::Running) else {
             return Err(vm_conflict("VM is not running"));
         };
         let added_node_selector = self
@@ -353,7 +318,7 @@ impl VmRequest<'_> {
             .filter(|s| s.is_object())
             .cloned();
         Ok(vec![Effect::CreateMigration {
-            vmi_name: object::name(vmi).to_string(),
+            vmi_name: vmi.name().to_string(),
             added_node_selector,
         }])
     }
@@ -363,13 +328,11 @@ impl VmRequest<'_> {
 /// time: onto an empty queue, or a lone Stop replacing whatever is queued; anything else
 /// is a patch it fails to build, an internal error.
 pub fn check_queue(
-    current: Option<&Value>,
-    requests: &[StateChangeRequest],
+    current: Option<&Vec<StateChangeRequest>>,
+    requests: &[ChangeRequest],
 ) -> Result<(), Refusal> {
-    let queued = current
-        .and_then(Value::as_array)
-        .is_some_and(|q| !q.is_empty());
-    let lone_stop = matches!(requests, [StateChangeRequest::Stop { .. }]);
+    let queued = current.is_some_and(|q| !q.is_empty());
+    let lone_stop = matches!(requests, [ChangeRequest::Stop { .. }]);
     if queued && !lone_stop {
         return Err(Refusal::Internal(
             "unable to complete request: stop/start already underway".into(),
@@ -383,10 +346,10 @@ pub fn check_queue(
 pub fn decide_vmi(
     verb: VmiVerb,
     body: &Value,
-    vmi: &Value,
+    vmi: &VirtualMachineInstance,
     now: &str,
 ) -> Result<Decision, Refusal> {
-    let running = VmiPhase::of(vmi) == VmiPhase::Running;
+    let running = vmi.phase() == VmiPhase::Running;
     let paused = is_paused(vmi);
     let changes = match verb {
         VmiVerb::Pause => {
@@ -396,10 +359,10 @@ pub fn decide_vmi(
             if paused {
                 return Err(vmi_conflict("VMI is already paused"));
             }
-            if MigrationState::of(vmi).is_some_and(|m| m.in_flight()) {
+            if vmi.migration_in_flight().is_some() {
                 return Err(Refusal::VmiConflict(format!(
                     "Cannot pause VM '{}' because it is currently being migrated",
-                    object::name(vmi)
+                    vmi.name()
                 )));
             }
             vec![(PAUSE_ANNOTATION, Some("true".to_string()))]
@@ -424,9 +387,10 @@ pub fn decide_vmi(
                 return Err(vmi_conflict("VMI is paused"));
             }
             let acpi_disabled = vmi
-                .pointer("/spec/domain/features/acpi/enabled")
-                .and_then(Value::as_bool)
-                == Some(false);
+                .spec
+                .domain
+                .as_ref()
+                .is_some_and(|d| !d.feature_enabled("acpi", true));
             if acpi_disabled {
                 return Err(vmi_conflict(
                     "VMI neither have the agent connected nor the ACPI feature enabled",

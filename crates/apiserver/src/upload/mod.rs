@@ -21,6 +21,7 @@ use axum::response::{IntoResponse, Response};
 use http::request::Parts;
 use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use http_body_util::BodyExt;
+use kubevirt_api::cdi::model::DataVolume;
 use kubevirt_api::names::annotations::UPLOADED_IMAGE;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
@@ -245,8 +246,16 @@ impl Uploads {
         }
     }
 
-    async fn data_volume(&self, namespace: &str, name: &str) -> Result<Option<Value>, Answer> {
-        self.read(DATA_VOLUMES, namespace, name).await
+    async fn data_volume(&self, namespace: &str, name: &str) -> Result<Option<DataVolume>, Answer> {
+        let Some(stored) = self.read(DATA_VOLUMES, namespace, name).await? else {
+            return Ok(None);
+        };
+        serde_json::from_value(stored).map(Some).map_err(|e| {
+            Answer::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the stored DataVolume does not decode: {e}"),
+            )
+        })
     }
 
     /// `POST .../namespaces/{ns}/uploadtokenrequests`: the request with `status.token`, a
@@ -560,8 +569,9 @@ impl Uploads {
                             "the DataVolume was replaced during the upload",
                         ));
                     }
+                    let typed: Option<DataVolume> = serde_json::from_value(old.clone()).ok();
                     if let Readiness::Refused(message) | Readiness::NotYet(message) =
-                        target::readiness(&name, Some(old), None)
+                        target::readiness(&name, typed.as_ref(), None)
                     {
                         return Err(Status::failure(503, "ServiceUnavailable", message));
                     }

@@ -2,7 +2,8 @@
 //! stored, in the words of CDI's upload proxy (`uploadReady`, `UploadPossibleForPVC`),
 //! and how the DataVolume ended once the upload was handed over.
 
-use kubevirt_api::cdi::{Origin, Phase, Source, Spec};
+use kubevirt_api::cdi::model::DataVolume;
+use kubevirt_api::cdi::Phase;
 use kubevirt_api::names::annotations::UPLOADED_IMAGE;
 use kubevirt_api::quantity::Quantity;
 use serde_json::Value;
@@ -22,14 +23,10 @@ pub enum Readiness {
     Refused(String),
 }
 
-fn text<'a>(obj: &'a Value, pointer: &str) -> &'a str {
-    obj.pointer(pointer).and_then(Value::as_str).unwrap_or("")
-}
-
 /// Whether claim `name` takes an upload, from its DataVolume of the same name (`dv`) and
 /// the claim itself (`claim`), either of which may be missing.
-pub fn readiness(name: &str, dv: Option<&Value>, claim: Option<&Value>) -> Readiness {
-    let Some(dv) = dv.filter(|dv| dv.pointer("/metadata/deletionTimestamp").is_none()) else {
+pub fn readiness(name: &str, dv: Option<&DataVolume>, claim: Option<&Value>) -> Readiness {
+    let Some(dv) = dv.filter(|dv| dv.metadata.deletion_timestamp.is_none()) else {
         return match claim {
             // A claim without a DataVolume is not filled by anyone here.
             Some(_) => Readiness::Refused(format!("PVC {name} is not an upload target")),
@@ -38,19 +35,17 @@ pub fn readiness(name: &str, dv: Option<&Value>, claim: Option<&Value>) -> Readi
             )),
         };
     };
-    let namespace = text(dv, "/metadata/namespace");
-    let spec = Spec::of(namespace, dv.get("spec").unwrap_or(&Value::Null));
-    if spec.origin != Origin::Source(Source::Upload) {
+    if !dv.is_upload() {
         return Readiness::Refused(format!("PVC {name} is not an upload target"));
     }
-    match Phase::of(dv) {
+    match dv.phase() {
         Phase::Succeeded => {
             return Readiness::Refused(format!(
                 "rejecting Upload Request for PVC {name} that already finished uploading"
             ))
         }
         Phase::Failed => {
-            let why = running_message(dv);
+            let why = dv.failure_message();
             return Readiness::Refused(format!(
                 "rejecting Upload Request for PVC {name}: its DataVolume failed: {why}"
             ));
@@ -58,16 +53,17 @@ pub fn readiness(name: &str, dv: Option<&Value>, claim: Option<&Value>) -> Readi
         _ => {}
     }
     if dv
-        .pointer("/metadata/annotations")
-        .and_then(|a| a.get(UPLOADED_IMAGE))
-        .is_some()
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(UPLOADED_IMAGE))
     {
         return Readiness::Refused(format!(
             "rejecting Upload Request for PVC {name}: an upload into it is being processed"
         ));
     }
-    if Phase::of(dv) != Phase::UploadReady {
-        let phase = match Phase::of(dv) {
+    if dv.phase() != Phase::UploadReady {
+        let phase = match dv.phase() {
             Phase::Unset => "Pending",
             phase => phase.as_str(),
         };
@@ -80,7 +76,7 @@ pub fn readiness(name: &str, dv: Option<&Value>, claim: Option<&Value>) -> Readi
         .and_then(Quantity::from_json)
         .and_then(|q| u64::try_from(q.value()).ok());
     Readiness::Ready {
-        uid: text(dv, "/metadata/uid").to_string(),
+        uid: dv.uid().to_string(),
         capacity,
     }
 }
@@ -90,19 +86,6 @@ pub fn limit(capacity: u64) -> u64 {
     capacity
         .saturating_add(capacity / 8)
         .saturating_add(SLACK_BYTES)
-}
-
-/// The Running condition's message: why a DataVolume failed.
-fn running_message(dv: &Value) -> String {
-    dv.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|c| c["type"] == kubevirt_api::cdi::conditions::RUNNING)
-        .and_then(|c| c["message"].as_str())
-        .filter(|m| !m.is_empty())
-        .unwrap_or("no reason given")
-        .to_string()
 }
 
 /// How the DataVolume an upload was handed to stands.
@@ -115,14 +98,14 @@ pub enum Processing {
     Gone,
 }
 
-pub fn processing(uid: &str, dv: Option<&Value>) -> Processing {
-    let Some(dv) = dv.filter(|dv| text(dv, "/metadata/uid") == uid) else {
+pub fn processing(uid: &str, dv: Option<&DataVolume>) -> Processing {
+    let Some(dv) = dv.filter(|dv| dv.uid() == uid) else {
         return Processing::Gone;
     };
-    match Phase::of(dv) {
+    match dv.phase() {
         Phase::Succeeded => Processing::Succeeded,
-        Phase::Failed => Processing::Failed(running_message(dv)),
-        _ if dv.pointer("/metadata/deletionTimestamp").is_some() => Processing::Gone,
+        Phase::Failed => Processing::Failed(dv.failure_message().to_string()),
+        _ if dv.metadata.deletion_timestamp.is_some() => Processing::Gone,
         _ => Processing::Running,
     }
 }
@@ -136,6 +119,18 @@ mod tests {
         json!({"metadata": {"name": "disk", "namespace": "team", "uid": "u-1"},
                "spec": {"source": source, "storage": {}},
                "status": {"phase": phase}})
+    }
+
+    fn typed(dv: &Value) -> DataVolume {
+        serde_json::from_value(dv.clone()).unwrap()
+    }
+
+    fn readiness(name: &str, dv: Option<&Value>, claim: Option<&Value>) -> Readiness {
+        super::readiness(name, dv.map(typed).as_ref(), claim)
+    }
+
+    fn processing(uid: &str, dv: Option<&Value>) -> Processing {
+        super::processing(uid, dv.map(typed).as_ref())
     }
 
     fn claim(capacity: &str) -> Value {

@@ -16,7 +16,6 @@ use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::meta;
 use kubevirt_api::model::config::{self, KubeVirt};
 use kubevirt_api::model::core::Node;
-use kubevirt_api::model::vmi::PhaseTransition;
 use kubevirt_api::model::{
     MigrationPhase, MigrationPolicy, VirtualMachineInstance, VirtualMachineInstanceMigration,
 };
@@ -346,12 +345,7 @@ impl Controller {
         let api = self.migration_api(namespace);
         let vmi_name = migration.vmi_name();
         let entering = |phase: MigrationPhase| {
-            let mut transitions = migration
-                .status
-                .phase_transition_timestamps
-                .clone()
-                .unwrap_or_default();
-            transitions.push(PhaseTransition::new(phase.as_str(), &meta::now()));
+            let transitions = migration.transitions_entering(phase, &meta::now());
             json!({"metadata": {"resourceVersion": version},
                    "status": {"phase": phase, "phaseTransitionTimestamps": transitions}})
         };

@@ -318,7 +318,7 @@ mod model {
                     check(&world, &format!("settling {event:?}"));
                 }
             }
-            let phase = MigrationPhase::of(&world.vmim);
+            let phase = typed::<VirtualMachineInstanceMigration>(&world.vmim).phase();
             prop_assert!(phase.is_final(), "not final: {:?} {world:?} after {events:?}", phase);
             prop_assert_eq!(&world.vmim["metadata"]["finalizers"], &json!([]));
             if !world.gone {

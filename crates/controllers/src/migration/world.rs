@@ -86,7 +86,10 @@ impl World {
     }
 
     fn state(&self) -> Option<MigrationState> {
-        MigrationState::of(&self.vmi).filter(|s| s.migration_uid.as_deref() == Some("m1"))
+        typed::<kubevirt_api::model::VirtualMachineInstance>(&self.vmi)
+            .status
+            .migration_state
+            .filter(|s| s.migration_uid.as_deref() == Some("m1"))
     }
 
     fn write_state(&mut self, fields: Value) {

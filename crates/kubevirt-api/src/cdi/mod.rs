@@ -33,6 +33,7 @@ crate::string_enum! {
         UploadScheduled = "UploadScheduled",
         UploadReady = "UploadReady",
         WaitForFirstConsumer = "WaitForFirstConsumer",
+        PendingPopulation = "PendingPopulation",
         Succeeded = "Succeeded",
         Failed = "Failed",
         Unknown = "Unknown",
@@ -40,15 +41,6 @@ crate::string_enum! {
 }
 
 impl Phase {
-    /// The phase of a DataVolume held as JSON.
-    pub fn of(dv: &Value) -> Phase {
-        Phase::parse(
-            dv.pointer("/status/phase")
-                .and_then(Value::as_str)
-                .unwrap_or(""),
-        )
-    }
-
     /// Still being filled (or waiting to be).
     pub fn provisioning(self) -> bool {
         !matches!(self, Phase::Succeeded | Phase::Failed)
@@ -209,7 +201,8 @@ pub enum Origin {
 
 impl Spec {
     /// The spec of a DataVolume in `namespace` (where its references default to), held as
-    /// JSON.
+    /// JSON (the typed form is [`Spec::of_parts`]).
+    #[cfg(test)]
     pub fn of(namespace: &str, spec: &Value) -> Spec {
         let parts = serde_json::from_value(spec.clone()).unwrap_or_default();
         Spec::of_parts(namespace, &parts)

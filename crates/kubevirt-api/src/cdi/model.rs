@@ -57,6 +57,19 @@ impl DataVolume {
     pub fn condition(&self, kind: &str) -> Option<&Condition> {
         crate::model::object::find(&self.status.conditions, kind)
     }
+
+    /// Why it failed: its Running condition's message, as CDI reports it.
+    pub fn failure_message(&self) -> &str {
+        self.condition(super::conditions::RUNNING)
+            .map(Condition::message)
+            .filter(|m| !m.is_empty())
+            .unwrap_or("no reason given")
+    }
+
+    /// Whether its bytes come from an upload.
+    pub fn is_upload(&self) -> bool {
+        self.parsed_spec().origin == super::Origin::Source(super::Source::Upload)
+    }
 }
 
 crate::kube_object! {

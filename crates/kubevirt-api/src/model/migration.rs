@@ -55,13 +55,6 @@ crate::string_enum! {
 }
 
 impl MigrationPhase {
-    /// The phase of a migration held as JSON.
-    pub fn of(vmim: &Value) -> MigrationPhase {
-        vmim.pointer("/status/phase")
-            .and_then(Value::as_str)
-            .map_or(MigrationPhase::Unset, MigrationPhase::parse)
-    }
-
     pub fn is_final(self) -> bool {
         matches!(self, MigrationPhase::Succeeded | MigrationPhase::Failed)
     }
@@ -78,6 +71,17 @@ impl MigrationPhase {
 impl VirtualMachineInstanceMigration {
     pub fn phase(&self) -> MigrationPhase {
         self.status.phase.unwrap_or_default()
+    }
+
+    /// `phaseTransitionTimestamps` with `phase` entered `at`.
+    pub fn transitions_entering(&self, phase: MigrationPhase, at: &str) -> Vec<PhaseTransition> {
+        let mut transitions = self
+            .status
+            .phase_transition_timestamps
+            .clone()
+            .unwrap_or_default();
+        transitions.push(PhaseTransition::new(phase.as_str(), at));
+        transitions
     }
 
     pub fn vmi_name(&self) -> &str {

@@ -4,7 +4,6 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::object::Condition;
 use super::vmi::VmiSpec;
@@ -28,8 +27,16 @@ crate::open_struct! {
         running: bool = "running",
         run_strategy: String = "runStrategy",
         template: VmiTemplate = "template",
-        /// DataVolumes the VM owns (`metadata` and `spec` of each).
-        data_volume_templates: Vec<Value> = "dataVolumeTemplates",
+        /// DataVolumes the VM owns.
+        data_volume_templates: Vec<DataVolumeTemplate> = "dataVolumeTemplates",
+    }
+}
+
+crate::open_struct! {
+    /// A DataVolume a VM owns, made from this when it does not exist.
+    pub struct DataVolumeTemplate {
+        metadata: ObjectMeta = "metadata",
+        spec: crate::cdi::model::DataVolumeSpec = "spec",
     }
 }
 
@@ -76,10 +83,72 @@ crate::open_struct! {
     }
 }
 
+/// One queued start or stop (`status.stateChangeRequests`), as the start, stop and
+/// restart subresources write it and the VM controller consumes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChangeRequest {
+    /// Stop the VMI with this uid (none when the VM had no VMI).
+    Stop {
+        uid: Option<String>,
+    },
+    Start {
+        paused: bool,
+    },
+}
+
+impl ChangeRequest {
+    /// The request an entry holds; `None` for an action KubeVirt does not know.
+    pub fn of(entry: &StateChangeRequest) -> Option<ChangeRequest> {
+        match entry.action.as_deref()? {
+            "Start" => Some(ChangeRequest::Start {
+                paused: entry
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get("paused"))
+                    .is_some_and(|p| p == "true"),
+            }),
+            "Stop" => Some(ChangeRequest::Stop {
+                uid: entry.uid.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The entry virt-api writes: `{"action":"Stop","uid":...}`,
+    /// `{"action":"Start","data":{"paused":"true"}}` (the flag is a string).
+    pub fn entry(&self) -> StateChangeRequest {
+        let (action, uid, data) = match self {
+            ChangeRequest::Stop { uid } => ("Stop", uid.clone(), None),
+            ChangeRequest::Start { paused: true } => (
+                "Start",
+                None,
+                Some([("paused".to_string(), "true".to_string())].into()),
+            ),
+            ChangeRequest::Start { paused: false } => ("Start", None, None),
+        };
+        StateChangeRequest {
+            action: Some(action.into()),
+            uid,
+            data,
+            ..StateChangeRequest::default()
+        }
+    }
+}
+
 impl VirtualMachine {
     /// What the spec asks for.
     pub fn spec_strategy(&self) -> SpecStrategy {
         SpecStrategy::of(&self.spec)
+    }
+
+    /// The queued start and stop requests, oldest first.
+    pub fn change_requests(&self) -> Vec<ChangeRequest> {
+        self.status
+            .state_change_requests
+            .iter()
+            .flatten()
+            .filter_map(ChangeRequest::of)
+            .collect()
     }
 
     pub fn condition(&self, kind: &str) -> Option<&Condition> {
@@ -152,13 +221,6 @@ impl SpecStrategy {
         }
     }
 
-    /// What a VM spec held as JSON asks for.
-    pub fn of_value(spec: &Value) -> SpecStrategy {
-        serde_json::from_value::<VmSpec>(spec.clone())
-            .map(|spec| SpecStrategy::of(&spec))
-            .unwrap_or(SpecStrategy::Unset)
-    }
-
     /// The strategy in force, if the spec names a valid one.
     pub fn strategy(&self) -> Option<RunStrategy> {
         match self {
@@ -171,7 +233,35 @@ impl SpecStrategy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    #[test]
+    fn change_requests_read_and_write_as_virt_api_does() {
+        let written = [
+            (
+                json!({"action": "Stop", "uid": "u1"}),
+                ChangeRequest::Stop {
+                    uid: Some("u1".into()),
+                },
+            ),
+            (json!({"action": "Stop"}), ChangeRequest::Stop { uid: None }),
+            (
+                json!({"action": "Start", "data": {"paused": "true"}}),
+                ChangeRequest::Start { paused: true },
+            ),
+            (
+                json!({"action": "Start"}),
+                ChangeRequest::Start { paused: false },
+            ),
+        ];
+        for (json, request) in written {
+            let entry: StateChangeRequest = serde_json::from_value(json.clone()).unwrap();
+            assert_eq!(ChangeRequest::of(&entry), Some(request.clone()));
+            assert_eq!(serde_json::to_value(request.entry()).unwrap(), json);
+        }
+        let odd: StateChangeRequest = serde_json::from_value(json!({"action": "Dance"})).unwrap();
+        assert_eq!(ChangeRequest::of(&odd), None);
+    }
 
     #[test]
     fn run_strategies_round_trip() {

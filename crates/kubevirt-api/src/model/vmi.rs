@@ -91,11 +91,19 @@ impl VmiSpec {
         self.tolerations.as_deref().unwrap_or_default()
     }
 
+    /// Whether the guest starts with its vCPUs stopped (`startStrategy: Paused`).
+    pub fn starts_paused(&self) -> bool {
+        self.start_strategy.as_deref() == Some(START_PAUSED)
+    }
+
     /// Whether the interface named `name` is on the pod network.
     pub fn on_pod_network(&self, name: &str) -> bool {
         self.networks().iter().any(|n| n.name == name && n.pod)
     }
 }
+
+/// `startStrategy` of a guest that starts paused.
+pub const START_PAUSED: &str = "Paused";
 
 crate::open_struct! {
     /// `spec.domain`: the virtual hardware.
@@ -251,13 +259,6 @@ impl VmiPhase {
     pub fn is_final(self) -> bool {
         matches!(self, VmiPhase::Succeeded | VmiPhase::Failed)
     }
-
-    /// The phase of a VMI held as JSON (`Unset` when it has none).
-    pub fn of(vmi: &Value) -> VmiPhase {
-        vmi.pointer("/status/phase")
-            .and_then(Value::as_str)
-            .map_or(VmiPhase::Unset, VmiPhase::parse)
-    }
 }
 
 crate::open_struct! {
@@ -307,6 +308,18 @@ impl VirtualMachineInstance {
     /// The migration in flight, if one is.
     pub fn migration_in_flight(&self) -> Option<&MigrationState> {
         self.migration_state().filter(|m| m.in_flight())
+    }
+
+    /// `phaseTransitionTimestamps` with `phase` entered `at`: the one way a VMI's phase
+    /// change is recorded, whoever makes it.
+    pub fn transitions_entering(&self, phase: VmiPhase, at: &str) -> Vec<PhaseTransition> {
+        let mut transitions = self
+            .status
+            .phase_transition_timestamps
+            .clone()
+            .unwrap_or_default();
+        transitions.push(PhaseTransition::new(phase.as_str(), at));
+        transitions
     }
 
     /// When it entered `phase`, from `phaseTransitionTimestamps`.
@@ -405,12 +418,6 @@ pub const MIGRATION_PORT_ROLE: i64 = 49152;
 pub const DISK_PORT_ROLE: i64 = 49153;
 
 impl MigrationState {
-    /// The migration state of a VMI held as JSON; `None` when it has none or it is not an
-    /// object of this shape.
-    pub fn of(vmi: &Value) -> Option<MigrationState> {
-        serde_json::from_value(vmi.pointer("/status/migrationState")?.clone()).ok()
-    }
-
     /// The one definition of "a migration is in flight": it has not ended, neither
     /// completed nor failed (it may not have started moving memory yet).
     pub fn in_flight(&self) -> bool {

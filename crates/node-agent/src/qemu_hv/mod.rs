@@ -493,7 +493,15 @@ impl Hypervisor for Qemu {
                 },
             };
         }
-        let status = entry.instance.run_status();
+        let mut status = entry.instance.run_status();
+        if status.state == RunState::InMigrate {
+            // A target started with -S leaves inmigrate for paused without an event, so
+            // the followed state may be stale: ask. (Taken for a pause, the guest that
+            // just arrived would be reported paused until the next event.)
+            if let Ok(state) = entry.instance.qmp.status().await {
+                status.state = RunState::parse(&state);
+            }
+        }
         self.observed(vmi, &status)
     }
 
@@ -679,5 +687,5 @@ impl Hypervisor for Qemu {
 }
 
 fn spec_paused(vmi: &VirtualMachineInstance) -> bool {
-    vmi.spec.start_strategy.as_deref() == Some("Paused")
+    vmi.spec.starts_paused()
 }

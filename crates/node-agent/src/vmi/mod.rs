@@ -30,7 +30,7 @@ use kubevirt_api::names::annotations::{
 use kubevirt_api::names::conditions::{
     MESSAGE_PAUSED_BY_USER, MESSAGE_PAUSED_IO_ERROR, PAUSED, READY, REASON_FAILED_CREATE,
     REASON_GUEST_NOT_RUNNING, REASON_PAUSED_BY_HYPERVISOR, REASON_PAUSED_BY_USER,
-    REASON_PAUSED_IO_ERROR,
+    REASON_PAUSED_IO_ERROR, SYNCHRONIZED,
 };
 use kubevirt_api::names::finalizers::VMI_FOREGROUND as FOREGROUND_FINALIZER;
 use kubevirt_api::names::labels::MIGRATION_TARGET_NODE;
@@ -363,7 +363,7 @@ async fn reconcile(
                 Err(SourcesUnusable::Missing { reason, message }) => {
                     // Like a pod waiting for its volume: retried until the object exists.
                     let mut list = conditions(&vmi);
-                    set_condition(&mut list, "Synchronized", "False", reason, &message);
+                    set_condition(&mut list, SYNCHRONIZED, "False", reason, &message);
                     writer
                         .patch(json!({"status": {"conditions": list}}))
                         .await?;
@@ -505,7 +505,7 @@ async fn prepare(
         }
         Prepared::Failed { reason, message } => {
             let mut list = conditions(vmi);
-            set_condition(&mut list, "Synchronized", "False", &reason, &message);
+            set_condition(&mut list, SYNCHRONIZED, "False", &reason, &message);
             writer
                 .patch(json!({"status": {"conditions": list}}))
                 .await?;
@@ -539,7 +539,7 @@ async fn boot(vmi: &VirtualMachineInstance, hv: &dyn Hypervisor, sources: &Volum
     match hv.start(vmi, sources).await {
         Started::Pending(after) => Boot::Wait(after),
         Started::Running(info) => {
-            let paused = vmi.spec.start_strategy.as_deref() == Some("Paused");
+            let paused = vmi.spec.starts_paused();
             let mut body =
                 json!({"status": running_status(vmi, &info, paused, hv.accel(), sources)});
             if paused {

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 
-use kubevirt_api::model::vmi::PhaseTransition;
 use kubevirt_api::model::{Condition, VirtualMachineInstance};
 use serde_json::{json, Map, Value};
 
@@ -12,7 +11,10 @@ use crate::hypervisor::{GuestInfo, ImageIds};
 use crate::volume_sources::VolumeSources;
 use kubevirt_api::meta::now;
 use kubevirt_api::model::VmiPhase;
-use kubevirt_api::names::conditions::LIVE_MIGRATABLE;
+use kubevirt_api::names::conditions::{
+    LIVE_MIGRATABLE, MESSAGE_PAUSED_BY_USER, PAUSED, READY, REASON_GUEST_NOT_RUNNING,
+    REASON_PAUSED_BY_USER, SYNCHRONIZED,
+};
 
 pub(super) fn conditions(vmi: &VirtualMachineInstance) -> Vec<Condition> {
     vmi.status.conditions.clone().unwrap_or_default()
@@ -31,12 +33,7 @@ pub(super) fn set_condition(
 
 /// Status fields for entering `phase`, with its transition timestamp.
 pub(super) fn enter_phase(vmi: &VirtualMachineInstance, phase: VmiPhase) -> Map<String, Value> {
-    let mut transitions = vmi
-        .status
-        .phase_transition_timestamps
-        .clone()
-        .unwrap_or_default();
-    transitions.push(PhaseTransition::new(phase.as_str(), &now()));
+    let transitions = vmi.transitions_entering(phase, &now());
     let mut status = Map::new();
     status.insert("phase".into(), json!(phase));
     status.insert("phaseTransitionTimestamps".into(), json!(transitions));
@@ -58,20 +55,20 @@ pub(super) fn running_status(
     if paused {
         set_condition(
             &mut list,
-            "Ready",
+            READY,
             "False",
-            "GuestNotRunning",
+            REASON_GUEST_NOT_RUNNING,
             "the guest is paused",
         );
         set_condition(
             &mut list,
-            "Paused",
+            PAUSED,
             "True",
-            "PausedByUser",
-            "VMI was paused by user",
+            REASON_PAUSED_BY_USER,
+            MESSAGE_PAUSED_BY_USER,
         );
     } else {
-        set_condition(&mut list, "Ready", "True", "", "");
+        set_condition(&mut list, READY, "True", "", "");
     }
     match kubevirt_api::migratable::check(vmi, |claim| sources.claim_shared(claim)) {
         Ok(method) => {
@@ -86,7 +83,7 @@ pub(super) fn running_status(
             &why.message,
         ),
     }
-    list.retain(|c| c.kind() != "Synchronized");
+    list.retain(|c| c.kind() != SYNCHRONIZED);
     status.insert("conditions".into(), json!(list));
     status.extend(guest_status(info, accel));
     status.extend(image_status(vmi, &image_ids(vmi)));
@@ -189,8 +186,8 @@ pub(super) fn failed_status(
     let mut status = enter_phase(vmi, VmiPhase::Failed);
     status.insert("reason".into(), json!(reason));
     let mut list = conditions(vmi);
-    set_condition(&mut list, "Ready", "False", reason, message);
-    list.retain(|c| c.kind() != "Synchronized");
+    set_condition(&mut list, READY, "False", reason, message);
+    list.retain(|c| c.kind() != SYNCHRONIZED);
     status.insert("conditions".into(), json!(list));
     status
 }
@@ -204,7 +201,7 @@ pub(super) fn scheduled_status(
 ) -> Map<String, Value> {
     let mut status = enter_phase(vmi, VmiPhase::Scheduled);
     let mut list = conditions(vmi);
-    list.retain(|c| c.kind() != "Synchronized");
+    list.retain(|c| c.kind() != SYNCHRONIZED);
     status.insert("conditions".into(), json!(list));
     let mut pins = image_ids(vmi);
     pins.volumes.extend(pulled.volumes);

@@ -2,9 +2,15 @@
 //! strategy and VMI state, migrate's precondition, the queue check, and the VMI verbs.
 
 use super::*;
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
-use StateChangeRequest::{Start, Stop};
+use ChangeRequest::{Start, Stop};
+
+/// An object written as JSON, typed.
+fn typed<T: DeserializeOwned>(v: &Value) -> T {
+    serde_json::from_value(v.clone()).expect("a well-formed object")
+}
 
 const NOW: &str = "2024-01-02T03:04:05.000006Z";
 
@@ -29,7 +35,8 @@ fn vmi_with_grace(phase: &str, grace: i64) -> Value {
 }
 
 fn decide(verb: VmVerb, body: Value, vm: &Value, vmi: Option<&Value>) -> Result<Decision, Refusal> {
-    decide_vm(verb, &body, vm, vmi)
+    let vmi: Option<VirtualMachineInstance> = vmi.map(typed);
+    decide_vm(verb, &body, &typed(vm), vmi.as_ref())
 }
 
 fn effects(verb: VmVerb, body: Value, vm: &Value, vmi: Option<&Value>) -> Vec<Effect> {
@@ -46,28 +53,28 @@ fn conflict(message: &str) -> Refusal {
     Refusal::VmConflict(message.to_string())
 }
 
-fn queue(vm: &Value, requests: Vec<StateChangeRequest>) -> Effect {
+fn queue(vm: &Value, requests: Vec<ChangeRequest>) -> Effect {
     Effect::QueueStateChanges {
-        expected: vm.pointer("/status/stateChangeRequests").cloned(),
+        expected: typed::<VirtualMachine>(vm).status.state_change_requests,
         requests,
     }
 }
 
 fn set_strategy(vm: &Value, uses_running: bool, start: bool) -> Effect {
     Effect::SetRunStrategy {
-        expected_spec: vm["spec"].clone(),
+        expected_spec: Box::new(typed(&vm["spec"])),
         uses_running,
         start,
     }
 }
 
-fn stop_vmi() -> StateChangeRequest {
+fn stop_vmi() -> ChangeRequest {
     Stop {
         uid: Some("vmi-uid".into()),
     }
 }
 
-const START: StateChangeRequest = Start { paused: false };
+const START: ChangeRequest = Start { paused: false };
 
 #[test]
 fn verbs_parse_by_resource_and_subresource() {
@@ -90,7 +97,7 @@ fn verbs_parse_by_resource_and_subresource() {
 
 #[test]
 fn state_change_requests_serialise_as_virt_api_writes_them() {
-    let text = |r: StateChangeRequest| serde_json::to_string(&r.to_json()).unwrap();
+    let text = |r: ChangeRequest| serde_json::to_string(&r.entry()).unwrap();
     assert_eq!(text(stop_vmi()), r#"{"action":"Stop","uid":"vmi-uid"}"#);
     assert_eq!(text(Stop { uid: None }), r#"{"action":"Stop"}"#);
     assert_eq!(text(START), r#"{"action":"Start"}"#);
@@ -262,7 +269,7 @@ fn queued_requests_are_expected_as_read() {
     assert_eq!(
         effects(VmVerb::Start, json!({}), &manual, None),
         [Effect::QueueStateChanges {
-            expected: Some(queued),
+            expected: Some(typed(&queued)),
             requests: vec![START]
         }]
     );
@@ -606,8 +613,8 @@ fn migrate_needs_a_running_vmi() {
 #[test]
 fn the_queue_takes_a_lone_stop_over_queued_requests_only() {
     const UNDERWAY: &str = "unable to complete request: stop/start already underway";
-    let queued = json!([{"action": "Start"}]);
-    for current in [None, Some(json!([])), Some(json!(null))] {
+    let queued: Vec<StateChangeRequest> = typed(&json!([{"action": "Start"}]));
+    for current in [None, Some(vec![])] {
         for requests in [vec![START], vec![stop_vmi(), START], vec![stop_vmi()]] {
             assert_eq!(check_queue(current.as_ref(), &requests), Ok(()));
         }
@@ -627,7 +634,7 @@ fn the_queue_takes_a_lone_stop_over_queued_requests_only() {
 }
 
 fn vmi_refusal(verb: VmiVerb, vmi: &Value) -> Refusal {
-    decide_vmi(verb, &json!({}), vmi, NOW).expect_err("refused")
+    decide_vmi(verb, &json!({}), &typed(vmi), NOW).expect_err("refused")
 }
 
 fn vmi_conflict(message: &str) -> Refusal {
@@ -641,7 +648,7 @@ fn paused(mut vmi: Value) -> Value {
 }
 
 fn annotations(verb: VmiVerb, body: Value, vmi: &Value) -> Decision {
-    decide_vmi(verb, &body, vmi, NOW).expect("accepted")
+    decide_vmi(verb, &body, &typed(vmi), NOW).expect("accepted")
 }
 
 #[test]
@@ -671,7 +678,7 @@ fn pause_rules() {
     // A condition other than Paused=True is not paused.
     let mut not_paused = vmi("Running");
     not_paused["status"]["conditions"] = json!([{"type": "Paused", "status": "False"}]);
-    assert!(decide_vmi(VmiVerb::Pause, &json!({}), &not_paused, NOW).is_ok());
+    assert!(decide_vmi(VmiVerb::Pause, &json!({}), &typed(&not_paused), NOW).is_ok());
 
     let mut migrating = vmi("Running");
     migrating["status"]["migrationState"] = json!({"migrationUid": "m1", "sourceNode": "n1"});
@@ -686,7 +693,7 @@ fn pause_rules() {
     ] {
         let mut migrated = vmi("Running");
         migrated["status"]["migrationState"] = ended;
-        assert!(decide_vmi(VmiVerb::Pause, &json!({}), &migrated, NOW).is_ok());
+        assert!(decide_vmi(VmiVerb::Pause, &json!({}), &typed(&migrated), NOW).is_ok());
     }
 }
 
@@ -736,5 +743,5 @@ fn soft_reboot_rules() {
     // ACPI is on unless turned off.
     let mut acpi = vmi("Running");
     acpi["spec"] = json!({"domain": {"features": {"acpi": {}}}});
-    assert!(decide_vmi(VmiVerb::SoftReboot, &json!({}), &acpi, NOW).is_ok());
+    assert!(decide_vmi(VmiVerb::SoftReboot, &json!({}), &typed(&acpi), NOW).is_ok());
 }
