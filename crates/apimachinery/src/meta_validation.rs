@@ -43,7 +43,8 @@ const FINALIZER_FOREGROUND: &str = "foregroundDeletion";
 /// Finalizers Kubernetes itself owns; only these may lack a domain prefix without a warning.
 const STANDARD_FINALIZERS: [&str; 3] = [FINALIZER_ORPHAN, FINALIZER_FOREGROUND, "kubernetes"];
 
-fn max_len_error(length: usize) -> String {
+/// `validation.MaxLenError`.
+pub fn max_len_error(length: usize) -> String {
     format!("must be no more than {length} characters")
 }
 

@@ -13,6 +13,27 @@ pub struct PrinterColumn {
     pub priority: i32,
 }
 
+impl PrinterColumn {
+    /// The Age column of a built-in kind, described as Kubernetes describes it.
+    pub const AGE: PrinterColumn = PrinterColumn {
+        name: "Age",
+        column_type: "date",
+        json_path: ".metadata.creationTimestamp",
+        description: crate::table::AGE_COLUMN_DESCRIPTION,
+        priority: 0,
+    };
+
+    /// The Age column a CRD declares (KubeVirt's), described as apiextensions describes it.
+    pub const CRD_AGE: PrinterColumn = PrinterColumn {
+        name: "Age",
+        column_type: "date",
+        json_path: ".metadata.creationTimestamp",
+        description:
+            "Custom resource definition column (in JSONPath format): .metadata.creationTimestamp",
+        priority: 0,
+    };
+}
+
 /// A served resource type.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResourceInfo {

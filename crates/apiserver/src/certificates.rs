@@ -8,7 +8,6 @@ use apimachinery::field::FieldError;
 #[cfg(test)]
 use apimachinery::identity::KUBELET_CLIENT_SIGNER;
 use apimachinery::resource::{PrinterColumn, ResourceInfo};
-use apimachinery::table::AGE_COLUMN_DESCRIPTION;
 use base64::Engine;
 use serde_json::{json, Value};
 
@@ -58,13 +57,7 @@ pub static CERTIFICATE_SIGNING_REQUEST: ResourceInfo = ResourceInfo {
     namespaced: false,
     status_subresource: true,
     printer_columns: &[
-        PrinterColumn {
-            name: "Age",
-            column_type: "date",
-            json_path: ".metadata.creationTimestamp",
-            description: AGE_COLUMN_DESCRIPTION,
-            priority: 0,
-        },
+        PrinterColumn::AGE,
         PrinterColumn {
             name: "SignerName",
             column_type: "string",

@@ -4,7 +4,6 @@
 
 use apimachinery::field::FieldError;
 use apimachinery::resource::{PrinterColumn, ResourceInfo};
-use apimachinery::table::AGE_COLUMN_DESCRIPTION;
 use serde_json::{json, Value};
 
 use crate::registry::{Admission, ResourceHooks};
@@ -30,13 +29,7 @@ pub static LEASE: ResourceInfo = ResourceInfo {
             description: "holderIdentity contains the identity of the holder of a current lease.",
             priority: 0,
         },
-        PrinterColumn {
-            name: "Age",
-            column_type: "date",
-            json_path: ".metadata.creationTimestamp",
-            description: AGE_COLUMN_DESCRIPTION,
-            priority: 0,
-        },
+        PrinterColumn::AGE,
     ],
     schema_name: "io.k8s.api.coordination.v1.Lease",
 };

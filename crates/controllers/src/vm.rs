@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -224,14 +224,7 @@ fn vmi_from_template(
             namespace: Some(vm.namespace().to_string()),
             labels: Some(metadata.labels.unwrap_or_default()),
             annotations: Some(annotations),
-            owner_references: Some(vec![OwnerReference {
-                api_version: VirtualMachine::API_VERSION.into(),
-                kind: VirtualMachine::KIND.into(),
-                name: vm.name().to_string(),
-                uid: vm.uid().to_string(),
-                controller: Some(true),
-                block_owner_deletion: Some(true),
-            }]),
+            owner_references: Some(vec![vm.controller_reference()]),
             ..ObjectMeta::default()
         },
         spec,
@@ -302,59 +295,15 @@ async fn reconcile(
     }
     let cached = cached.unpack()?;
     let vm = Arc::new(cached.vm(DECISION_SPEC_FIELDS)?);
-    let namespace = vm.namespace().to_string();
-    let name = vm.name().to_string();
-    let vms = Api::<VirtualMachine>::namespaced(ctx.client.clone(), &namespace);
-    let vmis = Api::<VirtualMachineInstance>::namespaced(ctx.client.clone(), &namespace);
-    let mut vmi = find_vmi(&vm, &vmis, &ctx).await?;
+    let vms = Api::<VirtualMachine>::namespaced(ctx.client.clone(), vm.namespace());
+    let vmis = Api::<VirtualMachineInstance>::namespaced(ctx.client.clone(), vm.namespace());
+    let vmi = find_vmi(&vm, &vmis, &ctx).await?;
     let deleting = vm.metadata.deletion_timestamp.is_some();
-    let finalizers_now = vm.metadata.finalizers.clone().unwrap_or_default();
-    let has_finalizer = finalizers_now.iter().any(|f| f == VM_FINALIZER);
-    if deleting && vmi.is_none() {
-        if has_finalizer {
-            let finalizers: Vec<&String> = finalizers_now
-                .iter()
-                .filter(|f| *f != VM_FINALIZER)
-                .collect();
-            let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": vm.metadata.resource_version}});
-            vms.patch(&name, &params_merge(), &Patch::Merge(&patch))
-                .await?;
-        }
+    let Some(vm) = keep_finalizer(&vms, vm, vmi.is_some()).await? else {
         return Ok(Action::await_change());
-    }
-    // The finalizer first, then on with the VM as that write left it (KubeVirt does both
-    // in one sync).
-    let vm = if !deleting && !has_finalizer {
-        let mut finalizers = finalizers_now.clone();
-        finalizers.push(VM_FINALIZER.to_string());
-        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": vm.metadata.resource_version}});
-        // The answer is the whole VM; the sync goes on with the spec fields it decides by,
-        // as the cache gave them, and the written metadata.
-        let written = vms
-            .patch(&name, &params_merge(), &Patch::Merge(&patch))
-            .await?;
-        Arc::new(VirtualMachine {
-            metadata: written.metadata,
-            ..(*vm).clone()
-        })
-    } else {
-        vm
     };
-
     let Some(strategy) = strategy_of(&vm) else {
-        let failure = Condition::new(
-            "Failure",
-            "True",
-            "FailedCreate",
-            "Error fetching RunStrategy: running and runstrategy are mutually exclusive or missing",
-        );
-        let retry = update_status(&ctx, &key, &vm, |status| {
-            let mut conditions = vm.status.conditions.clone().unwrap_or_default();
-            set(&mut conditions, failure.clone(), &meta::now());
-            status.insert("conditions".into(), json!(conditions));
-        })
-        .await?;
-        return Ok(next_sync(retry));
+        return report_missing_strategy(&ctx, &key, &vm).await;
     };
     let templates: Vec<DataVolumeTemplate> = cached
         .spec_field("dataVolumeTemplates")?
@@ -378,129 +327,249 @@ async fn reconcile(
     let plan = run_strategy::plan(state, observed.as_ref(), now, |max| {
         chrono::Duration::milliseconds(rand::random_range(0..=max.num_milliseconds().max(0)))
     });
-    let mut requeue = None;
-    let mut effect = Effect::None;
-    // A failed create or delete: the VM's Failure condition (reason, message).
-    let mut failure: Option<(&str, String)> = None;
     // Whether the volumes let the VM start, when it wants to or has DataVolumes to show.
     let wants_vmi = matches!(plan.action, VmiAction::Create { .. });
     let volumes = if (wants_vmi || !templates.is_empty()) && vmi.is_none() && !deleting {
         match cached.spec_field::<VmiTemplate>("template")? {
-            Some(template) => vm_volumes::readiness(&ctx.client, &namespace, &template).await?,
+            Some(template) => vm_volumes::readiness(&ctx.client, vm.namespace(), &template).await?,
             None => Readiness::Ready,
         }
     } else {
         Readiness::Ready
     };
-    if volumes != Readiness::Ready {
+    let step = Step {
+        effect: Effect::None,
+        vmi,
+        failure: None,
         // Woken by the DataVolumes it owns; others (and claims) are looked at again soon.
-        requeue = Some(Duration::from_secs(2));
-    }
-    match &plan.action {
-        VmiAction::None => {}
-        VmiAction::Create { .. } if volumes != Readiness::Ready => {}
+        requeue: (volumes != Readiness::Ready).then_some(Duration::from_secs(2)),
+    };
+    let step = match &plan.action {
+        VmiAction::Create { .. } if volumes != Readiness::Ready => step,
         VmiAction::Create { paused } => {
-            let body = vmi_from_template(&vm, cached.spec_field("template")?, *paused);
-            match vmis.create(&post_params(), &body).await {
-                // The status reports on the VMI just made, so the sync its creation
-                // triggers finds nothing left to write.
-                Ok(created) => {
-                    let created = Arc::new(created);
-                    effect = Effect::Created;
-                    ctx.expectations.created_vmi(&key, &created);
-                    vmi = Some(created);
-                }
-                // The cache had not seen a VMI that exists: report on that one.
-                Err(kube::Error::Api(s)) if s.code == 409 => {
-                    vmi = vmis
-                        .get_opt(&name)
-                        .await?
-                        .map(Arc::new)
-                        .filter(|vmi| owned_by(vmi, &vm));
-                    if vmi.is_some() {
-                        effect = Effect::FoundExisting;
-                    }
-                    requeue = Some(Duration::from_millis(100));
-                }
-                Err(kube::Error::Api(s)) => {
-                    failure = Some((
-                        "FailedCreate",
-                        format!("Failure while starting VMI: {}", s.message),
-                    ));
-                    requeue = Some(Duration::from_secs(1));
-                }
-                Err(e) => return Err(e.into()),
-            }
+            let template = cached.spec_field("template")?;
+            create_vmi(&ctx, &key, &vm, &vmis, template, *paused, step).await?
         }
-        VmiAction::Delete => {
-            if let Some(vmi) = &vmi {
-                let dp = DeleteParams {
-                    preconditions: Some(kube::api::Preconditions {
-                        uid: vmi.metadata.uid.clone(),
-                        resource_version: None,
-                    }),
-                    ..Default::default()
-                };
-                match vmis.delete(&name, &dp).await {
-                    Ok(_) => effect = Effect::Deleted,
-                    Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-                    Err(kube::Error::Api(s)) => {
-                        failure = Some((
-                            "FailedDelete",
-                            format!("Failure attempting to delete VMI: {}", s.message),
-                        ));
-                        requeue = Some(Duration::from_secs(1));
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
-        VmiAction::WaitUntil(when) => {
-            requeue = Some((*when - now).to_std().unwrap_or(Duration::from_millis(100)));
-        }
+        VmiAction::Delete => delete_vmi(&vmis, vm.name(), step).await?,
+        VmiAction::WaitUntil(when) => Step {
+            requeue: Some((*when - now).to_std().unwrap_or(Duration::from_millis(100))),
+            ..step
+        },
         VmiAction::SwitchToAlways => {
             let patch = if vm.spec.running.is_some() {
                 json!({"spec": {"running": true}})
             } else {
                 json!({"spec": {"runStrategy": "Always"}})
             };
-            vms.patch(&name, &params_merge(), &Patch::Merge(&patch))
+            vms.patch(vm.name(), &params_merge(), &Patch::Merge(&patch))
                 .await?;
+            step
         }
-    }
-    let outcome = run_strategy::conclude(plan, observed.as_ref(), effect);
-    let state = &outcome.state;
+        VmiAction::None => step,
+    };
+    let outcome = run_strategy::conclude(plan, observed.as_ref(), step.effect);
     let printable = match volumes.printable_status() {
         Some(waiting) if matches!(outcome.printable_status, "Stopped" | "Starting") => waiting,
         _ => outcome.printable_status,
     };
-    let generation = vm.metadata.generation;
-    let vmi_generation = vmi.as_ref().and_then(|v| {
-        v.metadata
-            .annotations
-            .as_ref()?
-            .get(VM_GENERATION)
-            .and_then(|g| g.parse::<i64>().ok())
-    });
-    let retry = update_status(&ctx, &key, &vm, |status| {
-        status.insert("printableStatus".into(), json!(printable));
+    let report = Report {
+        printable,
+        vmi: step.vmi.as_deref(),
+        state: &outcome.state,
+        volumes: &volumes,
+        failure: step.failure.as_ref(),
+    };
+    let retry = update_status(&ctx, &key, &vm, |status| report.fill(&vm, status)).await?;
+    // A status write lost to a conflict is retried even when the pass wanted no requeue.
+    Ok(next_sync(sooner(step.requeue, retry)))
+}
+
+/// Where a sync stands after acting on its plan.
+struct Step {
+    effect: Effect,
+    /// The VM's VMI, as the action left it.
+    vmi: Option<Arc<VirtualMachineInstance>>,
+    /// A failed create or delete: the VM's Failure condition (reason, message).
+    failure: Option<(&'static str, String)>,
+    requeue: Option<Duration>,
+}
+
+/// Adds the VM's finalizer, or takes it away once a deleted VM has no VMI left. Returns
+/// the VM to sync on (as the finalizer write left it), or `None` when the VM is done.
+async fn keep_finalizer(
+    vms: &Api<VirtualMachine>,
+    vm: Arc<VirtualMachine>,
+    has_vmi: bool,
+) -> Result<Option<Arc<VirtualMachine>>, Error> {
+    let deleting = vm.metadata.deletion_timestamp.is_some();
+    let finalizers_now = vm.metadata.finalizers.clone().unwrap_or_default();
+    let has_finalizer = finalizers_now.iter().any(|f| f == VM_FINALIZER);
+    if deleting && !has_vmi {
+        if has_finalizer {
+            let finalizers: Vec<&String> = finalizers_now
+                .iter()
+                .filter(|f| *f != VM_FINALIZER)
+                .collect();
+            let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": vm.metadata.resource_version}});
+            vms.patch(vm.name(), &params_merge(), &Patch::Merge(&patch))
+                .await?;
+        }
+        return Ok(None);
+    }
+    if deleting || has_finalizer {
+        return Ok(Some(vm));
+    }
+    // The finalizer first, then on with the VM as that write left it (KubeVirt does both
+    // in one sync).
+    let mut finalizers = finalizers_now;
+    finalizers.push(VM_FINALIZER.to_string());
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": vm.metadata.resource_version}});
+    // The answer is the whole VM; the sync goes on with the spec fields it decides by,
+    // as the cache gave them, and the written metadata.
+    let written = vms
+        .patch(vm.name(), &params_merge(), &Patch::Merge(&patch))
+        .await?;
+    Ok(Some(Arc::new(VirtualMachine {
+        metadata: written.metadata,
+        ..(*vm).clone()
+    })))
+}
+
+/// A VM with neither `running` nor `runStrategy` (or both) says so in a Failure condition.
+async fn report_missing_strategy(
+    ctx: &Context,
+    key: &str,
+    vm: &VirtualMachine,
+) -> Result<Action, Error> {
+    let failure = Condition::new(
+        FAILURE,
+        "True",
+        "FailedCreate",
+        "Error fetching RunStrategy: running and runstrategy are mutually exclusive or missing",
+    );
+    let retry = update_status(ctx, key, vm, |status| {
+        let mut conditions = vm.status.conditions.clone().unwrap_or_default();
+        set(&mut conditions, failure, &meta::now());
+        status.insert("conditions".into(), json!(conditions));
+    })
+    .await?;
+    Ok(next_sync(retry))
+}
+
+async fn create_vmi(
+    ctx: &Context,
+    key: &str,
+    vm: &VirtualMachine,
+    vmis: &Api<VirtualMachineInstance>,
+    template: Option<VmiTemplate>,
+    paused: bool,
+    step: Step,
+) -> Result<Step, Error> {
+    let body = vmi_from_template(vm, template, paused);
+    match vmis.create(&post_params(), &body).await {
+        // The status reports on the VMI just made, so the sync its creation
+        // triggers finds nothing left to write.
+        Ok(created) => {
+            let created = Arc::new(created);
+            ctx.expectations.created_vmi(key, &created);
+            Ok(Step {
+                effect: Effect::Created,
+                vmi: Some(created),
+                ..step
+            })
+        }
+        // The cache had not seen a VMI that exists: report on that one.
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let vmi = vmis
+                .get_opt(vm.name())
+                .await?
+                .map(Arc::new)
+                .filter(|vmi| owned_by(vmi, vm));
+            Ok(Step {
+                effect: if vmi.is_some() {
+                    Effect::FoundExisting
+                } else {
+                    step.effect
+                },
+                vmi,
+                requeue: Some(Duration::from_millis(100)),
+                ..step
+            })
+        }
+        Err(kube::Error::Api(s)) => Ok(Step {
+            failure: Some((
+                "FailedCreate",
+                format!("Failure while starting VMI: {}", s.message),
+            )),
+            requeue: Some(Duration::from_secs(1)),
+            ..step
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn delete_vmi(
+    vmis: &Api<VirtualMachineInstance>,
+    name: &str,
+    step: Step,
+) -> Result<Step, Error> {
+    let Some(vmi) = &step.vmi else {
+        return Ok(step);
+    };
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: vmi.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match vmis.delete(name, &dp).await {
+        Ok(_) => Ok(Step {
+            effect: Effect::Deleted,
+            ..step
+        }),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(step),
+        Err(kube::Error::Api(s)) => Ok(Step {
+            failure: Some((
+                "FailedDelete",
+                format!("Failure attempting to delete VMI: {}", s.message),
+            )),
+            requeue: Some(Duration::from_secs(1)),
+            ..step
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What a sync reports in the VM's status.
+struct Report<'a> {
+    printable: &'a str,
+    vmi: Option<&'a VirtualMachineInstance>,
+    state: &'a VmState,
+    volumes: &'a Readiness,
+    failure: Option<&'a (&'static str, String)>,
+}
+
+impl Report<'_> {
+    fn fill(&self, vm: &VirtualMachine, status: &mut Map<String, Value>) {
+        let (vmi, state) = (self.vmi, self.state);
+        status.insert("printableStatus".into(), json!(self.printable));
         status.insert("created".into(), json!(vmi.is_some()));
         let ready = vmi
-            .as_ref()
             .and_then(|v| v.condition(READY))
             .is_some_and(|c| c.is(READY, "True"));
         status.insert("ready".into(), json!(ready));
         if let Some(strategy) = state.last_strategy {
             status.insert("runStrategy".into(), json!(strategy.as_str()));
         }
-        let mut conditions = vm_conditions(vmi.as_deref());
-        conditions.extend(volumes.condition(&meta::now()));
-        if let Some((reason, message)) = &failure {
+        let mut conditions = vm_conditions(vmi);
+        conditions.extend(self.volumes.condition(&meta::now()));
+        if let Some((reason, message)) = self.failure {
             let mut failure = Condition::new(FAILURE, "True", reason, message);
             failure.last_transition_time = Some(meta::now());
             conditions.push(failure);
         } else if state.start_failure.is_some() {
-            conditions.extend(start_failure_condition(&vm, vmi.as_deref()));
+            conditions.extend(start_failure_condition(vm, vmi));
         }
         status.insert("conditions".into(), json!(conditions));
         status.insert(
@@ -523,15 +592,19 @@ async fn reconcile(
                 .map(start_failure_json)
                 .unwrap_or(Value::Null),
         );
-        status.insert("desiredGeneration".into(), json!(generation));
+        status.insert("desiredGeneration".into(), json!(vm.metadata.generation));
+        let vmi_generation = vmi.and_then(|v| {
+            v.metadata
+                .annotations
+                .as_ref()?
+                .get(VM_GENERATION)
+                .and_then(|g| g.parse::<i64>().ok())
+        });
         status.insert(
             "observedGeneration".into(),
             vmi_generation.map(|g| json!(g)).unwrap_or(Value::Null),
         );
-    })
-    .await?;
-    // A status write lost to a conflict is retried even when the pass wanted no requeue.
-    Ok(next_sync(sooner(requeue, retry)))
+    }
 }
 
 /// Requeue after `after`, or wait for the next change.

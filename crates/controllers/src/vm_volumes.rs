@@ -5,7 +5,6 @@
 //! `DataVolumesReady` condition).
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::PostParams;
 use kube::{Api, Client};
 use kubevirt_api::cdi::model::DataVolume;
@@ -69,14 +68,7 @@ pub async fn ensure_templates(
             continue;
         }
         metadata.namespace = Some(namespace.to_string());
-        metadata.owner_references = Some(vec![OwnerReference {
-            api_version: VirtualMachine::API_VERSION.into(),
-            kind: VirtualMachine::KIND.into(),
-            name: vm.name().to_string(),
-            uid: vm.uid().to_string(),
-            controller: Some(true),
-            block_owner_deletion: Some(true),
-        }]);
+        metadata.owner_references = Some(vec![vm.controller_reference()]);
         let dv = DataVolume {
             metadata,
             spec: template.spec.clone().unwrap_or_default(),

@@ -8,17 +8,18 @@
 //! the server's CPU while 10,000 VMs started.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::fmt;
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::{ApiResource, DynamicObject, DynamicResourceScope, Resource, TypeMeta};
 use kube::runtime::watcher::{self, watcher};
 use kube::{Api, Client};
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
+
+pub use crate::model::object::WithoutManagedFields;
 
 /// A `DynamicObject` decoded without its managedFields (see the module's comment).
 #[derive(Clone, Debug)]
@@ -104,51 +105,6 @@ impl<'de> Visitor<'de> for LeanVisitor {
             metadata,
             data: Value::Object(data),
         })
-    }
-}
-
-/// `ObjectMeta` decoded in one pass with `managedFields` skipped unread.
-pub struct WithoutManagedFields(pub ObjectMeta);
-
-impl<'de> Deserialize<'de> for WithoutManagedFields {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        /// `ObjectMeta` without `managedFields`, which is then an unknown field, skipped.
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Metadata {
-            annotations: Option<BTreeMap<String, String>>,
-            creation_timestamp: Option<Time>,
-            deletion_grace_period_seconds: Option<i64>,
-            deletion_timestamp: Option<Time>,
-            finalizers: Option<Vec<String>>,
-            generate_name: Option<String>,
-            generation: Option<i64>,
-            labels: Option<BTreeMap<String, String>>,
-            name: Option<String>,
-            namespace: Option<String>,
-            owner_references: Option<Vec<OwnerReference>>,
-            resource_version: Option<String>,
-            self_link: Option<String>,
-            uid: Option<String>,
-        }
-        let m = Metadata::deserialize(deserializer)?;
-        Ok(WithoutManagedFields(ObjectMeta {
-            annotations: m.annotations,
-            creation_timestamp: m.creation_timestamp,
-            deletion_grace_period_seconds: m.deletion_grace_period_seconds,
-            deletion_timestamp: m.deletion_timestamp,
-            finalizers: m.finalizers,
-            generate_name: m.generate_name,
-            generation: m.generation,
-            labels: m.labels,
-            managed_fields: None,
-            name: m.name,
-            namespace: m.namespace,
-            owner_references: m.owner_references,
-            resource_version: m.resource_version,
-            self_link: m.self_link,
-            uid: m.uid,
-        }))
     }
 }
 

@@ -6,15 +6,6 @@ use apimachinery::resource::{PrinterColumn, ResourceInfo};
 const GROUP: &str = "kubevirt.io";
 const VERSION: &str = "v1";
 
-const AGE: PrinterColumn = PrinterColumn {
-    name: "Age",
-    column_type: "date",
-    json_path: ".metadata.creationTimestamp",
-    description:
-        "Custom resource definition column (in JSONPath format): .metadata.creationTimestamp",
-    priority: 0,
-};
-
 const READY: PrinterColumn = PrinterColumn {
     name: "Ready",
     column_type: "string",
@@ -39,7 +30,7 @@ pub static VIRTUAL_MACHINE: ResourceInfo = ResourceInfo {
     namespaced: true,
     status_subresource: true,
     printer_columns: &[
-        AGE,
+        PrinterColumn::CRD_AGE,
         PrinterColumn {
             name: "Status",
             column_type: "string",
@@ -66,7 +57,7 @@ pub static VIRTUAL_MACHINE_INSTANCE: ResourceInfo = ResourceInfo {
     namespaced: true,
     status_subresource: false,
     printer_columns: &[
-        AGE,
+        PrinterColumn::CRD_AGE,
         PrinterColumn {
             name: "Phase",
             column_type: "string",
@@ -150,13 +141,7 @@ pub static KUBEVIRT: ResourceInfo = ResourceInfo {
     namespaced: true,
     status_subresource: true,
     printer_columns: &[
-        PrinterColumn {
-            name: "Age",
-            column_type: "date",
-            json_path: ".metadata.creationTimestamp",
-            description: "Custom resource definition column (in JSONPath format): .metadata.creationTimestamp",
-            priority: 0,
-        },
+        PrinterColumn::CRD_AGE,
         PrinterColumn {
             name: "Phase",
             column_type: "string",
@@ -180,14 +165,7 @@ pub static MIGRATION_POLICY: ResourceInfo = ResourceInfo {
     categories: &[],
     namespaced: false,
     status_subresource: true,
-    printer_columns: &[PrinterColumn {
-        name: "Age",
-        column_type: "date",
-        json_path: ".metadata.creationTimestamp",
-        description:
-            "Custom resource definition column (in JSONPath format): .metadata.creationTimestamp",
-        priority: 0,
-    }],
+    printer_columns: &[PrinterColumn::CRD_AGE],
     schema_name: "io.kubevirt.migrations.v1alpha1.MigrationPolicy",
 };
 

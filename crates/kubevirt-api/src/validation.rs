@@ -1,73 +1,9 @@
 //! Small re-implementations of the Go and Kubernetes helpers KubeVirt's webhooks lean on, so
-//! our messages and edge cases match theirs: DNS names, port names, `net.ParseMAC`, PCI
-//! addresses, `%q` quoting, `filepath.Match` and `filepath.Clean`.
+//! our messages and edge cases match theirs: port names, `net.ParseMAC`, PCI addresses,
+//! `filepath.Match` and `filepath.Clean`. DNS names and `%q` quoting are apimachinery's
+//! (`meta_validation`).
 
-const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
-const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
-const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
-
-/// apimachinery's `RegexError`.
-fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
-    let mut out = format!("{msg} (e.g. ");
-    for (i, example) in examples.iter().enumerate() {
-        if i > 0 {
-            out.push_str(" or ");
-        }
-        out.push_str(&format!("'{example}', "));
-    }
-    out.push_str(&format!("regex used for validation is '{fmt}')"));
-    out
-}
-
-fn max_len_error(n: usize) -> String {
-    format!("must be no more than {n} characters")
-}
-
-fn is_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    !b.is_empty()
-        && alnum(b[0])
-        && alnum(b[b.len() - 1])
-        && b.iter().all(|&c| alnum(c) || c == b'-')
-}
-
-fn is_subdomain(s: &str) -> bool {
-    s.split('.').all(is_label)
-}
-
-/// apimachinery's `IsDNS1123Label`.
-pub(crate) fn dns1123_label(s: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if s.len() > 63 {
-        errs.push(max_len_error(63));
-    }
-    if !is_label(s) {
-        if is_subdomain(s) {
-            errs.push("must not contain dots".to_string());
-        } else {
-            errs.push(regex_error(
-                DNS1123_LABEL_MSG,
-                DNS1123_LABEL_FMT,
-                &["my-name", "123-abc"],
-            ));
-        }
-    }
-    errs
-}
-
-/// apimachinery's `IsDNS1123Subdomain`.
-pub(crate) fn dns1123_subdomain(s: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if s.len() > 253 {
-        errs.push(max_len_error(253));
-    }
-    if !is_subdomain(s) {
-        let fmt = format!("{DNS1123_LABEL_FMT}(\\.{DNS1123_LABEL_FMT})*");
-        errs.push(regex_error(DNS1123_SUBDOMAIN_MSG, &fmt, &["example.com"]));
-    }
-    errs
-}
+use apimachinery::meta_validation::max_len_error;
 
 /// apimachinery's `IsValidPortName`.
 pub(crate) fn port_name(s: &str) -> Vec<String> {
@@ -151,32 +87,6 @@ pub(crate) fn is_pci_address(s: &str) -> bool {
         && (b'0'..=b'7').contains(&b[11])
 }
 
-/// Go's `%q` for strings.
-pub(crate) fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 /// Go's `filepath.Match` for patterns made of literals, `*` and `?` (what machine-type globs
 /// use); `*` and `?` never match `/`.
 pub(crate) fn glob_match(pattern: &str, name: &str) -> bool {
@@ -236,25 +146,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dns_names() {
-        assert!(dns1123_label("my-disk").is_empty());
-        assert_eq!(dns1123_label("a.b"), ["must not contain dots"]);
-        assert_eq!(
-            dns1123_label("Bad_Name"),
-            ["a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"]
-        );
-        assert_eq!(
-            dns1123_label(&"a".repeat(64)),
-            ["must be no more than 63 characters"]
-        );
-        assert!(dns1123_subdomain("a.b-c").is_empty());
-        assert_eq!(
-            dns1123_subdomain("a..b"),
-            ["a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"]
-        );
-    }
-
-    #[test]
     fn port_names() {
         assert!(port_name("http").is_empty());
         assert!(port_name("h-2").is_empty());
@@ -277,11 +168,10 @@ mod tests {
     }
 
     #[test]
-    fn pci_quote_glob_clean() {
+    fn pci_glob_clean() {
         assert!(is_pci_address("0000:81:01.7"));
         assert!(!is_pci_address("0000:81:01.8"));
         assert!(!is_pci_address("81:01.0"));
-        assert_eq!(go_quote("a\"b\n"), "\"a\\\"b\\n\"");
         assert!(glob_match("q35*", "q35"));
         assert!(glob_match("pc-q35*", "pc-q35-rhel9.4.0"));
         assert!(glob_match("pc", "pc"));

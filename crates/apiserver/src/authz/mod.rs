@@ -16,7 +16,7 @@
 mod attributes;
 pub mod escalation;
 pub mod impersonation;
-pub mod node;
+pub mod node_authorizer;
 mod snapshot;
 
 use std::sync::{Arc, RwLock};

@@ -3,7 +3,6 @@
 use apimachinery::field::{self, FieldError};
 use apimachinery::resource::{PrinterColumn, ResourceInfo};
 use apimachinery::status::Status;
-use apimachinery::table::AGE_COLUMN_DESCRIPTION;
 use serde_json::{json, Value};
 
 use super::config_data::{
@@ -31,13 +30,7 @@ pub static CONFIG_MAP: ResourceInfo = ResourceInfo {
             description: "Data contains the configuration data. Each key must consist of alphanumeric characters, '-', '_' or '.'. Values with non-UTF-8 byte sequences must use the BinaryData field. The keys stored in Data must not overlap with the keys in the BinaryData field, this is enforced during validation process.",
             priority: 0,
         },
-        PrinterColumn {
-            name: "Age",
-            column_type: "date",
-            json_path: ".metadata.creationTimestamp",
-            description: AGE_COLUMN_DESCRIPTION,
-            priority: 0,
-        },
+        PrinterColumn::AGE,
     ],
     schema_name: "io.k8s.api.core.v1.ConfigMap",
 };

@@ -27,13 +27,7 @@ pub static NAMESPACE: ResourceInfo = ResourceInfo {
             description: "The phase of the namespace",
             priority: 0,
         },
-        PrinterColumn {
-            name: "Age",
-            column_type: "date",
-            json_path: ".metadata.creationTimestamp",
-            description: "",
-            priority: 0,
-        },
+        PrinterColumn::AGE,
     ],
     schema_name: "io.k8s.api.core.v1.Namespace",
 };

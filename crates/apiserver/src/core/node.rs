@@ -25,13 +25,7 @@ pub static NODE: ResourceInfo = ResourceInfo {
             description: "Whether the node's agent is heart-beating (Ready) or not (NotReady)",
             priority: 0,
         },
-        PrinterColumn {
-            name: "Age",
-            column_type: "date",
-            json_path: ".metadata.creationTimestamp",
-            description: "",
-            priority: 0,
-        },
+        PrinterColumn::AGE,
     ],
     schema_name: "io.k8s.api.core.v1.Node",
 };

@@ -46,13 +46,7 @@ pub static PERSISTENT_VOLUME_CLAIM: ResourceInfo = ResourceInfo {
             description: "How the volume may be mounted",
             priority: 0,
         },
-        PrinterColumn {
-            name: "Age",
-            column_type: "date",
-            json_path: ".metadata.creationTimestamp",
-            description: "",
-            priority: 0,
-        },
+        PrinterColumn::AGE,
     ],
     schema_name: "io.k8s.api.core.v1.PersistentVolumeClaim",
 };

@@ -25,13 +25,7 @@ pub static POD: ResourceInfo = ResourceInfo {
             description: "The phase of the Pod",
             priority: 0,
         },
-        PrinterColumn {
-            name: "Age",
-            column_type: "date",
-            json_path: ".metadata.creationTimestamp",
-            description: "",
-            priority: 0,
-        },
+        PrinterColumn::AGE,
         PrinterColumn {
             name: "IP",
             column_type: "string",

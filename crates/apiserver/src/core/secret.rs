@@ -4,7 +4,6 @@
 use apimachinery::field::{self, FieldError};
 use apimachinery::resource::{PrinterColumn, ResourceInfo};
 use apimachinery::status::Status;
-use apimachinery::table::AGE_COLUMN_DESCRIPTION;
 use base64::Engine;
 use serde_json::{json, Value};
 
@@ -42,13 +41,7 @@ pub static SECRET: ResourceInfo = ResourceInfo {
             description: "Data contains the secret data. Each key must consist of alphanumeric characters, '-', '_' or '.'. The serialized form of the secret data is a base64 encoded string, representing the arbitrary (possibly non-string) data value here. Described in https://tools.ietf.org/html/rfc4648#section-4",
             priority: 0,
         },
-        PrinterColumn {
-            name: "Age",
-            column_type: "date",
-            json_path: ".metadata.creationTimestamp",
-            description: AGE_COLUMN_DESCRIPTION,
-            priority: 0,
-        },
+        PrinterColumn::AGE,
     ],
     schema_name: "io.k8s.api.core.v1.Secret",
 };

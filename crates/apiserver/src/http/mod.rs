@@ -154,9 +154,9 @@ impl ApiServer {
             false => self.limits.admit(&user, &info)?,
         };
         self.authorize(&user, &attrs, trail)?;
-        if let Some(node) = crate::authz::node::node_of(&user) {
+        if let Some(node) = crate::authz::node_authorizer::node_of(&user) {
             if let Err(reason) =
-                crate::authz::node::authorize(&self.registry, node, &attrs, &query).await
+                crate::authz::node_authorizer::authorize(&self.registry, node, &attrs, &query).await
             {
                 trail.decision(false, &reason);
                 return Err(crate::authz::forbidden(&user.name, &attrs, &reason));

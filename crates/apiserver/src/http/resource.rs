@@ -63,8 +63,9 @@ impl ResourceRequest<'_> {
         } else {
             None
         };
-        let node_guard = crate::authz::node::node_of(self.user)
-            .and_then(|node| crate::authz::node::write_guard(node, info.group, info.plural));
+        let node_guard = crate::authz::node_authorizer::node_of(self.user).and_then(|node| {
+            crate::authz::node_authorizer::write_guard(node, info.group, info.plural)
+        });
         let guard = match (guard, node_guard) {
             (Some(a), Some(b)) => Some(a.and(b)),
             (a, b) => a.or(b),

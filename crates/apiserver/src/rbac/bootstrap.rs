@@ -696,7 +696,7 @@ fn cdi_roles() -> Vec<Value> {
 
 /// What virtplane's node agents do with the API: register and heart-beat their Node,
 /// run the VMIs placed on them and read what those use (kube's `system:node` and
-/// KubeVirt's virt-handler role, for this server's kinds). `authz::node` narrows it to
+/// KubeVirt's virt-handler role, for this server's kinds). `authz::node_authorizer` narrows it to
 /// the node's own objects, as kube's Node authorizer and NodeRestriction do.
 fn node_role() -> Value {
     cluster_role(

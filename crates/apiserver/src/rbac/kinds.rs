@@ -28,13 +28,7 @@ const BINDING_COLUMNS: &[PrinterColumn] = &[
         description: ROLE_REF_DESCRIPTION,
         priority: 0,
     },
-    PrinterColumn {
-        name: "Age",
-        column_type: "date",
-        json_path: ".metadata.creationTimestamp",
-        description: AGE_COLUMN_DESCRIPTION,
-        priority: 0,
-    },
+    PrinterColumn::AGE,
     PrinterColumn {
         name: "Users",
         column_type: "string",

@@ -7,7 +7,9 @@ use serde_json::Value;
 
 use super::Causes;
 use crate::access::{bool_at, has, int_at, list_at, str_at};
-use crate::validation::{go_quote, is_pci_address, parse_mac, port_name};
+use apimachinery::meta_validation::go_quote;
+
+use crate::validation::{is_pci_address, parse_mac, port_name};
 
 const INTERFACE_MODELS: [&str; 7] = [
     "e1000", "e1000e", "igb", "ne2k_pci", "pcnet", "rtl8139", "virtio",

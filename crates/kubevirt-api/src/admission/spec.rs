@@ -10,7 +10,9 @@ use crate::access::{at, bool_at, get, has, int_at, list_at, str_at};
 use crate::defaults::DEFAULT_ARCHITECTURE;
 use crate::quantity::{Quantity, FORMAT_ERROR};
 use crate::typecheck;
-use crate::validation::{dns1123_label, dns1123_subdomain, glob_match};
+use apimachinery::meta_validation::{is_dns1123_label, is_dns1123_subdomain};
+
+use crate::validation::glob_match;
 
 /// Machine types we accept, per architecture. KubeVirt allows `q35*` and `pc-q35*` on amd64;
 /// we also accept the i440fx types `pc` and `pc-i440fx*` because our QEMU runs them.
@@ -82,7 +84,7 @@ pub(super) fn quantity_text(spec: &Value, keys: &[&str]) -> String {
 fn dns_names(spec: &Value, p: &str, out: &mut Causes) {
     let hostname = str_at(spec, &["hostname"]);
     if !hostname.is_empty() {
-        let errs = dns1123_label(hostname);
+        let errs = is_dns1123_label(hostname);
         if !errs.is_empty() {
             out.add(
                 ErrorType::Invalid,
@@ -96,7 +98,7 @@ fn dns_names(spec: &Value, p: &str, out: &mut Causes) {
     }
     let subdomain = str_at(spec, &["subdomain"]);
     if !subdomain.is_empty() {
-        let errs = dns1123_subdomain(subdomain);
+        let errs = is_dns1123_subdomain(subdomain);
         if !errs.is_empty() {
             out.add(
                 ErrorType::Invalid,

@@ -9,7 +9,9 @@ use serde_json::Value;
 use super::spec::quantity;
 use super::Causes;
 use crate::access::{at, bool_at, get, has, int_at, list_at, str_at};
-use crate::validation::{clean_path, dns1123_label, is_pci_address};
+use apimachinery::meta_validation::is_dns1123_label;
+
+use crate::validation::{clean_path, is_pci_address};
 
 const CLOUD_INIT_MAX_LEN: usize = 2048;
 const SERIAL_MAX_LEN: usize = 256;
@@ -210,7 +212,7 @@ pub(super) fn disks(spec: &Value, p: &str, out: &mut Causes) {
                 );
             }
         }
-        for message in dns1123_label(name) {
+        for message in is_dns1123_label(name) {
             out.add(
                 ErrorType::Invalid,
                 format!("{field}.domain.devices.disks[{i}].name"),

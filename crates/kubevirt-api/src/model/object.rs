@@ -160,6 +160,21 @@ macro_rules! kube_object {
             pub fn uid(&self) -> &str {
                 self.metadata.uid.as_deref().unwrap_or("")
             }
+
+            /// The owner reference of an object this one controls (a VM's VMI and
+            /// DataVolumes): deleting this one deletes it.
+            pub fn controller_reference(
+                &self,
+            ) -> ::k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                ::k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    api_version: Self::API_VERSION.into(),
+                    kind: Self::KIND.into(),
+                    name: self.name().to_string(),
+                    uid: self.uid().to_string(),
+                    controller: Some(true),
+                    block_owner_deletion: Some(true),
+                }
+            }
         }
 
         impl ::serde::Serialize for $name {

@@ -21,8 +21,8 @@ use crate::hypervisor::{
 use crate::qemu_user::{QemuUsers, RUN_DIR};
 use crate::volume_sources::VolumeSources;
 
+mod live_migration;
 mod machine;
-mod migration;
 mod volumes;
 
 use machine::mac_for;
@@ -86,7 +86,7 @@ pub struct Qemu {
     image_ids: Mutex<HashMap<String, ImageIds>>,
     changes: broadcast::Sender<(String, String)>,
     /// Outgoing migrations, by VMI uid.
-    outbound: Mutex<HashMap<String, migration::Outbound>>,
+    outbound: Mutex<HashMap<String, live_migration::Outbound>>,
 }
 
 fn failed(reason: &str, message: impl Into<String>) -> Prepared {
