@@ -9,8 +9,10 @@ use serde_json::{Map, Value};
 
 use crate::meta_validation::{go_quote, go_string_slice, is_qualified_name, is_valid_label_value};
 
-mod field;
-pub use field::{field_label_not_supported, FieldOperator, FieldRequirement, FieldSelector};
+mod field_selector;
+pub use field_selector::{
+    field_label_not_supported, FieldOperator, FieldRequirement, FieldSelector,
+};
 
 /// A label requirement operator (`selection.Operator`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

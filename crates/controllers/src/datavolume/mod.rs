@@ -158,131 +158,78 @@ fn owned_by(claim: &PersistentVolumeClaim, uid: &str) -> bool {
 }
 
 async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let namespace = dv.namespace().to_string();
-    let name = dv.name().to_string();
-    let uid = dv.uid().to_string();
-    let key = object_key(Some(&namespace), &name);
     if dv.metadata.deletion_timestamp.is_some() {
-        ctx.transfers.cancel(&uid);
+        ctx.transfers.cancel(dv.uid());
         return Ok(Action::await_change());
     }
-    let api = Api::<DataVolume>::namespaced(ctx.client.clone(), &namespace);
-    let restarts = dv.status.restart_count.unwrap_or(0);
     if matches!(dv.phase(), Phase::Succeeded | Phase::Failed) {
-        ctx.transfers.forget(&uid);
+        ctx.transfers.forget(dv.uid());
         return Ok(Action::await_change());
     }
+    let restarts = dv.status.restart_count.unwrap_or(0);
+    match pass(&dv, &ctx, restarts).await? {
+        Stop::Quiet(next) => Ok(next),
+        Stop::Report {
+            state,
+            restarts,
+            next,
+        } => {
+            let api = Api::<DataVolume>::namespaced(ctx.client.clone(), dv.namespace());
+            report(&api, &dv, &state, restarts).await?;
+            Ok(next)
+        }
+    }
+}
+
+/// Where a pass ends: with a state to report (the restart count to show, and when to
+/// look again), or quietly.
+enum Stop {
+    Report {
+        state: State,
+        restarts: i64,
+        next: Action,
+    },
+    Quiet(Action),
+}
+
+fn stop(state: State, restarts: i64, next: Action) -> Stop {
+    Stop::Report {
+        state,
+        restarts,
+        next,
+    }
+}
+
+/// One of a pass's steps: its value, or where the pass ends.
+type Step<T> = Result<T, Stop>;
+
+/// Takes a step's value, or ends the pass with what it found.
+macro_rules! step {
+    ($step:expr) => {
+        match $step {
+            Ok(value) => value,
+            Err(stop) => return Ok(stop),
+        }
+    };
+}
+
+/// From the source to a running transfer: the claim, the transfer's outcome, the next
+/// attempt.
+async fn pass(dv: &DataVolume, ctx: &Context, restarts: i64) -> Result<Stop, Error> {
     let spec = dv.parsed_spec();
-    let source = match &spec.origin {
-        Origin::Source(source) => source.clone(),
-        Origin::DataSource(reference) => {
-            match sources::data_source_claim(&ctx.client, reference).await? {
-                Ok(claim) => Source::Pvc(claim),
-                Err(message) => {
-                    report(&api, &dv, &State::WaitingForSource { message }, restarts).await?;
-                    return Ok(Action::requeue(Duration::from_secs(5)));
-                }
-            }
-        }
-        Origin::Missing => {
-            let state = State::Failed {
-                transfer: Transfer::Import,
-                claim: None,
-                message: "the DataVolume names no source".into(),
-            };
-            report(&api, &dv, &state, restarts).await?;
-            return Ok(Action::await_change());
-        }
-    };
-    let transfer = match &source {
-        Source::Http(_) | Source::Registry(_) => Transfer::Import,
-        Source::Pvc(_) => Transfer::Clone,
-        Source::Upload => Transfer::Upload,
-        Source::Blank => Transfer::Blank,
-        Source::Unsupported(kind) => {
-            let state = State::Failed {
-                transfer: Transfer::Import,
-                claim: None,
-                message: format!("DataVolume source {kind} is not supported by virtplane"),
-            };
-            report(&api, &dv, &state, restarts).await?;
-            return Ok(Action::await_change());
-        }
-    };
-
-    let claims = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &namespace);
-    let Some(claim) = claims.get_opt(&name).await? else {
-        let size = match (&source, spec.requested_size()) {
-            (Source::Pvc(from), None) => sources::claim_size(&ctx.client, from).await?,
-            _ => None,
-        };
-        let profile = sources::claim_properties(&ctx.client, &spec).await?;
-        let claim = claim_for(&dv, &spec, size.as_ref(), &profile)?;
-        claims.create(&PostParams::default(), &claim).await?;
-        report(&api, &dv, &State::ClaimPending { claim: name }, restarts).await?;
-        return Ok(Action::await_change());
-    };
-    if !owned_by(&claim, &uid) {
-        report(&api, &dv, &State::ClaimNotOurs { claim: name }, restarts).await?;
-        return Ok(Action::requeue(Duration::from_secs(10)));
-    }
-    let Some(target) = sources::bound_target(&claim) else {
-        report(&api, &dv, &State::ClaimPending { claim: name }, restarts).await?;
-        return Ok(Action::await_change());
-    };
-
-    match ctx.transfers.look(&uid) {
-        Look::Idle => {}
-        Look::Running(progress) => {
-            let state = State::Running {
-                transfer,
-                claim: name,
-                progress,
-            };
-            report(&api, &dv, &state, restarts).await?;
-            return Ok(Action::requeue(PROGRESS_EVERY));
-        }
-        Look::Finished(outcome) => {
-            ctx.transfers.forget(&uid);
-            let state = match outcome {
-                Outcome::Done => {
-                    ctx.attempts.succeeded(&uid);
-                    mark_claim_succeeded(&claims, &name).await?;
-                    State::Succeeded {
-                        transfer,
-                        claim: name,
-                    }
-                }
-                Outcome::Permanent(message) => State::Failed {
-                    transfer,
-                    claim: Some(name),
-                    message,
-                },
-                Outcome::Transient(message) => {
-                    let wait = ctx.attempts.failed(uid.clone());
-                    lock_retry(&ctx).insert(uid.clone(), Instant::now() + wait);
-                    let state = State::Retrying {
-                        transfer,
-                        claim: name,
-                        message,
-                    };
-                    report(&api, &dv, &state, restarts + 1).await?;
-                    return Ok(Action::requeue(wait));
-                }
-                Outcome::Cancelled => return Ok(Action::requeue(PROGRESS_EVERY)),
-            };
-            report(&api, &dv, &state, restarts).await?;
-            return Ok(Action::await_change());
-        }
-    }
+    let (source, transfer) = step!(source_of(ctx, &spec, restarts).await?);
+    let claims = Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), dv.namespace());
+    let target = step!(bound_claim(ctx, dv, &claims, &spec, &source, restarts).await?);
+    step!(transfer_outcome(ctx, dv, &claims, transfer, restarts).await?);
     // Nothing runs: start (or restart) the transfer, unless its retry is not due yet.
-    if let Some(due) = lock_retry(&ctx).get(&uid).copied() {
+    let uid = dv.uid();
+    if let Some(due) = lock_retry(ctx).get(uid).copied() {
         let now = Instant::now();
         if due > now {
-            return Ok(Action::requeue(due - now));
+            return Ok(Stop::Quiet(Action::requeue(due - now)));
         }
     }
-    lock_retry(&ctx).remove(&uid);
+    lock_retry(ctx).remove(uid);
     // Shown running but not running here: this process restarted mid-transfer, which
     // starts it again from the beginning.
     let running = kubevirt_api::cdi::conditions::RUNNING;
@@ -290,21 +237,172 @@ async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Err
         && dv.phase() == transfer.in_progress()
         && dv.condition(running).is_some_and(|c| c.is(running, "True"));
     let restarts = if interrupted { restarts + 1 } else { restarts };
-    let job = match &source {
+    let job = step!(job_for(ctx, dv, &claims, &source, transfer, restarts).await?);
+    let key = object_key(Some(dv.namespace()), dv.name());
+    tracing::info!(
+        "datavolume {key}: starting its {transfer:?} into {}",
+        target.path.display()
+    );
+    ctx.transfers.start(uid, &key, job, target);
+    let state = State::Running {
+        transfer,
+        claim: dv.name().to_string(),
+        progress: "N/A".into(),
+    };
+    Ok(stop(state, restarts, Action::requeue(PROGRESS_EVERY)))
+}
+
+/// The source to bring bytes from (a DataSource resolved to its claim), and so the kind
+/// of transfer.
+async fn source_of(
+    ctx: &Context,
+    spec: &Spec,
+    restarts: i64,
+) -> Result<Step<(Source, Transfer)>, Error> {
+    let failed = |message: String| {
+        let state = State::Failed {
+            transfer: Transfer::Import,
+            claim: None,
+            message,
+        };
+        Err(stop(state, restarts, Action::await_change()))
+    };
+    let source = match &spec.origin {
+        Origin::Source(source) => source.clone(),
+        Origin::DataSource(reference) => {
+            match sources::data_source_claim(&ctx.client, reference).await? {
+                Ok(claim) => Source::Pvc(claim),
+                Err(message) => {
+                    let state = State::WaitingForSource { message };
+                    let next = Action::requeue(Duration::from_secs(5));
+                    return Ok(Err(stop(state, restarts, next)));
+                }
+            }
+        }
+        Origin::Missing => return Ok(failed("the DataVolume names no source".into())),
+    };
+    let transfer = match &source {
+        Source::Http(_) | Source::Registry(_) => Transfer::Import,
+        Source::Pvc(_) => Transfer::Clone,
+        Source::Upload => Transfer::Upload,
+        Source::Blank => Transfer::Blank,
+        Source::Unsupported(kind) => {
+            return Ok(failed(format!(
+                "DataVolume source {kind} is not supported by virtplane"
+            )))
+        }
+    };
+    Ok(Ok((source, transfer)))
+}
+
+/// The DataVolume's claim, made when missing, and where its bytes go once it is bound.
+async fn bound_claim(
+    ctx: &Context,
+    dv: &DataVolume,
+    claims: &Api<PersistentVolumeClaim>,
+    spec: &Spec,
+    source: &Source,
+    restarts: i64,
+) -> Result<Step<importer::Target>, Error> {
+    let name = dv.name().to_string();
+    let pending = |claim| {
+        let state = State::ClaimPending { claim };
+        Ok(Err(stop(state, restarts, Action::await_change())))
+    };
+    let Some(claim) = claims.get_opt(&name).await? else {
+        let size = match (source, spec.requested_size()) {
+            (Source::Pvc(from), None) => sources::claim_size(&ctx.client, from).await?,
+            _ => None,
+        };
+        let profile = sources::claim_properties(&ctx.client, spec).await?;
+        let claim = claim_for(dv, spec, size.as_ref(), &profile)?;
+        claims.create(&PostParams::default(), &claim).await?;
+        return pending(name);
+    };
+    if !owned_by(&claim, dv.uid()) {
+        let state = State::ClaimNotOurs { claim: name };
+        let next = Action::requeue(Duration::from_secs(10));
+        return Ok(Err(stop(state, restarts, next)));
+    }
+    match sources::bound_target(&claim) {
+        Some(target) => Ok(Ok(target)),
+        None => pending(name),
+    }
+}
+
+/// What the transfer running (or just ended) here shows; `Ok` when none runs.
+async fn transfer_outcome(
+    ctx: &Context,
+    dv: &DataVolume,
+    claims: &Api<PersistentVolumeClaim>,
+    transfer: Transfer,
+    restarts: i64,
+) -> Result<Step<()>, Error> {
+    let (uid, claim) = (dv.uid(), dv.name().to_string());
+    let outcome = match ctx.transfers.look(uid) {
+        Look::Idle => return Ok(Ok(())),
+        Look::Running(progress) => {
+            let state = State::Running {
+                transfer,
+                claim,
+                progress,
+            };
+            return Ok(Err(stop(state, restarts, Action::requeue(PROGRESS_EVERY))));
+        }
+        Look::Finished(outcome) => outcome,
+    };
+    ctx.transfers.forget(uid);
+    let state = match outcome {
+        Outcome::Done => {
+            ctx.attempts.succeeded(&uid.to_string());
+            mark_claim_succeeded(claims, &claim).await?;
+            State::Succeeded { transfer, claim }
+        }
+        Outcome::Permanent(message) => State::Failed {
+            transfer,
+            claim: Some(claim),
+            message,
+        },
+        Outcome::Transient(message) => {
+            let wait = ctx.attempts.failed(uid.to_string());
+            lock_retry(ctx).insert(uid.to_string(), Instant::now() + wait);
+            let state = State::Retrying {
+                transfer,
+                claim,
+                message,
+            };
+            return Ok(Err(stop(state, restarts + 1, Action::requeue(wait))));
+        }
+        // Not an outcome to show: the next pass starts it again.
+        Outcome::Cancelled => return Ok(Err(Stop::Quiet(Action::requeue(PROGRESS_EVERY)))),
+    };
+    Ok(Err(stop(state, restarts, Action::await_change())))
+}
+
+/// The transfer job for `source`; a blank disk needs none, an upload waits for its image.
+async fn job_for(
+    ctx: &Context,
+    dv: &DataVolume,
+    claims: &Api<PersistentVolumeClaim>,
+    source: &Source,
+    transfer: Transfer,
+    restarts: i64,
+) -> Result<Step<Job>, Error> {
+    let claim = dv.name().to_string();
+    let failed = |message| {
+        let state = State::Failed {
+            transfer,
+            claim: Some(dv.name().to_string()),
+            message,
+        };
+        Ok(Err(stop(state, restarts, Action::await_change())))
+    };
+    let job = match source {
         Source::Blank => {
             // The volume controller allocated the claim's file sparse: it reads as zeros.
-            mark_claim_succeeded(&claims, &name).await?;
-            report(
-                &api,
-                &dv,
-                &State::Succeeded {
-                    transfer,
-                    claim: name,
-                },
-                restarts,
-            )
-            .await?;
-            return Ok(Action::await_change());
+            mark_claim_succeeded(claims, &claim).await?;
+            let state = State::Succeeded { transfer, claim };
+            return Ok(Err(stop(state, restarts, Action::await_change())));
         }
         Source::Upload => match dv.annotations().get(UPLOADED_IMAGE) {
             // Admission keeps the annotation to the upload proxy; only its directory is
@@ -313,57 +411,34 @@ async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Err
                 Job::Upload(PathBuf::from(file))
             }
             _ => {
-                report(&api, &dv, &State::UploadReady { claim: name }, restarts).await?;
-                return Ok(Action::await_change());
+                let state = State::UploadReady { claim };
+                return Ok(Err(stop(state, restarts, Action::await_change())));
             }
         },
-        Source::Http(http) => match sources::http_source(&ctx.client, &namespace, http).await? {
-            Ok(source) => Job::Http(source),
-            Err(message) => {
-                let state = State::Failed {
-                    transfer,
-                    claim: Some(name),
-                    message,
-                };
-                report(&api, &dv, &state, restarts).await?;
-                return Ok(Action::await_change());
+        Source::Http(http) => {
+            match sources::http_source(&ctx.client, dv.namespace(), http).await? {
+                Ok(source) => Job::Http(source),
+                Err(message) => return failed(message),
             }
-        },
+        }
         Source::Pvc(from) => match sources::claim_file(&ctx.client, from).await? {
             Ok(path) => Job::Clone(path),
             Err(message) => {
-                report(&api, &dv, &State::WaitingForSource { message }, restarts).await?;
-                return Ok(Action::requeue(Duration::from_secs(5)));
+                let state = State::WaitingForSource { message };
+                let next = Action::requeue(Duration::from_secs(5));
+                return Ok(Err(stop(state, restarts, next)));
             }
         },
         Source::Registry(registry) => {
-            match sources::registry_pull(&ctx.client, &namespace, registry).await? {
+            match sources::registry_pull(&ctx.client, dv.namespace(), registry).await? {
                 Ok((image, options)) => Job::Registry { image, options },
-                Err(message) => {
-                    let state = State::Failed {
-                        transfer,
-                        claim: Some(name),
-                        message,
-                    };
-                    report(&api, &dv, &state, restarts).await?;
-                    return Ok(Action::await_change());
-                }
+                Err(message) => return failed(message),
             }
         }
-        Source::Unsupported(_) => return Ok(Action::await_change()),
+        // Turned away by source_of.
+        Source::Unsupported(_) => return Ok(Err(Stop::Quiet(Action::await_change()))),
     };
-    tracing::info!(
-        "datavolume {key}: starting its {transfer:?} into {}",
-        target.path.display()
-    );
-    ctx.transfers.start(&uid, &key, job, target);
-    let state = State::Running {
-        transfer,
-        claim: name,
-        progress: "N/A".into(),
-    };
-    report(&api, &dv, &state, restarts).await?;
-    Ok(Action::requeue(PROGRESS_EVERY))
+    Ok(Ok(job))
 }
 
 fn lock_retry(
@@ -408,14 +483,7 @@ fn claim_for(
                 "app.kubernetes.io/managed-by": "cdi-controller",
             },
             "annotations": {"cdi.kubevirt.io/storage.contentType": "kubevirt"},
-            "ownerReferences": [{
-                "apiVersion": DataVolume::API_VERSION,
-                "kind": DataVolume::KIND,
-                "name": dv.name(),
-                "uid": dv.uid(),
-                "controller": true,
-                "blockOwnerDeletion": true,
-            }],
+            "ownerReferences": [dv.controller_reference()],
         },
         "spec": spec.claim_spec(size, profile),
     });
