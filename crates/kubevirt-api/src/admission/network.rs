@@ -61,8 +61,22 @@ fn is_pod(network: Option<&Value>) -> bool {
 pub(super) fn rules(spec: &Value, p: &str, out: &mut Causes) {
     let networks = list_at(spec, &["networks"]);
     let ifaces = interfaces(spec);
-    let iface_path = |i: usize| format!("{p}.domain.devices.interfaces[{i}]");
+    network_kinds(networks, p, out);
+    interface_states(networks, ifaces, p, out);
+    interface_bindings(networks, ifaces, p, out);
+    names_match(networks, ifaces, p, out);
+    for (i, iface) in ifaces.iter().enumerate() {
+        interface_fields(
+            iface,
+            &format!("{p}.domain.devices.interfaces[{i}]"),
+            network_named(networks, str_at(iface, &["name"])),
+            out,
+        );
+    }
+}
 
+/// One pod network at most, one Multus default, and one kind of source per network.
+fn network_kinds(networks: &[Value], p: &str, out: &mut Causes) {
     let pods = networks.iter().filter(|n| has(n, &["pod"])).count();
     if pods > 1 {
         out.add(
@@ -119,7 +133,11 @@ pub(super) fn rules(spec: &Value, p: &str, out: &mut Causes) {
             "CNI delegating plugin must have a networkName",
         );
     }
+}
 
+/// Interface states KubeVirt supports, and where.
+fn interface_states(networks: &[Value], ifaces: &[Value], p: &str, out: &mut Causes) {
+    let iface_path = |i: usize| format!("{p}.domain.devices.interfaces[{i}]");
     let default_network = networks
         .iter()
         .find(|n| has(n, &["pod"]) || bool_at(n, &["multus", "default"]) == Some(true));
@@ -168,7 +186,11 @@ pub(super) fn rules(spec: &Value, p: &str, out: &mut Causes) {
             );
         }
     }
+}
 
+/// One binding per interface, each on a network it works with.
+fn interface_bindings(networks: &[Value], ifaces: &[Value], p: &str, out: &mut Causes) {
+    let iface_path = |i: usize| format!("{p}.domain.devices.interfaces[{i}]");
     for (i, iface) in ifaces.iter().enumerate() {
         let name = str_at(iface, &["name"]);
         let network = network_named(networks, name);
@@ -214,7 +236,11 @@ pub(super) fn rules(spec: &Value, p: &str, out: &mut Causes) {
             }
         }
     }
+}
 
+/// Unique network and interface names, each network with its interface and back.
+fn names_match(networks: &[Value], ifaces: &[Value], p: &str, out: &mut Causes) {
+    let iface_path = |i: usize| format!("{p}.domain.devices.interfaces[{i}]");
     let mut seen = HashSet::new();
     for (i, network) in networks.iter().enumerate() {
         let name = str_at(network, &["name"]);
@@ -261,15 +287,6 @@ pub(super) fn rules(spec: &Value, p: &str, out: &mut Causes) {
                 format!("{field} '{name}' not found."),
             );
         }
-    }
-
-    for (i, iface) in ifaces.iter().enumerate() {
-        interface_fields(
-            iface,
-            &iface_path(i),
-            network_named(networks, str_at(iface, &["name"])),
-            out,
-        );
     }
 }
 
