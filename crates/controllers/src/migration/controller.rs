@@ -56,6 +56,15 @@ impl Step {
     }
 }
 
+/// What one pass has left to hand out: each node's free resources and the places
+/// migrations hold under the limits.
+struct Room {
+    nodes: Vec<NodeView>,
+    /// (uid, source node) of each migration that holds a place.
+    active: Vec<(String, String)>,
+    now: std::time::Instant,
+}
+
 struct Controller {
     client: Client,
     migrations: Store<VirtualMachineInstanceMigration>,
@@ -156,7 +165,6 @@ impl Controller {
             return;
         }
         let vmis = self.vmis.state();
-        let mut nodes = self.free(&vmis);
         let vmi_by_key: HashMap<(&str, &str), &Arc<VirtualMachineInstance>> = vmis
             .iter()
             .map(|v| ((v.namespace(), v.name()), v))
@@ -170,7 +178,35 @@ impl Controller {
                 m.name().to_string(),
             )
         });
-        // Migrations that hold a place (KubeVirt counts those past Pending).
+        let kubevirt = self
+            .kubevirts
+            .state()
+            .into_iter()
+            .find(|kv| kv.namespace() == config::NAMESPACE && kv.name() == config::NAME);
+        let configuration = effective_configuration(kubevirt.as_deref());
+        let mut room = Room {
+            nodes: self.free(&vmis),
+            active: self.holding_places(&ordered),
+            now: std::time::Instant::now(),
+        };
+        for migration in &ordered {
+            let vmi = vmi_by_key
+                .get(&(migration.namespace(), migration.vmi_name()))
+                .copied();
+            self.act_on(migration, vmi, &mut room, &configuration).await;
+        }
+        if let Err(e) = self.collect_finished(&ordered).await {
+            tracing::warn!("migration controller: removing old migrations: {e}");
+        }
+    }
+
+    /// The migrations that hold a place under the limits (uid, source node): KubeVirt
+    /// counts those past Pending, and this controller those it just scheduled. Forgets
+    /// what it kept of migrations that are gone.
+    fn holding_places(
+        &mut self,
+        ordered: &[&Arc<VirtualMachineInstanceMigration>],
+    ) -> Vec<(String, String)> {
         let mut active: Vec<(String, String)> = ordered
             .iter()
             .filter(|m| m.phase() > MigrationPhase::Pending && !m.phase().is_final())
@@ -199,124 +235,135 @@ impl Controller {
             active.push((uid.clone(), source.clone()));
         }
         self.backoff.retain(|uid| known.contains(uid));
-        let now = std::time::Instant::now();
-        let kubevirt = self
-            .kubevirts
-            .state()
-            .into_iter()
-            .find(|kv| kv.namespace() == config::NAMESPACE && kv.name() == config::NAME);
-        let configuration = effective_configuration(kubevirt.as_deref());
-        for migration in &ordered {
-            let uid = migration.uid().to_string();
-            if self.backoff.waiting(&uid, now) {
-                continue;
-            }
-            let namespace = migration.namespace().to_string();
-            let vmi = vmi_by_key
-                .get(&(namespace.as_str(), migration.vmi_name()))
-                .copied();
-            let migration_version = Written::Migration(
-                migration
-                    .metadata
-                    .resource_version
-                    .clone()
-                    .unwrap_or_default(),
-            );
-            let vmi_version = Written::Vmi(
-                vmi.and_then(|v| v.metadata.resource_version.clone())
-                    .unwrap_or_default(),
-            );
-            let stale = self.acted_on.get(&uid).is_some_and(|ws| {
-                ws.iter()
-                    .any(|w| *w == migration_version || *w == vmi_version)
-            });
-            if stale {
-                continue;
-            }
-            let others: Vec<(String, String)> =
-                active.iter().filter(|(u, _)| *u != uid).cloned().collect();
-            let view = View {
-                vmi: vmi.map(|v| &**v),
-                nodes: &nodes,
-                active: &others,
-                unschedulable_for: self.unschedulable_since.get(&uid).map(|t| t.elapsed()),
-                configuration: &configuration,
-            };
-            let step = decide(migration, &view);
-            if step == Step::Wait {
-                continue;
-            }
-            // What a chosen target takes is counted before the next migration chooses.
-            if let Step::Enter {
+        active
+    }
+
+    /// Decides one migration's next step and takes it.
+    async fn act_on(
+        &mut self,
+        migration: &VirtualMachineInstanceMigration,
+        vmi: Option<&Arc<VirtualMachineInstance>>,
+        room: &mut Room,
+        configuration: &Value,
+    ) {
+        let uid = migration.uid().to_string();
+        if self.backoff.waiting(&uid, room.now) {
+            return;
+        }
+        let migration_version = Written::Migration(
+            migration
+                .metadata
+                .resource_version
+                .clone()
+                .unwrap_or_default(),
+        );
+        let vmi_version = Written::Vmi(
+            vmi.and_then(|v| v.metadata.resource_version.clone())
+                .unwrap_or_default(),
+        );
+        let stale = self.acted_on.get(&uid).is_some_and(|ws| {
+            ws.iter()
+                .any(|w| *w == migration_version || *w == vmi_version)
+        });
+        if stale {
+            return;
+        }
+        let others: Vec<(String, String)> = room
+            .active
+            .iter()
+            .filter(|(u, _)| *u != uid)
+            .cloned()
+            .collect();
+        let view = View {
+            vmi: vmi.map(|v| &**v),
+            nodes: &room.nodes,
+            active: &others,
+            unschedulable_for: self.unschedulable_since.get(&uid).map(|t| t.elapsed()),
+            configuration,
+        };
+        let step = decide(migration, &view);
+        if step == Step::Wait {
+            return;
+        }
+        self.reserve_target(&uid, &step, vmi.map(|v| &**v), room);
+        let key = object_key(Some(migration.namespace()), migration.name());
+        let writes = step.writes();
+        let scheduling = match &step {
+            Step::Enter {
                 phase: MigrationPhase::Scheduling,
                 status,
+            } => status
+                .pointer("/migrationState/sourceNode")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            _ => None,
+        };
+        match self
+            .execute(migration, vmi.map(|v| &**v), step, configuration)
+            .await
+        {
+            Ok(()) => {
+                self.backoff.succeeded(&uid);
+                if let Some(source) = scheduling {
+                    self.scheduled.insert(uid.clone(), source);
+                }
+                let written = match writes {
+                    Writes::Vmi => vec![vmi_version],
+                    Writes::Migration => vec![migration_version],
+                    Writes::Both => vec![vmi_version, migration_version],
+                };
+                self.acted_on.insert(uid, written);
             }
-            | Step::Update { status } = &step
-            {
-                match status
-                    .pointer("/migrationState/targetNode")
-                    .and_then(Value::as_str)
-                {
-                    Some(target) => {
-                        self.unschedulable_since.remove(&uid);
-                        if let Some(vmi) = vmi {
-                            let want = requests(&vmi.spec);
-                            if let Some(entry) = nodes.iter_mut().find(|(n, _, _)| n == target) {
-                                entry.2.millicpu -= want.millicpu;
-                                entry.2.memory -= want.memory;
-                            }
-                        }
-                    }
-                    None => {
-                        self.unschedulable_since.entry(uid.clone()).or_insert(now);
-                    }
-                }
-                if !active.iter().any(|(u, _)| *u == uid) {
-                    let source = status
-                        .pointer("/migrationState/sourceNode")
-                        .and_then(Value::as_str)
-                        .unwrap_or("");
-                    active.push((uid.clone(), source.to_string()));
-                }
-            }
-            let key = object_key(Some(&namespace), migration.name());
-            let writes = step.writes();
-            let scheduling = match &step {
-                Step::Enter {
-                    phase: MigrationPhase::Scheduling,
-                    status,
-                } => status
-                    .pointer("/migrationState/sourceNode")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-                _ => None,
-            };
-            match self
-                .execute(migration, vmi.map(|v| &**v), step, &configuration)
-                .await
-            {
-                Ok(()) => {
-                    self.backoff.succeeded(&uid);
-                    if let Some(source) = scheduling {
-                        self.scheduled.insert(uid.clone(), source);
-                    }
-                    let written = match writes {
-                        Writes::Vmi => vec![vmi_version],
-                        Writes::Migration => vec![migration_version],
-                        Writes::Both => vec![vmi_version, migration_version],
-                    };
-                    self.acted_on.insert(uid, written);
-                }
-                Err(e) => {
-                    let retry = self.backoff.failed(uid);
-                    tracing::warn!(
-                        "migration controller: {key} failed, retrying in {retry:?}: {e}"
-                    );
-                }
+            Err(e) => {
+                let retry = self.backoff.failed(uid);
+                tracing::warn!("migration controller: {key} failed, retrying in {retry:?}: {e}");
             }
         }
-        if let Err(e) = self.collect_finished(&ordered).await {
-            tracing::warn!("migration controller: removing old migrations: {e}");
+    }
+
+    /// What a chosen target takes is counted before the next migration chooses, and a
+    /// migration entering Scheduling holds a place from now on.
+    fn reserve_target(
+        &mut self,
+        uid: &str,
+        step: &Step,
+        vmi: Option<&VirtualMachineInstance>,
+        room: &mut Room,
+    ) {
+        let (Step::Enter {
+            phase: MigrationPhase::Scheduling,
+            status,
+        }
+        | Step::Update { status }) = step
+        else {
+            return;
+        };
+        match status
+            .pointer("/migrationState/targetNode")
+            .and_then(Value::as_str)
+        {
+            Some(target) => {
+                self.unschedulable_since.remove(uid);
+                if let Some(vmi) = vmi {
+                    let want = requests(&vmi.spec);
+                    if let Some(entry) = room.nodes.iter_mut().find(|(n, _, _)| n == target) {
+                        entry.2.millicpu -= want.millicpu;
+                        entry.2.memory -= want.memory;
+                    }
+                }
+            }
+            None => {
+                self.unschedulable_since
+                    .entry(uid.to_string())
+                    .or_insert(room.now);
+            }
+        }
+        if !room.active.iter().any(|(u, _)| u == uid) {
+            let source = status
+                .pointer("/migrationState/sourceNode")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            room.active.push((uid.to_string(), source.to_string()));
         }
     }
 
