@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use kubevirt_api::model::VirtualMachineInstance;
-use kubevirt_api::volumes::{Source, Volume};
+use kubevirt_api::volumes::{ContainerDisk, EmptyDisk, HostDisk, Source, Volume};
 use qemu::{DiskFormat, KernelBoot};
 
 use super::{failed, start_failed, unable, Qemu};
@@ -278,167 +278,149 @@ impl Qemu {
         };
         // The name becomes file names in the VMI's dir (`NAME.qcow2`, `NAME-seed.img`).
         host_paths::component("volume name", name).map_err(|e| failed("FailedCreate", e))?;
-        if let Source::ContainerDisk(cd) = &volume.source {
-            let image = ImageSource {
-                volume: Some(name),
-                image: &cd.image,
-                pull_secret: cd.image_pull_secret.as_deref().filter(|s| !s.is_empty()),
-                pull_policy: cd.image_pull_policy.as_deref(),
-            };
-            let extracted = self
-                .pull(vmi, &image, sources, Wanted::Disk(cd.path.as_deref()))
-                .await
-                .map_err(|(reason, message)| failed(reason, message))?;
-            let base = extracted
-                .first()
-                .map(|(_, p)| p.clone())
-                .ok_or_else(|| failed("ErrImagePull", format!("image {} has no disk", cd.image)))?;
-            let overlay = dir.join(format!("{name}.qcow2"));
-            if !overlay.exists() {
-                let base_text = base.display().to_string();
-                let format = image_format(&base).as_str();
-                let overlay_text = overlay.display().to_string();
-                qemu_img(&[
-                    "create",
-                    "-q",
-                    "-f",
-                    "qcow2",
-                    "-F",
-                    format,
-                    "-b",
-                    &base_text,
-                    &overlay_text,
-                ])
-                .await?;
+        match &volume.source {
+            Source::ContainerDisk(cd) => self.container_disk(vmi, &dir, name, cd, sources).await,
+            Source::EmptyDisk(empty) => empty_disk(&dir, name, empty).await,
+            Source::CloudInitNoCloud(source) | Source::CloudInitConfigDrive(source) => {
+                let nocloud = matches!(volume.source, Source::CloudInitNoCloud(_));
+                cloud_init_seed(vmi, &dir, name, volume, source, nocloud, sources)
             }
-            return Ok((overlay, DiskFormat::Qcow2));
-        }
-        if let Source::EmptyDisk(empty) = &volume.source {
-            let capacity = empty
-                .capacity
-                .as_deref()
-                .and_then(quantity_bytes)
-                .unwrap_or(1 << 30);
-            let path = dir.join(format!("{name}.qcow2"));
-            if !path.exists() {
-                let size = capacity.to_string();
-                qemu_img(&[
-                    "create",
-                    "-q",
-                    "-f",
-                    "qcow2",
-                    &path.display().to_string(),
-                    &size,
-                ])
-                .await?;
-            }
-            return Ok((path, DiskFormat::Qcow2));
-        }
-        if let Source::CloudInitNoCloud(source) | Source::CloudInitConfigDrive(source) =
-            &volume.source
-        {
-            let nocloud = matches!(volume.source, Source::CloudInitNoCloud(_));
-            let seed = crate::cloud_init::seed(vmi, &volume.raw, source, nocloud, sources)
-                .map_err(|e| failed("FailedCreate", e))?;
-            let path = dir.join(format!("{name}-seed.img"));
-            crate::seed::write_fat_image(&path, seed.label, &seed.files)
-                .map_err(|e| failed("FailedCreate", format!("seed disk: {e}")))?;
-            return Ok((path, DiskFormat::Raw));
-        }
-        if let Source::Sysprep(sysprep) = &volume.source {
-            let (_, _, files) = sources.sysprep(sysprep).ok_or_else(|| {
-                failed(
+            Source::Sysprep(sysprep) => sysprep_iso(&dir, name, sysprep, sources).await,
+            Source::HostDisk(host) => self.host_disk(name, host),
+            source => match source.claim() {
+                Some(claim) => self.claim_file(vmi, claim, sources),
+                None => Err(failed(
                     "FailedCreate",
-                    format!("volume {name}: its ConfigMap or Secret was not read"),
-                )
-            })?;
-            if !XORRISOFS.installed() {
-                return Err(unable(XORRISOFS));
-            }
-            let iso = dir.join(format!("{name}-sysprep.iso"));
-            crate::sysprep::write_iso(&dir.join(format!("{name}-sysprep")), &iso, files)
-                .await
-                .map_err(|e| failed("FailedCreate", format!("volume {name}: {e}")))?;
-            return Ok((iso, DiskFormat::Raw));
+                    format!(
+                        "volume {name}: this kind of volume is not supported on virtplane nodes yet"
+                    ),
+                )),
+            },
         }
-        if let Source::HostDisk(host) = &volume.source {
-            // The file the spec's path leads to, symlinks followed, is the one QEMU gets:
-            // a link in an allowed dir that points out of it is refused like `..`.
-            let what = format!("hostDisk {}", host.path);
-            let path = host_paths::resolve_within(
-                &what,
-                Path::new(&host.path),
-                &self.config.host_disk_dirs,
-            )
-            .map_err(|e| {
+    }
+
+    /// A containerDisk: a qcow2 overlay in the VMI's dir over the image's disk.
+    async fn container_disk(
+        &self,
+        vmi: &VirtualMachineInstance,
+        dir: &Path,
+        name: &str,
+        cd: &ContainerDisk,
+        sources: &VolumeSources,
+    ) -> Result<(PathBuf, DiskFormat), Prepared> {
+        let image = ImageSource {
+            volume: Some(name),
+            image: &cd.image,
+            pull_secret: cd.image_pull_secret.as_deref().filter(|s| !s.is_empty()),
+            pull_policy: cd.image_pull_policy.as_deref(),
+        };
+        let extracted = self
+            .pull(vmi, &image, sources, Wanted::Disk(cd.path.as_deref()))
+            .await
+            .map_err(|(reason, message)| failed(reason, message))?;
+        let base = extracted
+            .first()
+            .map(|(_, p)| p.clone())
+            .ok_or_else(|| failed("ErrImagePull", format!("image {} has no disk", cd.image)))?;
+        let overlay = dir.join(format!("{name}.qcow2"));
+        if !overlay.exists() {
+            let base_text = base.display().to_string();
+            let format = image_format(&base).as_str();
+            let overlay_text = overlay.display().to_string();
+            qemu_img(&[
+                "create",
+                "-q",
+                "-f",
+                "qcow2",
+                "-F",
+                format,
+                "-b",
+                &base_text,
+                &overlay_text,
+            ])
+            .await?;
+        }
+        Ok((overlay, DiskFormat::Qcow2))
+    }
+
+    /// A hostDisk: a file within the node's --host-disk-dir, made when `DiskOrCreate`.
+    fn host_disk(&self, name: &str, host: &HostDisk) -> Result<(PathBuf, DiskFormat), Prepared> {
+        // The file the spec's path leads to, symlinks followed, is the one QEMU gets:
+        // a link in an allowed dir that points out of it is refused like `..`.
+        let what = format!("hostDisk {}", host.path);
+        let path =
+            host_paths::resolve_within(&what, Path::new(&host.path), &self.config.host_disk_dirs)
+                .map_err(|e| {
                 failed(
                     "FailedCreate",
                     format!("volume {name}: {e} (--host-disk-dir)"),
                 )
             })?;
-            if !path.exists() {
-                if host.kind.as_deref() != Some("DiskOrCreate") {
-                    return Err(failed(
-                        "FailedCreate",
-                        format!("hostDisk {} does not exist", path.display()),
-                    ));
-                }
-                let capacity = host
-                    .capacity
-                    .as_deref()
-                    .and_then(quantity_bytes)
-                    .unwrap_or(1 << 30);
-                host_paths::create_new_file(&path, capacity).map_err(|e| {
-                    failed(
-                        "FailedCreate",
-                        format!("creating hostDisk {}: {e}", path.display()),
-                    )
-                })?;
+        if !path.exists() {
+            if host.kind.as_deref() != Some("DiskOrCreate") {
+                return Err(failed(
+                    "FailedCreate",
+                    format!("hostDisk {} does not exist", path.display()),
+                ));
             }
-            let format = image_format(&path);
-            return Ok((path, format));
-        }
-        if let Some(claim) = volume.source.claim() {
-            let namespace = vmi.namespace().to_string();
-            let path = match sources.claim(claim) {
-                // The path is the claim's `virtplane.io/volume-path` annotation, which
-                // anyone who may edit the claim can write: only a file in the volume
-                // pool is used, whatever the annotation says.
-                Claim::Bound(path) if path.exists() => host_paths::resolve_within(
-                    &format!("the disk {} of PVC {namespace}/{claim}", path.display()),
-                    path,
-                    &self.config.claim_dirs,
+            let capacity = host
+                .capacity
+                .as_deref()
+                .and_then(quantity_bytes)
+                .unwrap_or(1 << 30);
+            host_paths::create_new_file(&path, capacity).map_err(|e| {
+                failed(
+                    "FailedCreate",
+                    format!("creating hostDisk {}: {e}", path.display()),
                 )
-                .map_err(|e| failed("FailedPvcNotFound", e))?,
-                Claim::Bound(path) => {
-                    return Err(failed(
-                        "FailedPvcNotFound",
-                        format!(
-                            "PVC {namespace}/{claim}: its disk {} is not on this node",
-                            path.display()
-                        ),
-                    ))
-                }
-                Claim::Unbound => {
-                    return Err(failed(
-                        "FailedPvcNotFound",
-                        format!("PVC {namespace}/{claim} is not bound yet"),
-                    ))
-                }
-                Claim::Missing => {
-                    return Err(failed(
-                        "FailedPvcNotFound",
-                        format!("PVC {namespace}/{claim} does not exist"),
-                    ))
-                }
-            };
-            let format = image_format(&path);
-            return Ok((path, format));
+            })?;
         }
-        Err(failed(
-            "FailedCreate",
-            format!("volume {name}: this kind of volume is not supported on virtplane nodes yet"),
-        ))
+        let format = image_format(&path);
+        Ok((path, format))
+    }
+
+    /// A claim's file, which must be in the node's volume pool.
+    fn claim_file(
+        &self,
+        vmi: &VirtualMachineInstance,
+        claim: &str,
+        sources: &VolumeSources,
+    ) -> Result<(PathBuf, DiskFormat), Prepared> {
+        let namespace = vmi.namespace().to_string();
+        let path = match sources.claim(claim) {
+            // The path is the claim's `virtplane.io/volume-path` annotation, which
+            // anyone who may edit the claim can write: only a file in the volume
+            // pool is used, whatever the annotation says.
+            Claim::Bound(path) if path.exists() => host_paths::resolve_within(
+                &format!("the disk {} of PVC {namespace}/{claim}", path.display()),
+                path,
+                &self.config.claim_dirs,
+            )
+            .map_err(|e| failed("FailedPvcNotFound", e))?,
+            Claim::Bound(path) => {
+                return Err(failed(
+                    "FailedPvcNotFound",
+                    format!(
+                        "PVC {namespace}/{claim}: its disk {} is not on this node",
+                        path.display()
+                    ),
+                ))
+            }
+            Claim::Unbound => {
+                return Err(failed(
+                    "FailedPvcNotFound",
+                    format!("PVC {namespace}/{claim} is not bound yet"),
+                ))
+            }
+            Claim::Missing => {
+                return Err(failed(
+                    "FailedPvcNotFound",
+                    format!("PVC {namespace}/{claim} does not exist"),
+                ))
+            }
+        };
+        let format = image_format(&path);
+        Ok((path, format))
     }
 
     pub(super) async fn kernel_boot(
@@ -495,6 +477,74 @@ impl Qemu {
             cmdline: args,
         }))
     }
+}
+
+/// An emptyDisk: a sparse qcow2 of its capacity in the VMI's dir.
+async fn empty_disk(
+    dir: &Path,
+    name: &str,
+    empty: &EmptyDisk,
+) -> Result<(PathBuf, DiskFormat), Prepared> {
+    let capacity = empty
+        .capacity
+        .as_deref()
+        .and_then(quantity_bytes)
+        .unwrap_or(1 << 30);
+    let path = dir.join(format!("{name}.qcow2"));
+    if !path.exists() {
+        let size = capacity.to_string();
+        qemu_img(&[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            &path.display().to_string(),
+            &size,
+        ])
+        .await?;
+    }
+    Ok((path, DiskFormat::Qcow2))
+}
+
+/// A cloud-init NoCloud or ConfigDrive seed disk (FAT) in the VMI's dir.
+fn cloud_init_seed(
+    vmi: &VirtualMachineInstance,
+    dir: &Path,
+    name: &str,
+    volume: &Volume,
+    source: &serde_json::Value,
+    nocloud: bool,
+    sources: &VolumeSources,
+) -> Result<(PathBuf, DiskFormat), Prepared> {
+    let seed = crate::cloud_init::seed(vmi, &volume.raw, source, nocloud, sources)
+        .map_err(|e| failed("FailedCreate", e))?;
+    let path = dir.join(format!("{name}-seed.img"));
+    crate::seed::write_fat_image(&path, seed.label, &seed.files)
+        .map_err(|e| failed("FailedCreate", format!("seed disk: {e}")))?;
+    Ok((path, DiskFormat::Raw))
+}
+
+/// A sysprep volume: its ConfigMap's or Secret's files on an ISO in the VMI's dir.
+async fn sysprep_iso(
+    dir: &Path,
+    name: &str,
+    sysprep: &serde_json::Value,
+    sources: &VolumeSources,
+) -> Result<(PathBuf, DiskFormat), Prepared> {
+    let (_, _, files) = sources.sysprep(sysprep).ok_or_else(|| {
+        failed(
+            "FailedCreate",
+            format!("volume {name}: its ConfigMap or Secret was not read"),
+        )
+    })?;
+    if !XORRISOFS.installed() {
+        return Err(unable(XORRISOFS));
+    }
+    let iso = dir.join(format!("{name}-sysprep.iso"));
+    crate::sysprep::write_iso(&dir.join(format!("{name}-sysprep")), &iso, files)
+        .await
+        .map_err(|e| failed("FailedCreate", format!("volume {name}: {e}")))?;
+    Ok((iso, DiskFormat::Raw))
 }
 
 #[cfg(test)]

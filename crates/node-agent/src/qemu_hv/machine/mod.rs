@@ -14,7 +14,7 @@ use qemu::{
 };
 
 use kubevirt_api::devices::{Binding, Media};
-use kubevirt_api::model::vmi::Efi;
+use kubevirt_api::model::vmi::{Devices, Efi};
 
 use super::volumes::quantity_bytes;
 use super::{start_failed, Forward, Qemu, OVMF_DIR};
@@ -229,8 +229,50 @@ pub(super) fn machine_spec(
         ),
     );
 
+    let disks = machine_disks(vmi, readied)?;
+    let (nics, forwards) = machine_nics(vmi, host, ports)?;
+    let kernel_boot = readied.kernel_boot.clone();
+    let devices = domain.devices.clone().unwrap_or_default();
+    let watchdog = watchdog(&devices)?;
+    let graphics = devices.autoattach_graphics_device.unwrap_or(true);
+    let firmware_ids = domain.firmware.clone().unwrap_or_default();
+    let machine = MachineSpec {
+        name: format!("{}_{}", vmi.namespace(), vmi.name()),
+        uuid: firmware_ids.uuid.unwrap_or_else(|| vmi.uid().to_string()),
+        serial: firmware_ids.serial,
+        machine_type,
+        accel: host.accel,
+        cpu_model,
+        sockets: count(cpu.sockets),
+        cores: count(cpu.cores),
+        threads: count(cpu.threads),
+        memory_mib: memory.div_ceil(1 << 20),
+        hugepages,
+        firmware,
+        kernel_boot,
+        acpi,
+        smm,
+        disks,
+        nics,
+        rng: devices.rng.is_some(),
+        watchdog,
+        // In `run/`, the one dir QEMU may write (see `crate::qemu_user`).
+        console_socket: dir.join(RUN_DIR).join("console.sock"),
+        console_log: dir.join(RUN_DIR).join("serial.log"),
+        qmp_socket: dir.join(RUN_DIR).join("qmp.sock"),
+        vnc_socket: graphics.then(|| dir.join(RUN_DIR).join("vnc.sock")),
+        pidfile: dir.join(RUN_DIR).join("qemu.pid"),
+        // How QEMU runs is the node's business, set by `Qemu::machine`.
+        sandbox: false,
+        run_as: None,
+    };
+    Ok((machine, forwards))
+}
+
+/// The machine's disks, each on the volume readied for it.
+fn machine_disks(vmi: &VirtualMachineInstance, readied: &Readied) -> Result<Vec<Disk>, Started> {
     let mut disks = Vec::new();
-    for disk in spec.disks() {
+    for disk in vmi.spec.disks() {
         let Some((path, format)) = readied.volumes.get(&disk.name).cloned() else {
             return Err(start_failed(
                 "FailedCreate",
@@ -259,6 +301,17 @@ pub(super) fn machine_spec(
             cache: disk.cache.as_deref().and_then(CacheMode::parse),
         });
     }
+    Ok(disks)
+}
+
+/// The machine's NICs (masquerade on the pod network) with their port forwards, each
+/// given a node port by `ports`.
+fn machine_nics(
+    vmi: &VirtualMachineInstance,
+    host: &Host<'_>,
+    ports: &mut dyn FnMut() -> Option<u16>,
+) -> Result<(Vec<Nic>, Vec<Forward>), Started> {
+    let spec = &vmi.spec;
     let uid = vmi.uid().to_string();
     let mut nics = Vec::new();
     let mut forwards = Vec::new();
@@ -313,53 +366,21 @@ pub(super) fn machine_spec(
             boot_index: iface.boot_order,
         });
     }
-    let kernel_boot = readied.kernel_boot.clone();
-    let devices = domain.devices.clone().unwrap_or_default();
-    let watchdog = match devices.watchdog.as_ref().and_then(|w| w.i6300esb.as_ref()) {
-        None => None,
-        Some(w) => {
-            let action = w.action.as_deref().unwrap_or("reset");
-            Some(WatchdogAction::parse(action).ok_or_else(|| {
-                start_failed(
-                    "FailedCreate",
-                    format!("watchdog action {action} is not available"),
-                )
-            })?)
-        }
+    Ok((nics, forwards))
+}
+
+/// The i6300esb watchdog, when the VMI has one.
+fn watchdog(devices: &Devices) -> Result<Option<WatchdogAction>, Started> {
+    let Some(watchdog) = devices.watchdog.as_ref().and_then(|w| w.i6300esb.as_ref()) else {
+        return Ok(None);
     };
-    let graphics = devices.autoattach_graphics_device.unwrap_or(true);
-    let firmware_ids = domain.firmware.clone().unwrap_or_default();
-    let machine = MachineSpec {
-        name: format!("{}_{}", vmi.namespace(), vmi.name()),
-        uuid: firmware_ids.uuid.unwrap_or(uid),
-        serial: firmware_ids.serial,
-        machine_type,
-        accel: host.accel,
-        cpu_model,
-        sockets: count(cpu.sockets),
-        cores: count(cpu.cores),
-        threads: count(cpu.threads),
-        memory_mib: memory.div_ceil(1 << 20),
-        hugepages,
-        firmware,
-        kernel_boot,
-        acpi,
-        smm,
-        disks,
-        nics,
-        rng: devices.rng.is_some(),
-        watchdog,
-        // In `run/`, the one dir QEMU may write (see `crate::qemu_user`).
-        console_socket: dir.join(RUN_DIR).join("console.sock"),
-        console_log: dir.join(RUN_DIR).join("serial.log"),
-        qmp_socket: dir.join(RUN_DIR).join("qmp.sock"),
-        vnc_socket: graphics.then(|| dir.join(RUN_DIR).join("vnc.sock")),
-        pidfile: dir.join(RUN_DIR).join("qemu.pid"),
-        // How QEMU runs is the node's business, set by `Qemu::machine`.
-        sandbox: false,
-        run_as: None,
-    };
-    Ok((machine, forwards))
+    let action = watchdog.action.as_deref().unwrap_or("reset");
+    WatchdogAction::parse(action).map(Some).ok_or_else(|| {
+        start_failed(
+            "FailedCreate",
+            format!("watchdog action {action} is not available"),
+        )
+    })
 }
 
 #[cfg(test)]
