@@ -129,6 +129,25 @@ struct Flow<'a, 'p> {
     counter: &'a AtomicU64,
     reporter: &'a mut Reporter<'p>,
     cancel: &'a CancellationToken,
+    /// The source's size, when it said.
+    total: Option<u64>,
+}
+
+impl Flow<'_, '_> {
+    /// The source has been read to its end in `phase`: the bytes read, or a transient
+    /// error when it ended short of the size it announced.
+    fn done(&mut self, phase: &str) -> Result<u64, ImportError> {
+        let read = self.counter.load(Ordering::Relaxed);
+        if let Some(total) = self.total {
+            if read < total {
+                return Err(ImportError::Transient(format!(
+                    "{phase}: the source ended after {read} of {total} bytes"
+                )));
+            }
+        }
+        self.reporter.force(read);
+        Ok(read)
+    }
 }
 
 /// Copies `head` and then the rest of `reader` into `writer`; past `limit` bytes it
@@ -205,10 +224,41 @@ async fn import_inner(
             counter.fetch_add(chunk.len() as u64, Ordering::Relaxed);
         })
     };
-    let mut raw = StreamReader::new(counting);
     let mut reporter = Reporter::new(progress, input.total);
     reporter.force(0);
+    let (compression, mut decoded, head) =
+        decompressed(StreamReader::new(counting), cancel).await?;
+    let format = detect::format(&head);
+    tracing::debug!(?compression, ?format, "import: detected");
+    let mut flow = Flow {
+        counter: &counter,
+        reporter: &mut reporter,
+        cancel,
+        total: input.total,
+    };
+    let source = Decoded {
+        head: &head,
+        reader: &mut decoded,
+        compressed: compression.is_some(),
+    };
+    let (virtual_size, bytes_read) = match format {
+        Format::Raw => import_raw(source, target, &mut flow).await?,
+        Format::Qcow2 => import_qcow2(source, target, scratch, &mut flow).await?,
+    };
+    Ok(Imported {
+        format,
+        compression,
+        virtual_size,
+        bytes_read,
+    })
+}
 
+/// The source's bytes, decompressed when they are gzip or xz, with their first
+/// `PREFIX_LEN` bytes read (to tell the format by).
+async fn decompressed(
+    mut raw: impl tokio::io::AsyncBufRead + Unpin + Send + 'static,
+    cancel: &CancellationToken,
+) -> Result<(Option<Compression>, Pin<Box<dyn AsyncRead + Send>>, Vec<u8>), ImportError> {
     let prefix = tokio::select! {
         r = read_prefix(&mut raw, PREFIX_LEN) => r.map_err(|e| read_error(INFO, &e))?,
         _ = cancel.cancelled() => return Err(ImportError::Cancelled),
@@ -232,130 +282,119 @@ async fn import_inner(
         r = read_prefix(&mut decoded, PREFIX_LEN) => r.map_err(|e| read_error(INFO, &e))?,
         _ = cancel.cancelled() => return Err(ImportError::Cancelled),
     };
-    let format = detect::format(&head);
-    tracing::debug!(?compression, ?format, "import: detected");
-    let mut flow = Flow {
-        counter: &counter,
-        reporter: &mut reporter,
-        cancel,
-    };
+    Ok((compression, decoded, head))
+}
 
-    let done = |flow: &mut Flow<'_, '_>, phase: &str| -> Result<u64, ImportError> {
-        let read = flow.counter.load(Ordering::Relaxed);
-        if let Some(total) = input.total {
-            if read < total {
-                return Err(ImportError::Transient(format!(
-                    "{phase}: the source ended after {read} of {total} bytes"
-                )));
-            }
-        }
-        flow.reporter.force(read);
-        Ok(read)
-    };
+/// The decoded image: its first bytes, already read, and the rest.
+struct Decoded<'a> {
+    head: &'a [u8],
+    reader: &'a mut Pin<Box<dyn AsyncRead + Send>>,
+    /// Whether it came compressed (so the source's size says nothing of the image's).
+    compressed: bool,
+}
 
-    match format {
-        Format::Raw => {
-            if compression.is_none() {
-                if let Some(total) = input.total {
-                    if total > target.capacity_bytes {
-                        return Err(too_small(total, target.capacity_bytes));
-                    }
-                }
+/// A raw image, written straight into the target. Returns (virtual size, bytes read).
+async fn import_raw(
+    source: Decoded<'_>,
+    target: &Target,
+    flow: &mut Flow<'_, '_>,
+) -> Result<(u64, u64), ImportError> {
+    if !source.compressed {
+        if let Some(total) = flow.total {
+            if total > target.capacity_bytes {
+                return Err(too_small(total, target.capacity_bytes));
             }
-            let file = prepare_target(target).await?;
-            let mut writer = Writer::new(file, true, cancel.clone());
-            let copied = copy(
-                &head,
-                &mut decoded,
-                &mut writer,
-                Some(target.capacity_bytes),
-                &mut flow,
-                TO_TARGET,
-            )
-            .await;
-            let virtual_size = match copied {
-                Ok(n) => n,
-                Err(e) => {
-                    writer.abandon().await;
-                    return Err(e);
-                }
-            };
-            let file = writer
-                .finish()
-                .await
-                .map_err(|e| write_error(TO_TARGET, &e))?;
-            let read = done(&mut flow, TO_TARGET)?;
-            if virtual_size > target.capacity_bytes {
-                return Err(too_small(virtual_size, target.capacity_bytes));
-            }
-            blocking(move || file.sync_data())
-                .await
-                .map_err(|e| write_error(TO_TARGET, &e))?;
-            Ok(Imported {
-                format,
-                compression,
-                virtual_size,
-                bytes_read: read,
-            })
-        }
-        Format::Qcow2 => {
-            if let Some(header) = Qcow2Header::parse(&head) {
-                if header.virtual_size > target.capacity_bytes {
-                    return Err(too_small(header.virtual_size, target.capacity_bytes));
-                }
-                if header.has_backing_file {
-                    return Err(ImportError::Permanent(format!(
-                        "{INFO}: the qcow2 image has a backing file, which an import does not follow"
-                    )));
-                }
-            }
-            let spool = tempfile::Builder::new()
-                .prefix("import-")
-                .suffix(".qcow2")
-                .tempfile_in(scratch)
-                .map_err(|e| {
-                    ImportError::Permanent(format!(
-                        "{TO_SCRATCH}: cannot create a file in {}: {e}",
-                        scratch.display()
-                    ))
-                })?;
-            let file = spool
-                .as_file()
-                .try_clone()
-                .map_err(|e| write_error(TO_SCRATCH, &e))?;
-            let mut writer = Writer::new(file, false, cancel.clone());
-            let copied = copy(
-                &head,
-                &mut decoded,
-                &mut writer,
-                None,
-                &mut flow,
-                TO_SCRATCH,
-            )
-            .await;
-            if let Err(e) = copied {
-                writer.abandon().await;
-                return Err(e);
-            }
-            drop(
-                writer
-                    .finish()
-                    .await
-                    .map_err(|e| write_error(TO_SCRATCH, &e))?,
-            );
-            drop(decoded);
-            let read = done(&mut flow, TO_SCRATCH)?;
-            let virtual_size = convert_qcow2(spool.path(), target, cancel).await?;
-            // `spool` is removed here, as on every earlier return.
-            drop(spool);
-            Ok(Imported {
-                format,
-                compression,
-                virtual_size,
-                bytes_read: read,
-            })
         }
     }
+    let file = prepare_target(target).await?;
+    let mut writer = Writer::new(file, true, flow.cancel.clone());
+    let copied = copy(
+        source.head,
+        source.reader,
+        &mut writer,
+        Some(target.capacity_bytes),
+        flow,
+        TO_TARGET,
+    )
+    .await;
+    let virtual_size = match copied {
+        Ok(n) => n,
+        Err(e) => {
+            writer.abandon().await;
+            return Err(e);
+        }
+    };
+    let file = writer
+        .finish()
+        .await
+        .map_err(|e| write_error(TO_TARGET, &e))?;
+    let read = flow.done(TO_TARGET)?;
+    if virtual_size > target.capacity_bytes {
+        return Err(too_small(virtual_size, target.capacity_bytes));
+    }
+    blocking(move || file.sync_data())
+        .await
+        .map_err(|e| write_error(TO_TARGET, &e))?;
+    Ok((virtual_size, read))
+}
+
+/// A qcow2 image, spooled whole to scratch space, checked and converted into the
+/// target. Returns (virtual size, bytes read).
+async fn import_qcow2(
+    source: Decoded<'_>,
+    target: &Target,
+    scratch: &Path,
+    flow: &mut Flow<'_, '_>,
+) -> Result<(u64, u64), ImportError> {
+    if let Some(header) = Qcow2Header::parse(source.head) {
+        if header.virtual_size > target.capacity_bytes {
+            return Err(too_small(header.virtual_size, target.capacity_bytes));
+        }
+        if header.has_backing_file {
+            return Err(ImportError::Permanent(format!(
+                "{INFO}: the qcow2 image has a backing file, which an import does not follow"
+            )));
+        }
+    }
+    let spool = tempfile::Builder::new()
+        .prefix("import-")
+        .suffix(".qcow2")
+        .tempfile_in(scratch)
+        .map_err(|e| {
+            ImportError::Permanent(format!(
+                "{TO_SCRATCH}: cannot create a file in {}: {e}",
+                scratch.display()
+            ))
+        })?;
+    let file = spool
+        .as_file()
+        .try_clone()
+        .map_err(|e| write_error(TO_SCRATCH, &e))?;
+    let mut writer = Writer::new(file, false, flow.cancel.clone());
+    let copied = copy(
+        source.head,
+        source.reader,
+        &mut writer,
+        None,
+        flow,
+        TO_SCRATCH,
+    )
+    .await;
+    if let Err(e) = copied {
+        writer.abandon().await;
+        return Err(e);
+    }
+    drop(
+        writer
+            .finish()
+            .await
+            .map_err(|e| write_error(TO_SCRATCH, &e))?,
+    );
+    let read = flow.done(TO_SCRATCH)?;
+    let virtual_size = convert_qcow2(spool.path(), target, flow.cancel).await?;
+    // `spool` is removed here, as on every earlier return.
+    drop(spool);
+    Ok((virtual_size, read))
 }
 
 /// Checks the complete qcow2 at `path` and converts it into the target; returns its
