@@ -1,157 +1,50 @@
 //! Checks that a client's JSON has the types our schema declares before any admission rule
 //! looks at it, reporting mismatches the way the Kubernetes schema validator words them.
 //! Unknown fields are left alone: pruning them is the structural-schema engine's job.
+//!
+//! The walk follows apimachinery's structural schema of the checked component; only the
+//! JSON types (and quantities, which must parse as Go's) are checked here, since KubeVirt's
+//! webhooks see a decoded object and the rest of the schema is theirs to enforce.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use apimachinery::field::{self, FieldError};
+use apimachinery::schema::{NodeRef, Schema};
 use serde_json::Value;
 
 use crate::quantity::{Quantity, FORMAT_ERROR};
 use crate::schema;
 
 const QUANTITY_SCHEMA: &str = "io.k8s.apimachinery.pkg.api.resource.Quantity";
-const REF_PREFIX: &str = "#/components/schemas/";
 
 /// Type errors of `value` against the named component schema, with paths below `path`.
-pub(crate) fn check(value: &Value, schema_name: &str, path: &str) -> Vec<FieldError> {
+pub(crate) fn check(value: &Value, schema_name: &'static str, path: &str) -> Vec<FieldError> {
     let mut errs = Vec::new();
-    let checks = Checks::get();
-    if let Some(&root) = checks.by_name.get(schema_name) {
+    if let Some(schema) = compiled(schema_name) {
         let mut at = Path {
             base: path,
             segments: Vec::new(),
         };
-        walk(value, checks, root, &mut at, &mut errs);
+        walk(value, schema.root(), &mut at, &mut errs);
     }
     errs
 }
 
-/// The component schemas reduced to what the check reads, `$ref`s resolved to indexes:
-/// walking the JSON schema itself took several map lookups per field.
-struct Checks {
-    nodes: Vec<Check>,
-    by_name: HashMap<&'static str, usize>,
-}
-
-#[derive(Default)]
-struct Check {
-    rule: Rule,
-    properties: HashMap<&'static str, usize>,
-    additional: Option<usize>,
-    items: Option<usize>,
-}
-
-#[derive(Default)]
-enum Rule {
-    /// A `$ref` to a schema we do not have: nothing is checked.
-    #[default]
-    Nothing,
-    /// A component that is a `$ref` to another.
-    Same(usize),
-    Quantity,
-    IntOrString,
-    /// A JSON type (`None`: any), then the members' and items' schemas.
-    Typed {
-        expected: Option<&'static str>,
-        quantity_text: bool,
-    },
-}
-
-impl Checks {
-    fn get() -> &'static Checks {
-        static CHECKS: OnceLock<Checks> = OnceLock::new();
-        CHECKS.get_or_init(|| {
-            let mut checks = Checks {
-                nodes: Vec::new(),
-                by_name: HashMap::new(),
-            };
-            let names = schema::openapi_components()
-                .as_object()
-                .map(|all| all.keys().map(String::as_str).collect::<Vec<_>>())
-                .unwrap_or_default();
-            for name in names {
-                checks.named(name);
-            }
-            checks
-        })
-    }
-
-    /// The node of a component, compiled once; its slot is taken before its content so
-    /// that recursive schemas end.
-    fn named(&mut self, name: &'static str) -> usize {
-        if let Some(&index) = self.by_name.get(name) {
-            return index;
-        }
-        let index = self.nodes.len();
-        self.nodes.push(Check::default());
-        self.by_name.insert(name, index);
-        self.nodes[index] = match schema::lookup(name) {
-            None => Check::default(),
-            Some(_) if name == QUANTITY_SCHEMA => Check::rule(Rule::Quantity),
-            Some(target) => match reference(target) {
-                Some(other) => Check::rule(Rule::Same(self.named(other))),
-                None => self.content(target),
-            },
-        };
-        index
-    }
-
-    fn compile(&mut self, schema: &'static Value) -> usize {
-        if let Some(name) = reference(schema) {
-            return self.named(name);
-        }
-        let check = self.content(schema);
-        self.nodes.push(check);
-        self.nodes.len() - 1
-    }
-
-    /// A schema that is not a `$ref` (the siblings of a `$ref` are never read).
-    fn content(&mut self, schema: &'static Value) -> Check {
-        if schema
-            .get("x-kubernetes-int-or-string")
-            .and_then(Value::as_bool)
-            == Some(true)
-        {
-            return Check::rule(Rule::IntOrString);
-        }
-        let expected = schema.get("type").and_then(Value::as_str);
-        let quantity_text = expected == Some("string")
-            && schema.get("pattern").and_then(Value::as_str) == quantity_pattern();
-        let mut check = Check::rule(Rule::Typed {
-            expected,
-            quantity_text,
-        });
-        if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-            for (key, sub) in props {
-                let index = self.compile(sub);
-                check.properties.insert(key.as_str(), index);
-            }
-        }
-        if let Some(extra) = schema.get("additionalProperties").filter(|s| s.is_object()) {
-            check.additional = Some(self.compile(extra));
-        }
-        if let Some(items) = schema.get("items") {
-            check.items = Some(self.compile(items));
-        }
-        check
-    }
-}
-
-impl Check {
-    fn rule(rule: Rule) -> Check {
-        Check {
-            rule,
-            ..Check::default()
-        }
-    }
-}
-
-/// The component a `$ref` schema names.
-fn reference(schema: &'static Value) -> Option<&'static str> {
-    let reference = schema.get("$ref").and_then(Value::as_str)?;
-    Some(reference.strip_prefix(REF_PREFIX).unwrap_or(reference))
+/// The structural schema of a component, built the first time it is checked against.
+fn compiled(name: &'static str) -> Option<&'static Schema> {
+    static SCHEMAS: OnceLock<Mutex<HashMap<&'static str, Option<&'static Schema>>>> =
+        OnceLock::new();
+    let mut schemas = SCHEMAS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    *schemas.entry(name).or_insert_with(|| {
+        // The documents are compiled in; a unit test builds each checked component.
+        Schema::from_components(schema::openapi_components(), name)
+            .ok()
+            .map(|schema| &*Box::leak(Box::new(schema)))
+    })
 }
 
 /// Where the walk is, kept as segments and spelled out only for an error: formatting
@@ -200,76 +93,58 @@ fn type_error(path: &str, value: &Value, expected: &str) -> FieldError {
     )
 }
 
-fn walk<'v>(
-    value: &'v Value,
-    checks: &Checks,
-    node: usize,
-    path: &mut Path<'v>,
-    errs: &mut Vec<FieldError>,
-) {
+/// The quantity pattern, which marks quantity-typed strings (and the Quantity schema).
+fn quantity_pattern() -> Option<&'static str> {
+    static PATTERN: OnceLock<Option<&'static str>> = OnceLock::new();
+    *PATTERN.get_or_init(|| schema::lookup(QUANTITY_SCHEMA)?.get("pattern")?.as_str())
+}
+
+fn is_quantity_pattern(node: NodeRef<'_>) -> bool {
+    node.pattern.is_some() && node.pattern.as_deref() == quantity_pattern()
+}
+
+fn walk<'v>(value: &'v Value, node: NodeRef<'_>, path: &mut Path<'v>, errs: &mut Vec<FieldError>) {
     if value.is_null() {
         return;
     }
-    let check = &checks.nodes[node];
-    let (expected, quantity_text) = match check.rule {
-        Rule::Nothing => return,
-        Rule::Same(other) => return walk(value, checks, other, path, errs),
-        Rule::Quantity => return check_quantity(value, path, errs),
-        Rule::IntOrString => {
-            if !matches!(json_type(value), "integer" | "string") {
-                errs.push(type_error(&path.render(), value, "integer,string"));
-            }
-            return;
+    if node.int_or_string {
+        if is_quantity_pattern(node) {
+            check_quantity(value, path, errs);
+        } else if !(value.is_string() || apimachinery::schema::Type::Integer.matches(value)) {
+            errs.push(type_error(&path.render(), value, "integer,string"));
         }
-        Rule::Typed {
-            expected,
-            quantity_text,
-        } => (expected.unwrap_or(""), quantity_text),
-    };
-    let ok = match expected {
-        "object" => value.is_object(),
-        "array" => value.is_array(),
-        "string" => value.is_string(),
-        "boolean" => value.is_boolean(),
-        "number" => value.is_number(),
-        "integer" => crate::access::as_int(value).is_some(),
-        _ => true,
-    };
-    if !ok {
-        errs.push(type_error(&path.render(), value, expected));
         return;
     }
-    if quantity_text {
+    if !node.types.is_empty() && !node.types.iter().any(|t| t.matches(value)) {
+        let expected: Vec<&str> = node.types.iter().map(|t| t.name()).collect();
+        errs.push(type_error(&path.render(), value, &expected.join(",")));
+        return;
+    }
+    if value.is_string() && is_quantity_pattern(node) {
         check_quantity(value, path, errs);
     }
     match value {
         Value::Object(map) => {
             for (key, member) in map {
-                let sub = check.properties.get(key.as_str()).copied();
-                if let Some(sub) = sub.or(check.additional) {
+                let sub = node.property(key).or_else(|| node.additional_properties());
+                if let Some(sub) = sub {
                     path.segments.push(Segment::Key(key));
-                    walk(member, checks, sub, path, errs);
+                    walk(member, sub, path, errs);
                     path.segments.pop();
                 }
             }
         }
         Value::Array(items) => {
-            if let Some(sub) = check.items {
+            if let Some(sub) = node.items() {
                 for (i, item) in items.iter().enumerate() {
                     path.segments.push(Segment::Index(i));
-                    walk(item, checks, sub, path, errs);
+                    walk(item, sub, path, errs);
                     path.segments.pop();
                 }
             }
         }
         _ => {}
     }
-}
-
-/// The quantity pattern, shared by every quantity-typed string in the schema.
-fn quantity_pattern() -> Option<&'static str> {
-    static PATTERN: OnceLock<Option<&'static str>> = OnceLock::new();
-    *PATTERN.get_or_init(|| schema::lookup(QUANTITY_SCHEMA)?.get("pattern")?.as_str())
 }
 
 /// Quantities must parse as Go would decode them, or KubeVirt's decoding would fail.
@@ -289,6 +164,17 @@ fn check_quantity(value: &Value, path: &Path<'_>, errs: &mut Vec<FieldError>) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn every_checked_component_builds() {
+        for name in [
+            "io.kubevirt.v1.VirtualMachineSpec",
+            "io.kubevirt.v1.VirtualMachineInstanceSpec",
+            "io.kubevirt.v1.VirtualMachineInstanceMigrationSpec",
+        ] {
+            assert!(compiled(name).is_some(), "{name}");
+        }
+    }
 
     #[test]
     fn reports_wrong_types_with_kubernetes_wording() {

@@ -44,6 +44,26 @@ impl Type {
         })
     }
 
+    /// Whether `value` is of this type; a whole number written as a float is an integer.
+    pub fn matches(self, value: &Value) -> bool {
+        match self {
+            Type::Object => value.is_object(),
+            Type::Array => value.is_array(),
+            Type::String => value.is_string(),
+            Type::Boolean => value.is_boolean(),
+            Type::Number => value.is_number(),
+            Type::Integer => match value {
+                Value::Number(n) => {
+                    n.is_i64()
+                        || n.is_u64()
+                        || n.as_f64()
+                            .is_some_and(|f| f.is_finite() && f.fract() == 0.0)
+                }
+                _ => false,
+            },
+        }
+    }
+
     /// The name OpenAPI (and the apiextensions error messages) use.
     pub fn name(self) -> &'static str {
         match self {

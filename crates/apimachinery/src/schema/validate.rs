@@ -76,11 +76,11 @@ fn validate_value(
         return;
     }
     let actual = type_name(value);
-    if !node.types.is_empty() && !node.types.iter().any(|&t| type_matches(t, value)) {
+    if !node.types.is_empty() && !node.types.iter().any(|&t| t.matches(value)) {
         errors.push(type_error(path, &type_list(&node.types), actual));
         return;
     }
-    if node.int_or_string && !(value.is_string() || type_matches(Type::Integer, value)) {
+    if node.int_or_string && !(value.is_string() || Type::Integer.matches(value)) {
         int_or_string_error(path, actual, errors);
         return;
     }
@@ -347,25 +347,6 @@ fn type_name(value: &Value) -> &'static str {
 }
 
 /// Integral floats count as integers, as in kube-openapi.
-fn type_matches(t: Type, value: &Value) -> bool {
-    match t {
-        Type::Object => value.is_object(),
-        Type::Array => value.is_array(),
-        Type::String => value.is_string(),
-        Type::Boolean => value.is_boolean(),
-        Type::Number => value.is_number(),
-        Type::Integer => match value {
-            Value::Number(n) => {
-                n.is_i64()
-                    || n.is_u64()
-                    || n.as_f64()
-                        .is_some_and(|f| f.is_finite() && f.fract() == 0.0)
-            }
-            _ => false,
-        },
-    }
-}
-
 /// Bounds print like Go's `%v` of a float64: integral values without a fraction.
 fn number(n: f64) -> String {
     if n.fract() == 0.0 && n.abs() < 1e15 {
