@@ -1,22 +1,17 @@
 //! The VMI `console` and `vnc` subresources: websockets with virtctl's `plain.kubevirt.io`
-//! subprotocol (raw bytes, no channel prefix), relayed to the serial console or VNC socket
-//! that the VMI's QEMU serves: directly for nodes run by this process, through the node's
-//! agent (`agent_dial`) for the others.
-
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::Arc;
+//! subprotocol (raw bytes, no channel prefix), relayed to the agent of the VMI's node
+//! (`agent_dial`), which relays them to the serial console or VNC socket of its QEMU. A
+//! node run by this process is reached the same way, so the server never opens QEMU's
+//! sockets itself.
 
 use apimachinery::status::Status;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::FromRequestParts;
 use axum::response::Response;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::{Sink, SinkExt, Stream, StreamExt};
 use http::request::Parts;
 use kubevirt_api::model::VmiPhase;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::UnixStream;
 
 use crate::agent_dial::{self, AgentDialer};
 use crate::registry::Registry;
@@ -24,19 +19,9 @@ use crate::request::ResourcePath;
 
 pub const PROTOCOL: &str = "plain.kubevirt.io";
 
-/// Finds the unix socket of a VMI's `console` or `vnc` (namespace, name, device) on a node
-/// this process runs; the node agent knows its own layout. `None`: no such device there.
-pub type SocketFinder = Arc<dyn Fn(&str, &str, &str) -> Option<PathBuf> + Send + Sync>;
-
-/// The nodes served by this process, whose consoles are reached without a network hop.
-pub type LocalNodes = HashMap<String, SocketFinder>;
-
-/// How the server reaches consoles: in-process nodes by their files, others by their agents.
+/// How the server reaches consoles: through the agents of the nodes.
 pub struct Consoles {
-    pub local_nodes: LocalNodes,
     pub agents: AgentDialer,
-    /// Who holds each local node's console and VNC sockets: the newest client wins.
-    pub takeovers: Arc<qemu::console::Takeovers>,
 }
 
 fn bad_request(message: &str) -> Status {
@@ -82,16 +67,6 @@ pub async fn serve(
         .await
         .map_err(|e| bad_request(&format!("a websocket upgrade is required: {e}")))?
         .protocols([PROTOCOL]);
-    if let Some(find) = consoles.local_nodes.get(node) {
-        let socket = find(namespace, name, which)
-            .ok_or_else(|| bad_request(&format!("VMI {name} has no {which} on node {node}")))?;
-        let stream = qemu::socket::connect(&socket).await.map_err(|e| {
-            bad_request(&format!("cannot connect to the {which} of VMI {name}: {e}"))
-        })?;
-        let claim = consoles.takeovers.claim(&socket);
-        let (incoming, outgoing) = unix_halves(stream);
-        return Ok(upgrade.on_upgrade(move |socket| relay(socket, incoming, outgoing, Some(claim))));
-    }
     if node.is_empty() {
         return Err(bad_request(&format!("VMI {name} is not on any node")));
     }
@@ -101,37 +76,15 @@ pub async fn serve(
         .await?;
     let (incoming, outgoing) = agent_dial::byte_halves(agent);
     // The agent gives its socket to the newest client and closes this relay's stream.
-    Ok(upgrade.on_upgrade(move |socket| relay(socket, incoming, outgoing, None)))
+    Ok(upgrade.on_upgrade(move |socket| relay(socket, incoming, outgoing)))
 }
 
-/// A unix socket as a stream and a sink of bytes.
-fn unix_halves(
-    stream: UnixStream,
-) -> (
-    impl Stream<Item = Bytes>,
-    impl Sink<Bytes, Error = std::io::Error>,
-) {
-    let (reader, writer) = stream.into_split();
-    let incoming = futures::stream::unfold(reader, |mut reader| async move {
-        let mut buf = BytesMut::with_capacity(16 * 1024);
-        match reader.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => None,
-            Ok(_) => Some((buf.freeze(), reader)),
-        }
-    });
-    let outgoing = futures::sink::unfold(writer, |mut writer, bytes: Bytes| async move {
-        writer.write_all(&bytes).await.map(|()| writer)
-    });
-    (incoming, outgoing)
-}
-
-/// Copies bytes between the client's websocket and the guest until either side closes,
-/// or a newer client takes the socket (`claim`).
+/// Copies bytes between the client's websocket and the agent's until either side closes
+/// (the agent closes its side when a newer client takes the socket).
 async fn relay(
     socket: WebSocket,
     from_guest: impl Stream<Item = Bytes>,
     to_guest: impl Sink<Bytes>,
-    claim: Option<qemu::console::Claim>,
 ) {
     let (mut ws_out, mut ws_in) = socket.split();
     let upstream = async {
@@ -158,15 +111,8 @@ async fn relay(
         }
         let _ = ws_out.send(Message::Close(None)).await;
     };
-    let superseded = async {
-        match claim {
-            Some(mut claim) => claim.superseded().await,
-            None => std::future::pending().await,
-        }
-    };
     tokio::select! {
         _ = upstream => {}
         _ = downstream => {}
-        _ = superseded => {}
     }
 }

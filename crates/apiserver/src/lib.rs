@@ -91,9 +91,6 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
     pub store: Arc<dyn Store>,
-    /// The nodes this process runs, whose consoles are reached directly (other nodes'
-    /// through their agents).
-    pub local_nodes: console::LocalNodes,
     /// Directories hostDisk volumes may live in (`--host-disk-dir`).
     pub host_disk_dirs: Vec<PathBuf>,
     /// kube-apiserver's `--token-auth-file`: bearer tokens in CSV
@@ -437,11 +434,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             &components,
         ),
         server_address,
-        consoles: console::Consoles {
-            local_nodes: config.local_nodes.clone(),
-            agents,
-            takeovers: Default::default(),
-        },
+        consoles: console::Consoles { agents },
         write_gauge: config.store.write_gauge(),
         uploads: uploads.clone(),
         limits: limits::Limits::new(&config.limits),

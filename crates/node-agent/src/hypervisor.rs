@@ -2,7 +2,6 @@
 //! with where things stand, so the agent only writes status and schedules re-checks.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -164,12 +163,6 @@ pub trait Hypervisor: Send + Sync + 'static {
     async fn soft_reboot(&self, vmi: &VirtualMachineInstance) -> Result<(), String>;
     /// Releases everything the VMI held on this node; safe to call more than once.
     async fn cleanup(&self, vmi: &VirtualMachineInstance);
-    /// The unix socket of a VMI's `console` or `vnc`, for a server that runs this node
-    /// in-process and reaches it without the agent's endpoint; `None` when the backend
-    /// has no such device.
-    fn device_socket(&self, _namespace: &str, _name: &str, _device: &str) -> Option<PathBuf> {
-        None
-    }
     /// Target of a live migration: readies the VMI's disks and a hypervisor waiting for
     /// its guest, and says where the source sends it. Asked again, it answers the same.
     async fn receive(

@@ -1,5 +1,6 @@
 //! The virtplane binary: wiring only.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -266,18 +267,28 @@ fn spawn_agent(
     hypervisor: Arc<dyn node_agent::Hypervisor>,
     heartbeat: Duration,
     address: String,
+    endpoint: Option<node_agent::endpoint::Published>,
 ) {
     let config = node_agent::AgentConfig {
         nodes,
         address,
         heartbeat_interval: heartbeat,
-        endpoint: None,
+        endpoint,
     };
     tokio::spawn(async move {
         if let Err(e) = node_agent::run(client, config, hypervisor).await {
             tracing::error!("local node agent stopped: {e}");
         }
     });
+}
+
+/// The DER certificates of a PEM bundle (the cluster CA, for the local node's endpoint).
+fn certificates_der(pem: &str) -> anyhow::Result<Vec<Vec<u8>>> {
+    use rustls_pki_types::pem::PemObject;
+    rustls_pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
+        .map(|cert| cert.map(|cert| cert.to_vec()))
+        .collect::<Result<_, _>>()
+        .context("the cluster CA certificate is not PEM")
 }
 
 /// A `--kubeconfig-server` URL that kubectl and the agents can use: `https://HOST[:PORT]`.
@@ -317,21 +328,12 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
     } else {
         Some(hypervisor(args.hypervisor.as_deref(), &args.sim, &host)?)
     };
-    let mut local_nodes = apiserver::console::LocalNodes::new();
-    if let Some(hypervisor) = &local {
-        let hypervisor = hypervisor.clone();
-        let find: apiserver::console::SocketFinder = Arc::new(move |namespace, name, device| {
-            hypervisor.device_socket(namespace, name, device)
-        });
-        local_nodes.insert(node_name.clone(), find);
-    }
     runtime()?.block_on(async move {
         let store = store_choice.open(&args.data_dir, &args.etcd).await?;
         let server = apiserver::start(apiserver::ServerConfig {
             data_dir: args.data_dir.clone(),
             listen: args.listen,
             store: store.clone(),
-            local_nodes,
             host_disk_dirs: args.host_disk_dirs.clone(),
             token_auth_file: args.token_auth_file.clone(),
             pki_dir: args.pki_dir.clone(),
@@ -386,13 +388,23 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
             },
         ));
         if let Some(hypervisor) = local {
-            let name = node_name.clone();
+            // The server reaches this node's consoles through its endpoint, as it
+            // reaches other nodes'.
+            let endpoint = node_agent::endpoint::serve(node_agent::endpoint::EndpointConfig {
+                listen: SocketAddr::new(args.node_address, 0),
+                client_ca: certificates_der(&server.pki.ca_cert_pem)?,
+                node_name: node_name.clone(),
+                node_dir: args.data_dir.join("node").join(&node_name),
+            })
+            .await
+            .context("cannot serve the local node's console endpoint")?;
             spawn_agent(
                 client.clone(),
-                vec![name],
+                vec![node_name.clone()],
                 hypervisor,
                 args.timing.heartbeat_interval,
                 args.node_address.to_string(),
+                Some(endpoint),
             );
         }
         if let Some(count) = args.sim_nodes.filter(|n| *n > 0) {
@@ -403,6 +415,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
                 sim_hypervisor(&args.sim),
                 args.timing.heartbeat_interval,
                 args.node_address.to_string(),
+                None,
             );
         }
         tracing::info!(

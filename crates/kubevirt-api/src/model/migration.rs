@@ -75,13 +75,7 @@ impl VirtualMachineInstanceMigration {
 
     /// `phaseTransitionTimestamps` with `phase` entered `at`.
     pub fn transitions_entering(&self, phase: MigrationPhase, at: &str) -> Vec<PhaseTransition> {
-        let mut transitions = self
-            .status
-            .phase_transition_timestamps
-            .clone()
-            .unwrap_or_default();
-        transitions.push(PhaseTransition::new(phase.as_str(), at));
-        transitions
+        PhaseTransition::appended(&self.status.phase_transition_timestamps, phase.as_str(), at)
     }
 
     pub fn vmi_name(&self) -> &str {

@@ -313,13 +313,7 @@ impl VirtualMachineInstance {
     /// `phaseTransitionTimestamps` with `phase` entered `at`: the one way a VMI's phase
     /// change is recorded, whoever makes it.
     pub fn transitions_entering(&self, phase: VmiPhase, at: &str) -> Vec<PhaseTransition> {
-        let mut transitions = self
-            .status
-            .phase_transition_timestamps
-            .clone()
-            .unwrap_or_default();
-        transitions.push(PhaseTransition::new(phase.as_str(), at));
-        transitions
+        PhaseTransition::appended(&self.status.phase_transition_timestamps, phase.as_str(), at)
     }
 
     /// When it entered `phase`, from `phaseTransitionTimestamps`.
@@ -348,6 +342,18 @@ impl PhaseTransition {
             phase_transition_timestamp: Some(at.into()),
             ..PhaseTransition::default()
         }
+    }
+
+    /// `transitions` with `phase` entered `at` added: the one way a phase change is
+    /// recorded, of a VMI or a migration, whoever makes it.
+    pub fn appended(
+        transitions: &Option<Vec<PhaseTransition>>,
+        phase: &str,
+        at: &str,
+    ) -> Vec<PhaseTransition> {
+        let mut transitions = transitions.clone().unwrap_or_default();
+        transitions.push(PhaseTransition::new(phase, at));
+        transitions
     }
 }
 

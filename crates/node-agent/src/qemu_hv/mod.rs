@@ -370,15 +370,6 @@ impl Hypervisor for Qemu {
         Some(self.config.accel.as_str())
     }
 
-    fn device_socket(&self, namespace: &str, name: &str, device: &str) -> Option<PathBuf> {
-        let file = match device {
-            "console" => "console.sock",
-            "vnc" => "vnc.sock",
-            _ => return None,
-        };
-        Some(self.run_dir(namespace, name).join(file))
-    }
-
     fn capacity(&self) -> (i64, i64) {
         (self.config.millicpu, self.config.memory)
     }
