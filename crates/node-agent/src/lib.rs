@@ -4,6 +4,7 @@
 
 pub mod bootstrap;
 mod cloud_init;
+mod context;
 pub mod endpoint;
 pub mod host_paths;
 pub mod host_tools;
@@ -17,6 +18,7 @@ pub mod servers;
 pub mod sim;
 mod sysprep;
 mod vmi;
+mod vmi_status;
 pub mod volume_sources;
 
 use std::sync::Arc;

@@ -27,8 +27,8 @@ use kubevirt_api::quantity::Quantity;
 use qemu::migration::{Progress, Tuning};
 use serde_json::{json, Value};
 
+use crate::context::{Context, Wait};
 use crate::hypervisor::{Arrival, Hypervisor, Incoming, MigrationSettings, Sending};
-use crate::vmi::{Context, Wait};
 
 const MANAGER: &str = "virt-handler";
 /// How long a target waits for the last of a guest the source reports sent.
@@ -380,13 +380,14 @@ pub async fn target(
         return take_over(&vmi, &ctx, &node).await;
     }
     if state.target_node_address.is_none() {
-        let sources = match crate::vmi::read_sources_for_target(&ctx.client, &vmi).await? {
-            Ok(sources) => sources,
-            Err(message) => {
-                write_state(&ctx, &vmi, failure(&message), Value::Null).await?;
-                return Ok(Action::await_change());
-            }
-        };
+        let sources =
+            match crate::volume_sources::read_sources_for_target(&ctx.client, &vmi).await? {
+                Ok(sources) => sources,
+                Err(message) => {
+                    write_state(&ctx, &vmi, failure(&message), Value::Null).await?;
+                    return Ok(Action::await_change());
+                }
+            };
         let uid = state.migration_uid.clone().unwrap_or_default();
         let settings = match settings(&ctx, &vmi, &state, &uid).await? {
             Ok(settings) => settings,
@@ -520,7 +521,7 @@ async fn take_over(
     }
     match hv.take_over(vmi, wants_paused(vmi)).await {
         Ok(info) => {
-            let status = crate::vmi::guest_status(&info, hv.accel());
+            let status = crate::vmi_status::guest_status(&info, hv.accel());
             write_state(ctx, vmi, json!({}), json!({"status": status})).await?;
         }
         // The VMI is this node's now: its agent pass resumes the guest like any paused one.

@@ -264,6 +264,57 @@ impl VolumeSources {
     }
 }
 
+/// Why the ConfigMaps and Secrets of a VMI's volumes cannot be used (yet).
+pub(crate) enum SourcesUnusable {
+    /// An object does not exist: it may still be created. The reason is the condition's:
+    /// `FailedMount` (a volume's object) or `ErrImagePull` (an imagePullSecret).
+    Missing {
+        reason: &'static str,
+        message: String,
+    },
+    /// What they hold cannot become the volume (a sysprep source without an answer file).
+    Invalid(String),
+}
+
+/// Reads the objects the VMI's volumes name and checks they can become its disks; the
+/// outer error is the API failing, which the controller retries.
+pub(crate) async fn read_sources(
+    client: &Client,
+    vmi: &VirtualMachineInstance,
+) -> Result<Result<VolumeSources, SourcesUnusable>, kube::Error> {
+    let sources = match VolumeSources::read(client, vmi).await {
+        Ok(sources) => sources,
+        Err(e @ SourceError::Missing { kind, .. }) => {
+            let reason = if kind == SourceKind::PullSecret {
+                "ErrImagePull"
+            } else {
+                "FailedMount"
+            };
+            return Ok(Err(SourcesUnusable::Missing {
+                reason,
+                message: e.to_string(),
+            }));
+        }
+        Err(SourceError::Api { source, .. } | SourceError::ClaimApi { source, .. }) => {
+            return Err(source)
+        }
+    };
+    Ok(crate::sysprep::check(vmi, &sources)
+        .map(|()| sources)
+        .map_err(SourcesUnusable::Invalid))
+}
+
+/// The ConfigMaps, Secrets and claims of a VMI migrating here, or why they cannot be
+/// used (which fails the migration).
+pub(crate) async fn read_sources_for_target(
+    client: &Client,
+    vmi: &VirtualMachineInstance,
+) -> Result<Result<VolumeSources, String>, kube::Error> {
+    Ok(read_sources(client, vmi).await?.map_err(|e| match e {
+        SourcesUnusable::Missing { message, .. } | SourcesUnusable::Invalid(message) => message,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

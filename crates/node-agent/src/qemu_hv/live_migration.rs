@@ -1,7 +1,8 @@
-//! Live migration of a VMI's QEMU: the target side (a QEMU started with `-incoming defer`,
-//! its node-local disks exported over NBD) and the source side (a driver task per
-//! outgoing migration, which `qemu::migration::send` runs while the agent reads its
-//! progress), so that a migration never holds the VMI's slot for longer than one call.
+//! Live migration of a VMI's QEMU, as states of its driver: the target side (a QEMU
+//! started with `-incoming defer`, its node-local disks exported over NBD) and the source
+//! side (a task of the driver runs `qemu::migration::send` while the agent reads its
+//! progress from the driver's outbound cell), so that a migration never holds the
+//! driver's queue for longer than one call.
 
 use std::net::TcpListener;
 
@@ -12,7 +13,7 @@ use qemu::{Instance, RunState};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::{Qemu, Running};
+use super::driver::{Driver, OutboundCell, Running};
 use crate::hypervisor::{Arrival, GuestInfo, Incoming, MigrationSettings, Sending, Started};
 use crate::volume_sources::VolumeSources;
 
@@ -67,18 +68,16 @@ fn free_port(address: &str) -> Result<u16, String> {
         .map_err(|e| format!("no free port on {address}: {e}"))
 }
 
-impl Qemu {
+impl Driver {
     pub(super) async fn receive_guest(
-        &self,
+        &mut self,
         vmi: &VirtualMachineInstance,
         sources: &VolumeSources,
         settings: &MigrationSettings,
     ) -> Result<Incoming, String> {
         let dir = self.checked_dir(vmi)?;
         let file = dir.join(LISTENING_FILE);
-        let slot = self.slot(vmi);
-        let mut running = slot.lock().await;
-        if self.instance(&mut running, vmi).await.is_some() {
+        if self.instance().await.is_some() {
             let text = std::fs::read_to_string(&file)
                 .map_err(|e| format!("the target QEMU runs, but {}: {e}", file.display()))?;
             let listening: Listening =
@@ -152,11 +151,7 @@ impl Qemu {
             listening.migration_port,
             listening.disk_port
         );
-        self.watch_run_state(vmi, &instance);
-        *running = Some(Running {
-            instance,
-            stop_started: None,
-        });
+        self.running = Some(Running::new(instance));
         Ok(Incoming {
             address: listening.address,
             migration_port: listening.migration_port,
@@ -200,17 +195,15 @@ impl Qemu {
         Ok(tuning)
     }
 
-    pub(super) async fn guest_arrival(&self, vmi: &VirtualMachineInstance) -> Arrival {
-        let slot = self.slot(vmi);
-        let mut running = slot.lock().await;
-        let Some(entry) = self.instance(&mut running, vmi).await else {
+    pub(super) async fn guest_arrival(&mut self, vmi: &VirtualMachineInstance) -> Arrival {
+        let Some(entry) = self.instance().await else {
             return Arrival::Failed("the target QEMU is gone".into());
         };
         if entry.instance.exited() {
+            self.running = None;
             let words = self
                 .qemu_words(vmi, &["qemu-system", "error", "Error"])
                 .unwrap_or_else(|| "no message in its log".into());
-            *running = None;
             return Arrival::Failed(format!("the target QEMU exited: {words}"));
         }
         // Asked, not followed: a target started with -S goes from inmigrate to paused
@@ -233,16 +226,11 @@ impl Qemu {
     }
 
     pub(super) async fn take_over_guest(
-        &self,
+        &mut self,
         vmi: &VirtualMachineInstance,
         paused: bool,
     ) -> Result<GuestInfo, String> {
-        let slot = self.slot(vmi);
-        let mut running = slot.lock().await;
-        let entry = self
-            .instance(&mut running, vmi)
-            .await
-            .ok_or("the target QEMU is gone")?;
+        let entry = self.instance().await.ok_or("the target QEMU is gone")?;
         if let Err(e) = qm::stop_exports(&entry.instance.qmp).await {
             tracing::warn!("stopping the disk exports of {}: {e}", vmi.name_any());
         }
@@ -253,7 +241,6 @@ impl Qemu {
                 .await
                 .map_err(|e| format!("running the guest on the target: {e}"))?;
         }
-        drop(running);
         let _ = std::fs::remove_file(self.dir(vmi).join(LISTENING_FILE));
         // The migration's keys are of no use once it is over.
         let _ = std::fs::remove_dir_all(self.dir(vmi).join(TLS_DIR));
@@ -261,28 +248,20 @@ impl Qemu {
     }
 
     pub(super) async fn send_guest(
-        &self,
+        &mut self,
         vmi: &VirtualMachineInstance,
         migration: &str,
         to: &Incoming,
         settings: &MigrationSettings,
     ) -> Result<(), String> {
-        let uid = vmi.uid().to_string();
-        if self
-            .outbound_lock()
-            .get(&uid)
+        if lock(&self.outbound)
+            .as_ref()
             .is_some_and(|o| o.migration == migration)
         {
             return Ok(());
         }
-        let slot = self.slot(vmi);
-        let mut running = slot.lock().await;
-        let entry = self
-            .instance(&mut running, vmi)
-            .await
-            .ok_or("the source QEMU is gone")?;
+        let entry = self.instance().await.ok_or("the source QEMU is gone")?;
         let qmp = entry.instance.qmp.clone();
-        drop(running);
         let tuning = &self.tuning_with_credentials(vmi, settings, Side::Source)?;
         let (progress_tx, progress) = watch::channel(Progress::default());
         let (result_tx, result) = watch::channel(None);
@@ -356,53 +335,35 @@ impl Qemu {
                 result_tx.send_replace(Some(result));
             }
         }
-        self.outbound_lock().insert(
-            uid,
-            Outbound {
-                migration: migration.to_string(),
-                progress,
-                result,
-                abort,
-            },
-        );
+        *lock(&self.outbound) = Some(Outbound {
+            migration: migration.to_string(),
+            progress,
+            result,
+            abort,
+        });
         Ok(())
     }
+}
 
-    pub(super) fn outgoing(
-        &self,
-        vmi: &VirtualMachineInstance,
-        migration: &str,
-    ) -> Option<Sending> {
-        let uid = vmi.uid().to_string();
-        let outbound = self.outbound_lock();
-        let entry = outbound.get(&uid).filter(|o| o.migration == migration)?;
-        let result = entry.result.borrow().clone();
-        Some(match result {
-            None => Sending::Moving(entry.progress.borrow().clone()),
-            Some(Ok(progress)) => Sending::Done(progress),
-            Some(Err(failure)) => Sending::Failed(failure.to_string()),
-        })
-    }
+fn lock(outbound: &OutboundCell) -> std::sync::MutexGuard<'_, Option<Outbound>> {
+    outbound.lock().unwrap_or_else(|p| p.into_inner())
+}
 
-    pub(super) fn abort_outgoing(&self, vmi: &VirtualMachineInstance, migration: &str) {
-        let uid = vmi.uid().to_string();
-        if let Some(entry) = self
-            .outbound_lock()
-            .get(&uid)
-            .filter(|o| o.migration == migration)
-        {
-            entry.abort.send_replace(true);
-        }
-    }
+/// How the outgoing migration `migration` goes, when it was started here.
+pub(super) fn outgoing(outbound: &OutboundCell, migration: &str) -> Option<Sending> {
+    let outbound = lock(outbound);
+    let entry = outbound.as_ref().filter(|o| o.migration == migration)?;
+    let result = entry.result.borrow().clone();
+    Some(match result {
+        None => Sending::Moving(entry.progress.borrow().clone()),
+        Some(Ok(progress)) => Sending::Done(progress),
+        Some(Err(failure)) => Sending::Failed(failure.to_string()),
+    })
+}
 
-    /// Forgets a finished outgoing migration, so that a later one starts afresh.
-    pub(super) fn forget_outgoing(&self, uid: &str) {
-        self.outbound_lock().remove(uid);
-    }
-
-    fn outbound_lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Outbound>> {
-        self.outbound.lock().unwrap_or_else(|p| p.into_inner())
+/// Asks the outgoing migration `migration` to stop; it then ends as failed.
+pub(super) fn abort_outgoing(outbound: &OutboundCell, migration: &str) {
+    if let Some(entry) = lock(outbound).as_ref().filter(|o| o.migration == migration) {
+        entry.abort.send_replace(true);
     }
 }

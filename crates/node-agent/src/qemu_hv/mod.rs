@@ -5,27 +5,27 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use kube::ResourceExt;
 use kubevirt_api::model::VirtualMachineInstance;
 use qemu::{Accel, Instance, RunState, RunStatus};
-use serde_json::json;
 use tokio::sync::broadcast;
 
 use crate::hypervisor::{
-    Arrival, GuestInfo, Hypervisor, ImageIds, Incoming, MigrationSettings, Observed, PauseCause,
-    Prepared, Sending, Started, Stopping,
+    Arrival, GuestInfo, Hypervisor, Incoming, MigrationSettings, Observed, PauseCause, Prepared,
+    Sending, Started, Stopping,
 };
 use crate::qemu_user::{QemuUsers, RUN_DIR};
 use crate::volume_sources::VolumeSources;
 
+mod driver;
 mod live_migration;
 mod machine;
 mod volumes;
 
-use machine::mac_for;
+use driver::{Driver, Handle};
 
 #[derive(Clone, Debug)]
 pub struct QemuConfig {
@@ -57,37 +57,26 @@ const OVMF_DIR: &str = "/usr/share/OVMF";
 /// A port forward handed out: (interface, ports entry name, node port, guest port).
 pub(super) type Forward = (String, String, u16, u16);
 
-/// Files taken out of an image (path inside it, path here) and its image ID, by (VMI uid,
-/// image, wanted paths).
-type Pulled = HashMap<(String, String, String), (Vec<(String, PathBuf)>, String)>;
-
-struct Running {
-    instance: Instance,
-    stop_started: Option<Instant>,
-}
-
-/// One VMI's QEMU behind a lock of its own: a slow QMP call (a frozen QEMU, a long block
-/// job) on one VMI never holds up another.
-type Slot = Arc<tokio::sync::Mutex<Option<Running>>>;
-
-pub struct Qemu {
+/// The node's side of its VMIs' QEMUs, which every driver shares: the configuration,
+/// the per-VMI QEMU users, the image puller, and the channel that tells the agent of
+/// guests that changed on their own.
+pub struct QemuNode {
     config: QemuConfig,
     /// The per-VMI QEMU users, when the agent is root.
     users: Option<QemuUsers>,
     puller: oci::Puller,
-    /// By VMI uid. The map's lock is held only to find a slot, never across an await.
-    slots: Mutex<HashMap<String, Slot>>,
-    /// Port forwards handed out, by VMI uid.
-    forwards: Mutex<HashMap<String, Vec<Forward>>>,
-    /// Files pulled for a VMI, by (uid, image, wanted paths): start asks for what prepare
-    /// just pulled, and asking the registry again costs a round trip per image.
-    pulled: Mutex<Pulled>,
-    /// The image IDs each VMI's disks and kernel were pulled as, by VMI uid.
-    image_ids: Mutex<HashMap<String, ImageIds>>,
     changes: broadcast::Sender<(String, String)>,
-    /// Outgoing migrations, by VMI uid.
-    outbound: Mutex<HashMap<String, live_migration::Outbound>>,
 }
+
+/// The QEMU hypervisor: a driver task per VMI (`driver`), by VMI uid. The map's lock is
+/// held only to find a driver, never across an await.
+pub struct Qemu {
+    node: Arc<QemuNode>,
+    drivers: Mutex<HashMap<String, Handle>>,
+}
+
+/// What a call answers when the VMI's driver could not take it.
+const DRIVER_GONE: &str = "the VMI's driver on this node stopped";
 
 fn failed(reason: &str, message: impl Into<String>) -> Prepared {
     Prepared::Failed {
@@ -128,18 +117,59 @@ impl Qemu {
             None => tracing::info!("QEMU runs as the agent's own user"),
         }
         Qemu {
-            users,
-            config,
-            puller,
-            slots: Mutex::new(HashMap::new()),
-            forwards: Mutex::new(HashMap::new()),
-            pulled: Mutex::new(HashMap::new()),
-            image_ids: Mutex::new(HashMap::new()),
-            changes,
-            outbound: Mutex::new(HashMap::new()),
+            node: Arc::new(QemuNode {
+                users,
+                config,
+                puller,
+                changes,
+            }),
+            drivers: Mutex::new(HashMap::new()),
         }
     }
 
+    /// `DIR/vmi/<namespace>/<name>/`: the runtime files of one VMI.
+    pub fn vmi_dir(&self, namespace: &str, name: &str) -> PathBuf {
+        self.node.vmi_dir(namespace, name)
+    }
+
+    fn lock_drivers(&self) -> std::sync::MutexGuard<'_, HashMap<String, Handle>> {
+        self.drivers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The driver of a VMI, started on first use.
+    fn driver(&self, vmi: &VirtualMachineInstance) -> Handle {
+        self.lock_drivers()
+            .entry(vmi.uid().to_string())
+            .or_insert_with(|| Handle::spawn(self.node.clone(), vmi))
+            .clone()
+    }
+
+    /// Runs `job` on the VMI's driver. A driver that is gone (it ended with a cleanup
+    /// just now) is started anew once.
+    async fn ask<T: Send + 'static>(
+        &self,
+        vmi: &VirtualMachineInstance,
+        job: impl for<'d> FnOnce(&'d mut Driver) -> futures::future::BoxFuture<'d, T>
+            + Send
+            + Clone
+            + 'static,
+    ) -> Option<T> {
+        if let Some(answer) = self.driver(vmi).ask(job.clone()).await {
+            return Some(answer);
+        }
+        self.lock_drivers().remove(vmi.uid());
+        self.driver(vmi).ask(job).await
+    }
+
+    /// The driver's outgoing migration cell, when the VMI has a driver here.
+    fn outbound(&self, vmi: &VirtualMachineInstance) -> Option<driver::OutboundCell> {
+        self.lock_drivers()
+            .get(vmi.uid())
+            .map(|handle| handle.outbound.clone())
+    }
+}
+
+impl QemuNode {
     /// `DIR/vmi/<namespace>/<name>/`: the runtime files of one VMI.
     pub fn vmi_dir(&self, namespace: &str, name: &str) -> PathBuf {
         self.config.node_dir.join("vmi").join(namespace).join(name)
@@ -194,103 +224,6 @@ impl Qemu {
         users
             .grant(path, uid, read_only)
             .map_err(|e| format!("giving {} to the VMI's QEMU: {e}", path.display()))
-    }
-
-    /// The slot of a VMI, created empty on first use.
-    fn slot(&self, vmi: &VirtualMachineInstance) -> Slot {
-        self.slots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(vmi.uid().to_string())
-            .or_default()
-            .clone()
-    }
-
-    /// The running instance of a VMI, adopting one a previous agent started.
-    async fn instance<'a>(
-        &self,
-        slot: &'a mut Option<Running>,
-        vmi: &VirtualMachineInstance,
-    ) -> Option<&'a mut Running> {
-        if slot.is_none() {
-            let run = self.run_dir(vmi.namespace(), &vmi.name_any());
-            let instance = Instance::adopt(&run.join("qemu.pid"), &run.join("qmp.sock")).await?;
-            tracing::info!(
-                "adopted QEMU {} of {}/{} ({})",
-                instance.pid,
-                vmi.namespace().to_string(),
-                vmi.name_any(),
-                instance.run_status().state.as_str()
-            );
-            self.watch_run_state(vmi, &instance);
-            *slot = Some(Running {
-                instance,
-                stop_started: None,
-            });
-        }
-        slot.as_mut()
-    }
-
-    /// Tells the agent as soon as the guest's run state changes or QEMU exits.
-    fn watch_run_state(&self, vmi: &VirtualMachineInstance, instance: &Instance) {
-        let mut status = instance.run_status_changes();
-        let key = (vmi.namespace().to_string(), vmi.name_any());
-        let changes = self.changes.clone();
-        tokio::spawn(async move {
-            loop {
-                let ended = status.changed().await.is_err() || status.borrow().closed;
-                // No receiver means no agent loop listens yet: nothing to tell.
-                let _ = changes.send(key.clone());
-                if ended {
-                    break;
-                }
-            }
-        });
-    }
-
-    /// What `status` reports of a running guest on this node: its interfaces, its port
-    /// forwards here, its machine type.
-    fn guest_info(&self, vmi: &VirtualMachineInstance) -> GuestInfo {
-        let uid = vmi.uid().to_string();
-        let forwards = self
-            .forwards
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&uid)
-            .cloned()
-            .unwrap_or_default();
-        let interfaces = vmi
-            .spec
-            .interfaces()
-            .iter()
-            .enumerate()
-            .map(|(i, iface)| {
-                let mac = iface
-                    .mac_address
-                    .clone()
-                    .unwrap_or_else(|| mac_for(&uid, i));
-                (iface.name.clone(), mac, self.config.node_address.clone())
-            })
-            .collect();
-        let port_forwards = forwards
-            .iter()
-            .map(|(iface, name, host_port, port)| {
-                json!({"interface": iface, "name": name, "protocol": "TCP", "port": port,
-                       "hostIP": self.config.node_address, "hostPort": host_port})
-            })
-            .collect();
-        let machine = vmi
-            .spec
-            .domain
-            .as_ref()
-            .and_then(|d| d.machine.as_ref())
-            .and_then(|m| m.type_.clone())
-            .unwrap_or_else(|| "q35".into());
-        GuestInfo {
-            interfaces,
-            machine,
-            port_forwards,
-        }
     }
 
     /// What QEMU's own log says about a failure (the lines that name it).
@@ -360,6 +293,15 @@ impl Qemu {
     }
 }
 
+/// A job for a driver (see [`Qemu::ask`]), with what it needs moved in: gives the
+/// closure the lifetime that ties its future to the driver it borrows.
+fn job<T, F>(f: F) -> F
+where
+    F: for<'d> FnOnce(&'d mut Driver) -> futures::future::BoxFuture<'d, T>,
+{
+    f
+}
+
 #[async_trait]
 impl Hypervisor for Qemu {
     fn kind(&self) -> &'static str {
@@ -367,15 +309,15 @@ impl Hypervisor for Qemu {
     }
 
     fn accel(&self) -> Option<&'static str> {
-        Some(self.config.accel.as_str())
+        Some(self.node.config.accel.as_str())
     }
 
     fn capacity(&self) -> (i64, i64) {
-        (self.config.millicpu, self.config.memory)
+        (self.node.config.millicpu, self.node.config.memory)
     }
 
     fn changes(&self) -> Option<broadcast::Receiver<(String, String)>> {
-        Some(self.changes.subscribe())
+        Some(self.node.changes.subscribe())
     }
 
     fn host_tools(&self) -> &'static [crate::host_tools::HostTool] {
@@ -383,179 +325,63 @@ impl Hypervisor for Qemu {
     }
 
     async fn prepare(&self, vmi: &VirtualMachineInstance, sources: &VolumeSources) -> Prepared {
-        let began = Instant::now();
-        let dir = match self.checked_dir(vmi) {
-            Ok(dir) => dir,
-            Err(e) => return failed("FailedCreate", e),
-        };
-        if let Err(e) = std::fs::create_dir_all(&dir) {
-            return failed("FailedCreate", format!("creating {}: {e}", dir.display()));
-        }
-        if let Err(e) = self.qemu_uid(vmi) {
-            return failed("FailedCreate", e);
-        }
-        for volume in vmi.spec.volumes() {
-            if let Err(failure) = self.prepare_volume(vmi, volume, sources).await {
-                return failure;
-            }
-        }
-        if let Err(Started::Failed { reason, message }) = self.kernel_boot(vmi, sources).await {
-            return Prepared::Failed { reason, message };
-        }
-        tracing::debug!(
-            "prepared {}/{} in {:?}",
-            vmi.namespace().to_string(),
-            vmi.name_any(),
-            began.elapsed()
-        );
-        let ids = self
-            .image_ids
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&vmi.uid().to_string())
-            .cloned()
-            .unwrap_or_default();
-        Prepared::Ready(ids)
+        let (owned, sources) = (vmi.clone(), sources.clone());
+        self.ask(
+            vmi,
+            job(move |d| Box::pin(async move { d.prepare(&owned, &sources).await })),
+        )
+        .await
+        .unwrap_or_else(|| failed("FailedCreate", DRIVER_GONE))
     }
 
     async fn start(&self, vmi: &VirtualMachineInstance, sources: &VolumeSources) -> Started {
-        let slot = self.slot(vmi);
-        let mut running = slot.lock().await;
-        // Never a second QEMU for one VMI: adopt what runs already.
-        if self.instance(&mut running, vmi).await.is_none() {
-            let began = Instant::now();
-            let spec = match self.machine(vmi, sources).await {
-                Ok(spec) => spec,
-                Err(failure) => return failure,
-            };
-            let specified = began.elapsed();
-            let log = self.dir(vmi).join("qemu.log");
-            let instance = match Instance::spawn(&self.config.binary, &spec, &log).await {
-                Ok(instance) => instance,
-                Err(e) => return start_failed("FailedCreate", e.to_string()),
-            };
-            let spawned = began.elapsed();
-            let paused = spec_paused(vmi);
-            if !paused {
-                if let Err(e) = instance.resume().await {
-                    instance.kill();
-                    return start_failed("FailedCreate", format!("starting the guest: {e}"));
-                }
-            }
-            tracing::debug!(
-                "started QEMU {} of {}/{}: command line ready after {specified:?}, QMP after {spawned:?}, running after {:?}",
-                instance.pid,
-                vmi.namespace().to_string(),
-                vmi.name_any(),
-                began.elapsed()
-            );
-            self.watch_run_state(vmi, &instance);
-            *running = Some(Running {
-                instance,
-                stop_started: None,
-            });
-        }
-        drop(running);
-        Started::Running(self.guest_info(vmi))
+        let (owned, sources) = (vmi.clone(), sources.clone());
+        self.ask(
+            vmi,
+            job(move |d| Box::pin(async move { d.start(&owned, &sources).await })),
+        )
+        .await
+        .unwrap_or_else(|| start_failed("FailedCreate", DRIVER_GONE))
     }
 
     async fn observe(&self, vmi: &VirtualMachineInstance) -> Observed {
-        let slot = self.slot(vmi);
-        let mut running = slot.lock().await;
-        let Some(entry) = self.instance(&mut running, vmi).await else {
-            return Observed::Exited {
-                succeeded: false,
-                reason: "the QEMU process of this VMI is gone".into(),
-            };
-        };
-        if entry.instance.exited() {
-            let reason = entry.instance.shutdown_reason();
-            let succeeded = reason.as_deref() == Some("guest-shutdown");
-            *running = None;
-            return Observed::Exited {
-                succeeded,
-                reason: if succeeded {
-                    "GuestShutdown".into()
-                } else {
-                    format!(
-                        "QEMU exited ({})",
-                        reason.unwrap_or_else(|| "crashed".into())
-                    )
-                },
-            };
-        }
-        let mut status = entry.instance.run_status();
-        if status.state == RunState::InMigrate {
-            // A target started with -S leaves inmigrate for paused without an event, so
-            // the followed state may be stale: ask. (Taken for a pause, the guest that
-            // just arrived would be reported paused until the next event.)
-            if let Ok(state) = entry.instance.qmp.status().await {
-                status.state = RunState::parse(&state);
-            }
-        }
-        self.observed(vmi, &status)
+        let owned = vmi.clone();
+        self.ask(
+            vmi,
+            job(move |d| Box::pin(async move { d.observe(&owned).await })),
+        )
+        .await
+        .unwrap_or_else(|| Observed::Exited {
+            succeeded: false,
+            reason: DRIVER_GONE.into(),
+        })
     }
 
     async fn stop(&self, vmi: &VirtualMachineInstance, grace: Duration) -> Stopping {
-        let slot = self.slot(vmi);
-        let mut running = slot.lock().await;
-        let Some(entry) = self.instance(&mut running, vmi).await else {
-            return Stopping::Done { succeeded: true };
-        };
-        if entry.instance.exited() {
-            let succeeded = entry.instance.shutdown_reason().as_deref() == Some("guest-shutdown");
-            *running = None;
-            return Stopping::Done { succeeded };
-        }
-        let first = entry.stop_started.is_none();
-        let started = *entry.stop_started.get_or_insert_with(Instant::now);
-        if first && !grace.is_zero() {
-            if let Err(e) = entry.instance.power_down().await {
-                tracing::warn!(
-                    "ACPI power-down of {}/{}: {e}; it is killed when its grace period ends",
-                    vmi.namespace().to_string(),
-                    vmi.name_any()
-                );
-            }
-        }
-        if started.elapsed() >= grace {
-            entry.instance.kill();
-            *running = None;
-            return Stopping::Done { succeeded: false };
-        }
-        Stopping::Pending(Duration::from_millis(200))
+        self.ask(
+            vmi,
+            job(move |d| Box::pin(async move { d.stop(grace).await })),
+        )
+        .await
+        .unwrap_or(Stopping::Pending(Duration::from_millis(200)))
     }
 
     async fn set_paused(&self, vmi: &VirtualMachineInstance, paused: bool) -> Result<(), String> {
-        let slot = self.slot(vmi);
-        let mut running = slot.lock().await;
-        let entry = self
-            .instance(&mut running, vmi)
-            .await
-            .ok_or("the VMI is not running")?;
-        let result = if paused {
-            entry.instance.pause().await
-        } else {
-            entry.instance.resume().await
-        };
-        result.map_err(|e| e.to_string())
+        self.ask(
+            vmi,
+            job(move |d| Box::pin(async move { d.set_paused(paused).await })),
+        )
+        .await
+        .unwrap_or_else(|| Err(DRIVER_GONE.into()))
     }
 
     async fn soft_reboot(&self, vmi: &VirtualMachineInstance) -> Result<(), String> {
-        let slot = self.slot(vmi);
-        let mut running = slot.lock().await;
-        let entry = self
-            .instance(&mut running, vmi)
-            .await
-            .ok_or("the VMI is not running")?;
-        // An ACPI-style reboot request the guest's kernel handles like Ctrl+Alt+Del.
-        entry
-            .instance
-            .qmp
-            .execute("send-key", Some(json!({"keys": [{"type": "qcode", "data": "ctrl"}, {"type": "qcode", "data": "alt"}, {"type": "qcode", "data": "delete"}]})))
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        self.ask(
+            vmi,
+            job(move |d| Box::pin(async move { d.soft_reboot().await })),
+        )
+        .await
+        .unwrap_or_else(|| Err(DRIVER_GONE.into()))
     }
 
     async fn receive(
@@ -564,11 +390,25 @@ impl Hypervisor for Qemu {
         sources: &VolumeSources,
         settings: &MigrationSettings,
     ) -> Result<Incoming, String> {
-        self.receive_guest(vmi, sources, settings).await
+        let (owned, sources, settings) = (vmi.clone(), sources.clone(), settings.clone());
+        self.ask(
+            vmi,
+            job(move |d| {
+                Box::pin(async move { d.receive_guest(&owned, &sources, &settings).await })
+            }),
+        )
+        .await
+        .unwrap_or_else(|| Err(DRIVER_GONE.into()))
     }
 
     async fn arrival(&self, vmi: &VirtualMachineInstance) -> Arrival {
-        self.guest_arrival(vmi).await
+        let owned = vmi.clone();
+        self.ask(
+            vmi,
+            job(move |d| Box::pin(async move { d.guest_arrival(&owned).await })),
+        )
+        .await
+        .unwrap_or_else(|| Arrival::Failed(DRIVER_GONE.into()))
     }
 
     async fn take_over(
@@ -576,7 +416,13 @@ impl Hypervisor for Qemu {
         vmi: &VirtualMachineInstance,
         paused: bool,
     ) -> Result<GuestInfo, String> {
-        self.take_over_guest(vmi, paused).await
+        let owned = vmi.clone();
+        self.ask(
+            vmi,
+            job(move |d| Box::pin(async move { d.take_over_guest(&owned, paused).await })),
+        )
+        .await
+        .unwrap_or_else(|| Err(DRIVER_GONE.into()))
     }
 
     async fn send(
@@ -586,23 +432,40 @@ impl Hypervisor for Qemu {
         to: &Incoming,
         settings: &MigrationSettings,
     ) -> Result<(), String> {
-        self.send_guest(vmi, migration, to, settings).await
+        let (owned, migration, to, settings) = (
+            vmi.clone(),
+            migration.to_string(),
+            to.clone(),
+            settings.clone(),
+        );
+        self.ask(
+            vmi,
+            job(move |d| {
+                Box::pin(async move { d.send_guest(&owned, &migration, &to, &settings).await })
+            }),
+        )
+        .await
+        .unwrap_or_else(|| Err(DRIVER_GONE.into()))
     }
 
     fn sending(&self, vmi: &VirtualMachineInstance, migration: &str) -> Option<Sending> {
-        self.outgoing(vmi, migration)
+        live_migration::outgoing(&self.outbound(vmi)?, migration)
     }
 
     fn abort_sending(&self, vmi: &VirtualMachineInstance, migration: &str) {
-        self.abort_outgoing(vmi, migration)
+        if let Some(outbound) = self.outbound(vmi) {
+            live_migration::abort_outgoing(&outbound, migration);
+        }
     }
 
     fn cleanup_sending(&self, vmi: &VirtualMachineInstance) {
-        self.forget_outgoing(vmi.uid());
+        if let Some(outbound) = self.outbound(vmi) {
+            *outbound.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
     }
 
     fn local_vmis(&self) -> Vec<(String, String)> {
-        let root = self.config.node_dir.join("vmi");
+        let root = self.node.config.node_dir.join("vmi");
         let mut found = Vec::new();
         for namespace in std::fs::read_dir(&root).into_iter().flatten().flatten() {
             for vmi in std::fs::read_dir(namespace.path())
@@ -620,8 +483,8 @@ impl Hypervisor for Qemu {
     }
 
     async fn release_leftover(&self, namespace: &str, name: &str) {
-        let dir = self.vmi_dir(namespace, name);
-        let run = self.run_dir(namespace, name);
+        let dir = self.node.vmi_dir(namespace, name);
+        let run = self.node.run_dir(namespace, name);
         if let Some(instance) = Instance::adopt(&run.join("qemu.pid"), &run.join("qmp.sock")).await
         {
             tracing::info!(
@@ -638,45 +501,22 @@ impl Hypervisor for Qemu {
     }
 
     async fn cleanup(&self, vmi: &VirtualMachineInstance) {
-        let uid = vmi.uid().to_string();
-        self.forget_outgoing(&uid);
-        let slot = self.slot(vmi);
+        let owned = vmi.clone();
+        if self
+            .ask(
+                vmi,
+                job(move |d| Box::pin(async move { d.cleanup(&owned).await })),
+            )
+            .await
+            .is_none()
         {
-            let mut running = slot.lock().await;
-            if let Some(entry) = self.instance(&mut running, vmi).await {
-                entry.instance.kill();
-            }
-            *running = None;
+            tracing::warn!(
+                "the driver of {}/{} is gone: its files stay until the next sweep",
+                vmi.namespace(),
+                vmi.name_any()
+            );
         }
-        self.slots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&uid);
-        self.forwards
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&uid);
-        self.pulled
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|(owner, _, _), _| *owner != uid);
-        self.image_ids
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&uid);
-        if let Err(e) = std::fs::remove_dir_all(self.dir(vmi)) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(
-                    "removing {} of {}/{}: {e}",
-                    self.dir(vmi).display(),
-                    vmi.namespace().to_string(),
-                    vmi.name_any()
-                );
-            }
-        }
+        // The driver ends once no handle is left.
+        self.lock_drivers().remove(vmi.uid());
     }
-}
-
-fn spec_paused(vmi: &VirtualMachineInstance) -> bool {
-    vmi.spec.starts_paused()
 }

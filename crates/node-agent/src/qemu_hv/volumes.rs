@@ -7,7 +7,8 @@ use kubevirt_api::model::VirtualMachineInstance;
 use kubevirt_api::volumes::{ContainerDisk, EmptyDisk, HostDisk, Source, Volume};
 use qemu::{DiskFormat, KernelBoot};
 
-use super::{failed, start_failed, unable, Qemu};
+use super::driver::Driver;
+use super::{failed, start_failed, unable};
 use crate::host_paths;
 use crate::host_tools::{QEMU_IMG, XORRISOFS};
 use crate::hypervisor::{Prepared, Started};
@@ -78,7 +79,7 @@ impl ImageSource<'_> {
 
     /// The image ID the VMI's status recorded for this image, if it is still this image.
     fn pin(&self, vmi: &VirtualMachineInstance) -> Option<String> {
-        let ids = crate::vmi::image_ids(vmi);
+        let ids = crate::vmi_status::image_ids(vmi);
         let pin = match self.volume {
             Some(name) => ids.volumes.get(name).cloned(),
             None => ids.kernel,
@@ -98,13 +99,13 @@ pub(super) enum Wanted<'a> {
     Files(&'a [&'a str]),
 }
 
-impl Qemu {
+impl Driver {
     /// Pulls an image for a VMI once: later asks reuse the files of the first, and once
     /// the VMI's status records the image ID it was pulled as, that image is pulled (a
     /// start after an agent restart, a migration target). Fails with the kubelet's
     /// reason and a message that says what to do.
     pub(super) async fn pull(
-        &self,
+        &mut self,
         vmi: &VirtualMachineInstance,
         source: &ImageSource<'_>,
         sources: &VolumeSources,
@@ -116,34 +117,22 @@ impl Qemu {
             Wanted::Disk(path) => format!("disk:{}", path.unwrap_or("")),
             Wanted::Files(files) => files.join("\n"),
         };
-        let uid = vmi.uid().to_string();
-        let key = (uid.clone(), image.to_string(), wanted_key);
-        let known = self
-            .pulled
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-            .cloned();
-        let (files, image_id) = match known {
+        let key = (image.to_string(), wanted_key);
+        let (files, image_id) = match self.pulled.get(&key).cloned() {
             Some(known) => known,
             None => {
                 let pulled = self
                     .pull_from_registry(vmi, source, image, pin.is_some(), sources, &wanted)
                     .await?;
-                self.pulled
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(key, pulled.clone());
+                self.pulled.insert(key, pulled.clone());
                 pulled
             }
         };
-        let mut ids = self.image_ids.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = ids.entry(uid).or_default();
         match source.volume {
             Some(name) => {
-                entry.volumes.insert(name.to_string(), image_id);
+                self.image_ids.volumes.insert(name.to_string(), image_id);
             }
-            None => entry.kernel = Some(image_id),
+            None => self.image_ids.kernel = Some(image_id),
         }
         Ok(files)
     }
@@ -237,7 +226,7 @@ impl Qemu {
     /// Makes the file behind one volume ready, and the VMI's QEMU able to open it, and
     /// says where it is and in which format.
     pub(super) async fn prepare_volume(
-        &self,
+        &mut self,
         vmi: &VirtualMachineInstance,
         volume: &Volume,
         sources: &VolumeSources,
@@ -265,7 +254,7 @@ impl Qemu {
 
     /// The file behind one volume, made ready.
     async fn volume_file(
-        &self,
+        &mut self,
         vmi: &VirtualMachineInstance,
         volume: &Volume,
         sources: &VolumeSources,
@@ -301,7 +290,7 @@ impl Qemu {
 
     /// A containerDisk: a qcow2 overlay in the VMI's dir over the image's disk.
     async fn container_disk(
-        &self,
+        &mut self,
         vmi: &VirtualMachineInstance,
         dir: &Path,
         name: &str,
@@ -424,7 +413,7 @@ impl Qemu {
     }
 
     pub(super) async fn kernel_boot(
-        &self,
+        &mut self,
         vmi: &VirtualMachineInstance,
         sources: &VolumeSources,
     ) -> Result<Option<KernelBoot>, Started> {

@@ -1,5 +1,5 @@
 //! The QEMU machine a VMI's spec asks for: CPU, memory, firmware, disks, NICs with their
-//! port forwards, devices. [`Qemu::ready`] does the node-side work (volume files,
+//! port forwards, devices. [`Driver::ready`] does the node-side work (volume files,
 //! kernelBoot files, EFI variables, hugepages); [`machine_spec`] is the pure translation of
 //! the spec and what was readied into a [`MachineSpec`].
 
@@ -16,8 +16,9 @@ use qemu::{
 use kubevirt_api::devices::{Binding, Media};
 use kubevirt_api::model::vmi::{Devices, Efi};
 
+use super::driver::Driver;
 use super::volumes::quantity_bytes;
-use super::{start_failed, Forward, Qemu, OVMF_DIR};
+use super::{start_failed, Forward, OVMF_DIR};
 use crate::hypervisor::{Prepared, Started};
 use crate::qemu_user::RUN_DIR;
 use crate::volume_sources::VolumeSources;
@@ -61,10 +62,10 @@ pub(super) struct Host<'a> {
     pub dir: &'a Path,
 }
 
-impl Qemu {
+impl Driver {
     /// The machine of a VMI, with its port forwards recorded for `status.portForwards`.
     pub(super) async fn machine(
-        &self,
+        &mut self,
         vmi: &VirtualMachineInstance,
         sources: &VolumeSources,
     ) -> Result<MachineSpec, Started> {
@@ -88,17 +89,14 @@ impl Qemu {
         ) {
             machine.run_as = Some(users.run_as(uid));
         }
-        self.forwards
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(vmi.uid().to_string(), forwards);
+        self.forwards = forwards;
         Ok(machine)
     }
 
     /// Readies the files the machine uses. Volumes were readied by `prepare` already;
     /// doing it again finds them in place (and covers a start after an agent restart).
     async fn ready(
-        &self,
+        &mut self,
         vmi: &VirtualMachineInstance,
         sources: &VolumeSources,
     ) -> Result<Readied, Started> {

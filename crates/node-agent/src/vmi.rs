@@ -3,10 +3,9 @@
 //! request, and on deletion stop the guest and let the VMI go.
 //!
 //! The one VMI state machine, each phase's step next to the next; the status documents it
-//! writes are built in `status`, and migration, volume sources and the hypervisor live in
-//! their own modules.
+//! writes are built in `vmi_status`, and migration, volume sources and the hypervisor live
+//! in their own modules.
 
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{json, Map, Value};
 
 use crate::hypervisor::{Hypervisor, Observed, PauseCause, Prepared, Started, Stopping};
-use crate::volume_sources::{SourceError, SourceKind, VolumeSources};
+use crate::volume_sources::VolumeSources;
 
 use kubevirt_api::model::{Condition, VirtualMachineInstance, VmiPhase};
 use kubevirt_api::names::annotations::{
@@ -35,82 +34,13 @@ use kubevirt_api::names::conditions::{
 use kubevirt_api::names::finalizers::VMI_FOREGROUND as FOREGROUND_FINALIZER;
 use kubevirt_api::names::labels::MIGRATION_TARGET_NODE;
 
-mod status;
-use status::{
+use crate::context::{Context, SAME_FAILURES_BEFORE_FAILING};
+use crate::vmi_status::{
     conditions, enter_phase, failed_status, running_status, scheduled_status, set_condition,
     with_status,
 };
-pub(crate) use status::{guest_status, image_ids};
+use crate::volume_sources::{read_sources, SourcesUnusable};
 const DEFAULT_GRACE_SECONDS: u64 = 30;
-
-pub(crate) struct Context {
-    pub(crate) client: Client,
-    pub(crate) nodes: HashSet<String>,
-    pub(crate) hypervisor: Arc<dyn Hypervisor>,
-    /// Retry delays of VMIs whose sync failed, by `namespace/name`.
-    backoff: kubevirt_api::backoff::Backoff<String>,
-    /// Since when a migration target has waited for something (see `Wait`).
-    awaiting: std::sync::Mutex<HashMap<(Wait, String), std::time::Instant>>,
-    /// The last failure to prepare each VMI, by uid, and how often in a row it came.
-    prepare_failures: std::sync::Mutex<HashMap<String, (String, u32)>>,
-}
-
-/// How often the same failure to prepare a VMI (other than waiting for an image or an
-/// object) may come in a row before the VMI fails, as a virt-launcher that cannot start
-/// fails its VMI and leaves the restart to the VM's crash-loop backoff.
-const SAME_FAILURES_BEFORE_FAILING: u32 = 3;
-
-/// What a migration target waits for, per VMI uid, with a deadline of its own.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Wait {
-    /// The last of a guest the source reported sent.
-    Arrival,
-    /// The source's word on why a migration broke off after its QEMU ended ours.
-    SourceVerdict,
-}
-
-impl Context {
-    /// How long this target has waited for `what` for `vmi` (zero on the first ask).
-    pub(crate) fn waited(&self, what: Wait, vmi: &VirtualMachineInstance) -> std::time::Duration {
-        let key = (what, vmi.uid().to_string());
-        let mut awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
-        awaiting
-            .entry(key)
-            .or_insert_with(std::time::Instant::now)
-            .elapsed()
-    }
-
-    /// Counts a failure to prepare `vmi`; how often in a row it has failed this way.
-    fn failed_to_prepare(&self, vmi: &VirtualMachineInstance, failure: String) -> u32 {
-        let mut failures = self
-            .prepare_failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let entry = failures
-            .entry(vmi.uid().to_string())
-            .or_insert_with(|| (failure.clone(), 0));
-        if entry.0 != failure {
-            *entry = (failure, 0);
-        }
-        entry.1 += 1;
-        entry.1
-    }
-
-    fn forget_prepare_failures(&self, vmi: &VirtualMachineInstance) {
-        self.prepare_failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&vmi.uid().to_string());
-    }
-
-    pub(crate) fn done_waiting(&self, what: Wait, vmi: &VirtualMachineInstance) {
-        let key = (what, vmi.uid().to_string());
-        self.awaiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key);
-    }
-}
 
 pub async fn run(client: Client, nodes: Vec<String>, hypervisor: Arc<dyn Hypervisor>) {
     // One node: let the server filter. Several: one watch, filtered here.
@@ -403,57 +333,6 @@ async fn reconcile(
             Ok(Action::await_change())
         }
     }
-}
-
-/// Why the ConfigMaps and Secrets of a VMI's volumes cannot be used (yet).
-enum SourcesUnusable {
-    /// An object does not exist: it may still be created. The reason is the condition's:
-    /// `FailedMount` (a volume's object) or `ErrImagePull` (an imagePullSecret).
-    Missing {
-        reason: &'static str,
-        message: String,
-    },
-    /// What they hold cannot become the volume (a sysprep source without an answer file).
-    Invalid(String),
-}
-
-/// Reads the objects the VMI's volumes name and checks they can become its disks; the
-/// outer error is the API failing, which the controller retries.
-async fn read_sources(
-    client: &Client,
-    vmi: &VirtualMachineInstance,
-) -> Result<Result<VolumeSources, SourcesUnusable>, kube::Error> {
-    let sources = match VolumeSources::read(client, vmi).await {
-        Ok(sources) => sources,
-        Err(e @ SourceError::Missing { kind, .. }) => {
-            let reason = if kind == SourceKind::PullSecret {
-                "ErrImagePull"
-            } else {
-                "FailedMount"
-            };
-            return Ok(Err(SourcesUnusable::Missing {
-                reason,
-                message: e.to_string(),
-            }));
-        }
-        Err(SourceError::Api { source, .. } | SourceError::ClaimApi { source, .. }) => {
-            return Err(source)
-        }
-    };
-    Ok(crate::sysprep::check(vmi, &sources)
-        .map(|()| sources)
-        .map_err(SourcesUnusable::Invalid))
-}
-
-/// The ConfigMaps, Secrets and claims of a VMI migrating here, or why they cannot be
-/// used (which fails the migration).
-pub(crate) async fn read_sources_for_target(
-    client: &Client,
-    vmi: &VirtualMachineInstance,
-) -> Result<Result<VolumeSources, String>, kube::Error> {
-    Ok(read_sources(client, vmi).await?.map_err(|e| match e {
-        SourcesUnusable::Missing { message, .. } | SourcesUnusable::Invalid(message) => message,
-    }))
 }
 
 /// Scheduling: disks and images ready, or a Synchronized=False condition saying why not.

@@ -16,12 +16,12 @@ use kubevirt_api::names::conditions::{
     REASON_PAUSED_BY_USER, SYNCHRONIZED,
 };
 
-pub(super) fn conditions(vmi: &VirtualMachineInstance) -> Vec<Condition> {
+pub(crate) fn conditions(vmi: &VirtualMachineInstance) -> Vec<Condition> {
     vmi.status.conditions.clone().unwrap_or_default()
 }
 
 /// Sets the condition of `kind`, its transition time kept while its status stays.
-pub(super) fn set_condition(
+pub(crate) fn set_condition(
     list: &mut Vec<Condition>,
     kind: &str,
     status: &str,
@@ -32,7 +32,7 @@ pub(super) fn set_condition(
 }
 
 /// Status fields for entering `phase`, with its transition timestamp.
-pub(super) fn enter_phase(vmi: &VirtualMachineInstance, phase: VmiPhase) -> Map<String, Value> {
+pub(crate) fn enter_phase(vmi: &VirtualMachineInstance, phase: VmiPhase) -> Map<String, Value> {
     let transitions = vmi.transitions_entering(phase, &now());
     let mut status = Map::new();
     status.insert("phase".into(), json!(phase));
@@ -43,7 +43,7 @@ pub(super) fn enter_phase(vmi: &VirtualMachineInstance, phase: VmiPhase) -> Map<
 /// The status of a guest that runs: phase Running, Ready (or Paused), LiveMigratable, where
 /// and how it runs, and its pinned images. `accel`: how the node runs the vCPUs
 /// ([`crate::hypervisor::Hypervisor::accel`]).
-pub(super) fn running_status(
+pub(crate) fn running_status(
     vmi: &VirtualMachineInstance,
     info: &GuestInfo,
     paused: bool,
@@ -178,7 +178,7 @@ fn volume_status(vmi: &VirtualMachineInstance) -> Vec<Value> {
 
 /// Status fields of a VMI that failed to start: phase Failed, why, and conditions that
 /// say it (mirrored onto the VM).
-pub(super) fn failed_status(
+pub(crate) fn failed_status(
     vmi: &VirtualMachineInstance,
     reason: &str,
     message: &str,
@@ -195,7 +195,7 @@ pub(super) fn failed_status(
 /// The status a prepared VMI enters Scheduled with: the phase, conditions without
 /// Synchronized, and the digests its images were pulled as (for the start and any
 /// migration).
-pub(super) fn scheduled_status(
+pub(crate) fn scheduled_status(
     vmi: &VirtualMachineInstance,
     pulled: ImageIds,
 ) -> Map<String, Value> {
@@ -214,7 +214,7 @@ pub(super) fn scheduled_status(
 
 /// The VMI as a merge patch of `status` would leave it: each of its fields replaces the
 /// stored one.
-pub(super) fn with_status(
+pub(crate) fn with_status(
     vmi: &VirtualMachineInstance,
     status: &Map<String, Value>,
 ) -> VirtualMachineInstance {
