@@ -11,7 +11,7 @@ use apimachinery::status::Status;
 use axum::extract::{Request, State};
 use axum::response::Response;
 use axum::Router;
-use http::{header, HeaderValue, Method, StatusCode};
+use http::{header, HeaderValue, StatusCode};
 
 use crate::audit::{Trail, AUDIT_ID_HEADER};
 use crate::auth::{Authentication, Authenticator, UserInfo};
@@ -25,6 +25,7 @@ mod guarded;
 mod read;
 mod resource;
 mod response;
+mod routes;
 mod stream;
 mod write;
 
@@ -93,8 +94,8 @@ impl ApiServer {
         }
         let registry = &self.registry;
         let target = request::parse_path(parts.uri.path(), |g, v, p| {
-            if g == crate::upload::GROUP {
-                return p == crate::upload::RESOURCE;
+            if routes::namespaced_route(g, p) {
+                return true;
             }
             let g = if g == crate::subresources::GROUP {
                 "kubevirt.io"
@@ -102,7 +103,6 @@ impl ApiServer {
                 g
             };
             registry.find(g, v, p).is_some_and(|r| r.info.namespaced)
-                || (g == "authorization.k8s.io" && p == "localsubjectaccessreviews")
         });
         // Authentication comes before routing: an unknown path is 401 to strangers too.
         // Requests without credentials are anonymous only where kube-apiserver's
@@ -247,38 +247,42 @@ impl ApiServer {
                     .group_version(group, version, query.hash.as_deref())
             }
             Target::OpenApiV2 => Ok(crate::openapi::v2(accept)),
-            // A websocket upgrade is a GET (HEAD, also `get`, is refused by the handler).
-            Target::Resource(path)
-                if path.group == crate::subresources::GROUP
-                    && matches!(path.subresource.as_deref(), Some("console" | "vnc"))
-                    && parts.method == Method::GET =>
-            {
-                crate::console::serve(&self.registry, &self.consoles, parts, path).await
-            }
-            Target::Resource(path) if crate::rbac::kinds::is_rbac(&path.group, &path.resource) => {
-                let kind = self.kind_of(path, trail);
-                let body = read_body(body, &parts.headers, kind, trail).await?;
-                let response = self
-                    .serve_resource(&parts, &info.verb, path, query, &body, user)
-                    .await?;
-                // Whoever changed a role or binding sees the change on their next request.
-                if info.verb.writes() && response.status().is_success() {
-                    self.authorizer
-                        .wait_for(self.registry.store.current_revision())
-                        .await;
-                }
-                Ok(response)
-            }
             Target::Resource(path) => {
-                let serve = async {
-                    let kind = self.kind_of(path, trail);
-                    let body = read_body(body, &parts.headers, kind, trail).await?;
-                    self.serve_resource(&parts, &info.verb, path, query, &body, user)
-                        .await
-                };
-                match &self.write_gauge {
-                    Some(gauge) if info.verb.writes() => gauge.announce(serve).await,
-                    _ => serve.await,
+                let route = routes::route(&routes::Request {
+                    path,
+                    method: &parts.method,
+                });
+                match route {
+                    Some(routes::Route::Console) => {
+                        crate::console::serve(&self.registry, &self.consoles, parts, path).await
+                    }
+                    Some(routes::Route::Rbac) => {
+                        let kind = self.kind_of(path, trail);
+                        let body = read_body(body, &parts.headers, kind, trail).await?;
+                        let response = self
+                            .serve_resource(&parts, &info.verb, path, query, &body, user)
+                            .await?;
+                        // Whoever changed a role or binding sees the change on their next
+                        // request.
+                        if info.verb.writes() && response.status().is_success() {
+                            self.authorizer
+                                .wait_for(self.registry.store.current_revision())
+                                .await;
+                        }
+                        Ok(response)
+                    }
+                    _ => {
+                        let serve = async {
+                            let kind = self.kind_of(path, trail);
+                            let body = read_body(body, &parts.headers, kind, trail).await?;
+                            self.serve_resource(&parts, &info.verb, path, query, &body, user)
+                                .await
+                        };
+                        match &self.write_gauge {
+                            Some(gauge) if info.verb.writes() => gauge.announce(serve).await,
+                            _ => serve.await,
+                        }
+                    }
                 }
             }
         }

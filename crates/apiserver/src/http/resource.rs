@@ -9,6 +9,7 @@ use http::request::Parts;
 use http::{header, HeaderMap, Method};
 
 use super::response::not_found_path;
+use super::routes::{route, Request, Route};
 use super::write::{field_manager, field_validation};
 use super::ApiServer;
 use crate::auth::UserInfo;
@@ -81,6 +82,8 @@ impl ResourceRequest<'_> {
 }
 
 impl ApiServer {
+    /// Serves a resource request: by its route's handler when it has one (`routes`), else
+    /// by the generic registry.
     pub(super) async fn serve_resource(
         &self,
         parts: &Parts,
@@ -91,45 +94,37 @@ impl ApiServer {
         user: &UserInfo,
     ) -> Result<Response, Status> {
         let (method, headers) = (&parts.method, &parts.headers);
-        if *verb == Verb::Create && path.name.is_none() {
-            let authorizer = &self.authorizer;
-            match (path.group.as_str(), path.resource.as_str()) {
-                ("authorization.k8s.io", "selfsubjectaccessreviews") => {
-                    return crate::review::self_subject_access_review(authorizer, body, user)
-                }
-                ("authorization.k8s.io", "subjectaccessreviews") => {
-                    return crate::review::subject_access_review(authorizer, body, None)
-                }
-                ("authorization.k8s.io", "localsubjectaccessreviews") => {
-                    if let Some(namespace) = path.namespace.as_deref() {
-                        return crate::review::subject_access_review(
-                            authorizer,
-                            body,
-                            Some(namespace),
-                        );
-                    }
-                }
-                ("authorization.k8s.io", "selfsubjectrulesreviews") => {
-                    return crate::review::self_subject_rules_review(authorizer, body, user)
-                }
-                ("authentication.k8s.io", "selfsubjectreviews") => {
-                    return Ok(crate::review::self_subject_review(user))
-                }
-                _ => {}
+        let authorizer = &self.authorizer;
+        match route(&Request { path, method }) {
+            Some(Route::SelfSubjectAccessReview) => {
+                return crate::review::self_subject_access_review(authorizer, body, user)
             }
-        }
-        if path.group == crate::upload::GROUP && path.resource == crate::upload::RESOURCE {
-            if path.version != crate::upload::VERSION {
-                return Err(not_found_path());
+            Some(Route::SubjectAccessReview) => {
+                return crate::review::subject_access_review(authorizer, body, None)
             }
-            let request = self.uploads.token_request(verb, path, body)?;
-            return Ok(super::response::json_response(
-                http::StatusCode::CREATED,
-                &request,
-            ));
-        }
-        if path.group == crate::subresources::GROUP && path.version == "v1" {
-            return crate::subresources::handle(&self.registry, method, path, body).await;
+            Some(Route::LocalSubjectAccessReview) => {
+                if let Some(namespace) = path.namespace.as_deref() {
+                    return crate::review::subject_access_review(authorizer, body, Some(namespace));
+                }
+            }
+            Some(Route::SelfSubjectRulesReview) => {
+                return crate::review::self_subject_rules_review(authorizer, body, user)
+            }
+            Some(Route::SelfSubjectReview) => return Ok(crate::review::self_subject_review(user)),
+            Some(Route::UploadTokenRequest) => {
+                if path.version != crate::upload::VERSION {
+                    return Err(not_found_path());
+                }
+                let request = self.uploads.token_request(verb, path, body)?;
+                return Ok(super::response::json_response(
+                    http::StatusCode::CREATED,
+                    &request,
+                ));
+            }
+            Some(Route::KubeVirtSubresource) => {
+                return crate::subresources::handle(&self.registry, method, path, body).await
+            }
+            Some(Route::Console | Route::Rbac) | None => {}
         }
         let reg = self
             .registry
