@@ -17,3 +17,4 @@ pub mod selector;
 pub mod ssa;
 pub mod status;
 pub mod table;
+pub mod yaml;

@@ -11,8 +11,8 @@ use apimachinery::resource::{PrinterColumn, ResourceInfo};
 use base64::Engine;
 use serde_json::{json, Value};
 
-use crate::auth::UserInfo;
 use crate::registry::{Admission, ResourceHooks};
+use access::authn::UserInfo;
 
 pub const GROUP: &str = "certificates.k8s.io";
 /// kube's `certificates.MinExpirationSeconds`.

@@ -3,7 +3,6 @@
 
 pub mod agent_dial;
 pub mod audit;
-pub mod auth;
 pub mod authz;
 mod cdi;
 mod certificates;
@@ -21,7 +20,6 @@ pub mod object;
 mod openapi;
 mod options;
 mod patching;
-pub mod pki;
 mod printing;
 mod protobuf;
 pub mod rbac;
@@ -34,13 +32,12 @@ pub mod tls;
 pub mod upload;
 mod version;
 pub mod watch;
-mod yaml;
 
 /// The private body decoders, for the fuzz targets in `fuzz/` only.
 #[doc(hidden)]
 pub mod fuzzing {
     pub use crate::protobuf::decode_object as decode_protobuf;
-    pub use crate::yaml::{from_str as yaml_from_str, to_string as yaml_to_string};
+    pub use apimachinery::yaml::{from_str as yaml_from_str, to_string as yaml_to_string};
 }
 
 use std::net::SocketAddr;
@@ -57,7 +54,7 @@ use crate::registry::{Registration, Registry, Serving, WriteOptions};
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("certificates: {0}")]
-    Pki(#[from] pki::PkiError),
+    Pki(#[from] access::pki::PkiError),
     #[error("TLS: {0}")]
     Tls(#[from] tls::TlsError),
     #[error("cannot listen on {addr}: {source}")]
@@ -70,7 +67,7 @@ pub enum ServerError {
     Schema { kind: &'static str, message: String },
     // Transparent: main prints the source chain, which would say it twice.
     #[error(transparent)]
-    TokenFile(#[from] auth::TokenFileError),
+    TokenFile(#[from] access::authn::TokenFileError),
     #[error(transparent)]
     Audit(#[from] audit::AuditError),
     /// `name` says what: `namespace/default`, `storageprofile/local`.
@@ -138,7 +135,7 @@ pub struct RunningServer {
     pub local_addr: SocketAddr,
     pub url: String,
     /// The cluster CA, for what the server's controllers sign (migration credentials).
-    pub pki: Arc<pki::Pki>,
+    pub pki: Arc<access::pki::Pki>,
     api: Arc<http::ApiServer>,
 }
 
@@ -346,7 +343,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         .pki_dir
         .clone()
         .unwrap_or_else(|| config.data_dir.join("pki"));
-    let pki = pki::Pki::load_or_create(&pki_dir, &hosts)?;
+    let pki = access::pki::Pki::load_or_create(&pki_dir, &hosts)?;
     let tls_config = tls::server_config(&pki)?;
     let (agent_cert, agent_key) = pki.agent_client_certificate()?;
     let agents = agent_dial::AgentDialer::new(&agent_cert, &agent_key)?;
@@ -405,19 +402,20 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
             source,
         })?,
     );
-    rbac::bootstrap::ensure(&registry)
+    rbac::ensure(&registry)
         .await
         .map_err(|(name, status)| ServerError::Bootstrap {
             name,
             status: Box::new(status),
         })?;
-    let authorizer = authz::Authorizer::start(registry.clone())
-        .await
-        .map_err(|status| ServerError::Bootstrap {
-            name: "RBAC authorizer".into(),
-            status: Box::new(status),
-        })?;
-    let mut authenticator = auth::Authenticator::new(pki.tokens.clone());
+    let authorizer =
+        authz::start(registry.clone())
+            .await
+            .map_err(|status| ServerError::Bootstrap {
+                name: "RBAC authorizer".into(),
+                status: Box::new(status),
+            })?;
+    let mut authenticator = access::authn::Authenticator::new(pki.tokens.clone());
     if let Some(path) = &config.token_auth_file {
         authenticator = authenticator.with_token_file(path)?;
     }
@@ -447,15 +445,16 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     pki.write_kubeconfigs(&config.data_dir, &kubeconfig_servers)?;
     // The in-process identity of the controllers and local node agents: like
     // kube-apiserver's loopback client, a member of system:masters.
-    let component = auth::UserInfo::new(
+    let component = access::authn::UserInfo::new(
         "system:serviceaccount:kubevirt:kubevirt-controller",
         vec![
             "system:virtplane-components".into(),
-            auth::MASTERS_GROUP.into(),
+            access::authn::MASTERS_GROUP.into(),
         ],
     );
-    let internal = http::router(server.clone())
-        .layer(axum::Extension(tls::ClientCertificateIdentity(component)));
+    let internal = http::router(server.clone()).layer(axum::Extension(
+        access::authn::ClientCertificateIdentity(component),
+    ));
     tokio::spawn(tls::serve(
         listener,
         tls_config,

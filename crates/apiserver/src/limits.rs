@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use apimachinery::status::Status;
 
-use crate::auth::{UserInfo, MASTERS_GROUP};
 use crate::request::{RequestInfo, Target, Verb};
+use access::authn::{UserInfo, MASTERS_GROUP};
 
 /// kube-apiserver's defaults.
 pub const DEFAULT_MAX_REQUESTS_INFLIGHT: usize = 400;

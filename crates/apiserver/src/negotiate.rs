@@ -101,7 +101,7 @@ pub fn decode_body(
         }
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
             let text = std::str::from_utf8(body).map_err(|e| decode_error(e.to_string()))?;
-            crate::yaml::from_str(text).map_err(decode_error)
+            apimachinery::yaml::from_str(text).map_err(decode_error)
         }
         // Built-in kinds arrive as protobuf from kubectl's typed clients (`create
         // namespace`, `create configmap`, `create secret`).

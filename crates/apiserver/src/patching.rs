@@ -154,7 +154,7 @@ async fn apply(
         .map_err(|e| Status::bad_request(format!("error decoding YAML: {e}")))?;
     let applied = match serde_json::from_str::<Value>(text) {
         Ok(v) => v,
-        Err(_) => crate::yaml::from_str(text)
+        Err(_) => apimachinery::yaml::from_str(text)
             .map_err(|e| Status::bad_request(format!("error decoding YAML: {e}")))?,
     };
     if !applied.is_object() {

@@ -62,7 +62,7 @@ fn computed_cell(info: &ResourceInfo, column: &str, obj: &Value, read: Value) ->
         }
         // The number of keys, not the data.
         ("", "configmaps" | "secrets", "Data") => json!(crate::core::data_count(obj)),
-        (crate::rbac::GROUP, _, _) => crate::rbac::kinds::computed_cell(column, obj, read),
+        (access::rbac::GROUP, _, _) => crate::rbac::kinds::computed_cell(column, obj, read),
         (crate::certificates::GROUP, _, _) => crate::certificates::computed_cell(column, obj, read),
         _ => read,
     }

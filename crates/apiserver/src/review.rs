@@ -12,9 +12,9 @@ use axum::response::{IntoResponse, Response};
 use http::{header, HeaderValue, StatusCode};
 use serde_json::{json, Map, Value};
 
-use crate::auth::UserInfo;
-use crate::authz::{Attributes, Authorizer, ResourceAttributes};
 use crate::protobuf::{byte_fields, fields, text, unwrap_unknown, Field};
+use access::authn::UserInfo;
+use access::authz::{Attributes, Authorizer, ResourceAttributes};
 
 fn created(review: &Value) -> Response {
     let mut response = (
@@ -92,7 +92,7 @@ fn review_attributes(kind: &str, spec: &Value) -> Result<Attributes, Status> {
     }
 }
 
-fn status_of(decision: crate::authz::Decision) -> Value {
+fn status_of(decision: access::authz::Decision) -> Value {
     let mut status = Map::new();
     status.insert("allowed".into(), json!(decision.allowed));
     if !decision.reason.is_empty() {

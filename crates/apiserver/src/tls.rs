@@ -17,8 +17,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
-use crate::auth::UserInfo;
-use crate::pki::Pki;
+use access::authn::{ClientCertificateIdentity, UserInfo};
+use access::pki::Pki;
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a client may take to send a request's headers (kube-apiserver's
@@ -35,10 +35,6 @@ pub enum TlsError {
     #[error("client verifier: {0}")]
     Verifier(String),
 }
-
-/// The identity proven by a verified client certificate: CN is the user, O the groups.
-#[derive(Clone, Debug)]
-pub struct ClientCertificateIdentity(pub UserInfo);
 
 /// The address a request came from (the audit log's `sourceIPs`).
 #[derive(Clone, Copy, Debug)]

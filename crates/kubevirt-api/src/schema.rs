@@ -28,7 +28,7 @@ pub fn openapi_components() -> &'static Value {
         for (file, text) in DOCUMENTS {
             // The documents are compiled in and a unit test parses them, so failure here
             // is a build defect.
-            let mut document: Value = serde_saphyr::from_str(text)
+            let mut document: Value = apimachinery::yaml::from_str(text)
                 .unwrap_or_else(|e| panic!("schema/{file} is not valid YAML: {e}"));
             if let Value::Object(schemas) = document["components"]["schemas"].take() {
                 all.extend(schemas);

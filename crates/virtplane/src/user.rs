@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use access::pki::{Credentials, Pki};
 use anyhow::{bail, Context};
-use apiserver::pki::{Credentials, Pki};
 use kube::api::PostParams;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::Api;
@@ -72,7 +72,7 @@ pub fn add(user: AddUser) -> anyhow::Result<()> {
     let dir = user.data_dir.join("users");
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let path = dir.join(format!("{}.kubeconfig", user.name));
-    apiserver::pki::write_private(&path, &kubeconfig)?;
+    access::pki::write_private(&path, &kubeconfig)?;
     println!("{}", path.display());
     if let Some(role) = &user.role {
         bind(&user, role)?;

@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::policy::{Level, Stage};
-use crate::auth::UserInfo;
+use access::audit::{Level, Stage};
+use access::authn::UserInfo;
 
 /// kube's `authenticationv1.UserInfo`.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -184,7 +184,7 @@ fn decode(body: &Body) -> Option<Value> {
     if body.content_type.contains("yaml") {
         return std::str::from_utf8(&body.bytes)
             .ok()
-            .and_then(|text| crate::yaml::from_str(text).ok());
+            .and_then(|text| apimachinery::yaml::from_str(text).ok());
     }
     // Clients that send no media type send JSON.
     serde_json::from_slice(&body.bytes).ok()

@@ -1,14 +1,13 @@
 //! kube-apiserver's audit log: `--audit-log FILE` with `--audit-policy FILE` writes an
 //! `audit.k8s.io/v1` Event line for each stage of each request the policy selects.
 //!
-//! One module per job: `policy` (which requests, at what level), `event` (the line),
-//! `log` (the file). A `Trail` gathers what a request's events say while the request is
+//! The policy (which requests, at what level) is `access::audit`'s; here, one module per
+//! job: `event` (the line), `log` (the file). A `Trail` gathers what a request's events say while the request is
 //! served: the authenticated user and the impersonated one, what it addresses, the
 //! authorization decision, the bodies.
 
 mod event;
 mod log;
-pub mod policy;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,10 +18,10 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use http::{header, HeaderMap, HeaderValue};
 
-use crate::auth::UserInfo;
-use crate::authz::Attributes;
+pub use access::audit::{Level, Policy, Stage, Verdict};
+use access::authn::UserInfo;
+use access::authz::Attributes;
 pub use event::{Body, ObjectRef, Record, ResponseStatus, User};
-pub use policy::{Level, Policy, Stage, Verdict};
 
 /// The response header that names a request's audit ID, as kube-apiserver sends it.
 pub const AUDIT_ID_HEADER: &str = "audit-id";

@@ -11,10 +11,10 @@ use kubevirt_api::names::labels::MIGRATION_TARGET_NODE;
 use serde_json::Value;
 use store::ListOptions;
 
-use super::Attributes;
-use crate::auth::UserInfo;
 use crate::registry::{Registry, WriteGuard};
 use crate::request::Query;
+use access::authn::UserInfo;
+use access::authz::Attributes;
 
 /// The node a user is, when it is one.
 pub fn node_of(user: &UserInfo) -> Option<&str> {

@@ -14,12 +14,13 @@ use axum::Router;
 use http::{header, HeaderValue, StatusCode};
 
 use crate::audit::{Trail, AUDIT_ID_HEADER};
-use crate::auth::{Authentication, Authenticator, UserInfo};
-use crate::authz::{Attributes, Authorizer};
 use crate::discovery::Discovery;
 use crate::registry::Registry;
 use crate::request::{self, Query, RequestInfo, Target, Verb};
-use crate::tls::{ClientCertificateIdentity, PeerAddress};
+use crate::tls::PeerAddress;
+use access::authn::ClientCertificateIdentity;
+use access::authn::{Authentication, Authenticator, UserInfo};
+use access::authz::{Attributes, Authorizer};
 
 mod guarded;
 mod read;
@@ -123,7 +124,7 @@ impl ApiServer {
         let info =
             target.map(|target| RequestInfo::new(&parts.method, parts.uri.path(), target, seen));
         let attrs = match &info {
-            Some(info) => Attributes::of_request(info, seen),
+            Some(info) => crate::authz::request_attributes::of_request(info, seen),
             None => Attributes::non_resource(
                 &parts.method.as_str().to_ascii_lowercase(),
                 parts.uri.path(),
@@ -137,7 +138,7 @@ impl ApiServer {
         };
         let authenticated = trail.audited().then(|| user.clone());
         let user =
-            crate::authz::impersonation::acting_user(&self.authorizer, user, &parts.headers)?;
+            access::authz::impersonation::acting_user(&self.authorizer, user, &parts.headers)?;
         if authenticated.is_some_and(|a| a != user) {
             trail.impersonating(&user);
         }
@@ -159,7 +160,7 @@ impl ApiServer {
                 crate::authz::node_authorizer::authorize(&self.registry, node, &attrs, &query).await
             {
                 trail.decision(false, &reason);
-                return Err(crate::authz::forbidden(&user.name, &attrs, &reason));
+                return Err(access::authz::forbidden(&user.name, &attrs, &reason));
             }
         }
         if long_running {
@@ -311,13 +312,17 @@ impl ApiServer {
             return self
                 .authorizer
                 .allows(user, attrs)
-                .map_err(|reason| crate::authz::forbidden(&user.name, attrs, &reason));
+                .map_err(|reason| access::authz::forbidden(&user.name, attrs, &reason));
         }
         let decision = self.authorizer.decide(user, attrs);
         trail.decision(decision.allowed, &decision.reason);
         match decision.allowed {
             true => Ok(()),
-            false => Err(crate::authz::forbidden(&user.name, attrs, &decision.reason)),
+            false => Err(access::authz::forbidden(
+                &user.name,
+                attrs,
+                &decision.reason,
+            )),
         }
     }
 }

@@ -12,10 +12,10 @@ use super::response::not_found_path;
 use super::routes::{route, Request, Route};
 use super::write::{field_manager, field_validation};
 use super::ApiServer;
-use crate::auth::UserInfo;
 use crate::negotiate::{self, Format};
 use crate::registry::{Refusals, Registration, WriteOptions};
 use crate::request::{Query, ResourcePath, Verb};
+use access::authn::UserInfo;
 
 /// A request for a registered resource, with what every verb's handler reads.
 pub(super) struct ResourceRequest<'a> {
@@ -25,7 +25,7 @@ pub(super) struct ResourceRequest<'a> {
     pub headers: &'a HeaderMap,
     pub body: &'a [u8],
     pub user: &'a UserInfo,
-    pub authorizer: &'a Arc<crate::authz::Authorizer>,
+    pub authorizer: &'a Arc<access::authz::Authorizer>,
     /// The body's media type, lower-cased, without parameters.
     pub content_type: String,
 }
@@ -54,13 +54,14 @@ impl ResourceRequest<'_> {
     pub fn write_options(&self) -> Result<WriteOptions, Status> {
         let info = self.reg.info;
         let guard = if crate::rbac::kinds::is_rbac(info.group, info.plural) {
-            crate::authz::escalation::guard(
+            access::authz::escalation::guard(
                 self.authorizer,
                 self.user,
                 info.plural,
                 self.namespace().unwrap_or(""),
                 self.path.name.as_deref().unwrap_or(""),
             )
+            .map(crate::registry::WriteGuard)
         } else {
             None
         };

@@ -72,7 +72,7 @@ pub(super) fn add_warnings(response: &mut Response, warnings: &[String]) {
 pub(super) fn object_response(code: StatusCode, body: &Value, format: Format) -> Response {
     match format {
         Format::Yaml => {
-            let mut response = (code, crate::yaml::to_string(body)).into_response();
+            let mut response = (code, apimachinery::yaml::to_string(body)).into_response();
             response.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/yaml"),

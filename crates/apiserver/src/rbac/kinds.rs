@@ -7,8 +7,8 @@ use apimachinery::resource::{PrinterColumn, ResourceInfo};
 use apimachinery::table::AGE_COLUMN_DESCRIPTION;
 use serde_json::{json, Value};
 
-use super::{RoleRef, GROUP};
 use crate::registry::{Admission, ResourceHooks};
+use access::rbac::{RoleRef, GROUP};
 
 const ROLE_REF_DESCRIPTION: &str = "RoleRef can reference a Role in the current namespace or a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error.";
 

@@ -1,122 +1,55 @@
-//! `rbac.authorization.k8s.io/v1`: Role, ClusterRole, RoleBinding and ClusterRoleBinding
-//! as built-in kinds (`kinds`), the policy rules they hold (`rules`), and the roles and
-//! bindings every server starts with (`bootstrap`). Deciding requests with them is
-//! `crate::authz`'s job.
+//! The RBAC kinds as the API server serves them (`kinds`), and the bootstrap policy
+//! (`access::rbac::bootstrap`) written into the store at every start.
 
-pub mod bootstrap;
 pub mod kinds;
-pub mod rules;
 
-use serde::{Deserialize, Deserializer};
-use serde_json::{Map, Value};
+use access::rbac::bootstrap::{cluster_role_bindings, cluster_roles, reconciled};
+use access::rbac::GROUP;
+use apimachinery::status::Status;
 
-pub use rules::PolicyRule;
+use crate::registry::{Change, Registry, WriteOptions};
 
-pub const GROUP: &str = "rbac.authorization.k8s.io";
-/// Bootstrap objects with this annotation `"true"` are reconciled at every start.
-pub const AUTOUPDATE_ANNOTATION: &str = "rbac.authorization.kubernetes.io/autoupdate";
-
-fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Default + Deserialize<'de>,
-{
-    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
-}
-
-/// Who a binding grants its role to.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Subject {
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub kind: String,
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub api_group: String,
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub name: String,
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub namespace: String,
-}
-
-/// The role a binding grants.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RoleRef {
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub api_group: String,
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub kind: String,
-    #[serde(default, deserialize_with = "null_as_default")]
-    pub name: String,
-}
-
-/// The parts of a stored Role or ClusterRole authorization reads.
-#[derive(Clone, Debug, Default)]
-pub struct RoleObject {
-    pub namespace: String,
-    pub name: String,
-    pub labels: Map<String, Value>,
-    pub rules: Vec<PolicyRule>,
-    /// `aggregationRule.clusterRoleSelectors` of a ClusterRole that has one.
-    pub aggregation: Option<Vec<Value>>,
-}
-
-/// The parts of a stored RoleBinding or ClusterRoleBinding authorization reads.
-#[derive(Clone, Debug, Default)]
-pub struct BindingObject {
-    pub namespace: String,
-    pub name: String,
-    pub role_ref: RoleRef,
-    pub subjects: Vec<Subject>,
-}
-
-fn parse_list<T: for<'de> Deserialize<'de>>(value: Option<&Value>) -> Vec<T> {
-    match value {
-        Some(Value::Array(items)) => items
-            .iter()
-            .filter_map(|item| serde_json::from_value(item.clone()).ok())
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-impl RoleObject {
-    pub fn from_json(obj: &Value) -> RoleObject {
-        RoleObject {
-            namespace: crate::object::namespace(obj).to_string(),
-            name: crate::object::name(obj).to_string(),
-            labels: obj
-                .pointer("/metadata/labels")
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default(),
-            rules: parse_list(obj.get("rules")),
-            aggregation: obj
-                .get("aggregationRule")
-                .filter(|a| a.is_object())
-                .map(|a| match a.get("clusterRoleSelectors") {
-                    Some(Value::Array(selectors)) => selectors.clone(),
-                    _ => Vec::new(),
-                }),
+/// Creates or reconciles every bootstrap role and binding.
+pub async fn ensure(registry: &Registry) -> Result<(), (String, Status)> {
+    let options = WriteOptions {
+        field_manager: "virtplane".into(),
+        ..Default::default()
+    };
+    let kinds = [
+        ("clusterroles", cluster_roles()),
+        ("clusterrolebindings", cluster_role_bindings()),
+    ];
+    for (plural, objects) in kinds {
+        let Some(reg) = registry.find(GROUP, "v1", plural) else {
+            continue;
+        };
+        for wanted in objects {
+            let name = crate::object::name(&wanted).to_string();
+            let failed = |status: Status| (format!("{plural}/{name}"), status);
+            match registry.get(&reg, None, &name).await {
+                Ok(existing) => {
+                    if reconciled(&existing, &wanted).is_none() {
+                        continue;
+                    }
+                    registry
+                        .update_with(&reg, None, &name, None, &options, |current| {
+                            Ok(Change::replace(
+                                reconciled(current, &wanted).unwrap_or_else(|| current.clone()),
+                            ))
+                        })
+                        .await
+                        .map_err(failed)?;
+                }
+                Err(status) if status.code == 404 => {
+                    match registry.create(&reg, None, wanted.clone(), &options).await {
+                        Ok(_) => {}
+                        Err(status) if status.code == 409 => {}
+                        Err(status) => return Err(failed(status)),
+                    }
+                }
+                Err(status) => return Err(failed(status)),
+            }
         }
     }
-}
-
-impl BindingObject {
-    pub fn from_json(obj: &Value) -> BindingObject {
-        BindingObject {
-            namespace: crate::object::namespace(obj).to_string(),
-            name: crate::object::name(obj).to_string(),
-            role_ref: obj
-                .get("roleRef")
-                .and_then(|r| serde_json::from_value(r.clone()).ok())
-                .unwrap_or_default(),
-            subjects: parse_list(obj.get("subjects")),
-        }
-    }
-}
-
-/// The user name of a ServiceAccount (`system:serviceaccount:NS:NAME`).
-pub fn service_account_user(namespace: &str, name: &str) -> String {
-    format!("system:serviceaccount:{namespace}:{name}")
+    Ok(())
 }

@@ -97,7 +97,7 @@ fn parse_body(body: &[u8], what: &str) -> Result<Value, Status> {
         ))
     })?;
     let value = serde_json::from_str::<Value>(text)
-        .or_else(|_| crate::yaml::from_str(text))
+        .or_else(|_| apimachinery::yaml::from_str(text))
         .map_err(|e| {
             Status::bad_request(format!(
                 "Can not unmarshal Request body to struct, error: {e}"

@@ -10,10 +10,9 @@ use apimachinery::status::{GroupResource, Status};
 use serde_json::Value;
 
 use super::{Attributes, Authorizer, ResourceAttributes};
-use crate::auth::{UserInfo, MASTERS_GROUP};
+use crate::authn::{UserInfo, MASTERS_GROUP};
 use crate::rbac::rules::{covers, go_quoted_list, missing_descriptions};
 use crate::rbac::{PolicyRule, RoleObject, GROUP};
-use crate::registry::WriteGuard;
 
 /// `ConfirmNoEscalation`: the rules `user` holds in `namespace` cover `rules`, or the
 /// text kube's Forbidden carries.
@@ -49,7 +48,9 @@ pub fn confirm_no_escalation(
 fn only_gc_fields_differ(new: &Value, old: &Value) -> bool {
     let strip = |o: &Value| {
         let mut o = o.clone();
-        let meta = crate::object::meta_mut(&mut o);
+        let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) else {
+            return o;
+        };
         for field in [
             "ownerReferences",
             "finalizers",
@@ -81,7 +82,10 @@ fn has_aggregation_rule(obj: Option<&Value>) -> bool {
         .is_some_and(|s| !s.is_empty())
 }
 
-/// The guard a write of RBAC kind `plural` by `user` passes, or `None` when no check
+/// A check of an RBAC object about to be written (new, and the stored one on an update).
+pub type WriteCheck = Arc<dyn Fn(&Value, Option<&Value>) -> Result<(), Status> + Send + Sync>;
+
+/// The check a write of RBAC kind `plural` by `user` passes, or `None` when no check
 /// applies (a member of `system:masters`, or a role writer allowed to `escalate`).
 /// `namespace` and `name` are the request's.
 pub fn guard(
@@ -90,7 +94,7 @@ pub fn guard(
     plural: &str,
     namespace: &str,
     name: &str,
-) -> Option<WriteGuard> {
+) -> Option<WriteCheck> {
     if user.in_group(MASTERS_GROUP) {
         return None;
     }
@@ -113,61 +117,58 @@ pub fn guard(
     }
     let (authorizer, user) = (authorizer.clone(), user.clone());
     let (plural, namespace) = (plural.to_string(), namespace.to_string());
-    Some(WriteGuard(Arc::new(
-        move |new: &Value, old: Option<&Value>| {
-            if old.is_some_and(|old| only_gc_fields_differ(new, old)) {
-                return Ok(());
+    Some(Arc::new(move |new: &Value, old: Option<&Value>| {
+        if old.is_some_and(|old| only_gc_fields_differ(new, old)) {
+            return Ok(());
+        }
+        let name = crate::rbac::metadata_str(new, "name");
+        let refuse = |message: &str| Status::forbidden(&rbac_resource(&plural), name, message);
+        if roles {
+            let rules = RoleObject::from_json(new).rules;
+            confirm_no_escalation(&authorizer, &user, &namespace, &rules)
+                .map_err(|m| refuse(&m))?;
+            if plural == "clusterroles"
+                && (has_aggregation_rule(Some(new)) || has_aggregation_rule(old))
+                && confirm_no_escalation(&authorizer, &user, &namespace, &full_authority()).is_err()
+            {
+                return Err(refuse(
+                    "must have cluster-admin privileges to use the aggregationRule",
+                ));
             }
-            let name = crate::object::name(new);
-            let refuse = |message: &str| Status::forbidden(&rbac_resource(&plural), name, message);
-            if roles {
-                let rules = RoleObject::from_json(new).rules;
-                confirm_no_escalation(&authorizer, &user, &namespace, &rules)
-                    .map_err(|m| refuse(&m))?;
-                if plural == "clusterroles"
-                    && (has_aggregation_rule(Some(new)) || has_aggregation_rule(old))
-                    && confirm_no_escalation(&authorizer, &user, &namespace, &full_authority())
-                        .is_err()
-                {
-                    return Err(refuse(
-                        "must have cluster-admin privileges to use the aggregationRule",
-                    ));
-                }
-                return Ok(());
-            }
-            // A binding: allowed to `bind` the role, or holding everything it grants.
-            let role_ref = crate::rbac::BindingObject::from_json(new).role_ref;
-            let resource = match role_ref.kind.as_str() {
-                "ClusterRole" => "clusterroles",
-                "Role" => "roles",
-                _ => "",
-            };
-            let bind = Attributes::resource(
-                "bind",
-                ResourceAttributes {
-                    namespace: namespace.clone(),
-                    group: role_ref.api_group.clone(),
-                    version: String::new(),
-                    resource: resource.into(),
-                    subresource: String::new(),
-                    name: role_ref.name.clone(),
-                },
-            );
-            if !resource.is_empty() && authorizer.allows(&user, &bind).is_ok() {
-                return Ok(());
-            }
-            let snapshot = authorizer.snapshot();
-            let rules = snapshot
-                .role_ref_rules(&role_ref.kind, &role_ref.name, &namespace)
-                .map_err(|_| {
-                    let singular = if resource == "roles" {
-                        "role"
-                    } else {
-                        "clusterrole"
-                    };
-                    Status::not_found(&GroupResource::new(GROUP, singular), &role_ref.name)
-                })?;
-            confirm_no_escalation(&authorizer, &user, &namespace, &rules).map_err(|m| refuse(&m))
-        },
-    )))
+            return Ok(());
+        }
+        // A binding: allowed to `bind` the role, or holding everything it grants.
+        let role_ref = crate::rbac::BindingObject::from_json(new).role_ref;
+        let resource = match role_ref.kind.as_str() {
+            "ClusterRole" => "clusterroles",
+            "Role" => "roles",
+            _ => "",
+        };
+        let bind = Attributes::resource(
+            "bind",
+            ResourceAttributes {
+                namespace: namespace.clone(),
+                group: role_ref.api_group.clone(),
+                version: String::new(),
+                resource: resource.into(),
+                subresource: String::new(),
+                name: role_ref.name.clone(),
+            },
+        );
+        if !resource.is_empty() && authorizer.allows(&user, &bind).is_ok() {
+            return Ok(());
+        }
+        let snapshot = authorizer.snapshot();
+        let rules = snapshot
+            .role_ref_rules(&role_ref.kind, &role_ref.name, &namespace)
+            .map_err(|_| {
+                let singular = if resource == "roles" {
+                    "role"
+                } else {
+                    "clusterrole"
+                };
+                Status::not_found(&GroupResource::new(GROUP, singular), &role_ref.name)
+            })?;
+        confirm_no_escalation(&authorizer, &user, &namespace, &rules).map_err(|m| refuse(&m))
+    }))
 }

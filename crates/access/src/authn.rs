@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use http::HeaderMap;
 
 use crate::pki::TokenUser;
-use crate::tls::ClientCertificateIdentity;
 
 /// Every authenticated user is in this group (kube's AuthenticatedGroupAdder).
 pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
@@ -73,6 +72,10 @@ pub enum Authentication {
     /// Credentials that prove nobody (an unknown token, a malformed header): 401.
     Failed,
 }
+
+/// The identity proven by a verified client certificate: CN is the user, O the groups.
+#[derive(Clone, Debug)]
+pub struct ClientCertificateIdentity(pub UserInfo);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenFileError {

@@ -9,7 +9,7 @@ use super::*;
 
 fn cluster_role(name: &str, labels: Value, rules: Value) -> (String, Value) {
     (
-        format!("{PREFIX}clusterroles/{name}"),
+        format!("{STORE_PREFIX}clusterroles/{name}"),
         json!({"metadata": {"name": name, "labels": labels}, "rules": rules}),
     )
 }
@@ -22,8 +22,8 @@ fn binding(
     subjects: Value,
 ) -> (String, Value) {
     let key = match kind {
-        "rolebindings" => format!("{PREFIX}rolebindings/{ns}/{name}"),
-        _ => format!("{PREFIX}clusterrolebindings/{name}"),
+        "rolebindings" => format!("{STORE_PREFIX}rolebindings/{ns}/{name}"),
+        _ => format!("{STORE_PREFIX}clusterrolebindings/{name}"),
     };
     let mut meta = json!({"name": name});
     if !ns.is_empty() {
@@ -144,12 +144,12 @@ fn a_missing_role_is_the_reason() {
 fn aggregated_roles_gather_by_label_through_chains() {
     let az = authorizer(vec![
         (
-            format!("{PREFIX}clusterroles/edit"),
+            format!("{STORE_PREFIX}clusterroles/edit"),
             json!({"metadata": {"name": "edit", "labels": {"agg-admin": "true"}},
                    "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"agg-edit": "true"}}]}}),
         ),
         (
-            format!("{PREFIX}clusterroles/admin"),
+            format!("{STORE_PREFIX}clusterroles/admin"),
             json!({"metadata": {"name": "admin"},
                    "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"agg-admin": "true"}}]}}),
         ),
@@ -228,13 +228,19 @@ fn decision_cost() {
     let mut objects: Vec<(String, Value)> = Vec::new();
     for role in crate::rbac::bootstrap::cluster_roles() {
         objects.push((
-            format!("{PREFIX}clusterroles/{}", crate::object::name(&role)),
+            format!(
+                "{STORE_PREFIX}clusterroles/{}",
+                crate::rbac::metadata_str(&role, "name")
+            ),
             role,
         ));
     }
     for b in crate::rbac::bootstrap::cluster_role_bindings() {
         objects.push((
-            format!("{PREFIX}clusterrolebindings/{}", crate::object::name(&b)),
+            format!(
+                "{STORE_PREFIX}clusterrolebindings/{}",
+                crate::rbac::metadata_str(&b, "name")
+            ),
             b,
         ));
     }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use apimachinery::meta_validation::go_quote;
 use serde_json::Value;
 
-use crate::auth::UserInfo;
+use crate::authn::UserInfo;
 use crate::rbac::{service_account_user, BindingObject, PolicyRule, RoleObject, Subject};
 
 use super::Attributes;
@@ -158,11 +158,11 @@ pub struct Snapshot {
     cluster: Scope,
     namespaces: HashMap<String, Scope>,
     /// The rules each aggregated ClusterRole should hold, against what it holds.
-    pub(super) aggregated: BTreeMap<String, (Vec<PolicyRule>, Vec<PolicyRule>)>,
+    pub aggregated: BTreeMap<String, (Vec<PolicyRule>, Vec<PolicyRule>)>,
 }
 
 /// What the store holds under `/registry/rbac.authorization.k8s.io/`, by key.
-pub(super) type Objects = BTreeMap<String, Value>;
+pub type Objects = BTreeMap<String, Value>;
 
 /// `clusterroles`, `roles`, ... from a key.
 pub(super) fn kind_of(key: &str) -> Option<&str> {
@@ -218,7 +218,7 @@ fn aggregate(
 }
 
 impl Snapshot {
-    pub(super) fn build(objects: &Objects, revision: i64) -> Snapshot {
+    pub fn build(objects: &Objects, revision: i64) -> Snapshot {
         let mut cluster_objects: BTreeMap<String, RoleObject> = BTreeMap::new();
         let mut roles = HashMap::new();
         let mut bindings = Vec::new();

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::auth::UserInfo;
+use crate::authn::UserInfo;
 use crate::authz::Attributes;
 
 /// How much of a request is logged.
@@ -99,7 +99,8 @@ impl Policy {
     }
 
     pub fn parse(text: &str) -> Result<Policy, String> {
-        let doc = crate::yaml::from_str(text).map_err(|e| format!("not YAML or JSON: {e}"))?;
+        let doc =
+            apimachinery::yaml::from_str(text).map_err(|e| format!("not YAML or JSON: {e}"))?;
         let Value::Object(doc) = doc else {
             return Err("not an object".into());
         };

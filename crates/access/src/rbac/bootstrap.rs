@@ -10,11 +10,9 @@
 //! Over 800 lines on purpose: it is data (kube's, KubeVirt's and CDI's rule tables) with
 //! one small reconcile; the tables read best in one place.
 
-use apimachinery::status::Status;
 use serde_json::{json, Map, Value};
 
 use super::{AUTOUPDATE_ANNOTATION, GROUP};
-use crate::registry::{Change, Registry, WriteOptions};
 
 const RW: &[&str] = &[
     "get",
@@ -771,12 +769,12 @@ pub fn cluster_roles() -> Vec<Value> {
 
 /// Every bootstrap ClusterRoleBinding.
 pub fn cluster_role_bindings() -> Vec<Value> {
-    let authenticated = crate::auth::AUTHENTICATED_GROUP;
+    let authenticated = crate::authn::AUTHENTICATED_GROUP;
     vec![
         binding(
             kube_meta("cluster-admin", &[]),
             "cluster-admin",
-            &[crate::auth::MASTERS_GROUP],
+            &[crate::authn::MASTERS_GROUP],
         ),
         binding(
             kube_meta("system:discovery", &[]),
@@ -791,7 +789,7 @@ pub fn cluster_role_bindings() -> Vec<Value> {
         binding(
             kube_meta("system:public-info-viewer", &[]),
             "system:public-info-viewer",
-            &[authenticated, crate::auth::UNAUTHENTICATED_GROUP],
+            &[authenticated, crate::authn::UNAUTHENTICATED_GROUP],
         ),
         binding(
             json!({"name": "kubevirt.io:default", "labels": {"kubevirt.io": ""},
@@ -861,7 +859,7 @@ fn union_list(existing: &Value, wanted: &Value, field: &str) -> Option<Vec<Value
 }
 
 /// What reconciling `existing` towards `wanted` changes, or `None`.
-fn reconciled(existing: &Value, wanted: &Value) -> Option<Value> {
+pub fn reconciled(existing: &Value, wanted: &Value) -> Option<Value> {
     if !autoupdate(existing) {
         return None;
     }
@@ -873,8 +871,10 @@ fn reconciled(existing: &Value, wanted: &Value) -> Option<Value> {
             .pointer(&format!("/metadata/{part}"))
             .and_then(Value::as_object)
         {
-            let meta = crate::object::meta_mut(&mut out);
-            let map = meta.entry(part).or_insert_with(|| json!({}));
+            let map = &mut out["metadata"][part];
+            if map.is_null() {
+                *map = json!({});
+            }
             if let Some(map) = map.as_object_mut() {
                 for (k, v) in want {
                     if map.get(k) != Some(v) {
@@ -913,51 +913,6 @@ fn reconciled(existing: &Value, wanted: &Value) -> Option<Value> {
     changed.then_some(out)
 }
 
-/// Creates or reconciles every bootstrap role and binding.
-pub async fn ensure(registry: &Registry) -> Result<(), (String, Status)> {
-    let options = WriteOptions {
-        field_manager: "virtplane".into(),
-        ..Default::default()
-    };
-    let kinds = [
-        ("clusterroles", cluster_roles()),
-        ("clusterrolebindings", cluster_role_bindings()),
-    ];
-    for (plural, objects) in kinds {
-        let Some(reg) = registry.find(GROUP, "v1", plural) else {
-            continue;
-        };
-        for wanted in objects {
-            let name = crate::object::name(&wanted).to_string();
-            let failed = |status: Status| (format!("{plural}/{name}"), status);
-            match registry.get(&reg, None, &name).await {
-                Ok(existing) => {
-                    if reconciled(&existing, &wanted).is_none() {
-                        continue;
-                    }
-                    registry
-                        .update_with(&reg, None, &name, None, &options, |current| {
-                            Ok(Change::replace(
-                                reconciled(current, &wanted).unwrap_or_else(|| current.clone()),
-                            ))
-                        })
-                        .await
-                        .map_err(failed)?;
-                }
-                Err(status) if status.code == 404 => {
-                    match registry.create(&reg, None, wanted.clone(), &options).await {
-                        Ok(_) => {}
-                        Err(status) if status.code == 409 => {}
-                        Err(status) => return Err(failed(status)),
-                    }
-                }
-                Err(status) => return Err(failed(status)),
-            }
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -988,7 +943,10 @@ mod tests {
     #[test]
     fn names_are_unique_and_roles_exist() {
         let roles = cluster_roles();
-        let names: Vec<&str> = roles.iter().map(crate::object::name).collect();
+        let names: Vec<&str> = roles
+            .iter()
+            .map(|r| crate::rbac::metadata_str(r, "name"))
+            .collect();
         let mut sorted = names.clone();
         sorted.sort();
         sorted.dedup();

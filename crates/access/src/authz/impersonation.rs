@@ -8,7 +8,7 @@ use apimachinery::status::Status;
 use http::HeaderMap;
 
 use super::{forbidden, Attributes, Authorizer, ResourceAttributes};
-use crate::auth::{UserInfo, ANONYMOUS_USER, AUTHENTICATED_GROUP, UNAUTHENTICATED_GROUP};
+use crate::authn::{UserInfo, ANONYMOUS_USER, AUTHENTICATED_GROUP, UNAUTHENTICATED_GROUP};
 
 const USER: &str = "impersonate-user";
 const GROUP: &str = "impersonate-group";
