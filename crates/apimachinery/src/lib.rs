@@ -17,4 +17,5 @@ pub mod selector;
 pub mod ssa;
 pub mod status;
 pub mod table;
+pub mod wsstream;
 pub mod yaml;

@@ -8,8 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use apimachinery::status::Status;
-use bytes::Bytes;
-use futures::{future, Sink, SinkExt, Stream, StreamExt};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, SignatureScheme};
@@ -18,8 +16,8 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::{self, Message};
 
 use crate::console::PROTOCOL;
 use crate::registry::Registry;
@@ -319,27 +317,6 @@ impl DialFailure {
             )),
         }
     }
-}
-
-/// The agent websocket as a stream and a sink of bytes, for `console::relay`.
-pub fn byte_halves(
-    socket: AgentSocket,
-) -> (
-    impl Stream<Item = Bytes>,
-    impl Sink<Bytes, Error = tungstenite::Error>,
-) {
-    let (sink, stream) = socket.split();
-    let incoming = stream
-        .take_while(|m| future::ready(matches!(m, Ok(m) if !m.is_close())))
-        .filter_map(|m| {
-            future::ready(match m {
-                Ok(Message::Binary(b)) => Some(b),
-                Ok(Message::Text(t)) => Some(Bytes::copy_from_slice(t.as_bytes())),
-                _ => None,
-            })
-        });
-    let outgoing = sink.with(|b: Bytes| future::ready(Ok(Message::Binary(b))));
-    (incoming, outgoing)
 }
 
 #[cfg(test)]

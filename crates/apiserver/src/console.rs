@@ -5,15 +5,16 @@
 //! sockets itself.
 
 use apimachinery::status::Status;
+use apimachinery::wsstream;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::FromRequestParts;
 use axum::response::Response;
 use bytes::Bytes;
-use futures::{Sink, SinkExt, Stream, StreamExt};
+use futures::{future, Sink, SinkExt, Stream, StreamExt};
 use http::request::Parts;
 use kubevirt_api::model::VmiPhase;
 
-use crate::agent_dial::{self, AgentDialer};
+use crate::agent_dial::AgentDialer;
 use crate::registry::Registry;
 use crate::request::ResourcePath;
 
@@ -74,45 +75,39 @@ pub async fn serve(
         .agents
         .dial(registry, node, namespace, name, which)
         .await?;
-    let (incoming, outgoing) = agent_dial::byte_halves(agent);
+    let (from_agent, to_agent) = wsstream::byte_halves(agent);
     // The agent gives its socket to the newest client and closes this relay's stream.
-    Ok(upgrade.on_upgrade(move |socket| relay(socket, incoming, outgoing)))
+    Ok(upgrade.on_upgrade(move |socket| async move {
+        let (from_client, to_client) = client_byte_halves(socket);
+        wsstream::relay(
+            from_client,
+            to_client,
+            from_agent,
+            to_agent,
+            future::pending::<()>(),
+        )
+        .await
+    }))
 }
 
-/// Copies bytes between the client's websocket and the agent's until either side closes
-/// (the agent closes its side when a newer client takes the socket).
-async fn relay(
+/// The client's websocket (axum's) as bytes in and bytes out, as
+/// `apimachinery::wsstream::byte_halves` sees the agent's.
+fn client_byte_halves(
     socket: WebSocket,
-    from_guest: impl Stream<Item = Bytes>,
-    to_guest: impl Sink<Bytes>,
+) -> (
+    impl Stream<Item = Bytes>,
+    impl Sink<Bytes, Error = axum::Error>,
 ) {
-    let (mut ws_out, mut ws_in) = socket.split();
-    let upstream = async {
-        let mut to_guest = std::pin::pin!(to_guest);
-        while let Some(Ok(message)) = ws_in.next().await {
-            let bytes = match message {
-                Message::Binary(b) => b,
-                Message::Text(t) => Bytes::copy_from_slice(t.as_str().as_bytes()),
-                Message::Close(_) => break,
-                _ => continue,
-            };
-            if to_guest.send(bytes).await.is_err() {
-                break;
-            }
-        }
-        let _ = to_guest.close().await;
-    };
-    let downstream = async {
-        let mut from_guest = std::pin::pin!(from_guest);
-        while let Some(bytes) = from_guest.next().await {
-            if ws_out.send(Message::Binary(bytes)).await.is_err() {
-                break;
-            }
-        }
-        let _ = ws_out.send(Message::Close(None)).await;
-    };
-    tokio::select! {
-        _ = upstream => {}
-        _ = downstream => {}
-    }
+    let (sink, stream) = socket.split();
+    let incoming = stream
+        .take_while(|m| future::ready(matches!(m, Ok(m) if !matches!(m, Message::Close(_)))))
+        .filter_map(|m| {
+            future::ready(match m {
+                Ok(Message::Binary(b)) => Some(b),
+                Ok(Message::Text(t)) => Some(Bytes::copy_from_slice(t.as_str().as_bytes())),
+                _ => None,
+            })
+        });
+    let outgoing = sink.with(|b: Bytes| future::ready(Ok(Message::Binary(b))));
+    (incoming, outgoing)
 }

@@ -1,6 +1,7 @@
 //! The byte work of KubeVirt CDI's DataVolume population, without Kubernetes types:
 //! importing a disk image from HTTP(S) or a local file (an upload spooled by the
-//! server) into a claim's raw disk file, and copying one claim's disk into another.
+//! server) into a claim's raw disk file, copying one claim's disk into another, and
+//! spooling an upload's body into a file for an import to take ([`upload`]).
 //!
 //! - The format is told by magic bytes: gzip and xz are decompressed on the fly, qcow2
 //!   (`QFI\xfb`) is spooled to a scratch file and converted by `qemu-img convert`, and
@@ -24,6 +25,7 @@ mod pipeline;
 mod progress;
 mod qemu_img;
 mod source;
+pub mod upload;
 mod writer;
 
 use std::path::{Path, PathBuf};

@@ -13,18 +13,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{SinkExt, StreamExt};
+use apimachinery::wsstream;
+use futures::{future, StreamExt};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio_tungstenite::tungstenite::handshake::server::{
     Callback, ErrorResponse, Request, Response,
 };
 use tokio_tungstenite::tungstenite::http;
-use tokio_tungstenite::tungstenite::Message;
+use tokio_util::codec::{BytesCodec, FramedWrite};
+use tokio_util::io::ReaderStream;
 
 use qemu::console::{Claim, Takeovers};
 
@@ -36,6 +37,8 @@ pub const FINGERPRINT_ANNOTATION: &str =
 const PROTOCOL: &str = "plain.kubevirt.io";
 /// TLS and websocket handshakes each; a silent client holds no task for longer.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes read from QEMU's socket at once.
+const GUEST_READ: usize = 16 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EndpointError {
@@ -325,41 +328,20 @@ async fn relay<S>(
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let (mut ws_out, mut ws_in) = socket.split();
-    let (mut guest_in, mut guest_out) = guest.into_split();
-    let upstream = async {
-        while let Some(Ok(message)) = ws_in.next().await {
-            let written = match message {
-                Message::Binary(b) => guest_out.write_all(&b).await,
-                Message::Text(t) => guest_out.write_all(t.as_bytes()).await,
-                Message::Close(_) => break,
-                _ => continue,
-            };
-            if written.is_err() {
-                break;
-            }
-        }
-    };
-    let downstream = async {
-        let mut buf = vec![0u8; 16 * 1024];
-        loop {
-            match guest_in.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    let bytes = buf[..n].to_vec().into();
-                    if ws_out.send(Message::Binary(bytes)).await.is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-        let _ = ws_out.send(Message::Close(None)).await;
-    };
-    tokio::select! {
-        _ = upstream => {}
-        _ = downstream => {}
-        _ = claim.superseded() => {}
-    }
+    let (from_server, to_server) = wsstream::byte_halves(socket);
+    let (guest_in, guest_out) = guest.into_split();
+    let from_guest = ReaderStream::with_capacity(guest_in, GUEST_READ)
+        .take_while(|read| future::ready(read.is_ok()))
+        .filter_map(|read| future::ready(read.ok()));
+    let to_guest = FramedWrite::new(guest_out, BytesCodec::new());
+    wsstream::relay(
+        from_server,
+        to_server,
+        from_guest,
+        to_guest,
+        claim.superseded(),
+    )
+    .await;
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! controller imports that file into the claim and removes it.
 //!
 //! `token` signs and checks tokens, `target` decides from the DataVolume whether an
-//! upload may start and how it ended, `form` takes the file out of a multipart body.
+//! upload may start and how it ended; `importer::upload` spools the bytes.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -20,17 +20,15 @@ use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use http::request::Parts;
 use http::{header, HeaderMap, HeaderValue, Method, StatusCode};
-use http_body_util::BodyExt;
+use importer::upload::{self, Expected, Framing, SpoolError, Spooled};
 use kubevirt_api::cdi::model::DataVolume;
 use kubevirt_api::names::annotations::UPLOADED_IMAGE;
 use serde_json::{json, Value};
-use tokio::io::AsyncWriteExt;
 
 use crate::object::meta_mut;
 use crate::registry::{Change, ListRequest, Registration, Registry, WriteOptions};
 use crate::request::{ResourcePath, Verb};
 
-mod form;
 mod target;
 pub mod token;
 
@@ -50,8 +48,6 @@ const PROCESSING_EVERY: Duration = Duration::from_millis(500);
 /// How often files that nobody will import are swept away.
 const SWEEP_EVERY: Duration = Duration::from_secs(600);
 const FIELD_MANAGER: &str = "virtplane-upload-proxy";
-/// Bytes written to the disk at once.
-const WRITE_BUFFER: usize = 1 << 20;
 
 /// One of CDI's upload proxy paths (`common.ProxyPaths`; archives are not served).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,32 +150,6 @@ fn bearer(headers: &HeaderMap) -> Result<&str, Answer> {
         return Err(malformed());
     }
     Ok(token)
-}
-
-/// A file that is removed when dropped, unless it was handed over.
-struct OwnedFile {
-    path: PathBuf,
-    kept: bool,
-}
-
-impl OwnedFile {
-    fn new(path: PathBuf) -> OwnedFile {
-        OwnedFile { path, kept: false }
-    }
-
-    /// The file is someone else's now.
-    fn hand_over(mut self) -> PathBuf {
-        self.kept = true;
-        std::mem::take(&mut self.path)
-    }
-}
-
-impl Drop for OwnedFile {
-    fn drop(&mut self) {
-        if !self.kept {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
 }
 
 /// An upload in progress into the DataVolume of this uid; another is refused meanwhile.
@@ -399,8 +369,7 @@ impl Uploads {
         })
     }
 
-    /// Streams the body (or its form's `file` part) into `<uid>.part`, and renames it
-    /// `<uid>.img` once it is whole. Whatever goes wrong, nothing is left behind.
+    /// Spools the body into the upload directory (the importer's job from here on).
     async fn receive(
         &self,
         uid: &str,
@@ -408,128 +377,30 @@ impl Uploads {
         headers: &HeaderMap,
         body: Body,
         capacity: Option<u64>,
-    ) -> Result<OwnedFile, Answer> {
-        if uid.is_empty() || !uid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-            return Err(Answer::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("the DataVolume's uid {uid:?} cannot name a file"),
-            ));
-        }
-        let mut form = if endpoint.form() {
+    ) -> Result<Spooled, Answer> {
+        let spool_failed = |e: SpoolError| match e {
+            SpoolError::Refused(why) => Answer::stream_failed(StatusCode::BAD_REQUEST, why),
+            SpoolError::Io(why) => Answer::stream_failed(StatusCode::INTERNAL_SERVER_ERROR, why),
+        };
+        let framing = if endpoint.form() {
             let content_type = headers
                 .get(header::CONTENT_TYPE)
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
-            match form::boundary(content_type) {
-                Some(Ok(boundary)) => Some(form::FormReader::new(&boundary)),
-                Some(Err(e)) => return Err(Answer::stream_failed(StatusCode::BAD_REQUEST, e)),
-                None => {
-                    return Err(Answer::stream_failed(
-                        StatusCode::BAD_REQUEST,
-                        "request Content-Type isn't multipart/form-data",
-                    ))
-                }
-            }
+            Framing::form(content_type).map_err(spool_failed)?
         } else {
-            None
+            Framing::Raw
         };
-        let declared: Option<u64> = headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok());
-        let limit = capacity.map(target::limit);
-        let too_large = |limit: u64| {
-            Answer::stream_failed(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "effective image size is larger than the reported available storage: the upload is more than {limit} bytes, and the claim holds {} bytes: A larger PVC is required",
-                    capacity.unwrap_or(0)
-                ),
-            )
+        let expected = Expected {
+            declared: headers
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok()),
+            capacity,
         };
-        if let (Some(limit), Some(declared), None) = (limit, declared, &form) {
-            if declared > limit {
-                return Err(too_large(limit));
-            }
-        }
-
-        let part = OwnedFile::new(self.dir.join(format!("{uid}.part")));
-        let io_failed = |e: std::io::Error| {
-            Answer::stream_failed(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("{}: {e}", part.path.display()),
-            )
-        };
-        let file = tokio::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&part.path)
+        upload::spool(&self.dir, uid, framing, expected, body.into_data_stream())
             .await
-            .map_err(io_failed)?;
-        let mut file = tokio::io::BufWriter::with_capacity(WRITE_BUFFER, file);
-        let mut body = body;
-        let mut received: u64 = 0;
-        let mut written: u64 = 0;
-        let mut out = Vec::new();
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| {
-                Answer::stream_failed(
-                    StatusCode::BAD_REQUEST,
-                    format!("the upload was cut short: {e}"),
-                )
-            })?;
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            received += data.len() as u64;
-            let bytes: &[u8] = match form.as_mut() {
-                Some(reader) => {
-                    out.clear();
-                    reader
-                        .push(&data, &mut out)
-                        .map_err(|e| Answer::stream_failed(StatusCode::BAD_REQUEST, e))?;
-                    &out
-                }
-                None => &data,
-            };
-            written += bytes.len() as u64;
-            if let Some(limit) = limit.filter(|limit| written > *limit) {
-                return Err(too_large(limit));
-            }
-            file.write_all(bytes).await.map_err(io_failed)?;
-            if form.as_ref().is_some_and(form::FormReader::done) {
-                break;
-            }
-        }
-        match &form {
-            Some(reader) => reader
-                .finish()
-                .map_err(|e| Answer::stream_failed(StatusCode::BAD_REQUEST, e))?,
-            None => {
-                if declared.is_some_and(|declared| declared != received) {
-                    return Err(Answer::stream_failed(
-                        StatusCode::BAD_REQUEST,
-                        format!(
-                            "the upload was cut short: {received} of {} bytes",
-                            declared.unwrap_or(0)
-                        ),
-                    ));
-                }
-            }
-        }
-        file.flush().await.map_err(io_failed)?;
-        let file = file.into_inner();
-        file.sync_all().await.map_err(io_failed)?;
-        drop(file);
-        let image = OwnedFile::new(self.dir.join(format!("{uid}.img")));
-        tokio::fs::rename(&part.path, &image.path)
-            .await
-            .map_err(io_failed)?;
-        part.hand_over();
-        tracing::debug!("upload of {written} bytes into {}", image.path.display());
-        Ok(image)
+            .map_err(spool_failed)
     }
 
     /// Names the complete image in the DataVolume's annotation, for its controller: a
@@ -538,7 +409,7 @@ impl Uploads {
         &self,
         grant: &token::Grant,
         uid: &str,
-        image: OwnedFile,
+        image: Spooled,
     ) -> Result<(), Answer> {
         let Some(reg) = self.registration(DATA_VOLUMES.0, DATA_VOLUMES.1, DATA_VOLUMES.2) else {
             return Err(Answer::new(
@@ -546,7 +417,7 @@ impl Uploads {
                 "DataVolumes are not served",
             ));
         };
-        let path = image.path.to_string_lossy().into_owned();
+        let path = image.path().to_string_lossy().into_owned();
         let options = WriteOptions {
             field_manager: FIELD_MANAGER.into(),
             privileged: true,

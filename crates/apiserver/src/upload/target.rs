@@ -8,10 +8,6 @@ use kubevirt_api::names::annotations::UPLOADED_IMAGE;
 use kubevirt_api::quantity::Quantity;
 use serde_json::Value;
 
-/// How much more than the claim an upload may be: qcow2 metadata, gzip or xz headers.
-/// A larger body cannot fit and is refused as CDI refuses it (no capacity).
-const SLACK_BYTES: u64 = 16 << 20;
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Readiness {
     /// The upload may start, into the DataVolume with this uid and a claim of
@@ -81,13 +77,6 @@ pub fn readiness(name: &str, dv: Option<&DataVolume>, claim: Option<&Value>) -> 
     }
 }
 
-/// The most bytes an upload into a claim of `capacity` bytes may take.
-pub fn limit(capacity: u64) -> u64 {
-    capacity
-        .saturating_add(capacity / 8)
-        .saturating_add(SLACK_BYTES)
-}
-
 /// How the DataVolume an upload was handed to stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Processing {
@@ -147,7 +136,6 @@ mod tests {
                 capacity: Some(8 << 20)
             }
         );
-        assert_eq!(limit(8 << 20), (9 << 20) + SLACK_BYTES);
     }
 
     #[test]
