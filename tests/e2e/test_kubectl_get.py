@@ -362,6 +362,31 @@ def test_describe(server, kubectl):
     assert len(re.findall(r"^Name:", many, re.M)) == 2
 
 
+def test_nodes_wide_and_pod_cidr_from_node_ipam(server, kubectl):
+    """kubectl get nodes -o wide prints kube's node columns, and node IPAM gives a Node
+    made by hand a /24 of the cluster CIDR that describe shows."""
+    node = ("apiVersion: v1\nkind: Node\nmetadata:\n  name: e2e-node\n"
+            "  labels:\n    node-role.kubernetes.io/worker: \"\"\n")
+    kubectl("create", "-f", "-", input=node).ok()
+    try:
+        cidr = wait_until(lambda: server.get_json("/api/v1/nodes/e2e-node")
+                          .get("spec", {}).get("podCIDR"), what="the node's pod CIDR")
+        assert re.fullmatch(r"10\.244\.\d+\.0/24", cidr), cidr
+        out = kubectl("get", "node", "e2e-node", "-o", "wide").ok().out
+        assert out.splitlines()[0].split() == [
+            "NAME", "STATUS", "ROLES", "AGE", "VERSION", "INTERNAL-IP", "EXTERNAL-IP",
+            "OS-IMAGE", "KERNEL-VERSION", "CONTAINER-RUNTIME"], out
+        cells = out.splitlines()[1].split()
+        # The hand-made node reports no version: kubectl leaves that cell blank.
+        assert cells[:3] == ["e2e-node", "NotReady", "worker"], out
+        assert cells[4:] == ["<none>", "<none>", "<unknown>", "<unknown>", "<unknown>"], out
+        described = kubectl("describe", "node", "e2e-node").ok().out
+        assert re.search(rf"^PodCIDR:\s+{re.escape(cidr)}$", described, re.M), described
+        assert re.search(r"^Roles:\s+worker$", described, re.M), described
+    finally:
+        kubectl("delete", "node", "e2e-node").ok()
+
+
 def test_get_watch_all_namespaces(server, kubectl):
     w = server.kubectl_bg("get", "vms", "-A", "-w")
     try:

@@ -60,6 +60,14 @@ fn computed_cell(info: &ResourceInfo, column: &str, obj: &Value, read: Value) ->
             }
             json!(status)
         }
+        ("", "nodes", "Roles") => json!(crate::core::node::roles(obj)),
+        // kube's node printer fills what a node did not report.
+        ("", "nodes", "Internal-IP" | "External-IP") if read.is_null() => json!("<none>"),
+        ("", "nodes", "OS-Image" | "Kernel-Version" | "Container-Runtime")
+            if read.as_str().is_none_or(str::is_empty) =>
+        {
+            json!("<unknown>")
+        }
         // The number of keys, not the data.
         ("", "configmaps" | "secrets", "Data") => json!(crate::core::data_count(obj)),
         (access::rbac::GROUP, _, _) => crate::rbac::kinds::computed_cell(column, obj, read),

@@ -8,6 +8,7 @@ pub mod evacuation;
 mod informer;
 pub mod leader;
 pub mod migration;
+pub mod node_ipam;
 pub mod node_lifecycle;
 pub mod resources;
 pub mod run_strategy;
@@ -58,6 +59,8 @@ pub struct Config {
     pub migration_credentials: Option<migration::IssueCredentials>,
     /// Signs approved client certificate requests (`None`: they stay unsigned).
     pub certificate_signer: Option<certificates::SignRequest>,
+    /// The cluster's addresses: node IPAM carves each Node's pod CIDR from them.
+    pub address_plan: network::AddressPlan,
 }
 
 /// Runs every controller until the process ends.
@@ -67,6 +70,7 @@ pub async fn run(client: kube::Client, config: Config) {
         vm::run(client.clone(), shared.clone()),
         scheduler::run(client.clone(), shared.clone()),
         node_lifecycle::run(client.clone(), config.node_monitor_grace_period),
+        node_ipam::run(client.clone(), config.address_plan),
         volumes::run(client.clone(), config.volume_pool),
         datavolume::run(
             client.clone(),

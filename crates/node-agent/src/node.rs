@@ -85,7 +85,8 @@ pub async fn register(client: &kube::Client, spec: &NodeSpec<'_>) -> Result<(), 
         "conditions": conditions(&now(), spec.host_tools),
         "addresses": [{"type": "InternalIP", "address": spec.address}, {"type": "Hostname", "address": spec.name}],
         "nodeInfo": {"kubeletVersion": concat!("virtplane-", env!("CARGO_PKG_VERSION")), "operatingSystem": "linux",
-                     "architecture": "amd64", "containerRuntimeVersion": spec.hypervisor},
+                     "architecture": "amd64", "containerRuntimeVersion": spec.hypervisor,
+                     "osImage": os_image(), "kernelVersion": kernel_version()},
     }});
     if let Some(endpoint) = spec.endpoint {
         // Where the API server dials the agent, as a kubelet publishes its port.
@@ -94,6 +95,23 @@ pub async fn register(client: &kube::Client, spec: &NodeSpec<'_>) -> Result<(), 
     api.patch_status(spec.name, &params(), &Patch::Merge(&status))
         .await?;
     Ok(())
+}
+
+/// The host's operating system as kubelet reports it: `PRETTY_NAME` of /etc/os-release.
+fn os_image() -> String {
+    let release = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+    release
+        .lines()
+        .find_map(|line| line.strip_prefix("PRETTY_NAME="))
+        .map(|name| name.trim_matches('"').to_string())
+        .unwrap_or_default()
+}
+
+/// The kernel's release (`uname -r`).
+fn kernel_version() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|release| release.trim().to_string())
+        .unwrap_or_default()
 }
 
 /// How often the node's `kubevirt.io/heartbeat` annotation is refreshed, as virt-handler

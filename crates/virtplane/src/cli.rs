@@ -103,6 +103,8 @@ pub struct ServerArgs {
     #[arg(long, default_value = "127.0.0.1")]
     pub node_address: std::net::IpAddr,
     #[command(flatten)]
+    pub network: NetworkArgs,
+    #[command(flatten)]
     pub sim: SimArgs,
     #[command(flatten)]
     pub timing: TimingArgs,
@@ -171,6 +173,35 @@ impl LimitArgs {
             max_watches_per_user: self.max_watches_per_user,
             request_timeout: self.request_timeout,
         }
+    }
+}
+
+/// The cluster's addresses, as kube-controller-manager and kube-apiserver take them.
+#[derive(Args, Clone)]
+pub struct NetworkArgs {
+    /// The range Pods take their addresses from; each Node gets a subnet of it as
+    /// `spec.podCIDR`.
+    #[arg(long, default_value = network::plan::DEFAULT_CLUSTER_CIDR)]
+    pub cluster_cidr: ipnet::Ipv4Net,
+    /// The range Services take their cluster IPs from.
+    #[arg(long, default_value = network::plan::DEFAULT_SERVICE_CIDR)]
+    pub service_cidr: ipnet::Ipv4Net,
+    /// The DNS domain of Services and Pods (`<svc>.<ns>.svc.<domain>`).
+    #[arg(long, default_value = network::plan::DEFAULT_CLUSTER_DOMAIN)]
+    pub cluster_domain: String,
+    /// The prefix length of each Node's subnet of the cluster CIDR.
+    #[arg(long, default_value_t = network::plan::DEFAULT_NODE_CIDR_MASK_SIZE)]
+    pub node_cidr_mask_size: u8,
+}
+
+impl NetworkArgs {
+    pub fn plan(&self) -> Result<network::AddressPlan, network::PlanError> {
+        network::AddressPlan::new(
+            self.cluster_cidr,
+            self.service_cidr,
+            &self.cluster_domain,
+            self.node_cidr_mask_size,
+        )
     }
 }
 

@@ -312,6 +312,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
     for url in &args.kubeconfig_servers {
         check_server_url(url)?;
     }
+    let address_plan = args.network.plan()?;
     let node_name = args.node_name.clone().unwrap_or_else(hostname);
     let host = HostSettings {
         node_name: &node_name,
@@ -364,6 +365,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
             insecure_registries: args.insecure_registries.clone(),
             migration_credentials: Some(issue),
             certificate_signer: Some(sign),
+            address_plan,
         };
         // The controllers run on the one server that holds the controller manager's
         // lease (the only one, on SQLite).

@@ -6,6 +6,8 @@
 mod lifecycle;
 mod support;
 
+use std::time::Duration;
+
 use lifecycle::{node_ready, Cluster};
 use serde_json::{json, Value};
 use support::{condition, printable};
@@ -74,9 +76,35 @@ async fn nodes_are_registered_heartbeaten_and_patchable() {
         .filter(|c| c["priority"] == 0)
         .map(|c| c["name"].as_str().unwrap_or(""))
         .collect();
-    assert_eq!(columns, ["Name", "Status", "Age"]);
+    assert_eq!(columns, ["Name", "Status", "Roles", "Age", "Version"]);
+    let wide: Vec<&str> = r.body["columnDefinitions"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .filter(|c| c["priority"] == 1)
+        .map(|c| c["name"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        wide,
+        [
+            "Internal-IP",
+            "External-IP",
+            "OS-Image",
+            "Kernel-Version",
+            "Container-Runtime"
+        ]
+    );
     for row in r.body["rows"].as_array().expect("rows") {
-        assert_eq!(row["cells"][1], "Ready", "{row}");
+        let cells = &row["cells"];
+        assert_eq!(cells[1], "Ready", "{row}");
+        assert_eq!(cells[2], "<none>", "{row}");
+        assert!(
+            cells[4].as_str().unwrap().starts_with("virtplane-"),
+            "{row}"
+        );
+        assert_eq!(cells[5], "127.0.0.1", "{row}");
+        assert_eq!(cells[6], "<none>", "{row}");
+        assert_eq!(cells[9], "sim", "{row}");
     }
 
     // Labels and taints set by an administrator survive the agent's heartbeats.
@@ -255,4 +283,96 @@ async fn scheduling_honours_selectors_affinity_taints_and_capacity() {
     let vm = c.get_vm(NS, "notol").await.body;
     assert!(condition(&vm, "PodScheduled").is_none(), "{}", vm["status"]);
     assert_eq!(printable(&vm), "Running");
+}
+
+fn pod_cidr(node: &Value) -> Option<String> {
+    node["spec"]["podCIDR"].as_str().map(str::to_string)
+}
+
+/// Node IPAM: each Node gets its own /24 of the cluster CIDR as `spec.podCIDR(s)`; when
+/// the cluster CIDR is full a Node waits, and gets the subnet of a Node deleted later.
+#[tokio::test]
+async fn nodes_get_pod_cidrs_of_their_own_from_the_cluster_cidr() {
+    let c = Cluster::start(3, &["--cluster-cidr", "10.250.0.0/23"]).await;
+    let list = c
+        .api
+        .eventually("/api/v1/nodes", Duration::from_secs(20), |r| {
+            r.body["items"]
+                .as_array()
+                .is_some_and(|items| items.iter().filter(|n| pod_cidr(n).is_some()).count() == 2)
+        })
+        .await;
+    let items = list.body["items"].as_array().unwrap();
+    let mut held: Vec<String> = items.iter().filter_map(pod_cidr).collect();
+    held.sort();
+    assert_eq!(held, ["10.250.0.0/24", "10.250.1.0/24"]);
+    for n in items.iter().filter(|n| pod_cidr(n).is_some()) {
+        assert_eq!(n["spec"]["podCIDRs"], json!([pod_cidr(n).unwrap()]), "{n}");
+    }
+    let waiting = items
+        .iter()
+        .find(|n| pod_cidr(n).is_none())
+        .map(|n| n["metadata"]["name"].as_str().unwrap().to_string())
+        .expect("a node without a subnet");
+    let holder = items.iter().find(|n| pod_cidr(n).is_some()).unwrap();
+    let (holder_name, freed) = (
+        holder["metadata"]["name"].as_str().unwrap().to_string(),
+        pod_cidr(holder).unwrap(),
+    );
+    // A full cluster CIDR: the third node stays without one.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(pod_cidr(&node(&c, &waiting).await), None);
+
+    let r = c
+        .api
+        .delete(&format!("/api/v1/nodes/{holder_name}"), None)
+        .await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.text);
+    let r = c
+        .api
+        .eventually(
+            &format!("/api/v1/nodes/{waiting}"),
+            Duration::from_secs(60),
+            |r| pod_cidr(&r.body).is_some(),
+        )
+        .await;
+    assert_eq!(pod_cidr(&r.body), Some(freed));
+}
+
+#[test]
+fn a_cluster_network_that_cannot_work_stops_the_server_with_the_flag_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(support::binary())
+        .args([
+            "server",
+            "--no-node",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .args(["--cluster-cidr", "10.0.0.0/8"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--cluster-cidr 10.0.0.0/8 and --service-cidr 10.96.0.0/12 overlap"),
+        "{stderr}"
+    );
+    let out = std::process::Command::new(support::binary())
+        .args([
+            "server",
+            "--no-node",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .args(["--node-cidr-mask-size", "8"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--node-cidr-mask-size: "), "{stderr}");
 }

@@ -9,7 +9,7 @@ use crate::registry::ResourceHooks;
 mod config_data;
 mod config_map;
 mod namespace;
-mod node;
+pub(crate) mod node;
 mod persistent_volume_claim;
 mod pod;
 mod secret;

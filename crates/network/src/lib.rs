@@ -1,0 +1,12 @@
+//! virtplane's cluster network, without Kubernetes types: the address plan (cluster,
+//! service and node CIDRs), node subnets carved from the cluster CIDR as
+//! kube-controller-manager's node IPAM does, and a node's Pod addresses kept on disk as
+//! the CNI `host-local` plugin keeps them.
+
+pub mod ipam;
+pub mod plan;
+pub mod subnets;
+
+pub use ipam::{Ipam, IpamError};
+pub use plan::{AddressPlan, PlanError};
+pub use subnets::{SubnetError, Subnets};
