@@ -1,10 +1,13 @@
 //! virtplane's cluster network, without Kubernetes types: the address plan (cluster,
 //! service and node CIDRs), node subnets carved from the cluster CIDR as
 //! kube-controller-manager's node IPAM does, and a node's Pod addresses kept on disk as
-//! the CNI `host-local` plugin keeps them.
+//! the CNI `host-local` plugin keeps them, and Pod sandboxes: network namespaces joined
+//! to the node's bridge by veth pairs, as the CNI `bridge` plugin makes them.
 
 pub mod ipam;
+pub mod netns;
 pub mod plan;
+pub mod sandbox;
 pub mod subnets;
 
 pub use ipam::{Ipam, IpamError};
