@@ -4,7 +4,9 @@
 //! the CNI `host-local` plugin keeps them, and Pod sandboxes: network namespaces joined
 //! to the node's bridge by veth pairs, as the CNI `bridge` plugin makes them.
 
+pub mod dhcp;
 pub mod ipam;
+pub mod masquerade;
 pub mod netns;
 pub mod plan;
 pub mod sandbox;

@@ -43,7 +43,7 @@ fn io_failed(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SandboxE
 }
 
 /// The index of the link named `name`, if there is one.
-async fn link_index(handle: &Handle, name: &str) -> Result<Option<u32>, SandboxError> {
+pub(crate) async fn link_index(handle: &Handle, name: &str) -> Result<Option<u32>, SandboxError> {
     let mut links = handle.link().get().match_name(name.to_string()).execute();
     match links.try_next().await {
         Ok(link) => Ok(link.map(|l| l.header.index)),

@@ -1,0 +1,290 @@
+//! KubeVirt's masquerade binding inside a Pod's namespace: the guest's tap joins a bridge
+//! `k6t-eth0` that holds the gateway `10.0.2.1/24`; the guest takes `10.0.2.2` by DHCP;
+//! nftables forwards what reaches the Pod's address to the guest (only the listed ports,
+//! when the interface lists any) and masquerades what the guest sends out behind the
+//! Pod's address. The rules are one `nft -f` transaction, so a Pod never holds half.
+
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::process::Stdio;
+
+use ipnet::Ipv4Net;
+use rtnetlink::LinkUnspec;
+
+use crate::netns::{self, NetNs};
+use crate::sandbox::{self, SandboxError, POD_INTERFACE};
+
+pub const GUEST_BRIDGE: &str = "k6t-eth0";
+pub const TAP: &str = "tap0";
+pub const GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 1);
+pub const GUEST: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+pub const PREFIX_LEN: u8 = 24;
+/// The nftables table the rules live in.
+pub const TABLE: &str = "virtplane_masquerade";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+}
+
+impl Protocol {
+    fn nft(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+        }
+    }
+}
+
+/// What the binding forwards, and who may open the tap.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Masquerade {
+    /// The interface's `ports`: only these reach the guest; none listed, every port.
+    pub ports: Vec<(Protocol, u16)>,
+    /// The uid and gid QEMU runs as (the tap is theirs); `None` when QEMU runs as root.
+    pub tap_owner: Option<(u32, u32)>,
+}
+
+/// The nftables ruleset of the binding (replaces whatever the table held).
+pub fn ruleset(spec: &Masquerade) -> String {
+    let inbound = if spec.ports.is_empty() {
+        format!("        iifname \"{POD_INTERFACE}\" counter dnat to {GUEST}\n")
+    } else {
+        spec.ports
+            .iter()
+            .map(|(protocol, port)| {
+                format!(
+                    "        iifname \"{POD_INTERFACE}\" {} dport {port} counter dnat to {GUEST}\n",
+                    protocol.nft()
+                )
+            })
+            .collect()
+    };
+    format!(
+        "add table ip {TABLE}\n\
+         delete table ip {TABLE}\n\
+         table ip {TABLE} {{\n\
+         \x20   chain prerouting {{\n\
+         \x20       type nat hook prerouting priority dstnat; policy accept;\n\
+         {inbound}\
+         \x20   }}\n\
+         \x20   chain postrouting {{\n\
+         \x20       type nat hook postrouting priority srcnat; policy accept;\n\
+         \x20       ip saddr {GUEST} oifname \"{POD_INTERFACE}\" counter masquerade\n\
+         \x20       oifname \"{GUEST_BRIDGE}\" ip daddr {GUEST} counter snat to {GATEWAY}\n\
+         \x20   }}\n\
+         }}\n"
+    )
+}
+
+fn io_failed(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SandboxError {
+    let what = what.into();
+    move |source| SandboxError::Io { what, source }
+}
+
+/// Creates the persistent tap `name` in the calling thread's namespace, owned by `owner`,
+/// as `ip tuntap add mode tap user U group G vnet_hdr` does (the kernel makes taps only
+/// through /dev/net/tun, not over netlink).
+fn create_tap(name: &str, owner: Option<(u32, u32)>) -> std::io::Result<()> {
+    use rustix::ioctl::{opcode, IntegerSetter, Opcode, Setter};
+    #[repr(C)]
+    struct IfReq {
+        name: [u8; 16],
+        flags: u16,
+        _pad: [u8; 22],
+    }
+    const IFF_TAP: u16 = 0x0002;
+    const IFF_NO_PI: u16 = 0x1000;
+    const IFF_VNET_HDR: u16 = 0x4000;
+    const TUNSETIFF: Opcode = opcode::write::<std::ffi::c_int>(b'T', 202);
+    const TUNSETPERSIST: Opcode = opcode::write::<std::ffi::c_int>(b'T', 203);
+    const TUNSETOWNER: Opcode = opcode::write::<std::ffi::c_int>(b'T', 204);
+    const TUNSETGROUP: Opcode = opcode::write::<std::ffi::c_int>(b'T', 206);
+
+    let mut request = IfReq {
+        name: [0; 16],
+        flags: IFF_TAP | IFF_NO_PI | IFF_VNET_HDR,
+        _pad: [0; 22],
+    };
+    let bytes = name.as_bytes();
+    if bytes.len() >= 16 {
+        return Err(std::io::Error::other(format!(
+            "tap name {name} is too long"
+        )));
+    }
+    request.name[..bytes.len()].copy_from_slice(bytes);
+    let tun: OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/net/tun")?
+        .into();
+    // SAFETY: each opcode is the kernel's for its argument: TUNSETIFF takes a struct
+    // ifreq (name, flags, padding to 40 bytes); the others take an integer by value.
+    unsafe {
+        rustix::ioctl::ioctl(tun.as_fd(), Setter::<TUNSETIFF, IfReq>::new(request))?;
+        if let Some((uid, gid)) = owner {
+            rustix::ioctl::ioctl(
+                tun.as_fd(),
+                IntegerSetter::<TUNSETOWNER>::new_usize(uid as usize),
+            )?;
+            rustix::ioctl::ioctl(
+                tun.as_fd(),
+                IntegerSetter::<TUNSETGROUP>::new_usize(gid as usize),
+            )?;
+        }
+        rustix::ioctl::ioctl(tun.as_fd(), IntegerSetter::<TUNSETPERSIST>::new_usize(1))?;
+    }
+    Ok(())
+}
+
+/// Runs `nft -f -` with `rules` inside `ns`.
+fn apply_rules(ns: &NetNs, rules: &str) -> Result<(), SandboxError> {
+    let file = ns
+        .open()
+        .map_err(io_failed(format!("opening {}", ns.name())))?;
+    let fd = file.as_raw_fd();
+    let mut command = std::process::Command::new("nft");
+    command
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: between fork and exec the child only makes the setns system call on a
+    // descriptor opened before the fork.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+            let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
+            rustix::thread::move_into_link_name_space(
+                fd,
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )
+            .map_err(std::io::Error::from)
+        });
+    }
+    let mut child = command
+        .spawn()
+        .map_err(io_failed("running nft (Debian's nftables package)"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(rules.as_bytes())
+            .map_err(io_failed("writing the rules to nft"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(io_failed("waiting for nft"))?;
+    drop(file);
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(SandboxError::Io {
+            what: "nft -f -".into(),
+            source: std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+        })
+    }
+}
+
+/// Wires the binding in the Pod's namespace (again, if part of it is there): the guest
+/// bridge with the gateway, the tap on it, forwarding on, the rules.
+pub async fn wire(ns: &NetNs, spec: &Masquerade) -> Result<(), SandboxError> {
+    let inside =
+        netns::netlink(Some(ns)).map_err(io_failed(format!("netlink in {}", ns.name())))?;
+    let gateway = Ipv4Net::new(GATEWAY, PREFIX_LEN).expect("a /24");
+    let bridge = sandbox::ensure_bridge(&inside, GUEST_BRIDGE, gateway).await?;
+    let owner = spec.tap_owner;
+    let made = ns
+        .run(move || -> std::io::Result<()> {
+            // An existing tap (a setup repeated) is taken as it is.
+            match create_tap(TAP, owner) {
+                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) => {}
+                other => other?,
+            }
+            std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
+        })
+        .map_err(io_failed(format!("entering {}", ns.name())))?;
+    made.map_err(io_failed(format!("creating {TAP} and enabling forwarding")))?;
+    let tap = sandbox::link_index(&inside, TAP)
+        .await?
+        .ok_or_else(|| SandboxError::NoLink(TAP.into()))?;
+    inside
+        .link()
+        .set(
+            LinkUnspec::new_with_index(tap)
+                .controller(bridge)
+                .up()
+                .build(),
+        )
+        .execute()
+        .await
+        .map_err(|source| SandboxError::Netlink {
+            what: format!("putting {TAP} on {GUEST_BRIDGE}"),
+            source,
+        })?;
+    let rules = ruleset(spec);
+    let ns = ns.clone();
+    tokio::task::spawn_blocking(move || apply_rules(&ns, &rules))
+        .await
+        .map_err(|e| io_failed("nft")(std::io::Error::other(e.to_string())))?
+}
+
+/// The DHCP server's socket: port 67 inside the Pod's namespace, on the guest bridge
+/// only (broadcast replies must leave through it, not through the default route).
+pub fn dhcp_socket(ns: &NetNs) -> Result<tokio::net::UdpSocket, SandboxError> {
+    let made = ns
+        .run(|| -> std::io::Result<std::net::UdpSocket> {
+            let socket = socket2::Socket::new(
+                socket2::Domain::IPV4,
+                socket2::Type::DGRAM,
+                Some(socket2::Protocol::UDP),
+            )?;
+            socket.set_reuse_address(true)?;
+            socket.set_broadcast(true)?;
+            socket.bind_device(Some(GUEST_BRIDGE.as_bytes()))?;
+            socket.bind(
+                &SocketAddr::from((Ipv4Addr::UNSPECIFIED, crate::dhcp::SERVER_PORT)).into(),
+            )?;
+            socket.set_nonblocking(true)?;
+            Ok(socket.into())
+        })
+        .map_err(io_failed(format!("entering {}", ns.name())))?;
+    let socket = made.map_err(io_failed("binding the DHCP socket"))?;
+    tokio::net::UdpSocket::from_std(socket).map_err(io_failed("registering the DHCP socket"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_port_reaches_the_guest_unless_ports_are_listed() {
+        let all = ruleset(&Masquerade::default());
+        assert!(
+            all.contains("iifname \"eth0\" counter dnat to 10.0.2.2\n"),
+            "{all}"
+        );
+        assert!(
+            all.contains("ip saddr 10.0.2.2 oifname \"eth0\" counter masquerade"),
+            "{all}"
+        );
+        assert!(all.starts_with(
+            "add table ip virtplane_masquerade\ndelete table ip virtplane_masquerade\n"
+        ));
+        let listed = ruleset(&Masquerade {
+            ports: vec![(Protocol::Tcp, 22), (Protocol::Udp, 53)],
+            tap_owner: None,
+        });
+        assert!(
+            listed.contains("iifname \"eth0\" tcp dport 22 counter dnat to 10.0.2.2\n"),
+            "{listed}"
+        );
+        assert!(
+            listed.contains("iifname \"eth0\" udp dport 53 counter dnat to 10.0.2.2\n"),
+            "{listed}"
+        );
+        assert!(
+            !listed.contains("iifname \"eth0\" counter dnat"),
+            "{listed}"
+        );
+    }
+}

@@ -1,0 +1,277 @@
+//! KubeVirt's masquerade binding with the real kernel and nftables. A namespace stands in
+//! for the node, two Pods join its bridge; Pod A is wired for a guest, and a third
+//! namespace plays the guest behind A's `k6t-eth0` (a veth where QEMU would hold the
+//! tap). The guest gets its address by DHCP from A; a listed port of A's address reaches
+//! the guest (seen from the gateway), an unlisted one does not; the guest's own
+//! connections leave with A's address. Skipped loudly without the rights to make
+//! namespaces or without nft; failed instead under CI or VIRTPLANE_REQUIRE_QEMU.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::time::Duration;
+
+use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
+use dhcproto::{Decodable, Decoder, Encodable, Encoder};
+use futures::TryStreamExt;
+use network::dhcp::{self, Lease};
+use network::masquerade::{self, Masquerade, Protocol, GUEST_BRIDGE};
+use network::netns::{self, NetNs};
+use network::sandbox::{self, PodLink};
+use rtnetlink::packet_route::link::LinkAttribute;
+use rtnetlink::{Handle, LinkUnspec, LinkVeth, RouteMessageBuilder};
+
+const GUEST_MAC: [u8; 6] = [0x02, 0, 0, 0xaa, 0xbb, 0xcc];
+
+fn required() -> bool {
+    std::env::var_os("CI").is_some()
+        || std::env::var("VIRTPLANE_REQUIRE_QEMU").is_ok_and(|v| v == "1")
+}
+
+fn skip(why: String) -> Option<Namespaces> {
+    if required() {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    None
+}
+
+/// Every namespace the test made, removed on drop.
+struct Namespaces(Vec<String>);
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for name in &self.0 {
+            let _ = NetNs::named(name).delete();
+        }
+    }
+}
+
+fn name(tag: &str) -> String {
+    format!("vpm-{tag}-{}", std::process::id())
+}
+
+fn namespaces_or_skip() -> Option<Namespaces> {
+    if std::process::Command::new("nft")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        return skip("nft is not installed (Debian's nftables)".into());
+    }
+    let all = Namespaces(vec![name("node"), name("a"), name("b"), name("guest")]);
+    match NetNs::create(&all.0[0]) {
+        Ok(_) => Some(all),
+        Err(e) => skip(format!(
+            "cannot make network namespaces here ({e}); run as root"
+        )),
+    }
+}
+
+async fn index(handle: &Handle, name: &str) -> u32 {
+    let mut links = handle.link().get().match_name(name.to_string()).execute();
+    links.try_next().await.unwrap().unwrap().header.index
+}
+
+/// The guest stand-in: a veth from A's guest bridge into `guest`, its end named eth0
+/// with the guest's MAC; the address comes later, by DHCP.
+async fn plug_guest(a: &NetNs, guest: &NetNs) {
+    let in_a = netns::netlink(Some(a)).unwrap();
+    in_a.link()
+        .add(LinkVeth::new("gport", "gmove").build())
+        .execute()
+        .await
+        .unwrap();
+    let bridge = index(&in_a, GUEST_BRIDGE).await;
+    let port = index(&in_a, "gport").await;
+    in_a.link()
+        .set(
+            LinkUnspec::new_with_index(port)
+                .controller(bridge)
+                .up()
+                .build(),
+        )
+        .execute()
+        .await
+        .unwrap();
+    let moving = index(&in_a, "gmove").await;
+    let file = guest.open().unwrap();
+    use std::os::fd::AsRawFd;
+    in_a.link()
+        .set(
+            LinkUnspec::new_with_index(moving)
+                .setns_by_fd(file.as_raw_fd())
+                .build(),
+        )
+        .execute()
+        .await
+        .unwrap();
+    let in_guest = netns::netlink(Some(guest)).unwrap();
+    let eth0 = index(&in_guest, "gmove").await;
+    in_guest
+        .link()
+        .set(
+            LinkUnspec::new_with_index(eth0)
+                .name("eth0")
+                .address(GUEST_MAC.to_vec())
+                .up()
+                .build(),
+        )
+        .execute()
+        .await
+        .unwrap();
+    let lo = index(&in_guest, "lo").await;
+    in_guest
+        .link()
+        .set(LinkUnspec::new_with_index(lo).up().build())
+        .execute()
+        .await
+        .unwrap();
+}
+
+/// What the guest's DHCP client does: DISCOVER by broadcast from port 68 on eth0.
+fn discover(guest: &NetNs) -> Message {
+    guest
+        .run(|| {
+            let socket = socket2::Socket::new(
+                socket2::Domain::IPV4,
+                socket2::Type::DGRAM,
+                Some(socket2::Protocol::UDP),
+            )
+            .unwrap();
+            socket.set_broadcast(true).unwrap();
+            socket.bind_device(Some(b"eth0")).unwrap();
+            socket
+                .bind(&SocketAddr::from((Ipv4Addr::UNSPECIFIED, dhcp::CLIENT_PORT)).into())
+                .unwrap();
+            socket
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let socket: std::net::UdpSocket = socket.into();
+            let zero = Ipv4Addr::UNSPECIFIED;
+            let mut request = Message::new_with_id(42, zero, zero, zero, zero, &GUEST_MAC);
+            request
+                .opts_mut()
+                .insert(DhcpOption::MessageType(MessageType::Discover));
+            let mut bytes = Vec::new();
+            request.encode(&mut Encoder::new(&mut bytes)).unwrap();
+            socket
+                .send_to(&bytes, (Ipv4Addr::BROADCAST, dhcp::SERVER_PORT))
+                .unwrap();
+            let mut buf = vec![0u8; 1500];
+            let (n, _) = socket.recv_from(&mut buf).expect("an offer");
+            Message::decode(&mut Decoder::new(&buf[..n])).unwrap()
+        })
+        .unwrap()
+}
+
+async fn configure_guest(guest: &NetNs, address: Ipv4Addr, gateway: Ipv4Addr) {
+    let in_guest = netns::netlink(Some(guest)).unwrap();
+    let eth0 = index(&in_guest, "eth0").await;
+    in_guest
+        .address()
+        .add(eth0, address.into(), 24)
+        .execute()
+        .await
+        .unwrap();
+    in_guest
+        .route()
+        .add(
+            RouteMessageBuilder::<Ipv4Addr>::new()
+                .gateway(gateway)
+                .build(),
+        )
+        .execute()
+        .await
+        .unwrap();
+}
+
+fn listen_in(ns: &NetNs, at: SocketAddr) -> TcpListener {
+    ns.run(move || TcpListener::bind(at)).unwrap().unwrap()
+}
+
+fn connect_from(ns: &NetNs, to: SocketAddr) -> std::io::Result<TcpStream> {
+    ns.run(move || TcpStream::connect_timeout(&to, Duration::from_secs(3)))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_guest_behind_masquerade_gets_dhcp_listed_ports_and_the_pods_address() {
+    let Some(all) = namespaces_or_skip() else {
+        return;
+    };
+    let node = NetNs::named(&all.0[0]);
+    let host = netns::netlink(Some(&node)).unwrap();
+    sandbox::ensure_bridge(&host, "vpbr0", "10.77.0.1/24".parse().unwrap())
+        .await
+        .unwrap();
+    let link = |ns: &str, veth: &str, n: u8| PodLink {
+        netns: ns.to_string(),
+        host_veth: veth.into(),
+        address: format!("10.77.0.{n}/24").parse().unwrap(),
+        gateway: Ipv4Addr::new(10, 77, 0, 1),
+        bridge: "vpbr0".into(),
+    };
+    let a = sandbox::attach(&host, &link(&all.0[1], "vetha", 2))
+        .await
+        .unwrap();
+    let b = sandbox::attach(&host, &link(&all.0[2], "vethb", 3))
+        .await
+        .unwrap();
+    let guest = NetNs::create(&all.0[3]).unwrap();
+    let spec = Masquerade {
+        ports: vec![(Protocol::Tcp, 2222)],
+        tap_owner: Some((107, 107)),
+    };
+    masquerade::wire(&a, &spec).await.unwrap();
+    // Wired twice (an agent repeating a setup): the same result.
+    masquerade::wire(&a, &spec).await.unwrap();
+    plug_guest(&a, &guest).await;
+
+    let lease = Lease {
+        mac: GUEST_MAC,
+        address: masquerade::GUEST,
+        prefix_len: masquerade::PREFIX_LEN,
+        gateway: masquerade::GATEWAY,
+        dns_servers: vec![Ipv4Addr::new(10, 96, 0, 10)],
+        search: vec!["default.svc.cluster.local".into()],
+        hostname: "vm1".into(),
+        mtu: None,
+    };
+    let socket = masquerade::dhcp_socket(&a).unwrap();
+    let server = tokio::spawn(dhcp::serve(socket, lease, None));
+    let offer = tokio::task::spawn_blocking(move || discover(&NetNs::named(&name("guest"))))
+        .await
+        .unwrap();
+    server.abort();
+    assert_eq!(offer.opcode(), Opcode::BootReply);
+    assert_eq!(offer.opts().msg_type(), Some(MessageType::Offer));
+    assert_eq!(offer.yiaddr(), masquerade::GUEST);
+    configure_guest(&guest, offer.yiaddr(), masquerade::GATEWAY).await;
+
+    // A listed port of the Pod's address reaches the guest, from the gateway.
+    let in_guest = listen_in(&guest, "10.0.2.2:2222".parse().unwrap());
+    let _client = connect_from(&b, "10.77.0.2:2222".parse().unwrap()).unwrap();
+    let (_, peer) = in_guest.accept().unwrap();
+    assert_eq!(peer.ip(), std::net::IpAddr::V4(masquerade::GATEWAY));
+    // An unlisted one does not.
+    let _unlisted = listen_in(&guest, "10.0.2.2:2223".parse().unwrap());
+    assert!(connect_from(&b, "10.77.0.2:2223".parse().unwrap()).is_err());
+    // The guest's own connections leave with the Pod's address.
+    let at_b = listen_in(&b, "10.77.0.3:8080".parse().unwrap());
+    let _out = connect_from(&guest, "10.77.0.3:8080".parse().unwrap()).unwrap();
+    let (_, peer) = at_b.accept().unwrap();
+    assert_eq!(peer.ip(), "10.77.0.2".parse::<std::net::IpAddr>().unwrap());
+
+    // The tap is there for QEMU, owned by QEMU's user.
+    let in_a = netns::netlink(Some(&a)).unwrap();
+    let mut taps = in_a
+        .link()
+        .get()
+        .match_name(masquerade::TAP.to_string())
+        .execute();
+    let tap = taps.try_next().await.unwrap().expect("tap0");
+    assert!(tap
+        .attributes
+        .iter()
+        .any(|a| matches!(a, LinkAttribute::Controller(_))));
+    drop((a, b));
+}
