@@ -6,7 +6,8 @@
 
 use std::path::PathBuf;
 
-use kubevirt_api::{admission, defaults, types::MigrationState, vm_status};
+use kubevirt_api::model::vmi::MigrationState;
+use kubevirt_api::{admission, defaults, vm_status};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use virtplane_fuzz::{schema, set_type, KINDS};
