@@ -339,8 +339,8 @@ async fn nodes_get_pod_cidrs_of_their_own_from_the_cluster_cidr() {
     assert_eq!(pod_cidr(&r.body), Some(freed));
 }
 
-#[test]
-fn a_cluster_network_that_cannot_work_stops_the_server_with_the_flag_named() {
+/// What `virtplane server` with `flags` says on stderr as it refuses to start.
+fn server_refuses(flags: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(support::binary())
         .args([
@@ -351,28 +351,20 @@ fn a_cluster_network_that_cannot_work_stops_the_server_with_the_flag_named() {
             "--data-dir",
         ])
         .arg(dir.path())
-        .args(["--cluster-cidr", "10.0.0.0/8"])
+        .args(flags)
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started with {flags:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_cluster_network_that_cannot_work_stops_the_server_with_the_flag_named() {
+    let stderr = server_refuses(&["--cluster-cidr", "10.0.0.0/8"]);
     assert!(
         stderr.contains("--cluster-cidr 10.0.0.0/8 and --service-cidr 10.96.0.0/12 overlap"),
         "{stderr}"
     );
-    let out = std::process::Command::new(support::binary())
-        .args([
-            "server",
-            "--no-node",
-            "--listen",
-            "127.0.0.1:0",
-            "--data-dir",
-        ])
-        .arg(dir.path())
-        .args(["--node-cidr-mask-size", "8"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = server_refuses(&["--node-cidr-mask-size", "8"]);
     assert!(stderr.contains("--node-cidr-mask-size: "), "{stderr}");
 }
