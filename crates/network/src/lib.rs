@@ -9,6 +9,7 @@ pub mod ipam;
 pub mod masquerade;
 pub mod netns;
 pub mod plan;
+pub mod routes;
 pub mod sandbox;
 pub mod subnets;
 

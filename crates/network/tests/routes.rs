@@ -1,0 +1,197 @@
+//! Routes between nodes with the real kernel (flannel's host-gw): two namespaces stand in
+//! for two nodes on one link, each with its bridge and a Pod; once each node routes the
+//! other's pod CIDR through the other's address, the Pods reach each other with their
+//! own addresses (no NAT). A sync without peers removes our routes and nobody else's.
+//! Skipped loudly without the rights to make namespaces; failed instead under CI or
+//! VIRTPLANE_REQUIRE_QEMU.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use network::netns::{self, NetNs};
+use network::routes::{self, Peer};
+use network::sandbox::{self, PodLink};
+use rtnetlink::{Handle, LinkUnspec, LinkVeth, RouteMessageBuilder};
+
+fn required() -> bool {
+    std::env::var_os("CI").is_some()
+        || std::env::var("VIRTPLANE_REQUIRE_QEMU").is_ok_and(|v| v == "1")
+}
+
+/// Every namespace the test made, removed on drop.
+struct Namespaces(Vec<String>);
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        for name in &self.0 {
+            let _ = NetNs::named(name).delete();
+        }
+    }
+}
+
+fn name(tag: &str) -> String {
+    format!("vpr-{tag}-{}", std::process::id())
+}
+
+async fn index(handle: &Handle, name: &str) -> u32 {
+    let mut links = handle.link().get().match_name(name.to_string()).execute();
+    links.try_next().await.unwrap().unwrap().header.index
+}
+
+async fn up_with(handle: &Handle, link: &str, address: &str) {
+    let index = index(handle, link).await;
+    let (ip, prefix) = address.split_once('/').unwrap();
+    handle
+        .address()
+        .add(index, ip.parse().unwrap(), prefix.parse().unwrap())
+        .execute()
+        .await
+        .unwrap();
+    handle
+        .link()
+        .set(LinkUnspec::new_with_index(index).up().build())
+        .execute()
+        .await
+        .unwrap();
+}
+
+/// Node `n` (0 or 1): its bridge with 10.244.n.1/24, a Pod at 10.244.n.2, forwarding on.
+async fn node(ns: &NetNs, n: u8) -> (Handle, NetNs) {
+    let handle = netns::netlink(Some(ns)).unwrap();
+    let gateway = format!("10.244.{n}.1/24").parse().unwrap();
+    sandbox::ensure_bridge(&handle, "vpbr0", gateway)
+        .await
+        .unwrap();
+    ns.run(|| std::fs::write("/proc/sys/net/ipv4/ip_forward", "1"))
+        .unwrap()
+        .unwrap();
+    let pod = sandbox::attach(
+        &handle,
+        &PodLink {
+            netns: name(&format!("pod{n}")),
+            host_veth: format!("vethpod{n}"),
+            address: format!("10.244.{n}.2/24").parse().unwrap(),
+            gateway: Ipv4Addr::new(10, 244, n, 1),
+            bridge: "vpbr0".into(),
+        },
+    )
+    .await
+    .unwrap();
+    (handle, pod)
+}
+
+fn peers() -> Vec<Peer> {
+    (0..2u8)
+        .map(|n| Peer {
+            name: format!("node{n}"),
+            address: Ipv4Addr::new(192, 168, 77, n + 1),
+            pod_cidr: format!("10.244.{n}.0/24").parse().unwrap(),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn pods_on_two_nodes_reach_each_other_through_host_gw_routes() {
+    let all = Namespaces(vec![
+        name("node0"),
+        name("node1"),
+        name("pod0"),
+        name("pod1"),
+    ]);
+    let node0 = match NetNs::create(&all.0[0]) {
+        Ok(ns) => ns,
+        Err(e) if !required() => {
+            eprintln!("SKIPPED: cannot make network namespaces here ({e}); run as root");
+            return;
+        }
+        Err(e) => panic!("cannot make network namespaces: {e}"),
+    };
+    let node1 = NetNs::create(&all.0[1]).unwrap();
+    let (h0, pod0) = node(&node0, 0).await;
+    let (h1, pod1) = node(&node1, 1).await;
+    // The link the two nodes share.
+    h0.link()
+        .add(LinkVeth::new("link0", "link1").build())
+        .execute()
+        .await
+        .unwrap();
+    let moving = index(&h0, "link1").await;
+    let file = node1.open().unwrap();
+    h0.link()
+        .set(
+            LinkUnspec::new_with_index(moving)
+                .setns_by_fd(file.as_raw_fd())
+                .build(),
+        )
+        .execute()
+        .await
+        .unwrap();
+    up_with(&h0, "link0", "192.168.77.1/24").await;
+    up_with(&h1, "link1", "192.168.77.2/24").await;
+    // Someone else's route on node 0, which our syncs must leave alone.
+    h0.route()
+        .add(
+            RouteMessageBuilder::<Ipv4Addr>::new()
+                .destination_prefix(Ipv4Addr::new(172, 30, 0, 0), 16)
+                .gateway(Ipv4Addr::new(192, 168, 77, 9))
+                .build(),
+        )
+        .execute()
+        .await
+        .unwrap();
+
+    let peers = peers();
+    assert_eq!(
+        routes::sync(&h0, &routes::desired("node0", &peers))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        routes::sync(&h1, &routes::desired("node1", &peers))
+            .await
+            .unwrap(),
+        1
+    );
+    // Synced again with nothing new: nothing changes.
+    assert_eq!(
+        routes::sync(&h0, &routes::desired("node0", &peers))
+            .await
+            .unwrap(),
+        0
+    );
+
+    let at_pod1 = pod1
+        .run(|| TcpListener::bind(SocketAddr::from((Ipv4Addr::new(10, 244, 1, 2), 0))))
+        .unwrap()
+        .unwrap();
+    let to = at_pod1.local_addr().unwrap();
+    let _client = pod0
+        .run(move || TcpStream::connect_timeout(&to, Duration::from_secs(5)))
+        .unwrap()
+        .expect("pod 0 reaches pod 1 on the other node");
+    let (_, peer) = at_pod1.accept().unwrap();
+    assert_eq!(
+        peer.ip(),
+        std::net::IpAddr::V4(Ipv4Addr::new(10, 244, 0, 2))
+    );
+
+    // Node 1 left the cluster: node 0 drops its route, and only its route.
+    let alone = routes::desired("node0", &peers[..1]);
+    assert_eq!(routes::sync(&h0, &alone).await.unwrap(), 1);
+    let refused = pod0
+        .run(move || TcpStream::connect_timeout(&to, Duration::from_millis(500)))
+        .unwrap();
+    assert!(refused.is_err(), "pod 1 is still reachable");
+    let mut kept = false;
+    let mut listed = h0
+        .route()
+        .get(RouteMessageBuilder::<Ipv4Addr>::new().build())
+        .execute();
+    while let Some(route) = listed.try_next().await.unwrap() {
+        kept |= route.header.destination_prefix_length == 16;
+    }
+    assert!(kept, "the foreign route was removed");
+}
