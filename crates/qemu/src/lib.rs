@@ -15,8 +15,8 @@ pub mod socket;
 pub use accel::{Accel, AccelChoice};
 pub use machine::Refused;
 pub use machine::{
-    Bus, CacheMode, Disk, DiskFormat, DiskMedia, Firmware, KernelBoot, MachineSpec, Nic, NicModel,
-    PortForward, Protocol, WatchdogAction,
+    Bus, CacheMode, Disk, DiskFormat, DiskMedia, Firmware, KernelBoot, MachineSpec, Nic,
+    NicBackend, NicModel, PortForward, Protocol, WatchdogAction,
 };
 pub use process::{Instance, ProcessError, RunAs};
 pub use qmp::{Qmp, QmpError};

@@ -27,6 +27,12 @@ pub enum ProcessError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot open the network namespace {path}: {source}")]
+    Netns {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// QEMU exited before its monitor answered; the log tail says why.
     #[error("QEMU exited during start-up: {0}")]
     EarlyExit(String),
@@ -66,6 +72,25 @@ impl RunAs {
                 Ok(())
             });
         }
+    }
+}
+
+/// Makes `command` exec inside the network namespace `netns` (a Pod's, where its taps
+/// are). Registered before [`RunAs::apply`]: entering needs the agent's privileges.
+fn enter_netns(command: &mut tokio::process::Command, netns: &std::fs::File) {
+    use std::os::fd::AsRawFd;
+    let fd = netns.as_raw_fd();
+    // SAFETY: the closure runs in the forked child before exec and makes one raw system
+    // call (setns) on a descriptor the parent keeps open until the spawn returns.
+    unsafe {
+        command.pre_exec(move || {
+            let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
+            rustix::thread::move_into_link_name_space(
+                fd,
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )?;
+            Ok(())
+        });
     }
 }
 
@@ -144,6 +169,21 @@ impl Instance {
             argv.extend(["-incoming".to_string(), "defer".to_string()]);
         }
         let mut command = tokio::process::Command::new(binary);
+        // Kept open until the spawn: the child enters it before it drops privileges.
+        let netns = match &spec.netns {
+            Some(path) => {
+                Some(
+                    std::fs::File::open(path).map_err(|source| ProcessError::Netns {
+                        path: path.clone(),
+                        source,
+                    })?,
+                )
+            }
+            None => None,
+        };
+        if let Some(netns) = &netns {
+            enter_netns(&mut command, netns);
+        }
         if let Some(user) = &spec.run_as {
             user.apply(&mut command);
         }

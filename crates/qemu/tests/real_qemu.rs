@@ -52,6 +52,7 @@ fn spec(dir: &std::path::Path) -> MachineSpec {
         pidfile: dir.join("qemu.pid"),
         sandbox: true,
         run_as: None,
+        netns: None,
     }
 }
 

@@ -196,14 +196,23 @@ pub struct PortForward {
     pub guest_port: u16,
 }
 
-/// A NIC on QEMU's user-mode network (NAT), laid out like KubeVirt's masquerade binding:
-/// the guest is 10.0.2.2, its gateway 10.0.2.1.
+/// What a NIC is plugged into.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NicBackend {
+    /// QEMU's user-mode network (NAT), laid out like KubeVirt's masquerade binding (the
+    /// guest is 10.0.2.2, its gateway 10.0.2.1), with ports forwarded from the node.
+    User { forwards: Vec<PortForward> },
+    /// A tap the node made beforehand (in the network namespace QEMU starts in, owned
+    /// by QEMU's user): QEMU opens it and runs no scripts.
+    Tap { ifname: String },
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Nic {
     pub id: String,
     pub model: NicModel,
     pub mac: String,
-    pub forwards: Vec<PortForward>,
+    pub backend: NicBackend,
     pub boot_index: Option<u32>,
 }
 
@@ -261,6 +270,9 @@ pub struct MachineSpec {
     pub sandbox: bool,
     /// The unprivileged user QEMU runs as; `None`: the agent's own.
     pub run_as: Option<crate::process::RunAs>,
+    /// The network namespace QEMU starts in (a Pod's, `/run/netns/NAME`), where its taps
+    /// are; `None`: the agent's own.
+    pub netns: Option<PathBuf>,
 }
 
 /// A value inside a QEMU `key=value,…` option string: QEMU reads a doubled comma as one
@@ -505,24 +517,33 @@ impl MachineSpec {
         }
     }
 
-    /// Each NIC: a user-mode network with its port forwards, and its device.
+    /// Each NIC: its network (user-mode with its port forwards, or a tap), and its device.
     fn push_nics(&self, a: &mut Argv) {
         for nic in &self.nics {
-            let hostfwd: Vec<Value> = nic
-                .forwards
-                .iter()
-                .map(|f| {
-                    json!({"str": format!("{}:{}:{}-:{}", f.protocol.as_str(), f.host_address,
-                                         f.host_port, f.guest_port)})
-                })
-                .collect();
-            let mut netdev = json!({
-                "type": "user", "id": format!("net-{}", nic.id),
-                "net": "10.0.2.0/24", "host": "10.0.2.1", "dhcpstart": "10.0.2.2",
-            });
-            if !hostfwd.is_empty() {
-                netdev["hostfwd"] = Value::Array(hostfwd);
-            }
+            let id = format!("net-{}", nic.id);
+            let netdev = match &nic.backend {
+                NicBackend::User { forwards } => {
+                    let hostfwd: Vec<Value> = forwards
+                        .iter()
+                        .map(|f| {
+                            json!({"str": format!("{}:{}:{}-:{}", f.protocol.as_str(), f.host_address,
+                                                 f.host_port, f.guest_port)})
+                        })
+                        .collect();
+                    let mut netdev = json!({
+                        "type": "user", "id": id,
+                        "net": "10.0.2.0/24", "host": "10.0.2.1", "dhcpstart": "10.0.2.2",
+                    });
+                    if !hostfwd.is_empty() {
+                        netdev["hostfwd"] = Value::Array(hostfwd);
+                    }
+                    netdev
+                }
+                NicBackend::Tap { ifname } => json!({
+                    "type": "tap", "id": id, "ifname": ifname,
+                    "script": "no", "downscript": "no",
+                }),
+            };
             a.push_json("-netdev", netdev);
             let mut device = json!({
                 "driver": nic.model.device(), "netdev": format!("net-{}", nic.id),

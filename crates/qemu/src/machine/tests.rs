@@ -42,12 +42,14 @@ fn spec() -> MachineSpec {
             id: "default".into(),
             model: NicModel::VirtioNet,
             mac: "02:00:00:00:00:01".into(),
-            forwards: vec![PortForward {
-                protocol: Protocol::Tcp,
-                host_address: "127.0.0.1".into(),
-                host_port: 40000,
-                guest_port: 80,
-            }],
+            backend: NicBackend::User {
+                forwards: vec![PortForward {
+                    protocol: Protocol::Tcp,
+                    host_address: "127.0.0.1".into(),
+                    host_port: 40000,
+                    guest_port: 80,
+                }],
+            },
             boot_index: None,
         }],
         rng: true,
@@ -59,6 +61,7 @@ fn spec() -> MachineSpec {
         pidfile: "/r/qemu.pid".into(),
         sandbox: true,
         run_as: None,
+        netns: None,
     }
 }
 
@@ -304,4 +307,21 @@ fn the_sandbox_can_be_left_out() {
     let mut s = spec();
     s.sandbox = false;
     assert!(!s.argv().unwrap().iter().any(|a| a == "-sandbox"));
+}
+
+#[test]
+fn a_tap_nic_opens_the_nodes_tap_and_runs_no_scripts() {
+    let mut s = spec();
+    s.nics[0].backend = NicBackend::Tap {
+        ifname: "tap0".into(),
+    };
+    let netdevs = json_args(&s, "-netdev");
+    assert_eq!(
+        netdevs,
+        [json!({"type": "tap", "id": "net-default", "ifname": "tap0",
+                "script": "no", "downscript": "no"})]
+    );
+    let devices = json_args(&s, "-device");
+    let nic = devices.iter().find(|d| d["netdev"].is_string()).unwrap();
+    assert_eq!(nic["netdev"], "net-default");
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use kubevirt_api::model::VirtualMachineInstance;
 use qemu::{
     Accel, Bus, CacheMode, Disk, DiskFormat, DiskMedia, Firmware, KernelBoot, MachineSpec, Nic,
-    NicModel, PortForward, Protocol, WatchdogAction,
+    NicBackend, NicModel, PortForward, Protocol, WatchdogAction,
 };
 
 use kubevirt_api::devices::{Binding, Media};
@@ -263,6 +263,7 @@ pub(super) fn machine_spec(
         // How QEMU runs is the node's business, set by `Qemu::machine`.
         sandbox: false,
         run_as: None,
+        netns: None,
     };
     Ok((machine, forwards))
 }
@@ -360,7 +361,9 @@ fn machine_nics(
                 .mac_address
                 .clone()
                 .unwrap_or_else(|| mac_for(&uid, index)),
-            forwards: nic_forwards,
+            backend: NicBackend::User {
+                forwards: nic_forwards,
+            },
             boot_index: iface.boot_order,
         });
     }

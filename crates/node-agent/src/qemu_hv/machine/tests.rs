@@ -195,21 +195,23 @@ fn masquerade_ports_are_forwarded_from_the_node() {
     assert_eq!(nic.model, NicModel::E1000);
     assert_eq!(nic.mac, mac_for("7c1e0b54-0000-4000-8000-000000000001", 0));
     assert_eq!(
-        nic.forwards,
-        vec![
-            PortForward {
-                protocol: Protocol::Tcp,
-                host_address: "10.1.2.3".into(),
-                host_port: 40001,
-                guest_port: 80
-            },
-            PortForward {
-                protocol: Protocol::Udp,
-                host_address: "10.1.2.3".into(),
-                host_port: 40002,
-                guest_port: 53
-            },
-        ]
+        nic.backend,
+        NicBackend::User {
+            forwards: vec![
+                PortForward {
+                    protocol: Protocol::Tcp,
+                    host_address: "10.1.2.3".into(),
+                    host_port: 40001,
+                    guest_port: 80
+                },
+                PortForward {
+                    protocol: Protocol::Udp,
+                    host_address: "10.1.2.3".into(),
+                    host_port: 40002,
+                    guest_port: 53
+                },
+            ]
+        }
     );
     assert_eq!(
         forwards,
