@@ -12,45 +12,12 @@ use std::time::{Duration, Instant};
 
 use network::dhcp::{self, Lease};
 use network::masquerade::{self, Masquerade, Protocol};
-use network::netns::{self, NetNs};
-use network::sandbox::{self, PodLink};
 use qemu::{Firmware, Instance, KernelBoot, MachineSpec, Nic, NicBackend, NicModel};
 
 const MAC: &str = "02:00:00:aa:bb:cc";
 const PORT: u16 = 8080;
 
-fn required() -> bool {
-    std::env::var_os("CI").is_some()
-        || std::env::var("VIRTPLANE_REQUIRE_QEMU").is_ok_and(|v| v == "1")
-}
-
-fn skip(why: &str) {
-    if required() {
-        panic!("{why}");
-    }
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
-}
-
-/// Every namespace the test made, removed on drop; QEMU killed first.
-struct Cleanup(Vec<String>, Option<u32>);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if let Some(pid) = self.1 {
-            let _ = std::process::Command::new("kill")
-                .arg("-9")
-                .arg(pid.to_string())
-                .status();
-        }
-        for name in &self.0 {
-            let _ = NetNs::named(name).delete();
-        }
-    }
-}
-
-fn name(tag: &str) -> String {
-    format!("vpg-{tag}-{}", std::process::id())
-}
+mod support;
 
 fn guest_files() -> Option<(PathBuf, PathBuf)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-guests");
@@ -129,37 +96,15 @@ fn wait_for(console: &mut BufReader<UnixStream>, wanted: &str, within: Duration)
 async fn a_guest_in_a_pod_takes_its_address_by_dhcp_and_serves_other_pods() {
     let binary = PathBuf::from("/usr/bin/qemu-system-x86_64");
     if !binary.exists() {
-        return skip("qemu-system-x86_64 is not installed (Debian's qemu-system-x86)");
+        return support::skip("qemu-system-x86_64 is not installed (Debian's qemu-system-x86)");
     }
     let Some((kernel, initrd)) = guest_files() else {
-        return skip("the test guest is not built (scripts/build-test-guests)");
+        return support::skip("the test guest is not built (scripts/build-test-guests)");
     };
-    let mut cleanup = Cleanup(vec![name("node"), name("a"), name("b")], None);
-    let node = match NetNs::create(&cleanup.0[0]) {
-        Ok(ns) => ns,
-        Err(e) => {
-            return skip(&format!(
-                "cannot make network namespaces here ({e}); run as root"
-            ))
-        }
+    let Some(mut node) = support::node_with_pods("vpg", &["a", "b"]).await else {
+        return;
     };
-    let host = netns::netlink(Some(&node)).unwrap();
-    sandbox::ensure_bridge(&host, "vpbr0", "10.77.0.1/24".parse().unwrap())
-        .await
-        .unwrap();
-    let link = |ns: &str, veth: &str, n: u8| PodLink {
-        netns: ns.to_string(),
-        host_veth: veth.into(),
-        address: format!("10.77.0.{n}/24").parse().unwrap(),
-        gateway: Ipv4Addr::new(10, 77, 0, 1),
-        bridge: "vpbr0".into(),
-    };
-    let a = sandbox::attach(&host, &link(&cleanup.0[1], "vetha", 2))
-        .await
-        .unwrap();
-    let b = sandbox::attach(&host, &link(&cleanup.0[2], "vethb", 3))
-        .await
-        .unwrap();
+    let (a, b) = (node.pods[0].clone(), node.pods[1].clone());
     masquerade::wire(
         &a,
         &Masquerade {
@@ -190,7 +135,7 @@ async fn a_guest_in_a_pod_takes_its_address_by_dhcp_and_serves_other_pods() {
     let instance = Instance::spawn(&binary, &spec, &dir.path().join("qemu.log"))
         .await
         .expect("QEMU starts in the Pod's namespace");
-    cleanup.1 = Some(instance.pid);
+    node.namespaces.kill = Some(instance.pid);
     let console = UnixStream::connect(&spec.console_socket).unwrap();
     console
         .set_read_timeout(Some(Duration::from_secs(1)))

@@ -15,60 +15,25 @@ use futures::TryStreamExt;
 use network::dhcp::{self, Lease};
 use network::masquerade::{self, Masquerade, Protocol, GUEST_BRIDGE};
 use network::netns::{self, NetNs};
-use network::sandbox::{self, PodLink};
 use rtnetlink::packet_route::link::LinkAttribute;
-use rtnetlink::{Handle, LinkUnspec, LinkVeth, RouteMessageBuilder};
+use rtnetlink::{LinkUnspec, LinkVeth, RouteMessageBuilder};
 
 const GUEST_MAC: [u8; 6] = [0x02, 0, 0, 0xaa, 0xbb, 0xcc];
 
-fn required() -> bool {
-    std::env::var_os("CI").is_some()
-        || std::env::var("VIRTPLANE_REQUIRE_QEMU").is_ok_and(|v| v == "1")
-}
+mod support;
 
-fn skip(why: String) -> Option<Namespaces> {
-    if required() {
-        panic!("{why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    None
-}
+use support::index;
 
-/// Every namespace the test made, removed on drop.
-struct Namespaces(Vec<String>);
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for name in &self.0 {
-            let _ = NetNs::named(name).delete();
-        }
-    }
-}
-
-fn name(tag: &str) -> String {
-    format!("vpm-{tag}-{}", std::process::id())
-}
-
-fn namespaces_or_skip() -> Option<Namespaces> {
-    if std::process::Command::new("nft")
+/// Whether nft is here; says why not otherwise.
+fn nft_or_skip() -> bool {
+    let here = std::process::Command::new("nft")
         .arg("--version")
         .output()
-        .is_err()
-    {
-        return skip("nft is not installed (Debian's nftables)".into());
+        .is_ok();
+    if !here {
+        support::skip("nft is not installed (Debian's nftables)");
     }
-    let all = Namespaces(vec![name("node"), name("a"), name("b"), name("guest")]);
-    match NetNs::create(&all.0[0]) {
-        Ok(_) => Some(all),
-        Err(e) => skip(format!(
-            "cannot make network namespaces here ({e}); run as root"
-        )),
-    }
-}
-
-async fn index(handle: &Handle, name: &str) -> u32 {
-    let mut links = handle.link().get().match_name(name.to_string()).execute();
-    links.try_next().await.unwrap().unwrap().header.index
+    here
 }
 
 /// The guest stand-in: a veth from A's guest bridge into `guest`, its end named eth0
@@ -195,36 +160,24 @@ fn connect_from(ns: &NetNs, to: SocketAddr) -> std::io::Result<TcpStream> {
 
 #[tokio::test]
 async fn a_guest_behind_masquerade_gets_dhcp_listed_ports_and_the_pods_address() {
-    let Some(all) = namespaces_or_skip() else {
+    if !nft_or_skip() {
+        return;
+    }
+    let Some(mut node) = support::node_with_pods("vpm", &["a", "b"]).await else {
         return;
     };
-    let node = NetNs::named(&all.0[0]);
-    let host = netns::netlink(Some(&node)).unwrap();
-    sandbox::ensure_bridge(&host, "vpbr0", "10.77.0.1/24".parse().unwrap())
-        .await
-        .unwrap();
-    let link = |ns: &str, veth: &str, n: u8| PodLink {
-        netns: ns.to_string(),
-        host_veth: veth.into(),
-        address: format!("10.77.0.{n}/24").parse().unwrap(),
-        gateway: Ipv4Addr::new(10, 77, 0, 1),
-        bridge: "vpbr0".into(),
-    };
-    let a = sandbox::attach(&host, &link(&all.0[1], "vetha", 2))
-        .await
-        .unwrap();
-    let b = sandbox::attach(&host, &link(&all.0[2], "vethb", 3))
-        .await
-        .unwrap();
-    let guest = NetNs::create(&all.0[3]).unwrap();
+    let guest_name = support::name("vpm", "guest");
+    node.namespaces.names.push(guest_name.clone());
+    let (a, b) = (&node.pods[0], &node.pods[1]);
+    let guest = NetNs::create(&guest_name).unwrap();
     let spec = Masquerade {
         ports: vec![(Protocol::Tcp, 2222)],
         tap_owner: Some((107, 107)),
     };
-    masquerade::wire(&a, &spec).await.unwrap();
+    masquerade::wire(a, &spec).await.unwrap();
     // Wired twice (an agent repeating a setup): the same result.
-    masquerade::wire(&a, &spec).await.unwrap();
-    plug_guest(&a, &guest).await;
+    masquerade::wire(a, &spec).await.unwrap();
+    plug_guest(a, &guest).await;
 
     let lease = Lease {
         mac: GUEST_MAC,
@@ -236,9 +189,9 @@ async fn a_guest_behind_masquerade_gets_dhcp_listed_ports_and_the_pods_address()
         hostname: "vm1".into(),
         mtu: None,
     };
-    let socket = masquerade::dhcp_socket(&a).unwrap();
+    let socket = masquerade::dhcp_socket(a).unwrap();
     let server = tokio::spawn(dhcp::serve(socket, lease, None));
-    let offer = tokio::task::spawn_blocking(move || discover(&NetNs::named(&name("guest"))))
+    let offer = tokio::task::spawn_blocking(move || discover(&NetNs::named(&guest_name)))
         .await
         .unwrap();
     server.abort();
@@ -249,20 +202,20 @@ async fn a_guest_behind_masquerade_gets_dhcp_listed_ports_and_the_pods_address()
 
     // A listed port of the Pod's address reaches the guest, from the gateway.
     let in_guest = listen_in(&guest, "10.0.2.2:2222".parse().unwrap());
-    let _client = connect_from(&b, "10.77.0.2:2222".parse().unwrap()).unwrap();
+    let _client = connect_from(b, "10.77.0.2:2222".parse().unwrap()).unwrap();
     let (_, peer) = in_guest.accept().unwrap();
     assert_eq!(peer.ip(), std::net::IpAddr::V4(masquerade::GATEWAY));
     // An unlisted one does not.
     let _unlisted = listen_in(&guest, "10.0.2.2:2223".parse().unwrap());
-    assert!(connect_from(&b, "10.77.0.2:2223".parse().unwrap()).is_err());
+    assert!(connect_from(b, "10.77.0.2:2223".parse().unwrap()).is_err());
     // The guest's own connections leave with the Pod's address.
-    let at_b = listen_in(&b, "10.77.0.3:8080".parse().unwrap());
+    let at_b = listen_in(b, "10.77.0.3:8080".parse().unwrap());
     let _out = connect_from(&guest, "10.77.0.3:8080".parse().unwrap()).unwrap();
     let (_, peer) = at_b.accept().unwrap();
     assert_eq!(peer.ip(), "10.77.0.2".parse::<std::net::IpAddr>().unwrap());
 
     // The tap is there for QEMU, owned by QEMU's user.
-    let in_a = netns::netlink(Some(&a)).unwrap();
+    let in_a = netns::netlink(Some(a)).unwrap();
     let mut taps = in_a
         .link()
         .get()
@@ -273,5 +226,4 @@ async fn a_guest_behind_masquerade_gets_dhcp_listed_ports_and_the_pods_address()
         .attributes
         .iter()
         .any(|a| matches!(a, LinkAttribute::Controller(_))));
-    drop((a, b));
 }

@@ -15,29 +15,12 @@ use network::routes::{self, Peer};
 use network::sandbox::{self, PodLink};
 use rtnetlink::{Handle, LinkUnspec, LinkVeth, RouteMessageBuilder};
 
-fn required() -> bool {
-    std::env::var_os("CI").is_some()
-        || std::env::var("VIRTPLANE_REQUIRE_QEMU").is_ok_and(|v| v == "1")
-}
+mod support;
 
-/// Every namespace the test made, removed on drop.
-struct Namespaces(Vec<String>);
-
-impl Drop for Namespaces {
-    fn drop(&mut self) {
-        for name in &self.0 {
-            let _ = NetNs::named(name).delete();
-        }
-    }
-}
+use support::{index, Namespaces};
 
 fn name(tag: &str) -> String {
-    format!("vpr-{tag}-{}", std::process::id())
-}
-
-async fn index(handle: &Handle, name: &str) -> u32 {
-    let mut links = handle.link().get().match_name(name.to_string()).execute();
-    links.try_next().await.unwrap().unwrap().header.index
+    support::name("vpr", tag)
 }
 
 async fn up_with(handle: &Handle, link: &str, address: &str) {
@@ -94,21 +77,19 @@ fn peers() -> Vec<Peer> {
 
 #[tokio::test]
 async fn pods_on_two_nodes_reach_each_other_through_host_gw_routes() {
-    let all = Namespaces(vec![
-        name("node0"),
-        name("node1"),
-        name("pod0"),
-        name("pod1"),
-    ]);
-    let node0 = match NetNs::create(&all.0[0]) {
-        Ok(ns) => ns,
-        Err(e) if !required() => {
-            eprintln!("SKIPPED: cannot make network namespaces here ({e}); run as root");
-            return;
-        }
-        Err(e) => panic!("cannot make network namespaces: {e}"),
+    let all = Namespaces {
+        names: vec![name("node0"), name("node1"), name("pod0"), name("pod1")],
+        kill: None,
     };
-    let node1 = NetNs::create(&all.0[1]).unwrap();
+    let node0 = match NetNs::create(&all.names[0]) {
+        Ok(ns) => ns,
+        Err(e) => {
+            return support::skip(&format!(
+                "cannot make network namespaces here ({e}); run as root"
+            ))
+        }
+    };
+    let node1 = NetNs::create(&all.names[1]).unwrap();
     let (h0, pod0) = node(&node0, 0).await;
     let (h1, pod1) = node(&node1, 1).await;
     // The link the two nodes share.

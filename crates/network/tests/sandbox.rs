@@ -9,48 +9,11 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
 use futures::TryStreamExt;
-use network::netns::{self, NetNs};
-use network::sandbox::{self, PodLink};
+use network::netns::NetNs;
+use network::sandbox;
 use rtnetlink::packet_route::link::LinkAttribute;
 
-fn required() -> bool {
-    std::env::var_os("CI").is_some()
-        || std::env::var("VIRTPLANE_REQUIRE_QEMU").is_ok_and(|v| v == "1")
-}
-
-/// The node's namespace, removed on drop with whatever is left in it, and the Pods'
-/// namespaces, should the test fail before it takes them down.
-struct Node(NetNs, Vec<String>);
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        for pod in &self.1 {
-            let _ = NetNs::named(pod).delete();
-        }
-        let _ = self.0.delete();
-    }
-}
-
-fn node_or_skip(name: &str) -> Option<Node> {
-    match NetNs::create(name) {
-        Ok(ns) => Some(Node(ns, Vec::new())),
-        Err(e) if !required() => {
-            eprintln!("SKIPPED: cannot make network namespaces here ({e}); run as root");
-            None
-        }
-        Err(e) => panic!("cannot make network namespaces: {e}"),
-    }
-}
-
-fn pod(tag: &str, n: u8) -> PodLink {
-    PodLink {
-        netns: format!("vpt-{tag}-{}", std::process::id()),
-        host_veth: format!("veth{tag}"),
-        address: format!("10.77.0.{n}/24").parse().unwrap(),
-        gateway: Ipv4Addr::new(10, 77, 0, 1),
-        bridge: "vpbr0".into(),
-    }
-}
+mod support;
 
 /// A listener made inside `ns` (a socket stays in the namespace it was made in).
 fn listen_in(ns: &NetNs, ip: Ipv4Addr) -> TcpListener {
@@ -82,34 +45,30 @@ fn ask_from(ns: &NetNs, to: SocketAddr, listener: &TcpListener) -> String {
 
 #[tokio::test]
 async fn pods_on_one_bridge_reach_each_other_and_the_gateway() {
-    let Some(mut node) = node_or_skip(&format!("vpt-node-{}", std::process::id())) else {
+    let Some(node) = support::node_with_pods("vpt", &["a", "b"]).await else {
         return;
     };
-    let host = netns::netlink(Some(&node.0)).unwrap();
+    let host = &node.host;
     let gateway = "10.77.0.1/24".parse().unwrap();
-    sandbox::ensure_bridge(&host, "vpbr0", gateway)
+    // The bridge made again (an agent restarting): nothing changes.
+    sandbox::ensure_bridge(host, "vpbr0", gateway)
         .await
         .unwrap();
-    sandbox::ensure_bridge(&host, "vpbr0", gateway)
-        .await
-        .unwrap();
-    let (a, b) = (pod("a", 2), pod("b", 3));
-    node.1 = vec![a.netns.clone(), b.netns.clone()];
-    let ns_a = sandbox::attach(&host, &a).await.unwrap();
-    let ns_b = sandbox::attach(&host, &b).await.unwrap();
+    let (a, b) = (
+        support::pod_link("vpt", "a", 2),
+        support::pod_link("vpt", "b", 3),
+    );
+    let ns_b = &node.pods[1];
     // An agent that restarts makes A again: the result is the same sandbox.
-    let ns_a = {
-        drop(ns_a);
-        sandbox::attach(&host, &a).await.unwrap()
-    };
+    let ns_a = sandbox::attach(host, &a).await.unwrap();
 
-    let at_b = listen_in(&ns_b, Ipv4Addr::new(10, 77, 0, 3));
+    let at_b = listen_in(ns_b, Ipv4Addr::new(10, 77, 0, 3));
     let to_b = at_b.local_addr().unwrap();
     assert_eq!(ask_from(&ns_a, to_b, &at_b), "ping/pong", "A to B");
-    let at_gateway = listen_in(&node.0, Ipv4Addr::new(10, 77, 0, 1));
+    let at_gateway = listen_in(&node.ns, Ipv4Addr::new(10, 77, 0, 1));
     let to_gateway = at_gateway.local_addr().unwrap();
     assert_eq!(
-        ask_from(&ns_b, to_gateway, &at_gateway),
+        ask_from(ns_b, to_gateway, &at_gateway),
         "ping/pong",
         "B to the gateway"
     );
@@ -128,12 +87,8 @@ async fn pods_on_one_bridge_reach_each_other_and_the_gateway() {
     );
 
     for p in [&a, &b] {
-        sandbox::detach(&host, &p.netns, &p.host_veth)
-            .await
-            .unwrap();
-        sandbox::detach(&host, &p.netns, &p.host_veth)
-            .await
-            .unwrap();
+        sandbox::detach(host, &p.netns, &p.host_veth).await.unwrap();
+        sandbox::detach(host, &p.netns, &p.host_veth).await.unwrap();
         assert!(!NetNs::named(&p.netns).exists(), "{} is gone", p.netns);
     }
     let mut links = Vec::new();
