@@ -19,10 +19,25 @@ const PORT: u16 = 8080;
 
 mod support;
 
-fn guest_files() -> Option<(PathBuf, PathBuf)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-guests");
-    let (kernel, initrd) = (root.join("bzImage"), root.join("initramfs.cpio.gz"));
-    (kernel.exists() && initrd.exists()).then_some((kernel, initrd))
+/// The test guest's kernel and initramfs, built by `scripts/build-test-guests` (cached;
+/// under the lock the QEMU tests' registry takes, since they build the same files).
+fn guest_files() -> Result<(PathBuf, PathBuf), String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let script = root.join("scripts/build-test-guests");
+    let out = std::process::Command::new("/usr/bin/flock")
+        .arg(root.join("target/test-registry.lock"))
+        .arg(&script)
+        .current_dir(&root)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "scripts/build-test-guests failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let guests = root.join("target/test-guests");
+    Ok((guests.join("bzImage"), guests.join("initramfs.cpio.gz")))
 }
 
 fn machine(dir: &Path, kernel: PathBuf, initrd: PathBuf, netns: PathBuf) -> MachineSpec {
@@ -98,8 +113,9 @@ async fn a_guest_in_a_pod_takes_its_address_by_dhcp_and_serves_other_pods() {
     if !binary.exists() {
         return support::skip("qemu-system-x86_64 is not installed (Debian's qemu-system-x86)");
     }
-    let Some((kernel, initrd)) = guest_files() else {
-        return support::skip("the test guest is not built (scripts/build-test-guests)");
+    let (kernel, initrd) = match guest_files() {
+        Ok(files) => files,
+        Err(why) => return support::skip(&why),
     };
     let Some(mut node) = support::node_with_pods("vpg", &["a", "b"]).await else {
         return;
