@@ -52,7 +52,12 @@ fn mask(prefix_len: u8) -> Ipv4Addr {
 /// The reply to `request`, and where to send it; `None` when there is nothing to say
 /// (another client, a release, a decline, a message that is no request).
 pub fn answer(request: &Message, lease: &Lease) -> Option<(Message, SocketAddrV4)> {
-    if request.opcode() != Opcode::BootRequest || request.chaddr().get(..6)? != lease.mac {
+    // dhcproto slices chaddr by the sender's hlen without checking it: more than the
+    // field's 16 bytes would panic there, so such a packet is dropped first.
+    if request.opcode() != Opcode::BootRequest
+        || request.hlen() > 16
+        || request.chaddr().get(..6)? != lease.mac
+    {
         return None;
     }
     let requested = match request.opts().get(OptionCode::RequestedIpAddress) {
@@ -81,7 +86,7 @@ pub fn answer(request: &Message, lease: &Lease) -> Option<(Message, SocketAddrV4
         },
         lease.gateway,
         request.giaddr(),
-        &request.chaddr()[..usize::from(request.hlen()).min(16)],
+        request.chaddr(),
     );
     reply.set_opcode(Opcode::BootReply);
     reply.set_flags(request.flags());
@@ -240,6 +245,17 @@ mod tests {
         assert_eq!(kind(&nak), MessageType::Nak);
         assert_eq!(nak.yiaddr(), Ipv4Addr::UNSPECIFIED);
         assert!(answer(&request(MessageType::Release, MAC, None), &lease()).is_none());
+    }
+
+    #[test]
+    fn a_hardware_address_longer_than_its_field_is_dropped_not_a_panic() {
+        let mut bytes = Vec::new();
+        request(MessageType::Discover, MAC, None)
+            .encode(&mut Encoder::new(&mut bytes))
+            .unwrap();
+        bytes[2] = 200; // hlen
+        let hostile = Message::decode(&mut Decoder::new(&bytes)).unwrap();
+        assert!(answer(&hostile, &lease()).is_none());
     }
 
     #[test]

@@ -57,18 +57,7 @@ async fn plug_guest(a: &NetNs, guest: &NetNs) {
         .execute()
         .await
         .unwrap();
-    let moving = index(&in_a, "gmove").await;
-    let file = guest.open().unwrap();
-    use std::os::fd::AsRawFd;
-    in_a.link()
-        .set(
-            LinkUnspec::new_with_index(moving)
-                .setns_by_fd(file.as_raw_fd())
-                .build(),
-        )
-        .execute()
-        .await
-        .unwrap();
+    support::move_link(&in_a, "gmove", guest).await;
     let in_guest = netns::netlink(Some(guest)).unwrap();
     let eth0 = index(&in_guest, "gmove").await;
     in_guest

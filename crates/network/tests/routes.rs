@@ -6,7 +6,6 @@
 //! VIRTPLANE_REQUIRE_QEMU.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use futures::TryStreamExt;
@@ -98,17 +97,7 @@ async fn pods_on_two_nodes_reach_each_other_through_host_gw_routes() {
         .execute()
         .await
         .unwrap();
-    let moving = index(&h0, "link1").await;
-    let file = node1.open().unwrap();
-    h0.link()
-        .set(
-            LinkUnspec::new_with_index(moving)
-                .setns_by_fd(file.as_raw_fd())
-                .build(),
-        )
-        .execute()
-        .await
-        .unwrap();
+    support::move_link(&h0, "link1", &node1).await;
     up_with(&h0, "link0", "192.168.77.1/24").await;
     up_with(&h1, "link1", "192.168.77.2/24").await;
     // Someone else's route on node 0, which our syncs must leave alone.

@@ -56,6 +56,22 @@ pub async fn index(handle: &Handle, name: &str) -> u32 {
     links.try_next().await.unwrap().unwrap().header.index
 }
 
+/// Moves link `name` from the namespace `from` talks to into `to`.
+pub async fn move_link(from: &Handle, name: &str, to: &NetNs) {
+    use std::os::fd::AsRawFd;
+    let link = index(from, name).await;
+    let file = to.open().unwrap();
+    from.link()
+        .set(
+            rtnetlink::LinkUnspec::new_with_index(link)
+                .setns_by_fd(file.as_raw_fd())
+                .build(),
+        )
+        .execute()
+        .await
+        .unwrap();
+}
+
 /// A node: namespace `<prefix>-node-<pid>`, bridge `vpbr0` with 10.77.0.1/24, and one
 /// Pod per tag at 10.77.0.2, .3, … (namespace `<prefix>-<tag>-<pid>`, veth `veth<tag>`).
 pub struct Node {
