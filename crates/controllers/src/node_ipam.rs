@@ -17,6 +17,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 use kubevirt_api::backoff::Backoff;
 use kubevirt_api::model::core::Node;
+use kubevirt_api::names::annotations;
 use network::{AddressPlan, Subnets};
 use serde_json::json;
 
@@ -33,6 +34,8 @@ fn held(node: &Node) -> Option<Ipv4Net> {
 
 struct Context {
     client: Client,
+    /// The plan's annotations every Node carries beside its subnet.
+    plan: std::collections::BTreeMap<String, String>,
     nodes: Store<Node>,
     allocator: Mutex<Allocator>,
     backoff: Backoff<String>,
@@ -81,6 +84,7 @@ pub async fn run(client: Client, plan: AddressPlan) {
         Controller::new(api, watcher::Config::default()).with_config(crate::controller_config());
     let ctx = Arc::new(Context {
         client,
+        plan: plan_annotations(&plan),
         nodes: controller.store(),
         allocator: Mutex::new(Allocator {
             subnets: plan.node_subnets(),
@@ -111,11 +115,42 @@ fn error_policy(node: Arc<Node>, error: &Error, ctx: Arc<Context>) -> Action {
     Action::requeue(retry)
 }
 
+/// The annotations that publish `plan` on every Node.
+fn plan_annotations(plan: &AddressPlan) -> std::collections::BTreeMap<String, String> {
+    [
+        (annotations::CLUSTER_CIDR, plan.cluster_cidr.to_string()),
+        (annotations::SERVICE_CIDR, plan.service_cidr.to_string()),
+        (annotations::CLUSTER_DOMAIN, plan.cluster_domain.clone()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// Whether the Node carries the plan's annotations as they are.
+fn publishes(node: &Node, plan: &std::collections::BTreeMap<String, String>) -> bool {
+    let held = node.metadata.annotations.as_ref();
+    plan.iter()
+        .all(|(k, v)| held.and_then(|a| a.get(k)) == Some(v))
+}
+
 async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if node.spec.pod_cidr.is_some() || node.metadata.deletion_timestamp.is_some() {
+    if node.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
+    let params = PatchParams {
+        field_manager: Some(MANAGER.into()),
+        ..Default::default()
+    };
+    let api = Api::<Node>::all(ctx.client.clone());
     let name = node.name().to_string();
+    if node.spec.pod_cidr.is_some() {
+        if !publishes(&node, &ctx.plan) {
+            let patch = json!({"metadata": {"annotations": ctx.plan}});
+            api.patch(&name, &params, &Patch::Merge(&patch)).await?;
+        }
+        return Ok(Action::await_change());
+    }
     let subnet = {
         let mut allocator = ctx.allocator.lock().unwrap_or_else(PoisonError::into_inner);
         allocator.allocate(&name, &ctx.nodes.state())
@@ -133,12 +168,8 @@ async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action, Error> 
         );
         return Ok(Action::requeue(FULL_RETRY));
     };
-    let patch = json!({"spec": {"podCIDR": subnet.to_string(), "podCIDRs": [subnet.to_string()]}});
-    let params = PatchParams {
-        field_manager: Some(MANAGER.into()),
-        ..Default::default()
-    };
-    let api = Api::<Node>::all(ctx.client.clone());
+    let patch = json!({"metadata": {"annotations": ctx.plan},
+                       "spec": {"podCIDR": subnet.to_string(), "podCIDRs": [subnet.to_string()]}});
     match api.patch(&name, &params, &Patch::Merge(&patch)).await {
         Ok(_) => {
             tracing::info!("node IPAM: node {name} has pod CIDR {subnet}");

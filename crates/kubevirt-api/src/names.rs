@@ -48,6 +48,12 @@ pub mod annotations {
     pub const HEARTBEAT: &str = "kubevirt.io/heartbeat";
     /// On a VM's VMI: the VM's generation it was made from.
     pub const VM_GENERATION: &str = "kubevirt.io/vm-generation";
+    /// On a Node, beside `spec.podCIDR`: the cluster's address plan, written by node IPAM
+    /// so that node agents anywhere learn it from their own Node (as flannel keeps its
+    /// node facts in Node annotations).
+    pub const CLUSTER_CIDR: &str = "network.virtplane.io/cluster-cidr";
+    pub const SERVICE_CIDR: &str = "network.virtplane.io/service-cidr";
+    pub const CLUSTER_DOMAIN: &str = "network.virtplane.io/cluster-domain";
 }
 
 /// Finalizers.

@@ -8,6 +8,8 @@ pub mod dhcp;
 pub mod ipam;
 pub mod masquerade;
 pub mod netns;
+pub mod nft;
+pub mod node;
 pub mod plan;
 pub mod routes;
 pub mod sandbox;

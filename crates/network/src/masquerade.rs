@@ -4,10 +4,8 @@
 //! when the interface lists any) and masquerades what the guest sends out behind the
 //! Pod's address. The rules are one `nft -f` transaction, so a Pod never holds half.
 
-use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::process::Stdio;
+use std::os::fd::{AsFd, OwnedFd};
 
 use ipnet::Ipv4Net;
 use rtnetlink::LinkUnspec;
@@ -139,52 +137,6 @@ fn create_tap(name: &str, owner: Option<(u32, u32)>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Runs `nft -f -` with `rules` inside `ns`.
-fn apply_rules(ns: &NetNs, rules: &str) -> Result<(), SandboxError> {
-    let file = ns
-        .open()
-        .map_err(io_failed(format!("opening {}", ns.name())))?;
-    let fd = file.as_raw_fd();
-    let mut command = std::process::Command::new("nft");
-    command
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    // SAFETY: between fork and exec the child only makes the setns system call on a
-    // descriptor opened before the fork.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
-            let fd = std::os::fd::BorrowedFd::borrow_raw(fd);
-            rustix::thread::move_into_link_name_space(
-                fd,
-                Some(rustix::thread::LinkNameSpaceType::Network),
-            )
-            .map_err(std::io::Error::from)
-        });
-    }
-    let mut child = command
-        .spawn()
-        .map_err(io_failed("running nft (Debian's nftables package)"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(rules.as_bytes())
-            .map_err(io_failed("writing the rules to nft"))?;
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(io_failed("waiting for nft"))?;
-    drop(file);
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(SandboxError::Io {
-            what: "nft -f -".into(),
-            source: std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
-        })
-    }
-}
-
 /// Wires the binding in the Pod's namespace (again, if part of it is there): the guest
 /// bridge with the gateway, the tap on it, forwarding on, the rules.
 pub async fn wire(ns: &NetNs, spec: &Masquerade) -> Result<(), SandboxError> {
@@ -223,7 +175,7 @@ pub async fn wire(ns: &NetNs, spec: &Masquerade) -> Result<(), SandboxError> {
         })?;
     let rules = ruleset(spec);
     let ns = ns.clone();
-    tokio::task::spawn_blocking(move || apply_rules(&ns, &rules))
+    tokio::task::spawn_blocking(move || crate::nft::apply(Some(&ns), &rules))
         .await
         .map_err(|e| io_failed("nft")(std::io::Error::other(e.to_string())))?
 }

@@ -149,6 +149,16 @@ pub trait Hypervisor: Send + Sync + 'static {
     /// CPU (millicores) and memory (bytes) this node offers.
     fn capacity(&self) -> (i64, i64);
     /// What the backend runs on the host beside itself (reported on the Node).
+    /// How the node networks its guests, for backends that run guests.
+    fn network_report(&self) -> Option<crate::pod_network::Report> {
+        None
+    }
+
+    /// The node's pod network, for backends whose guests get Pods on it.
+    fn pod_network(&self) -> Option<std::sync::Arc<crate::pod_network::PodNetworkSlot>> {
+        None
+    }
+
     fn host_tools(&self) -> &'static [crate::host_tools::HostTool] {
         &[]
     }

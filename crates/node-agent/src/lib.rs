@@ -11,6 +11,7 @@ pub mod host_tools;
 pub mod hypervisor;
 mod migration;
 mod node;
+pub mod pod_network;
 pub mod qemu_hv;
 pub mod qemu_user;
 mod seed;
@@ -46,6 +47,7 @@ pub async fn run(
 ) -> Result<(), kube::Error> {
     let (millicpu, memory) = hypervisor.capacity();
     let host_tools = host_tools::Report::new(hypervisor.host_tools(), config.nodes.join(", "));
+    let network = hypervisor.network_report();
     for name in &config.nodes {
         let spec = node::NodeSpec {
             name,
@@ -56,6 +58,7 @@ pub async fn run(
             address: &config.address,
             endpoint: config.endpoint.as_ref(),
             host_tools: host_tools.as_ref().map(host_tools::Report::condition),
+            network: network.as_ref(),
         };
         node::register(&client, &spec).await?;
     }
@@ -64,7 +67,11 @@ pub async fn run(
         config.nodes.clone(),
         config.heartbeat_interval,
         host_tools,
+        network.as_ref().map(pod_network::Report::condition),
     ));
+    if let Some(slot) = hypervisor.pod_network() {
+        tokio::spawn(pod_network::run(client.clone(), slot));
+    }
     vmi::run(client, config.nodes, hypervisor).await;
     Ok(())
 }

@@ -35,13 +35,20 @@ pub struct NodeSpec<'a> {
     pub endpoint: Option<&'a crate::endpoint::Published>,
     /// The HostToolsReady condition, for backends that run host tools.
     pub host_tools: Option<&'a serde_json::Value>,
+    /// How the node networks its guests, for backends that run guests.
+    pub network: Option<&'a crate::pod_network::Report>,
 }
 
 /// The conditions a node agent writes: Ready, and HostToolsReady where it has one. (A
 /// merge patch replaces the list, so each write carries both.)
-fn conditions(ready_since: &str, host_tools: Option<&serde_json::Value>) -> serde_json::Value {
+fn conditions(
+    ready_since: &str,
+    host_tools: Option<&serde_json::Value>,
+    network: Option<&serde_json::Value>,
+) -> serde_json::Value {
     let mut list = vec![ready_condition(ready_since)];
     list.extend(host_tools.cloned());
+    list.extend(network.cloned());
     json!(list)
 }
 
@@ -70,7 +77,8 @@ pub async fn register(client: &kube::Client, spec: &NodeSpec<'_>) -> Result<(), 
     // Also on a Node that existed: the agent may have restarted with another backend or
     // accelerator.
     let labels = json!({"metadata": {"labels": {
-        labels::HYPERVISOR: spec.hypervisor, labels::ACCEL: spec.accel}}});
+        labels::HYPERVISOR: spec.hypervisor, labels::ACCEL: spec.accel,
+        crate::pod_network::MODE_LABEL: spec.network.map(crate::pod_network::Report::label)}}});
     api.patch(spec.name, &params(), &Patch::Merge(&labels))
         .await?;
     if let Some(endpoint) = spec.endpoint {
@@ -82,7 +90,7 @@ pub async fn register(client: &kube::Client, spec: &NodeSpec<'_>) -> Result<(), 
     let capacity = json!({"cpu": format!("{}m", spec.millicpu), "memory": spec.memory.to_string(), "pods": "110"});
     let mut status = json!({"status": {
         "capacity": capacity, "allocatable": capacity,
-        "conditions": conditions(&now(), spec.host_tools),
+        "conditions": conditions(&now(), spec.host_tools, spec.network.map(crate::pod_network::Report::condition).as_ref()),
         "addresses": [{"type": "InternalIP", "address": spec.address}, {"type": "Hostname", "address": spec.name}],
         "nodeInfo": {"kubeletVersion": concat!("virtplane-", env!("CARGO_PKG_VERSION")), "operatingSystem": "linux",
                      "architecture": "amd64", "containerRuntimeVersion": spec.hypervisor,
@@ -149,6 +157,7 @@ pub async fn heartbeat(
     names: Vec<String>,
     interval: Duration,
     mut host_tools: Option<crate::host_tools::Report>,
+    network: Option<serde_json::Value>,
 ) {
     let api = Api::<DynamicObject>::all_with(client, &node_resource());
     let mut since: HashMap<String, String> = HashMap::new();
@@ -168,8 +177,7 @@ pub async fn heartbeat(
                     }
                 },
             };
-            let status =
-                json!({"status": {"conditions": conditions(&ready_since, host_tools.as_ref())}});
+            let status = json!({"status": {"conditions": conditions(&ready_since, host_tools.as_ref(), network.as_ref())}});
             let mut result = api
                 .patch_status(name, &params(), &Patch::Merge(&status))
                 .await

@@ -98,6 +98,12 @@ pub struct ServerArgs {
     /// `auto` (KVM only when a probe guest really runs under it).
     #[arg(long, default_value = "auto")]
     pub accel: qemu::AccelChoice,
+    /// How the local node networks its guests: `pod` puts each VMI in a Pod (a network
+    /// namespace on the node's bridge, an address of the cluster CIDR, KubeVirt's
+    /// masquerade binding; needs root and nftables); `user` keeps QEMU's user-mode
+    /// network, reached through port forwards on the node; `auto` takes `pod` when it can.
+    #[arg(long, default_value = "auto")]
+    pub pod_network: node_agent::pod_network::Mode,
     /// The address the local node is reached at: published on its Node, and where the
     /// port forwards of its VMIs listen.
     #[arg(long, default_value = "127.0.0.1")]
@@ -268,6 +274,9 @@ pub struct NodeArgs {
     /// As for `server`: `auto`, `kvm` or `tcg`.
     #[arg(long, default_value = "auto")]
     pub accel: qemu::AccelChoice,
+    /// As for `server`: `auto`, `pod` or `user`.
+    #[arg(long, default_value = "auto")]
+    pub pod_network: node_agent::pod_network::Mode,
     /// The address this node is reached at (published on its Node; port forwards listen
     /// there). Default: the `--listen` address, or loopback when that is unspecified.
     #[arg(long)]

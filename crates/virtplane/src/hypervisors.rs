@@ -28,6 +28,7 @@ pub struct HostSettings<'a> {
     pub qemu_uid_base: u32,
     pub accel: qemu::AccelChoice,
     pub address: String,
+    pub pod_network: node_agent::pod_network::Mode,
 }
 
 /// Total memory of this host in bytes, from /proc/meminfo.
@@ -56,9 +57,11 @@ fn qemu_hypervisor(host: &HostSettings<'_>) -> anyhow::Result<Arc<dyn node_agent
         chosen.why
     );
     let sandbox = qemu_sandbox(host.node_name, &binary);
+    let node_dir = host.data_dir.join("node").join(host.node_name);
+    let (pod_network, network_note) = pod_network(host, &node_dir)?;
     Ok(Arc::new(node_agent::qemu_hv::Qemu::new(
         node_agent::qemu_hv::QemuConfig {
-            node_dir: host.data_dir.join("node").join(host.node_name),
+            node_dir,
             image_cache: host.data_dir.join("images"),
             binary,
             insecure_registries: host.insecure_registries.to_vec(),
@@ -72,8 +75,37 @@ fn qemu_hypervisor(host: &HostSettings<'_>) -> anyhow::Result<Arc<dyn node_agent
             accel: chosen.accel,
             sandbox,
             qemu_uid_base: host.qemu_uid_base,
+            pod_network,
+            network_note,
         },
     )))
+}
+
+/// The node's pod network, as `--pod-network` asks and the host allows, and why.
+fn pod_network(
+    host: &HostSettings<'_>,
+    node_dir: &std::path::Path,
+) -> anyhow::Result<(Option<Arc<node_agent::pod_network::PodNetworkSlot>>, String)> {
+    use node_agent::pod_network::{unavailable, Mode, PodNetworkSlot};
+    let user = |why: String| {
+        tracing::warn!(
+            "node {}: guests use QEMU's user-mode network ({why}): no Pod IP, ports reach them through status.portForwards",
+            host.node_name
+        );
+        Ok((None, format!("QEMU's user-mode network: {why}")))
+    };
+    match (host.pod_network, unavailable()) {
+        (Mode::User, _) => user("--pod-network user".into()),
+        (Mode::Pod, Some(why)) => bail!("--pod-network pod: {why}"),
+        (Mode::Auto, Some(why)) => user(why),
+        (Mode::Pod | Mode::Auto, None) => Ok((
+            Some(Arc::new(PodNetworkSlot::new(
+                host.node_name,
+                node_dir.join("network"),
+            ))),
+            "each VMI runs in a Pod on the node's bridge".into(),
+        )),
+    }
 }
 
 /// Whether this host's QEMU can run under its seccomp sandbox. Like libvirt (and so

@@ -142,6 +142,7 @@ fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         qemu_uid_base: args.qemu_uid_base,
         accel: args.accel,
         address: node_address.clone(),
+        pod_network: args.pod_network,
     };
     let hypervisor = hypervisor(args.hypervisor.as_deref(), &args.sim, &host)?;
     runtime()?.block_on(async move {
@@ -323,6 +324,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
         qemu_uid_base: args.qemu_uid_base,
         accel: args.accel,
         address: args.node_address.to_string(),
+        pod_network: args.pod_network,
     };
     let local = if args.no_node {
         None

@@ -70,6 +70,7 @@ impl Handle {
             node,
             key: (vmi.namespace().to_string(), vmi.name_any()),
             running: None,
+            pod: None,
             forwards: Vec::new(),
             pulled: HashMap::new(),
             image_ids: ImageIds::default(),
@@ -102,6 +103,8 @@ pub(super) struct Driver {
     /// (namespace, name): what the agent is told changed.
     key: (String, String),
     pub(super) running: Option<Running>,
+    /// The VMI's Pod on the node's pod network, when it has one.
+    pub(super) pod: Option<network::node::Pod>,
     /// Port forwards handed out, for `status.portForwards`.
     pub(super) forwards: Vec<Forward>,
     /// Files pulled: start asks for what prepare just pulled, and asking the registry
@@ -243,6 +246,9 @@ impl Driver {
     }
 
     pub(super) async fn observe(&mut self, vmi: &VirtualMachineInstance) -> Observed {
+        if self.instance().await.is_some() {
+            self.readopt_pod(vmi);
+        }
         let Some(entry) = self.instance().await else {
             return Observed::Exited {
                 succeeded: false,
@@ -335,6 +341,8 @@ impl Driver {
             entry.instance.kill();
         }
         self.running = None;
+        self.pod = None;
+        super::pod::detach_pod(self.config.pod_network.as_ref(), &self.key.0, &self.key.1).await;
         self.forwards.clear();
         self.pulled.clear();
         self.image_ids = ImageIds::default();
@@ -365,7 +373,15 @@ impl Driver {
                     .mac_address
                     .clone()
                     .unwrap_or_else(|| mac_for(&uid, i));
-                (iface.name.clone(), mac, self.config.node_address.clone())
+                let on_pod = self
+                    .pod
+                    .as_ref()
+                    .filter(|_| vmi.spec.on_pod_network(&iface.name));
+                let ip = on_pod.map_or_else(
+                    || self.config.node_address.clone(),
+                    |pod| pod.address.to_string(),
+                );
+                (iface.name.clone(), mac, ip)
             })
             .collect();
         let port_forwards = self

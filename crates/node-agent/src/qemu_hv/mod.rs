@@ -23,6 +23,7 @@ use crate::volume_sources::VolumeSources;
 mod driver;
 mod live_migration;
 mod machine;
+mod pod;
 mod volumes;
 
 use driver::{Driver, Handle};
@@ -50,6 +51,11 @@ pub struct QemuConfig {
     /// `--qemu-uid-base`: each VMI's QEMU runs as its own uid above it when the agent is
     /// root (see `crate::qemu_user`); 0 keeps QEMU as the agent's user.
     pub qemu_uid_base: u32,
+    /// The node's pod network, when guests get Pods on it (the agent can make network
+    /// namespaces); `None`: QEMU's user-mode network, reached through port forwards.
+    pub pod_network: Option<Arc<crate::pod_network::PodNetworkSlot>>,
+    /// Why the node networks its guests as it does (for its Node's condition).
+    pub network_note: String,
 }
 
 const OVMF_DIR: &str = "/usr/share/OVMF";
@@ -324,6 +330,17 @@ impl Hypervisor for Qemu {
         crate::host_tools::QEMU_NODE
     }
 
+    fn pod_network(&self) -> Option<Arc<crate::pod_network::PodNetworkSlot>> {
+        self.node.config.pod_network.clone()
+    }
+
+    fn network_report(&self) -> Option<crate::pod_network::Report> {
+        Some(crate::pod_network::Report {
+            pod: self.node.config.pod_network.is_some(),
+            message: self.node.config.network_note.clone(),
+        })
+    }
+
     async fn prepare(&self, vmi: &VirtualMachineInstance, sources: &VolumeSources) -> Prepared {
         let (owned, sources) = (vmi.clone(), sources.clone());
         self.ask(
@@ -493,6 +510,7 @@ impl Hypervisor for Qemu {
             );
             instance.kill();
         }
+        pod::detach_pod(self.node.config.pod_network.as_ref(), namespace, name).await;
         if let Err(e) = std::fs::remove_dir_all(&dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 tracing::warn!("removing {}: {e}", dir.display());

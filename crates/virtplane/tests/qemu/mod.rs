@@ -292,6 +292,11 @@ impl Cluster {
             &host_dir,
         ];
         args.extend(extra);
+        // QEMU's user-mode network unless a test asks for Pods: parallel servers on one
+        // host would otherwise each put the same cluster CIDR on bridges of their own.
+        if !extra.contains(&"--pod-network") {
+            args.extend(["--pod-network", "user"]);
+        }
         let server = TestServer::start_with_env(&args, env).await;
         let cluster = Cluster { server, host_disks };
         cluster.env().wait_node_ready().await;
@@ -326,6 +331,8 @@ pub struct NodeAgent {
     env: Vec<(String, String)>,
     /// Where its log goes, when not to the test's stderr.
     log: Option<PathBuf>,
+    /// The network namespace it runs in (a host of its own), if not this one.
+    pub netns: Option<String>,
 }
 
 impl NodeAgent {
@@ -357,7 +364,19 @@ impl NodeAgent {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             log,
+            netns: None,
         };
+        agent.spawn();
+        agent
+    }
+
+    /// [`NodeAgent::start`] inside the network namespace `netns`, standing in for a host
+    /// of its own.
+    pub fn start_in(netns: &str, server_dir: &Path, name: &str, args: &[&str]) -> NodeAgent {
+        let mut agent = Self::start_logged(server_dir, name, &[], &[], false);
+        agent.kill9();
+        agent.netns = Some(netns.to_string());
+        agent.args = args.iter().map(|a| a.to_string()).collect();
         agent.spawn();
         agent
     }
@@ -373,13 +392,27 @@ impl NodeAgent {
             ),
             None => std::process::Stdio::inherit(),
         };
-        let child = Command::new(support::binary())
+        let mut command = match &self.netns {
+            Some(netns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", netns]).arg(support::binary());
+                c
+            }
+            None => Command::new(support::binary()),
+        };
+        let child = command
             .arg("node")
             .arg("--kubeconfig")
             .arg(self.server_dir.join("node-join.kubeconfig"))
             .args(["--name", &self.name, "--data-dir"])
             .arg(self.dir.path())
             .args(&self.args)
+            // As for servers: user-mode networking unless the test asks for Pods.
+            .args(if self.args.iter().any(|a| a == "--pod-network") {
+                &[][..]
+            } else {
+                &["--pod-network", "user"][..]
+            })
             .env("RUST_LOG", "warn")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(std::process::Stdio::null())
@@ -479,6 +512,15 @@ impl Env {
             node_data_dir: agent.data_dir().to_path_buf(),
             ..self
         }
+    }
+
+    /// The server's address, as its URL names it.
+    pub fn host(&self) -> String {
+        let authority = self.url.split("://").nth(1).unwrap_or(&self.url);
+        authority
+            .rsplit_once(':')
+            .map_or(authority, |(host, _)| host)
+            .to_string()
     }
 
     pub fn port(&self) -> u16 {
@@ -849,23 +891,23 @@ fn tls_config(data_dir: &Path) -> rustls::ClientConfig {
 
 impl Console {
     pub async fn open(env: &Env, name: &str, which: &str) -> Result<Console, String> {
-        let port = env.port();
+        let (host, port) = (env.host(), env.port());
         let path = format!(
             "/apis/subresources.kubevirt.io/v1/namespaces/{NS}/virtualmachineinstances/{name}/{which}"
         );
-        let mut request = format!("wss://127.0.0.1:{port}{path}")
+        let mut request = format!("wss://{host}:{port}{path}")
             .into_client_request()
             .expect("request");
         request.headers_mut().insert(
             "Sec-WebSocket-Protocol",
             "plain.kubevirt.io".parse().expect("header"),
         );
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
             .await
             .map_err(|e| format!("connect: {e}"))?;
         let connector = tokio_rustls::TlsConnector::from(Arc::new(tls_config(&env.data_dir)));
         let tls = connector
-            .connect(ServerName::try_from("127.0.0.1").expect("server name"), tcp)
+            .connect(ServerName::try_from(host).expect("server name"), tcp)
             .await
             .map_err(|e| format!("TLS: {e}"))?;
         let (socket, response) = tokio_tungstenite::client_async(request, tls)

@@ -60,6 +60,9 @@ pub(super) struct Host<'a> {
     pub address: &'a str,
     /// The VMI's runtime dir (sockets, logs, pidfile).
     pub dir: &'a Path,
+    /// Whether the VMI has a Pod on the node's pod network: its pod interface is then
+    /// the tap of the Pod's masquerade binding, and no port is forwarded from the node.
+    pub pod_network: bool,
 }
 
 impl Driver {
@@ -73,15 +76,18 @@ impl Driver {
             .checked_dir(vmi)
             .map_err(|e| start_failed("FailedCreate", e))?;
         let readied = self.ready(vmi, sources).await?;
+        let pod = self.attach_pod(vmi).await?;
         let host = Host {
             accel: self.config.accel,
             address: &self.config.node_address,
             dir: &dir,
+            pod_network: pod.is_some(),
         };
         let address = self.config.node_address.clone();
         let (mut machine, forwards) =
             machine_spec(vmi, &host, &readied, &mut || free_port(&address))?;
         machine.sandbox = self.config.sandbox;
+        machine.netns = pod.map(|pod| pod.netns.path());
         if let (Some(users), Some(uid)) = (
             &self.users,
             self.qemu_uid(vmi)
@@ -328,6 +334,21 @@ fn machine_nics(
                 format!("interface {name}: model {} is not available", iface.model),
             ));
         };
+        if host.pod_network {
+            nics.push(Nic {
+                id: name,
+                model,
+                mac: iface
+                    .mac_address
+                    .clone()
+                    .unwrap_or_else(|| mac_for(&uid, index)),
+                backend: NicBackend::Tap {
+                    ifname: network::masquerade::TAP.into(),
+                },
+                boot_index: iface.boot_order,
+            });
+            continue;
+        }
         let mut nic_forwards = Vec::new();
         for port in &iface.ports {
             let protocol = if port.protocol.eq_ignore_ascii_case("udp") {

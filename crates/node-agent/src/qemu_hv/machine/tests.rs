@@ -15,6 +15,7 @@ fn host(accel: Accel) -> Host<'static> {
         accel,
         address: "10.1.2.3",
         dir: Path::new("/run/vmi/ns/vm1"),
+        pod_network: false,
     }
 }
 

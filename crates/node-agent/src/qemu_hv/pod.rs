@@ -1,0 +1,211 @@
+//! A VMI's Pod on the node's pod network: its sandbox with KubeVirt's masquerade binding,
+//! made before QEMU starts (QEMU then starts inside it, on its tap), the DHCP server
+//! that gives the guest its lease, and the sandbox taken down when the VMI leaves.
+
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kubevirt_api::devices::{Binding, Interface};
+use kubevirt_api::model::VirtualMachineInstance;
+use network::dhcp::{self, Lease};
+use network::masquerade::{self, Masquerade, Protocol};
+use network::node::Pod;
+
+use super::driver::Driver;
+use super::machine::mac_for;
+use super::start_failed;
+use crate::hypervisor::Started;
+use crate::pod_network::{ClusterPlan, Ready};
+
+/// How long a start waits for the node's pod network to be set up (node IPAM hands
+/// out the Node's subnet within moments of its registration).
+const NETWORK_WAIT: Duration = Duration::from_secs(30);
+
+/// The key a VMI's Pod goes by on the node.
+pub(super) fn pod_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// The VMI's interface on the pod network, with its index (its MAC depends on it).
+fn pod_interface(vmi: &VirtualMachineInstance) -> Option<(usize, &Interface)> {
+    vmi.spec
+        .interfaces()
+        .iter()
+        .enumerate()
+        .find(|(_, iface)| vmi.spec.on_pod_network(&iface.name))
+}
+
+/// The lease the guest of `vmi` gets: KubeVirt's masquerade address, the cluster's DNS
+/// search domains, its hostname.
+fn lease(vmi: &VirtualMachineInstance, mac: [u8; 6], plan: &ClusterPlan) -> Lease {
+    let namespace = vmi.namespace().to_string();
+    let domain = &plan.domain;
+    let hostname = vmi.spec.hostname.clone().unwrap_or_else(|| vmi.name_any());
+    Lease {
+        mac,
+        address: masquerade::GUEST,
+        prefix_len: masquerade::PREFIX_LEN,
+        gateway: masquerade::GATEWAY,
+        dns_servers: Vec::new(),
+        search: vec![
+            format!("{namespace}.svc.{domain}"),
+            format!("svc.{domain}"),
+            domain.clone(),
+        ],
+        hostname,
+        mtu: None,
+    }
+}
+
+impl Driver {
+    /// The node's pod network, when this node runs one and the VMI has an interface on it.
+    async fn pod_network_for(
+        &self,
+        vmi: &VirtualMachineInstance,
+    ) -> Result<Option<std::sync::Arc<Ready>>, Started> {
+        let Some(slot) = self.config.pod_network.clone() else {
+            return Ok(None);
+        };
+        if pod_interface(vmi).is_none() {
+            return Ok(None);
+        }
+        slot.wait(NETWORK_WAIT).await.map(Some).ok_or_else(|| {
+            start_failed(
+                "FailedCreate",
+                format!(
+                    "the pod network of node {} is not set up: it waits for the Node's spec.podCIDR from node IPAM (see the agent's log)",
+                    slot.node()
+                ),
+            )
+        })
+    }
+
+    /// Makes the VMI's Pod (again, if part of it is there) and serves its guest's DHCP;
+    /// `None` when the VMI is not on this node's pod network.
+    pub(super) async fn attach_pod(
+        &mut self,
+        vmi: &VirtualMachineInstance,
+    ) -> Result<Option<Pod>, Started> {
+        let Some(ready) = self.pod_network_for(vmi).await? else {
+            return Ok(None);
+        };
+        let (index, iface) = pod_interface(vmi).expect("checked by pod_network_for");
+        if iface.binding != Binding::Masquerade {
+            return Err(start_failed(
+                "FailedCreate",
+                format!(
+                    "interface {}: only the masquerade binding is available on the pod network of virtplane nodes",
+                    iface.name
+                ),
+            ));
+        }
+        let ports = iface
+            .ports
+            .iter()
+            .map(|p| {
+                let protocol = if p.protocol.eq_ignore_ascii_case("udp") {
+                    Protocol::Udp
+                } else {
+                    Protocol::Tcp
+                };
+                (protocol, p.port)
+            })
+            .collect();
+        let tap_owner = self
+            .qemu_uid(vmi)
+            .map_err(|e| start_failed("FailedCreate", e))?
+            .map(|uid| (uid, uid));
+        let key = pod_key(vmi.namespace(), &vmi.name_any());
+        let pod = ready
+            .network
+            .attach(&key, &Masquerade { ports, tap_owner })
+            .await
+            .map_err(|e| {
+                start_failed(
+                    "FailedCreate",
+                    format!(
+                        "interface {}: attaching to the pod network: {e}",
+                        iface.name
+                    ),
+                )
+            })?;
+        self.serve_guest_dhcp(vmi, &ready, index, iface, &pod)?;
+        self.pod = Some(pod.clone());
+        Ok(Some(pod))
+    }
+
+    fn serve_guest_dhcp(
+        &self,
+        vmi: &VirtualMachineInstance,
+        ready: &Ready,
+        index: usize,
+        iface: &Interface,
+        pod: &Pod,
+    ) -> Result<(), Started> {
+        let mac_text = iface
+            .mac_address
+            .clone()
+            .unwrap_or_else(|| mac_for(vmi.uid(), index));
+        let mac = dhcp::parse_mac(&mac_text).ok_or_else(|| {
+            start_failed(
+                "FailedCreate",
+                format!("interface {}: MAC {mac_text} cannot be parsed", iface.name),
+            )
+        })?;
+        let key = pod_key(vmi.namespace(), &vmi.name_any());
+        ready
+            .network
+            .serve_dhcp(&key, pod, lease(vmi, mac, &ready.plan))
+            .map_err(|e| {
+                start_failed(
+                    "FailedCreate",
+                    format!("interface {}: serving DHCP: {e}", iface.name),
+                )
+            })
+    }
+
+    /// For a guest this driver adopted (the agent restarted): finds its Pod again and
+    /// serves its DHCP, which did not survive the agent.
+    pub(super) fn readopt_pod(&mut self, vmi: &VirtualMachineInstance) {
+        if self.pod.is_some() {
+            return;
+        }
+        let Some(ready) = self.config.pod_network.as_ref().and_then(|s| s.get()) else {
+            return;
+        };
+        let Some((index, iface)) = pod_interface(vmi) else {
+            return;
+        };
+        let key = pod_key(vmi.namespace(), &vmi.name_any());
+        match ready.network.pod(&key) {
+            Ok(Some(pod)) => {
+                if let Err(Started::Failed { message, .. }) =
+                    self.serve_guest_dhcp(vmi, &ready, index, iface, &pod)
+                {
+                    tracing::warn!("VMI {key}: {message}");
+                }
+                self.pod = Some(pod);
+            }
+            Ok(None) => tracing::warn!("VMI {key} runs, but its Pod's sandbox is gone"),
+            Err(e) => tracing::warn!("VMI {key}: finding its Pod: {e}"),
+        }
+    }
+}
+
+/// Takes down the Pod of `namespace/name` on this node's pod network, if it has one.
+pub(super) async fn detach_pod(
+    slot: Option<&std::sync::Arc<crate::pod_network::PodNetworkSlot>>,
+    namespace: &str,
+    name: &str,
+) {
+    let Some(slot) = slot else { return };
+    let key = pod_key(namespace, name);
+    // Leftovers are released as the agent starts, maybe before the network is set up.
+    let Some(ready) = slot.wait(NETWORK_WAIT).await else {
+        tracing::warn!("the Pod of {key} stays: the node's pod network is not set up");
+        return;
+    };
+    if let Err(e) = ready.network.detach(&key).await {
+        tracing::warn!("taking down the Pod of {key}: {e}");
+    }
+}

@@ -1,0 +1,351 @@
+//! The pod network, black-box: two node agents, each in a network namespace standing in
+//! for a host of its own, on one LAN (a bridge here) with the server. Each VMI runs in a
+//! Pod on its node's bridge with an address of the node's subnet; a guest takes its
+//! lease from the agent's DHCP server, answers at its Pod IP from outside the cluster
+//! (this host routes to the nodes' subnets as a LAN router would) and from a guest on
+//! the other node (host-gw routes between the nodes). Deleting a VM takes its Pod down
+//! and frees its address. Skipped loudly without QEMU, root or nftables; failed
+//! instead under CI or VIRTPLANE_REQUIRE_QEMU.
+
+mod qemu;
+mod support;
+
+use std::net::Ipv4Addr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use qemu::{guests, kernel_vm, Env, NodeAgent, BOOT};
+use serde_json::{json, Value};
+use support::{free_port, TestServer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// A LAN: a bridge here holding `.1` of `10.250.N.0/24` (N from the process id), and a
+/// namespace per host on it; all of it, and the routes added, removed on drop.
+struct Lan {
+    bridge: String,
+    prefix: String,
+    hosts: Vec<String>,
+    routes: Vec<String>,
+    /// Pod namespaces agents made here, removed should an agent die before it does.
+    pods: Vec<String>,
+}
+
+impl Lan {
+    fn create(hosts: usize) -> Result<Lan, String> {
+        let pid = std::process::id();
+        let mut lan = Lan {
+            bridge: format!("vplan{}", pid % 100_000),
+            prefix: format!("10.250.{}", pid % 250),
+            hosts: Vec::new(),
+            routes: Vec::new(),
+            pods: Vec::new(),
+        };
+        ip(&["link", "add", &lan.bridge, "type", "bridge"])?;
+        ip(&[
+            "addr",
+            "add",
+            &format!("{}.1/24", lan.prefix),
+            "dev",
+            &lan.bridge,
+        ])?;
+        ip(&["link", "set", &lan.bridge, "up"])?;
+        for i in 0..hosts {
+            let name = format!("vph{i}-{pid}");
+            ip(&["netns", "add", &name])?;
+            lan.hosts.push(name.clone());
+            let (outside, inside) = (format!("vpl{i}o{}", pid % 100_000), "lan0".to_string());
+            ip(&[
+                "link", "add", &outside, "type", "veth", "peer", "name", &inside, "netns", &name,
+            ])?;
+            ip(&["link", "set", &outside, "master", &lan.bridge, "up"])?;
+            ip(&["-n", &name, "link", "set", "lo", "up"])?;
+            ip(&[
+                "-n",
+                &name,
+                "addr",
+                "add",
+                &format!("{}/24", lan.address(i)),
+                "dev",
+                &inside,
+            ])?;
+            ip(&["-n", &name, "link", "set", &inside, "up"])?;
+            ip(&[
+                "-n",
+                &name,
+                "route",
+                "add",
+                "default",
+                "via",
+                &format!("{}.1", lan.prefix),
+            ])?;
+        }
+        Ok(lan)
+    }
+
+    /// The address of host `i`.
+    fn address(&self, i: usize) -> String {
+        format!("{}.{}", self.prefix, i + 2)
+    }
+
+    fn gateway(&self) -> String {
+        format!("{}.1", self.prefix)
+    }
+
+    /// Routes `subnet` through `via` here, as the LAN's router would.
+    fn route(&mut self, subnet: &str, via: &str) {
+        ip(&["route", "replace", subnet, "via", via]).expect("route to a node's subnet");
+        self.routes.push(subnet.to_string());
+    }
+}
+
+impl Drop for Lan {
+    fn drop(&mut self) {
+        for route in &self.routes {
+            let _ = ip(&["route", "del", route]);
+        }
+        for host in self.hosts.iter().chain(&self.pods) {
+            let _ = ip(&["netns", "del", host]);
+        }
+        let _ = ip(&["link", "del", &self.bridge]);
+    }
+}
+
+fn required() -> bool {
+    ["CI", "VIRTPLANE_REQUIRE_QEMU"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some_and(|v| !v.is_empty() && v != "0"))
+}
+
+/// The LAN, or `None` after saying loudly why not (a panic under CI).
+fn lan_or_skip(test: &str) -> Option<Lan> {
+    let nft = Command::new("nft").arg("--version").output();
+    let made = match nft {
+        Ok(out) if out.status.success() => Lan::create(2),
+        _ => Err("nft (Debian's nftables) does not run".into()),
+    };
+    match made {
+        Ok(lan) => Some(lan),
+        Err(why) if required() => {
+            panic!(
+                "{test}: cannot build the hosts ({why}), and VIRTPLANE_REQUIRE_QEMU or CI is set"
+            )
+        }
+        Err(why) => {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: {test}: cannot build the hosts ({why})"
+            );
+            None
+        }
+    }
+}
+
+/// Relays `listen` to `to`: the loopback registry, reachable from the hosts' namespaces.
+async fn relay(listen: String, to: String) {
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .expect("relay listens");
+    loop {
+        let Ok((mut inbound, _)) = listener.accept().await else {
+            continue;
+        };
+        let to = to.clone();
+        tokio::spawn(async move {
+            if let Ok(mut outbound) = tokio::net::TcpStream::connect(&to).await {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            }
+        });
+    }
+}
+
+/// What `address:port` answers to one connection, or `None` if nothing does.
+async fn hello(address: &str, port: u16) -> Option<String> {
+    let connect = tokio::net::TcpStream::connect((address, port));
+    let mut stream = tokio::time::timeout(Duration::from_secs(3), connect)
+        .await
+        .ok()?
+        .ok()?;
+    stream.write_all(b"\n").await.ok()?;
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut answer))
+        .await
+        .ok()?
+        .ok()?;
+    Some(answer.trim().to_string())
+}
+
+async fn node(env: &Env, name: &str, within: Duration) -> Value {
+    let path = format!("/api/v1/nodes/{name}");
+    env.api
+        .eventually(&path, within, |r| {
+            r.body["spec"]["podCIDR"].is_string()
+                && r.body["metadata"]["labels"]["network.virtplane.io/mode"] == "pod"
+                && support::condition(&r.body, "Ready").is_some_and(|c| c["status"] == "True")
+        })
+        .await
+        .body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips() {
+    let Some(g) = guests() else { return };
+    let test = "guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips";
+    let Some(mut lan) = lan_or_skip(test) else {
+        return;
+    };
+    let pid = std::process::id();
+    let cluster_cidr = format!("10.{}.0.0/16", 120 + pid % 100);
+    let server = TestServer::start_listening(
+        &lan.gateway(),
+        free_port(),
+        &["--no-node", "--cluster-cidr", &cluster_cidr],
+    )
+    .await;
+    let registry_port = free_port();
+    let registry = format!("{}:{registry_port}", lan.gateway());
+    tokio::spawn(relay(registry.clone(), g.registry.clone()));
+    let names = [format!("pods-a-{pid}"), format!("pods-b-{pid}")];
+    let agents: Vec<NodeAgent> = (0..2)
+        .map(|i| {
+            let address = lan.address(i);
+            NodeAgent::start_in(
+                &lan.hosts[i],
+                server.data_dir(),
+                &names[i],
+                &[
+                    "--pod-network",
+                    "pod",
+                    "--listen",
+                    &format!("{address}:0"),
+                    "--node-address",
+                    &address,
+                    "--insecure-registry",
+                    &registry,
+                    "--heartbeat-interval",
+                    "2s",
+                ],
+            )
+        })
+        .collect();
+    let host_disks = tempfile::tempdir().unwrap();
+    let env = Env::new(&server.url, server.data_dir(), host_disks.path());
+    let mut subnets = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let node = node(&env, name, Duration::from_secs(60)).await;
+        let subnet = node["spec"]["podCIDR"].as_str().unwrap().to_string();
+        assert!(
+            subnet.starts_with(&cluster_cidr[..cluster_cidr.len() - 6]),
+            "{subnet}"
+        );
+        lan.route(&subnet, &lan.address(i));
+        subnets.push(subnet.parse::<ipnet::Ipv4Net>().unwrap());
+    }
+
+    // One VM per node, each serving port 8080.
+    let vms = ["web-a", "web-b"];
+    for (i, vm_name) in vms.iter().enumerate() {
+        let mut vm = kernel_vm(g, vm_name, "Always", Some("#virtplane: serve 8080\n"));
+        let spec = &mut vm["spec"]["template"]["spec"];
+        spec["domain"]["firmware"]["kernelBoot"]["container"]["image"] =
+            json!(g.kernel_image().replace(&g.registry, &registry));
+        spec["nodeSelector"] = json!({"kubernetes.io/hostname": names[i]});
+        let key = format!("{}/{vm_name}", qemu::NS);
+        lan.pods.push(network::node::pod_names(&names[i], &key).0);
+        env.create_vm(&vm).await;
+    }
+    let mut addresses = Vec::new();
+    for (i, vm_name) in vms.iter().enumerate() {
+        let vmi = env.wait_running(vm_name).await;
+        assert_eq!(vmi["status"]["nodeName"], names[i].as_str());
+        let iface = &vmi["status"]["interfaces"][0];
+        let address: Ipv4Addr = iface["ipAddress"]
+            .as_str()
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no Pod IP in {}", vmi["status"]));
+        assert!(
+            subnets[i].contains(&address),
+            "{vm_name} has {address}, not in its node's {}",
+            subnets[i]
+        );
+        assert_eq!(iface["ipAddresses"], json!([address.to_string()]));
+        assert!(vmi["status"]["portForwards"].is_null(), "{}", vmi["status"]);
+        addresses.push(address.to_string());
+        Env::new(&server.url, server.data_dir(), host_disks.path())
+            .on_node(&agents[i])
+            .wait_guest_line(vm_name, "virtplane-guest: serve 8080", BOOT)
+            .await;
+    }
+
+    // From outside the cluster, at each Pod IP: the guest answers (DNAT to 10.0.2.2).
+    for (vm_name, address) in vms.iter().zip(&addresses) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match hello(address, 8080).await {
+                Some(answer) if answer == format!("hello from {vm_name}") => break,
+                other => assert!(
+                    Instant::now() < deadline,
+                    "{vm_name} at {address}:8080 answered {other:?}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    // Guest to guest across the nodes: web-b fetches from web-a's Pod IP, and the
+    // guest learned its name from our DHCP server's lease.
+    let mut console = env.console("web-b").await.expect("console of web-b");
+    let answer = console
+        .run(
+            &format!("nc {} 8080 </dev/null; hostname", addresses[0]),
+            "hello from web-a",
+            Duration::from_secs(60),
+        )
+        .await;
+    assert!(
+        answer.is_some(),
+        "web-b could not reach web-a: {}",
+        console.seen
+    );
+    console.close().await;
+
+    // Deleting a VM takes its Pod down: its address is free again on its node.
+    let ipam = agents[0]
+        .data_dir()
+        .join("node")
+        .join(&names[0])
+        .join("network/ipam")
+        .join(&addresses[0]);
+    assert!(ipam.exists(), "{} is not held", ipam.display());
+    env.delete_vm("web-a").await;
+    env.wait_vmi_gone("web-a", Duration::from_secs(60)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ipam.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} was never freed",
+            ipam.display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(hello(&addresses[0], 8080).await, None);
+    env.delete_vm("web-b").await;
+    env.wait_vmi_gone("web-b", Duration::from_secs(60)).await;
+    drop(agents);
+}
