@@ -312,6 +312,10 @@ impl DialFailure {
             DialFailure::Refused { code: 404, message } => {
                 Status::failure(404, "NotFound", message)
             }
+            // What the agent could not do for this request (a port nothing listens on,
+            // a VMI without a Pod IP): its words, its code.
+            DialFailure::Refused { code: 400, message } => Status::bad_request(&message),
+            DialFailure::Refused { code: 503, message } => unavailable(message),
             DialFailure::Refused { code, message } => Status::internal(format!(
                 "the agent of node {node} refused the connection ({code}): {message}"
             )),

@@ -1,6 +1,7 @@
-//! The VMI `console` and `vnc` subresources: websockets with virtctl's `plain.kubevirt.io`
-//! subprotocol (raw bytes, no channel prefix), relayed to the agent of the VMI's node
-//! (`agent_dial`), which relays them to the serial console or VNC socket of its QEMU. A
+//! The VMI `console` and `vnc` subresources and the VM and VMI `portforward/PORT[/PROTO]`
+//! ones: websockets with virtctl's `plain.kubevirt.io` subprotocol (raw bytes, no channel
+//! prefix), relayed to the agent of the VMI's node (`agent_dial`), which relays them to
+//! the serial console or VNC socket of its QEMU, or to the port at the VMI's Pod IP. A
 //! node run by this process is reached the same way, so the server never opens QEMU's
 //! sockets itself.
 
@@ -42,7 +43,20 @@ pub async fn serve(
             "the server could not find the requested resource",
         ));
     };
-    let which = path.subresource.as_deref().unwrap_or("");
+    let which = match path.subresource.as_deref().unwrap_or("") {
+        forward if forward.starts_with("portforward") => port_forward(forward)?,
+        // VMs have only the port-forward of these.
+        _ if path.resource != "virtualmachineinstances" => {
+            return Err(Status::failure(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            ))
+        }
+        other => other.to_string(),
+    };
+    let which = which.as_str();
+    // A VM's port-forward goes to its VMI, which has the VM's name.
     let reg = registry
         .find("kubevirt.io", "v1", "virtualmachineinstances")
         .ok_or_else(|| Status::internal("no VMI registration"))?;
@@ -88,6 +102,30 @@ pub async fn serve(
         )
         .await
     }))
+}
+
+/// The agent's path tail for `portforward/PORT[/PROTO]`: `portforward/PORT/PROTO`, the
+/// port checked and the protocol `tcp` unless named.
+fn port_forward(subresource: &str) -> Result<String, Status> {
+    let mut parts = subresource.split('/').skip(1);
+    let port = parts.next().unwrap_or("");
+    let protocol = parts.next().unwrap_or("tcp");
+    if parts.next().is_some() {
+        return Err(bad_request(&format!(
+            "invalid port-forward path: {subresource}"
+        )));
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => {}
+        _ => return Err(bad_request(&format!("invalid port: {port:?}"))),
+    }
+    match protocol {
+        "tcp" => Ok(format!("portforward/{port}/tcp")),
+        "udp" => Err(bad_request(
+            "port-forward of udp is not supported by virtplane nodes; use tcp",
+        )),
+        other => Err(bad_request(&format!("invalid protocol: {other:?}"))),
+    }
 }
 
 /// The client's websocket (axum's) as bytes in and bytes out, as

@@ -72,35 +72,21 @@ impl Ipam {
 
     /// The address `owner` holds, if any.
     pub fn lookup(&self, owner: &str) -> Result<Option<Ipv4Addr>, IpamError> {
-        Ok(self
-            .held()?
-            .into_iter()
-            .find(|(_, held_by)| held_by == owner)
-            .map(|(ip, _)| ip))
+        Ipam::lookup_in(&self.dir, owner)
     }
 
     /// Every address handed out, with its owner.
     pub fn held(&self) -> Result<Vec<(Ipv4Addr, String)>, IpamError> {
-        let mut held = Vec::new();
-        for entry in fs::read_dir(&self.dir).map_err(io(&self.dir))? {
-            let entry = entry.map_err(io(&self.dir))?;
-            let Some(ip) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<Ipv4Addr>().ok())
-            else {
-                continue;
-            };
-            let path = entry.path();
-            match fs::read_to_string(&path) {
-                Ok(owner) => held.push((ip, owner.trim_end().to_string())),
-                // Released between the listing and the read.
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(io(&path)(e)),
-            }
-        }
-        held.sort();
-        Ok(held)
+        held_in(&self.dir)
+    }
+
+    /// The address `owner` holds in the IPAM state at `dir`, read without the subnet
+    /// (by those that only look, as the agent's port-forward does).
+    pub fn lookup_in(dir: &Path, owner: &str) -> Result<Option<Ipv4Addr>, IpamError> {
+        Ok(held_in(dir)?
+            .into_iter()
+            .find(|(_, held_by)| held_by == owner)
+            .map(|(ip, _)| ip))
     }
 
     /// An address for `owner`: the one it already holds (an allocation repeated after a
@@ -168,6 +154,35 @@ impl Ipam {
             tracing::debug!("{}: {e}", path.display());
         }
     }
+}
+
+/// Every address handed out in the IPAM state at `dir`, with its owner.
+fn held_in(dir: &Path) -> Result<Vec<(Ipv4Addr, String)>, IpamError> {
+    let mut held = Vec::new();
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(held),
+        Err(e) => return Err(io(dir)(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(io(dir))?;
+        let Some(ip) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<Ipv4Addr>().ok())
+        else {
+            continue;
+        };
+        let path = entry.path();
+        match fs::read_to_string(&path) {
+            Ok(owner) => held.push((ip, owner.trim_end().to_string())),
+            // Released between the listing and the read.
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(io(&path)(e)),
+        }
+    }
+    held.sort();
+    Ok(held)
 }
 
 #[cfg(test)]

@@ -29,6 +29,9 @@ pub enum NodeNetworkError {
     Ipam(#[from] IpamError),
 }
 
+/// Where the node's IPAM state is, in its state dir.
+pub const IPAM_DIR: &str = "ipam";
+
 /// FNV-1a: a hash that stays the same across builds, for names that outlive a process.
 fn stable_hash(parts: &[&str]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -93,7 +96,7 @@ impl NodeNetwork {
         subnet: Ipv4Net,
         cluster: Ipv4Net,
     ) -> Result<NodeNetwork, NodeNetworkError> {
-        let ipam = Ipam::open(state_dir.join("ipam"), subnet)?;
+        let ipam = Ipam::open(state_dir.join(IPAM_DIR), subnet)?;
         let host = netns::netlink(None).map_err(|source| SandboxError::Io {
             what: "netlink".into(),
             source,

@@ -1,7 +1,8 @@
 //! The agent's HTTPS endpoint, through which the API server reaches the consoles of this
 //! node's VMIs (virt-handler's console server): websockets at virt-handler's paths
 //! `/v1/namespaces/NS/virtualmachineinstances/NAME/{console,vnc}`, relayed to the QEMU
-//! sockets of that VMI in this node's dir.
+//! sockets of that VMI in this node's dir, and `.../NAME/portforward/PORT/tcp`, relayed
+//! to that port at the VMI's Pod IP.
 //!
 //! Only the API server gets in: its client certificate must chain to the cluster CA
 //! (from the agent's kubeconfig) and name `system:virtplane-apiserver`. The serving
@@ -27,7 +28,7 @@ use tokio_tungstenite::tungstenite::http;
 use tokio_util::codec::{BytesCodec, FramedWrite};
 use tokio_util::io::ReaderStream;
 
-use qemu::console::{Claim, Takeovers};
+use qemu::console::Takeovers;
 
 /// The client the endpoint serves (the API server's `AGENT_CLIENT_USER`).
 pub const APISERVER_USER: &str = "system:virtplane-apiserver";
@@ -159,13 +160,32 @@ fn common_name(der: &CertificateDer<'_>) -> Option<String> {
     cn.as_str().ok().map(str::to_string)
 }
 
-/// The QEMU socket (`console.sock`, `vnc.sock`) and VMI a request path names.
+/// The VMI a request path names, and what of it.
 #[derive(Debug, PartialEq, Eq)]
 struct Target<'a> {
     namespace: &'a str,
     name: &'a str,
-    socket: &'static str,
+    what: What,
 }
+
+#[derive(Debug, PartialEq, Eq)]
+enum What {
+    /// A QEMU socket: `console.sock`, `vnc.sock`.
+    Socket(&'static str),
+    /// A TCP port of the guest, at its Pod IP.
+    Port(u16),
+}
+
+/// What the endpoint relays to.
+#[derive(Debug)]
+enum Guest {
+    /// A QEMU socket, which the newest client takes over (by its path).
+    Socket(PathBuf, std::os::unix::net::UnixStream),
+    Port(std::net::TcpStream),
+}
+
+/// How long a port-forward waits for the guest to accept.
+const PORT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A DNS-1123 name: also keeps the path inside the node dir.
 fn is_name(s: &str) -> bool {
@@ -179,30 +199,31 @@ fn is_name(s: &str) -> bool {
 
 fn target(path: &str) -> Option<Target<'_>> {
     let parts: Vec<&str> = path.strip_prefix("/v1/namespaces/")?.split('/').collect();
-    let [namespace, "virtualmachineinstances", name, which] = parts[..] else {
-        return None;
-    };
-    let socket = match which {
-        "console" => "console.sock",
-        "vnc" => "vnc.sock",
+    let what = match parts[..] {
+        [_, "virtualmachineinstances", _, "console"] => What::Socket("console.sock"),
+        [_, "virtualmachineinstances", _, "vnc"] => What::Socket("vnc.sock"),
+        [_, "virtualmachineinstances", _, "portforward", port, "tcp"] => {
+            What::Port(port.parse().ok().filter(|p| *p > 0)?)
+        }
         _ => return None,
     };
+    let (namespace, name) = (parts[0], parts[2]);
     (is_name(namespace) && is_name(name)).then_some(Target {
         namespace,
         name,
-        socket,
+        what,
     })
 }
 
 /// Why a request is refused: an HTTP status and a message for the API server to pass on.
 type Refusal = (http::StatusCode, String);
 
-/// Opens the QEMU socket a request asks for, or says why not.
+/// Opens the QEMU socket or guest port a request asks for, or says why not.
 fn open(
     config: &EndpointConfig,
     client: Option<&str>,
     request: &Request,
-) -> Result<(PathBuf, std::os::unix::net::UnixStream), Refusal> {
+) -> Result<Guest, Refusal> {
     if client != Some(APISERVER_USER) {
         return Err((
             http::StatusCode::FORBIDDEN,
@@ -219,24 +240,60 @@ fn open(
             format!("no such endpoint: {path}"),
         ));
     };
-    let socket = config
+    let socket = match target.what {
+        What::Socket(socket) => socket,
+        What::Port(port) => return connect_port(config, &target, port).map(Guest::Port),
+    };
+    let socket_path = config
         .node_dir
         .join("vmi")
         .join(target.namespace)
         .join(target.name)
         .join(crate::qemu_user::RUN_DIR)
-        .join(target.socket);
+        .join(socket);
     // A blocking connect, but to a local listening socket: it does not wait.
-    let stream = qemu::socket::connect_blocking(&socket).map_err(|e| {
+    let stream = qemu::socket::connect_blocking(&socket_path).map_err(|e| {
         (
             http::StatusCode::NOT_FOUND,
             format!(
-                "VMI {}/{} does not run on node {} (no {}: {e})",
-                target.namespace, target.name, config.node_name, target.socket
+                "VMI {}/{} does not run on node {} (no {socket}: {e})",
+                target.namespace, target.name, config.node_name
             ),
         )
     })?;
-    Ok((socket, stream))
+    Ok(Guest::Socket(socket_path, stream))
+}
+
+/// Connects to `port` at the VMI's Pod IP. A blocking connect, inside the websocket
+/// handshake (which has no asynchronous hook), to an address on this node's bridge:
+/// answered at once, or given up after `PORT_CONNECT_TIMEOUT`.
+fn connect_port(
+    config: &EndpointConfig,
+    target: &Target<'_>,
+    port: u16,
+) -> Result<std::net::TcpStream, Refusal> {
+    let unavailable = |message: String| (http::StatusCode::SERVICE_UNAVAILABLE, message);
+    let ip = crate::pod_network::pod_ip(&config.node_dir, target.namespace, target.name)
+        .map_err(|e| unavailable(format!("reading the Pod IPs of node {}: {e}", config.node_name)))?
+        .ok_or_else(|| {
+            (
+                http::StatusCode::BAD_REQUEST,
+                format!(
+                    "VMI {}/{} has no Pod IP on node {}: port-forward needs the pod network (a node with --pod-network user forwards the ports listed in status.portForwards instead)",
+                    target.namespace, target.name, config.node_name
+                ),
+            )
+        })?;
+    let address = SocketAddr::from((ip, port));
+    let stream =
+        std::net::TcpStream::connect_timeout(&address, PORT_CONNECT_TIMEOUT).map_err(|e| {
+            unavailable(format!(
+                "error forwarding port {port} to VMI {}/{}: connecting to {address}: {e}",
+                target.namespace, target.name
+            ))
+        })?;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
 }
 
 /// Answers the websocket handshake: opens the QEMU socket the request names (into
@@ -244,7 +301,7 @@ fn open(
 struct Handshake<'a> {
     config: &'a EndpointConfig,
     client: Option<&'a str>,
-    guest: &'a mut Option<(PathBuf, std::os::unix::net::UnixStream)>,
+    guest: &'a mut Option<Guest>,
 }
 
 impl Callback for Handshake<'_> {
@@ -307,41 +364,46 @@ async fn handle(
     .await
     .map_err(|_| "websocket handshake timed out".to_string())?
     .map_err(|e| format!("websocket handshake: {e}"))?;
-    let Some((path, guest)) = guest else {
-        return Err("handshake completed without a target".into());
-    };
-    let claim = takeovers.claim(&path);
-    guest
-        .set_nonblocking(true)
-        .map_err(|e| format!("QEMU socket: {e}"))?;
-    let guest = UnixStream::from_std(guest).map_err(|e| format!("QEMU socket: {e}"))?;
-    relay(socket, guest, claim).await;
-    Ok(())
+    match guest {
+        None => Err("handshake completed without a target".into()),
+        Some(Guest::Socket(path, guest)) => {
+            let mut claim = takeovers.claim(&path);
+            guest
+                .set_nonblocking(true)
+                .map_err(|e| format!("QEMU socket: {e}"))?;
+            let guest = UnixStream::from_std(guest).map_err(|e| format!("QEMU socket: {e}"))?;
+            relay(socket, guest, claim.superseded()).await;
+            Ok(())
+        }
+        // Every port-forward connection is its own; none takes another's over.
+        Some(Guest::Port(guest)) => {
+            guest
+                .set_nonblocking(true)
+                .map_err(|e| format!("guest port: {e}"))?;
+            let guest = TcpStream::from_std(guest).map_err(|e| format!("guest port: {e}"))?;
+            relay(socket, guest, future::pending::<()>()).await;
+            Ok(())
+        }
+    }
 }
 
-/// Copies bytes between the API server's websocket and QEMU until either side closes.
-/// A newer client for the same socket ends it (`claim`).
-async fn relay<S>(
+/// Copies bytes between the API server's websocket and the guest (a QEMU socket, a
+/// port) until either side closes or `ended` resolves (a newer client took over).
+async fn relay<S, G>(
     socket: tokio_tungstenite::WebSocketStream<S>,
-    guest: UnixStream,
-    mut claim: Claim,
+    guest: G,
+    ended: impl std::future::Future<Output = ()>,
 ) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    G: tokio::io::AsyncRead + tokio::io::AsyncWrite,
 {
     let (from_server, to_server) = wsstream::byte_halves(socket);
-    let (guest_in, guest_out) = guest.into_split();
+    let (guest_in, guest_out) = tokio::io::split(guest);
     let from_guest = ReaderStream::with_capacity(guest_in, GUEST_READ)
         .take_while(|read| future::ready(read.is_ok()))
         .filter_map(|read| future::ready(read.ok()));
     let to_guest = FramedWrite::new(guest_out, BytesCodec::new());
-    wsstream::relay(
-        from_server,
-        to_server,
-        from_guest,
-        to_guest,
-        claim.superseded(),
-    )
-    .await;
+    wsstream::relay(from_server, to_server, from_guest, to_guest, ended).await;
 }
 
 #[cfg(test)]
@@ -355,12 +417,17 @@ mod tests {
             Some(Target {
                 namespace: "default",
                 name: "vm-1",
-                socket: "console.sock"
+                what: What::Socket("console.sock")
             })
         );
         assert_eq!(
-            target("/v1/namespaces/ns/virtualmachineinstances/a.b/vnc").map(|t| t.socket),
-            Some("vnc.sock")
+            target("/v1/namespaces/ns/virtualmachineinstances/a.b/vnc").map(|t| t.what),
+            Some(What::Socket("vnc.sock"))
+        );
+        assert_eq!(
+            target("/v1/namespaces/ns/virtualmachineinstances/vm/portforward/22/tcp")
+                .map(|t| t.what),
+            Some(What::Port(22))
         );
         for bad in [
             "/v1/namespaces/default/virtualmachineinstances/vm/qmp",
@@ -372,6 +439,10 @@ mod tests {
             "/v1/namespaces/default/virtualmachineinstances/VM/console",
             "/v1/namespaces/default/virtualmachineinstances/-vm/console",
             "/v2/namespaces/default/virtualmachineinstances/vm/console",
+            "/v1/namespaces/default/virtualmachineinstances/vm/portforward/0/tcp",
+            "/v1/namespaces/default/virtualmachineinstances/vm/portforward/70000/tcp",
+            "/v1/namespaces/default/virtualmachineinstances/vm/portforward/22/udp",
+            "/v1/namespaces/default/virtualmachineinstances/vm/portforward/22",
         ] {
             assert_eq!(target(bad), None, "{bad}");
         }

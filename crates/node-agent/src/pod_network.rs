@@ -92,6 +92,28 @@ impl Report {
     }
 }
 
+/// The key a VMI's Pod goes by on the node (its IPAM owner, its names' seed).
+pub fn pod_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// Where a node's pod network keeps its state, in the node's dir.
+pub fn state_dir(node_dir: &std::path::Path) -> PathBuf {
+    node_dir.join("network")
+}
+
+/// The Pod IP of `namespace/name` on the node whose dir is `node_dir`, if it has one.
+pub fn pod_ip(
+    node_dir: &std::path::Path,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Ipv4Addr>, network::IpamError> {
+    network::Ipam::lookup_in(
+        &state_dir(node_dir).join(network::node::IPAM_DIR),
+        &pod_key(namespace, name),
+    )
+}
+
 /// The cluster-wide part of the plan a node needs, as node IPAM publishes it on Nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterPlan {

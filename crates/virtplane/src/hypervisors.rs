@@ -101,7 +101,7 @@ fn pod_network(
         (Mode::Pod | Mode::Auto, None) => Ok((
             Some(Arc::new(PodNetworkSlot::new(
                 host.node_name,
-                node_dir.join("network"),
+                node_agent::pod_network::state_dir(node_dir),
             ))),
             "each VMI runs in a Pod on the node's bridge".into(),
         )),

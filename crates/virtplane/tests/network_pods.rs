@@ -14,7 +14,7 @@ use std::net::Ipv4Addr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use qemu::{guests, kernel_vm, Env, NodeAgent, BOOT};
+use qemu::{guests, kernel_vm, Console, Env, NodeAgent, BOOT};
 use serde_json::{json, Value};
 use support::{free_port, TestServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -324,6 +324,37 @@ async fn guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips()
         console.seen
     );
     console.close().await;
+
+    // Port-forward through the API (virtctl port-forward's websocket), to a VMI and to
+    // a VM: server -> agent -> the Pod IP.
+    for (resource, name, which) in [
+        ("virtualmachineinstances", "web-a", "portforward/8080/tcp"),
+        ("virtualmachines", "web-b", "portforward/8080"),
+    ] {
+        let mut forward = Console::open_at(&env, resource, name, which)
+            .await
+            .unwrap_or_else(|e| panic!("{resource}/{name}/{which}: {e}"));
+        forward.send("\n").await;
+        assert!(
+            forward
+                .read_until(0, &format!("hello from {name}"), Duration::from_secs(20))
+                .await,
+            "{resource}/{name}/{which} answered {:?}",
+            forward.seen
+        );
+        forward.close().await;
+    }
+    let refused = Console::open(&env, "web-a", "portforward/9999/tcp").await;
+    let Err(why) = refused else {
+        panic!("a port nothing listens on was forwarded");
+    };
+    assert!(why.contains("HTTP 503") && why.contains("9999"), "{why}");
+    let bad = Console::open(&env, "web-a", "portforward/99999").await;
+    assert!(
+        matches!(&bad, Err(why) if why.contains("HTTP 400") && why.contains("invalid port")),
+        "{:?}",
+        bad.err()
+    );
 
     // Deleting a VM takes its Pod down: its address is free again on its node.
     let ipam = agents[0]

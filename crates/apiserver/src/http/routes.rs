@@ -52,7 +52,12 @@ fn any(_: &Request<'_>) -> bool {
 }
 
 fn console(r: &Request<'_>) -> bool {
-    *r.method == Method::GET && matches!(r.path.subresource.as_deref(), Some("console" | "vnc"))
+    *r.method == Method::GET
+        && match r.path.subresource.as_deref() {
+            Some("console" | "vnc") => true,
+            Some(sub) => sub == "portforward" || sub.starts_with("portforward/"),
+            None => false,
+        }
 }
 
 fn kubevirt_v1(r: &Request<'_>) -> bool {

@@ -19,9 +19,11 @@ pub const GROUP: &str = "subresources.kubevirt.io";
 
 /// Resources advertised in discovery for `subresources.kubevirt.io/v1`, as virt-api does.
 pub fn discovery_entries() -> Vec<crate::discovery::ExtraResource> {
-    const NAMES: [&str; 9] = [
+    const NAMES: [&str; 11] = [
         "virtualmachineinstances/console",
         "virtualmachineinstances/vnc",
+        "virtualmachineinstances/portforward",
+        "virtualmachines/portforward",
         "virtualmachines/start",
         "virtualmachines/stop",
         "virtualmachines/restart",
@@ -38,7 +40,10 @@ pub fn discovery_entries() -> Vec<crate::discovery::ExtraResource> {
             name,
             kind: "",
             namespaced: true,
-            verbs: if name.ends_with("/console") || name.ends_with("/vnc") {
+            verbs: if name.ends_with("/console")
+                || name.ends_with("/vnc")
+                || name.ends_with("/portforward")
+            {
                 &["get"]
             } else {
                 &["update"]

@@ -15,16 +15,11 @@ use super::driver::Driver;
 use super::machine::mac_for;
 use super::start_failed;
 use crate::hypervisor::Started;
-use crate::pod_network::{ClusterPlan, Ready};
+use crate::pod_network::{pod_key, ClusterPlan, Ready};
 
 /// How long a start waits for the node's pod network to be set up (node IPAM hands
 /// out the Node's subnet within moments of its registration).
 const NETWORK_WAIT: Duration = Duration::from_secs(30);
-
-/// The key a VMI's Pod goes by on the node.
-pub(super) fn pod_key(namespace: &str, name: &str) -> String {
-    format!("{namespace}/{name}")
-}
 
 /// The VMI's interface on the pod network, with its index (its MAC depends on it).
 fn pod_interface(vmi: &VirtualMachineInstance) -> Option<(usize, &Interface)> {

@@ -891,10 +891,19 @@ fn tls_config(data_dir: &Path) -> rustls::ClientConfig {
 
 impl Console {
     pub async fn open(env: &Env, name: &str, which: &str) -> Result<Console, String> {
+        Self::open_at(env, "virtualmachineinstances", name, which).await
+    }
+
+    /// A websocket subresource `which` of a VM or VMI (`resource`), as virtctl opens it.
+    pub async fn open_at(
+        env: &Env,
+        resource: &str,
+        name: &str,
+        which: &str,
+    ) -> Result<Console, String> {
         let (host, port) = (env.host(), env.port());
-        let path = format!(
-            "/apis/subresources.kubevirt.io/v1/namespaces/{NS}/virtualmachineinstances/{name}/{which}"
-        );
+        let path =
+            format!("/apis/subresources.kubevirt.io/v1/namespaces/{NS}/{resource}/{name}/{which}");
         let mut request = format!("wss://{host}:{port}{path}")
             .into_client_request()
             .expect("request");
