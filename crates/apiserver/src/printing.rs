@@ -68,6 +68,7 @@ fn computed_cell(info: &ResourceInfo, column: &str, obj: &Value, read: Value) ->
         {
             json!("<unknown>")
         }
+        ("", "pods", _) => crate::core::pod_cell(column, obj, read),
         // The number of keys, not the data.
         ("", "configmaps" | "secrets", "Data") => json!(crate::core::data_count(obj)),
         (access::rbac::GROUP, _, _) => crate::rbac::kinds::computed_cell(column, obj, read),

@@ -6,6 +6,7 @@ pub mod certificates;
 pub mod datavolume;
 pub mod evacuation;
 mod informer;
+pub mod launcher_pod;
 pub mod leader;
 pub mod migration;
 pub mod node_ipam;
@@ -82,6 +83,7 @@ pub async fn run(client: kube::Client, config: Config) {
         ),
         migration::run(client.clone(), config.migration_credentials, shared.clone()),
         certificates::run(client.clone(), config.certificate_signer),
+        launcher_pod::run(client.clone(), shared.clone()),
         evacuation::run(client, shared),
     );
 }

@@ -293,6 +293,71 @@ async fn guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips()
             .await;
     }
 
+    // Each VMI has its virt-launcher Pod on its node, with the VMI's IP.
+    for (i, vm_name) in vms.iter().enumerate() {
+        let pods = env
+            .api
+            .eventually(
+                &format!(
+                    "/api/v1/namespaces/default/pods?labelSelector=vm.kubevirt.io/name={vm_name}"
+                ),
+                Duration::from_secs(30),
+                |r| r.body["items"][0]["status"]["podIP"] == addresses[i].as_str(),
+            )
+            .await
+            .body;
+        let pod = &pods["items"][0];
+        assert_eq!(pods["items"].as_array().unwrap().len(), 1, "{pods}");
+        let name = pod["metadata"]["name"].as_str().unwrap();
+        assert!(
+            name.starts_with(&format!("virt-launcher-{vm_name}-")),
+            "{name}"
+        );
+        assert_eq!(pod["spec"]["nodeName"], names[i].as_str());
+        assert_eq!(pod["status"]["phase"], "Running");
+        assert_eq!(pod["metadata"]["labels"]["kubevirt.io"], "virt-launcher");
+        assert_eq!(pod["metadata"]["labels"]["kubevirt.io/vm"], *vm_name);
+        assert_eq!(
+            pod["metadata"]["ownerReferences"][0]["kind"],
+            "VirtualMachineInstance"
+        );
+        assert_eq!(pod["status"]["hostIP"], lan.address(i).as_str());
+    }
+    let kubeconfig = server.data_dir().join("admin.kubeconfig");
+    match Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["get", "pods", "-o", "wide"])
+        .output()
+    {
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let header = text.lines().next().unwrap_or("");
+            assert!(
+                header
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .starts_with(&["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"]),
+                "{text}"
+            );
+            let row = text
+                .lines()
+                .find(|l| l.starts_with("virt-launcher-web-a-"))
+                .unwrap_or_else(|| panic!("{text}"));
+            let cells: Vec<&str> = row.split_whitespace().collect();
+            assert_eq!(&cells[1..3], ["2/2", "Running"], "{row}");
+            assert_eq!(cells[5], addresses[0], "{row}");
+            assert_eq!(cells[6], names[0], "{row}");
+        }
+        Err(e) if required() => panic!("kubectl cannot run: {e}"),
+        Err(e) => eprintln!("SKIPPED: kubectl get pods: {e}"),
+    }
+
     // From outside the cluster, at each Pod IP: the guest answers (DNAT to 10.0.2.2).
     for (vm_name, address) in vms.iter().zip(&addresses) {
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -376,6 +441,15 @@ async fn guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips()
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(hello(&addresses[0], 8080).await, None);
+    let pods = env
+        .api
+        .eventually(
+            "/api/v1/namespaces/default/pods?labelSelector=vm.kubevirt.io/name=web-a",
+            Duration::from_secs(30),
+            |r| r.body["items"].as_array().is_some_and(Vec::is_empty),
+        )
+        .await;
+    assert_eq!(pods.body["items"], json!([]));
     env.delete_vm("web-b").await;
     env.wait_vmi_gone("web-b", Duration::from_secs(60)).await;
     drop(agents);

@@ -16,6 +16,7 @@ mod secret;
 
 pub use config_data::data_count;
 pub use namespace::{INSTALL_NAMESPACES, SYSTEM_NAMESPACES};
+pub use pod::computed_cell as pod_cell;
 
 /// The core kinds with the hooks that govern their writes.
 pub fn registrations() -> Vec<(&'static ResourceInfo, Box<dyn ResourceHooks>)> {

@@ -63,7 +63,7 @@ impl Registry {
                 Value::String(kubevirt_api::meta::now()),
             );
         }
-        if reg.info.status_subresource {
+        if reg.info.status_subresource && !reg.hooks.keeps_status_on_create(options.privileged) {
             if let Some(root) = obj.as_object_mut() {
                 root.remove("status");
             }

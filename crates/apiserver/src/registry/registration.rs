@@ -46,6 +46,11 @@ pub trait ResourceHooks: Send + Sync {
         false
     }
     fn default_on_create(&self, _obj: &mut Value) {}
+    /// Whether a create keeps the status it carries, for a kind with a status
+    /// subresource (whose creates otherwise drop it); `privileged` as in `WriteOptions`.
+    fn keeps_status_on_create(&self, _privileged: bool) -> bool {
+        false
+    }
     /// What the server's own controllers would add in their first sync (a finalizer, a
     /// first status, as upstream sets a Pod's Pending phase), stored with the create.
     /// Called after managedFields are recorded, so no manager owns these fields.
