@@ -10,6 +10,7 @@ pub mod console;
 mod coordination;
 mod core;
 pub mod discovery;
+pub mod endpoint_slices;
 mod gc;
 mod health;
 pub mod http;
@@ -104,6 +105,8 @@ pub struct ServerConfig {
     /// `--kubeconfig-server`: the URLs the kubeconfigs this server writes name (every
     /// server's, when there are several); empty: this server's own.
     pub kubeconfig_servers: Vec<String>,
+    /// `--service-cidr`: where Services' cluster IPs come from.
+    pub service_cidr: ipnet::Ipv4Net,
 }
 
 /// The host of an `https://HOST[:PORT]` URL (an IPv6 address without its brackets).
@@ -166,12 +169,16 @@ fn components() -> Map<String, Value> {
     if let Value::Object(lease) = coordination::schemas() {
         all.extend(lease);
     }
+    if let Value::Object(slices) = endpoint_slices::schemas() {
+        all.extend(slices);
+    }
     all
 }
 
 fn registrations(
     components: &Map<String, Value>,
     host_disks: kubevirt::HostDiskPolicy,
+    service_cidr: ipnet::Ipv4Net,
 ) -> Result<Vec<Registration>, ServerError> {
     let components_value = Value::Object(components.clone());
     let schema = |info: &'static apimachinery::resource::ResourceInfo| {
@@ -194,10 +201,17 @@ fn registrations(
         &'static apimachinery::resource::ResourceInfo,
         Box<dyn registry::ResourceHooks>,
     ) = (&coordination::LEASE, Box::new(coordination::LeaseHooks));
-    for (info, hooks) in core::registrations()
+    let slice: (
+        &'static apimachinery::resource::ResourceInfo,
+        Box<dyn registry::ResourceHooks>,
+    ) = (
+        &endpoint_slices::ENDPOINT_SLICE,
+        Box::new(endpoint_slices::EndpointSliceHooks),
+    );
+    for (info, hooks) in core::registrations(service_cidr)
         .into_iter()
         .chain(rbac::kinds::registrations())
-        .chain([csr, lease])
+        .chain([csr, lease, slice])
     {
         out.push(Registration {
             info,
@@ -377,6 +391,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         registrations(
             &components,
             kubevirt::HostDiskPolicy(config.host_disk_dirs.clone()),
+            config.service_cidr,
         )?,
     ));
     registry.follow_namespaces();

@@ -69,6 +69,7 @@ fn computed_cell(info: &ResourceInfo, column: &str, obj: &Value, read: Value) ->
             json!("<unknown>")
         }
         ("", "pods", _) => crate::core::pod_cell(column, obj, read),
+        ("", "services", _) => crate::core::service::computed_cell(column, obj, read),
         // The number of keys, not the data.
         ("", "configmaps" | "secrets", "Data") => json!(crate::core::data_count(obj)),
         (access::rbac::GROUP, _, _) => crate::rbac::kinds::computed_cell(column, obj, read),

@@ -160,7 +160,105 @@ fn kind_fields(kind: &str) -> Option<&'static [(u64, &'static str, Shape)]> {
 
 /// Whether bodies of `kind` are read from protobuf.
 pub fn reads(kind: &str) -> bool {
-    kind_fields(kind).is_some() || rbac_kind(kind)
+    kind_fields(kind).is_some() || rbac_kind(kind) || kind == "Service"
+}
+
+/// A varint field as a JSON number.
+fn number(field: Field<'_>) -> Option<Value> {
+    match field {
+        Field::Varint(v) => Some(json!(v as i64 as i32)),
+        Field::Bytes(_) => None,
+    }
+}
+
+/// IntOrString{1 type (0 int, 1 string), 2 intVal, 3 strVal}.
+fn int_or_string(bytes: &[u8]) -> Option<Value> {
+    let (mut is_string, mut int, mut string) = (false, json!(0), json!(""));
+    for (n, field) in fields(bytes)? {
+        match (n, field) {
+            (1, Field::Varint(t)) => is_string = t == 1,
+            (2, Field::Varint(v)) => int = json!(v as i64 as i32),
+            (3, Field::Bytes(b)) => string = text(b),
+            _ => {}
+        }
+    }
+    Some(if is_string { string } else { int })
+}
+
+/// ServicePort{1 name, 2 protocol, 3 port, 4 targetPort, 5 nodePort, 6 appProtocol}.
+fn service_port(bytes: &[u8]) -> Option<Value> {
+    let mut port = Map::new();
+    for (n, field) in fields(bytes)? {
+        match (n, field) {
+            (1, Field::Bytes(b)) => _ = port.insert("name".into(), text(b)),
+            (2, Field::Bytes(b)) => _ = port.insert("protocol".into(), text(b)),
+            (3, f) => _ = port.insert("port".into(), number(f)?),
+            (4, Field::Bytes(b)) => _ = port.insert("targetPort".into(), int_or_string(b)?),
+            (5, f) => _ = port.insert("nodePort".into(), number(f)?),
+            (6, Field::Bytes(b)) => _ = port.insert("appProtocol".into(), text(b)),
+            _ => {}
+        }
+    }
+    port.retain(|k, v| v != "" && !(k == "nodePort" && v == 0));
+    Some(Value::Object(port))
+}
+
+/// What `kubectl create service` sends: Service{1 metadata, 2 spec{1 ports, 2 selector,
+/// 3 clusterIP, 4 type, 5 externalIPs, 7 sessionAffinity, 10 externalName,
+/// 11 externalTrafficPolicy, 13 publishNotReadyAddresses, 18 clusterIPs}}.
+fn decode_service(body: &[u8]) -> Option<Value> {
+    let raw = unwrap_unknown(body)?;
+    let mut object = Map::new();
+    object.insert("apiVersion".into(), json!("v1"));
+    object.insert("kind".into(), json!("Service"));
+    for (number, part) in byte_fields(raw)? {
+        match number {
+            1 => _ = object.insert("metadata".into(), object_meta(part)?),
+            2 => {
+                let mut spec = Map::new();
+                for (n, field) in fields(part)? {
+                    let push = |spec: &mut Map<String, Value>, key: &str, value: Value| {
+                        if let Some(list) =
+                            spec.entry(key).or_insert_with(|| json!([])).as_array_mut()
+                        {
+                            list.push(value);
+                        }
+                    };
+                    match (n, field) {
+                        (1, Field::Bytes(b)) => push(&mut spec, "ports", service_port(b)?),
+                        (2, Field::Bytes(b)) => {
+                            let (k, v) = map_entry(b, text)?;
+                            if let Some(map) = spec
+                                .entry("selector")
+                                .or_insert_with(|| json!({}))
+                                .as_object_mut()
+                            {
+                                map.insert(k, v);
+                            }
+                        }
+                        (3, Field::Bytes(b)) => _ = spec.insert("clusterIP".into(), text(b)),
+                        (4, Field::Bytes(b)) => _ = spec.insert("type".into(), text(b)),
+                        (5, Field::Bytes(b)) => push(&mut spec, "externalIPs", text(b)),
+                        (7, Field::Bytes(b)) => _ = spec.insert("sessionAffinity".into(), text(b)),
+                        (10, Field::Bytes(b)) => _ = spec.insert("externalName".into(), text(b)),
+                        (11, Field::Bytes(b)) => {
+                            _ = spec.insert("externalTrafficPolicy".into(), text(b))
+                        }
+                        (13, Field::Varint(v)) => {
+                            _ = spec.insert("publishNotReadyAddresses".into(), json!(v != 0))
+                        }
+                        (18, Field::Bytes(b)) => push(&mut spec, "clusterIPs", text(b)),
+                        _ => {}
+                    }
+                }
+                // Go's encoder writes the empty strings of fields never set.
+                spec.retain(|_, v| v != "");
+                object.insert("spec".into(), Value::Object(spec));
+            }
+            _ => {}
+        }
+    }
+    Some(Value::Object(object))
 }
 
 fn rbac_kind(kind: &str) -> bool {
@@ -313,6 +411,9 @@ fn decode_rbac(kind: &str, body: &[u8]) -> Option<Value> {
 pub fn decode_object(kind: &str, body: &[u8]) -> Option<Value> {
     if rbac_kind(kind) {
         return decode_rbac(kind, body);
+    }
+    if kind == "Service" {
+        return decode_service(body);
     }
     let shapes = kind_fields(kind)?;
     let raw = unwrap_unknown(body)?;

@@ -344,6 +344,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
             audit_log: args.audit_log.clone(),
             audit_policy: args.audit_policy.clone(),
             kubeconfig_servers: args.kubeconfig_servers.clone(),
+            service_cidr: address_plan.service_cidr,
         })
         .await?;
         let client = kube::Client::new(server.internal.clone(), "default");

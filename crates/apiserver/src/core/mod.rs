@@ -13,13 +13,16 @@ pub(crate) mod node;
 mod persistent_volume_claim;
 mod pod;
 mod secret;
+pub(crate) mod service;
 
 pub use config_data::data_count;
 pub use namespace::{INSTALL_NAMESPACES, SYSTEM_NAMESPACES};
 pub use pod::computed_cell as pod_cell;
 
 /// The core kinds with the hooks that govern their writes.
-pub fn registrations() -> Vec<(&'static ResourceInfo, Box<dyn ResourceHooks>)> {
+pub fn registrations(
+    service_cidr: ipnet::Ipv4Net,
+) -> Vec<(&'static ResourceInfo, Box<dyn ResourceHooks>)> {
     vec![
         (&namespace::NAMESPACE, Box::new(namespace::NamespaceHooks)),
         (&node::NODE, Box::new(node::NodeHooks)),
@@ -33,6 +36,12 @@ pub fn registrations() -> Vec<(&'static ResourceInfo, Box<dyn ResourceHooks>)> {
             Box::new(config_map::ConfigMapHooks),
         ),
         (&secret::SECRET, Box::new(secret::SecretHooks)),
+        (
+            &service::SERVICE,
+            Box::new(service::ServiceHooks {
+                range: service_cidr,
+            }),
+        ),
     ]
 }
 
@@ -50,6 +59,7 @@ pub fn schemas() -> Value {
         persistent_volume_claim::schemas(),
         config_map::schemas(),
         secret::schemas(),
+        service::schemas(),
     ] {
         if let Value::Object(map) = kind {
             all.extend(map);

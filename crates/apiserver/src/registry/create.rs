@@ -69,6 +69,8 @@ impl Registry {
             }
         }
         reg.hooks.default_on_create(&mut obj);
+        let (_allocation, stored) = self.allocation(reg).await?;
+        reg.hooks.allocate(None, &mut obj, &stored)?;
         let generated = requested_name.is_empty() && !generate_name.is_empty();
         if generated {
             meta_mut(&mut obj).insert(

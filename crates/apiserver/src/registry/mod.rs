@@ -90,6 +90,8 @@ pub struct Registry {
     pub store: Arc<dyn Store>,
     registrations: Vec<Arc<Registration>>,
     namespaces: namespaces::NamespaceCache,
+    /// Held by writes of kinds that allocate (see `ResourceHooks::allocates`).
+    allocations: tokio::sync::Mutex<()>,
 }
 
 /// Maps store failures that the caller did not anticipate to a Status.
@@ -111,7 +113,35 @@ impl Registry {
             store,
             registrations: registrations.into_iter().map(Arc::new).collect(),
             namespaces: Default::default(),
+            allocations: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// For a kind that allocates: the allocation lock, and every stored object of the
+    /// kind. (Writes through another server over the same etcd are not serialized with
+    /// these; the store's create still refuses a second object of one name.)
+    pub(crate) async fn allocation(
+        &self,
+        reg: &Registration,
+    ) -> Result<(Option<tokio::sync::MutexGuard<'_, ()>>, Vec<Value>), Status> {
+        if !reg.hooks.allocates() {
+            return Ok((None, Vec::new()));
+        }
+        let guard = self.allocations.lock().await;
+        let listed = self
+            .store
+            .list(
+                &Self::list_prefix(reg.info, None),
+                store::ListOptions::default(),
+            )
+            .await
+            .map_err(store_failure)?;
+        let stored = listed
+            .items
+            .iter()
+            .map(crate::stored::decode)
+            .collect::<Result<_, _>>()?;
+        Ok((Some(guard), stored))
     }
 
     pub fn registrations(&self) -> &[Arc<Registration>] {

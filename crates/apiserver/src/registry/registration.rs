@@ -51,6 +51,22 @@ pub trait ResourceHooks: Send + Sync {
     fn keeps_status_on_create(&self, _privileged: bool) -> bool {
         false
     }
+    /// Whether writes of the kind hand out what must be unique across the cluster (a
+    /// Service's cluster IP and node ports): such writes run one at a time, with every
+    /// stored object of the kind given to `allocate`.
+    fn allocates(&self) -> bool {
+        false
+    }
+    /// Hands out what `obj` needs (after defaulting, before validation), given the
+    /// stored objects of its kind (`old` among them, on an update).
+    fn allocate(
+        &self,
+        _old: Option<&Value>,
+        _obj: &mut Value,
+        _stored: &[Value],
+    ) -> Result<(), Status> {
+        Ok(())
+    }
     /// What the server's own controllers would add in their first sync (a finalizer, a
     /// first status, as upstream sets a Pod's Pending phase), stored with the create.
     /// Called after managedFields are recorded, so no manager owns these fields.

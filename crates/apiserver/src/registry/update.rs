@@ -31,12 +31,17 @@ impl Registry {
         // The store's recent copy saves a read (etcd); a stale one fails the write's
         // compare, and what is concluded without writing is checked against a fresh read.
         let mut start = self.store.recent(&key).map(|kv| (kv, false));
+        let (_allocation, stored) = match subresource {
+            None => self.allocation(reg).await?,
+            Some(_) => (None, Vec::new()),
+        };
         let request = UpdateRequest {
             reg,
             namespace,
             name,
             subresource,
             options,
+            stored: &stored,
         };
         loop {
             let (kv, current) = match start.take() {
@@ -112,6 +117,7 @@ impl Registry {
             name,
             subresource,
             options,
+            ..
         } = *request;
         let old = stored::decode(kv)?;
         let Change {
@@ -132,6 +138,7 @@ impl Registry {
         new = self.prepare_update(reg, namespace, &old, new, subresource)?;
         if subresource.is_none() {
             reg.hooks.default_on_update(&mut new);
+            reg.hooks.allocate(Some(&old), &mut new, request.stored)?;
         }
         warnings.extend(Self::prune(
             reg,
@@ -305,6 +312,8 @@ struct UpdateRequest<'a> {
     name: &'a str,
     subresource: Option<&'a str>,
     options: &'a WriteOptions,
+    /// Every stored object of the kind, for kinds that allocate.
+    stored: &'a [Value],
 }
 
 /// What `plan_update` decided.
