@@ -154,13 +154,29 @@ fn pod(vmi: &VirtualMachineInstance, node: &str, host_ip: Option<&str>, since: &
         .and_then(|d| d.resources.as_ref())
         .and_then(|r| r.requests.clone())
         .map_or_else(|| json!({}), |r| json!(r));
+    // The interfaces' ports, as KubeVirt lists them on the compute container (a
+    // Service's named targetPort resolves against them).
+    let ports: Vec<Value> = vmi
+        .spec
+        .interfaces()
+        .iter()
+        .flat_map(|iface| iface.ports.iter())
+        .map(|p| {
+            let mut port = json!({"containerPort": p.port,
+                                  "protocol": p.protocol.to_ascii_uppercase()});
+            if let Some(name) = &p.name {
+                port["name"] = json!(name);
+            }
+            port
+        })
+        .collect();
     let mut spec = json!({
         "nodeName": node,
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": vmi.spec.termination_grace_period_seconds.unwrap_or(30),
         "containers": [
             {"name": COMPUTE, "image": LAUNCHER_IMAGE, "command": ["/usr/bin/virt-launcher"],
-             "resources": {"requests": requests}},
+             "resources": {"requests": requests}, "ports": ports},
             {"name": CONSOLE_LOG, "image": LAUNCHER_IMAGE, "command": ["/usr/bin/virt-tail"]},
         ],
     });

@@ -4,6 +4,7 @@
 mod cached;
 pub mod certificates;
 pub mod datavolume;
+pub mod endpoint_slices;
 pub mod evacuation;
 mod informer;
 pub mod launcher_pod;
@@ -40,6 +41,39 @@ pub enum Error {
     Json(#[from] serde_json::Error),
     #[error(transparent)]
     Unpack(#[from] cached::UnpackError),
+}
+
+/// A watch of every object of kind `K` that `config` selects, into a cache: the cache,
+/// and each object as it changes (or goes), once the cache holds the change. The cache
+/// follows the watch only while the stream is read.
+pub(crate) fn reflect<K>(
+    client: &kube::Client,
+    config: kube::runtime::watcher::Config,
+) -> (
+    kube::runtime::reflector::Store<K>,
+    impl futures::Stream<Item = std::sync::Arc<K>> + Send + 'static,
+)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::WatchStreamExt;
+    let writer = kube::runtime::reflector::store::Writer::default();
+    let store = writer.as_reader();
+    let events = kube::runtime::reflector(
+        writer,
+        kube::runtime::watcher(kube::Api::<K>::all(client.clone()), config),
+    )
+    .default_backoff()
+    .touched_objects()
+    .filter_map(|event| futures::future::ready(event.ok().map(std::sync::Arc::new)));
+    (store, events)
 }
 
 /// Tunables of the control loops.
@@ -84,6 +118,7 @@ pub async fn run(client: kube::Client, config: Config) {
         migration::run(client.clone(), config.migration_credentials, shared.clone()),
         certificates::run(client.clone(), config.certificate_signer),
         launcher_pod::run(client.clone(), shared.clone()),
+        endpoint_slices::run(client.clone()),
         evacuation::run(client, shared),
     );
 }
