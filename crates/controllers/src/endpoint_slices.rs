@@ -160,7 +160,10 @@ fn current(stored: &EndpointSlice, wanted: &Value) -> bool {
             .map(|mut e| {
                 if let Some(map) = e.as_object_mut() {
                     map.retain(|k, _| {
-                        matches!(k.as_str(), "addresses" | "conditions" | "nodeName" | "hostname")
+                        matches!(
+                            k.as_str(),
+                            "addresses" | "conditions" | "nodeName" | "hostname"
+                        )
                     });
                 }
                 e

@@ -136,9 +136,8 @@ fn pod_status(vmi: &VirtualMachineInstance, host_ip: Option<&str>, since: &str) 
 /// What the Pod's containers say they run (virtplane runs QEMU itself, from the node).
 const LAUNCHER_IMAGE: &str = "virtplane.io/virt-launcher:builtin";
 
-/// The whole Pod of `vmi` on `node`.
-fn pod(vmi: &VirtualMachineInstance, node: &str, host_ip: Option<&str>, since: &str) -> Value {
-    let name = vmi.name_any();
+/// The VMI's labels and KubeVirt's own: what Services select launcher Pods by.
+fn pod_labels(vmi: &VirtualMachineInstance) -> Map<String, Value> {
     let mut labels: Map<String, Value> = vmi
         .labels()
         .iter()
@@ -146,7 +145,14 @@ fn pod(vmi: &VirtualMachineInstance, node: &str, host_ip: Option<&str>, since: &
         .collect();
     labels.insert(APP_LABEL.into(), json!(APP_LAUNCHER));
     labels.insert(CREATED_BY_LABEL.into(), json!(vmi.uid()));
-    labels.insert(VM_NAME_LABEL.into(), json!(name));
+    labels.insert(VM_NAME_LABEL.into(), json!(vmi.name_any()));
+    labels
+}
+
+/// The whole Pod of `vmi` on `node`.
+fn pod(vmi: &VirtualMachineInstance, node: &str, host_ip: Option<&str>, since: &str) -> Value {
+    let name = vmi.name_any();
+    let labels = pod_labels(vmi);
     let requests = vmi
         .spec
         .domain
@@ -372,6 +378,24 @@ async fn reconcile(vmi: Arc<VirtualMachineInstance>, ctx: Arc<Context>) -> Resul
                 .and_then(|t| t.as_str().map(str::to_string))
                 .unwrap_or_else(kubevirt_api::meta::now);
             let wanted = pod_status(&vmi, host_ip.as_deref(), &since);
+            // Labels follow the VMI's (a Service selects by them); removed ones go too.
+            let labels = pod_labels(&vmi);
+            let held = existing.labels();
+            let stale = held.len() != labels.len()
+                || labels
+                    .iter()
+                    .any(|(k, v)| held.get(k).map(String::as_str) != v.as_str());
+            if stale {
+                let mut patch: Map<String, Value> =
+                    held.keys().map(|k| (k.clone(), Value::Null)).collect();
+                patch.extend(labels);
+                api.patch(
+                    &name,
+                    &params,
+                    &Patch::Merge(&json!({"metadata": {"labels": patch}})),
+                )
+                .await?;
+            }
             if !status_current(&existing, &wanted) {
                 api.patch_status(&name, &params, &Patch::Merge(&json!({"status": wanted})))
                     .await?;

@@ -13,6 +13,7 @@ pub mod node;
 pub mod plan;
 pub mod routes;
 pub mod sandbox;
+pub mod services;
 pub mod subnets;
 
 pub use ipam::{Ipam, IpamError};

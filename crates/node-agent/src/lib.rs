@@ -16,6 +16,7 @@ pub mod qemu_hv;
 pub mod qemu_user;
 mod seed;
 pub mod servers;
+mod service_proxy;
 pub mod sim;
 mod sysprep;
 mod vmi;
@@ -70,7 +71,8 @@ pub async fn run(
         network.as_ref().map(pod_network::Report::condition),
     ));
     if let Some(slot) = hypervisor.pod_network() {
-        tokio::spawn(pod_network::run(client.clone(), slot));
+        tokio::spawn(pod_network::run(client.clone(), slot.clone()));
+        tokio::spawn(service_proxy::run(client.clone(), slot));
     }
     vmi::run(client, config.nodes, hypervisor).await;
     Ok(())

@@ -266,6 +266,7 @@ async fn guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips()
         spec["domain"]["firmware"]["kernelBoot"]["container"]["image"] =
             json!(g.kernel_image().replace(&g.registry, &registry));
         spec["nodeSelector"] = json!({"kubernetes.io/hostname": names[i]});
+        vm["spec"]["template"]["metadata"]["labels"]["app"] = json!("web");
         let key = format!("{}/{vm_name}", qemu::NS);
         lan.pods.push(network::node::pod_names(&names[i], &key).0);
         env.create_vm(&vm).await;
@@ -420,6 +421,81 @@ async fn guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips()
         "{:?}",
         bad.err()
     );
+
+    // A Service over both guests (as `virtctl expose` makes one), by its cluster IP from
+    // a guest and by its node port from outside; a Service without endpoints refuses.
+    let web = env
+        .api
+        .create(
+            "/api/v1/namespaces/default/services",
+            &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+                    "spec": {"type": "NodePort", "selector": {"app": "web"},
+                             "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}),
+        )
+        .await;
+    let cluster_ip = web["spec"]["clusterIP"].as_str().unwrap().to_string();
+    let node_port = web["spec"]["ports"][0]["nodePort"].as_u64().unwrap() as u16;
+    env.api
+        .eventually(
+            "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?labelSelector=kubernetes.io/service-name=web",
+            Duration::from_secs(30),
+            |r| r.body["items"][0]["endpoints"].as_array().is_some_and(|e| e.len() == 2),
+        )
+        .await;
+    let mut console = env.console("web-b").await.expect("console of web-b");
+    let seen = console
+        .run(
+            &format!("for i in 1 2 3 4 5 6; do nc {cluster_ip} 80 </dev/null; done"),
+            "hello from web-",
+            Duration::from_secs(60),
+        )
+        .await;
+    assert!(
+        seen.is_some(),
+        "the cluster IP {cluster_ip} did not answer web-b: {}",
+        console.seen
+    );
+    console.close().await;
+    for i in 0..2 {
+        let node = lan.address(i);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match hello(&node, node_port).await {
+                Some(answer) if answer.starts_with("hello from web-") => break,
+                other => assert!(
+                    Instant::now() < deadline,
+                    "node port {node}:{node_port} answered {other:?}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+    let lonely = env
+        .api
+        .create(
+            "/api/v1/namespaces/default/services",
+            &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "lonely"},
+                    "spec": {"type": "NodePort", "selector": {"app": "nobody"},
+                             "ports": [{"port": 80}]}}),
+        )
+        .await;
+    let lonely_port = lonely["spec"]["ports"][0]["nodePort"].as_u64().unwrap() as u16;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let refused = tokio::time::timeout(
+            Duration::from_secs(2),
+            tokio::net::TcpStream::connect((lan.address(0).as_str(), lonely_port)),
+        )
+        .await;
+        match refused {
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => break,
+            other => assert!(
+                Instant::now() < deadline,
+                "a Service without endpoints answered {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 
     // Deleting a VM takes its Pod down: its address is free again on its node.
     let ipam = agents[0]

@@ -722,6 +722,14 @@ fn node_role() -> Value {
                 &[CERTIFICATES_GROUP],
                 &["certificatesigningrequests"],
             ),
+            // Its service proxy and DNS (kube's system:node-proxier), and the Pods it
+            // lists as kube's system:node does.
+            rule(&["get", "list", "watch"], &[""], &["services", "pods"]),
+            rule(
+                &["get", "list", "watch"],
+                &["discovery.k8s.io"],
+                &["endpointslices"],
+            ),
         ],
     )
 }
