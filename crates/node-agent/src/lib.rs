@@ -4,6 +4,7 @@
 
 pub mod bootstrap;
 mod cloud_init;
+mod cluster_dns;
 mod context;
 pub mod endpoint;
 pub mod host_paths;

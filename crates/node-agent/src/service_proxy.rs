@@ -1,8 +1,9 @@
 //! The node's service proxy, as kube-proxy in nftables mode: Services and their
 //! EndpointSlices watched into caches, and on every change (a burst taken as one) the
-//! node's whole Service table rebuilt and applied in one `nft -f` transaction. Nothing
-//! is applied until both caches are complete, so a restarted agent never programs a
-//! partial view; the previous rules keep working meanwhile.
+//! node's whole Service table rebuilt and applied in one `nft -f` transaction, and the
+//! cluster DNS records (`cluster_dns`) rebuilt from the same caches. Nothing is applied
+//! until both caches are complete, so a restarted agent never programs a partial view;
+//! the previous rules keep working meanwhile.
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
@@ -181,10 +182,27 @@ pub async fn run(client: kube::Client, slot: Arc<PodNetworkSlot>) {
     services_synced.notified().await;
     slices_synced.notified().await;
     let node = slot.node().to_string();
+    let zone = Arc::new(crate::cluster_dns::Zone {
+        domain: ready.plan.domain.clone(),
+        records: Default::default(),
+        upstream: crate::cluster_dns::host_resolvers(),
+    });
+    crate::cluster_dns::rebuild(&zone, &services, &slices);
+    let dns_address = std::net::SocketAddr::from((ready.network.gateway(), 53));
+    match tokio::net::UdpSocket::bind(dns_address).await {
+        Ok(socket) => {
+            tracing::info!("node {node}: cluster DNS for {} on {dns_address}", zone.domain);
+            tokio::spawn(crate::cluster_dns::serve(socket, zone.clone()));
+        }
+        Err(e) => tracing::error!(
+            "node {node}: cannot serve cluster DNS on {dns_address}: {e}; guests here resolve no cluster names"
+        ),
+    }
     let mut applied = String::new();
     let mut backoff = Duration::from_millis(200);
     loop {
         tokio::time::sleep(SETTLE).await;
+        crate::cluster_dns::rebuild(&zone, &services, &slices);
         let rules = ruleset(&ready, &node, &services, &slices);
         if rules != applied {
             let text = rules.clone();

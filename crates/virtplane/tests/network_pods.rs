@@ -455,6 +455,35 @@ async fn guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips()
         "the cluster IP {cluster_ip} did not answer web-b: {}",
         console.seen
     );
+    // Cluster DNS from the node, as the guest's lease names it: the Service's name (through
+    // the search domains our DHCP gave), its full name, and a name outside the cluster
+    // refused by nobody but answered (NXDOMAIN from upstream or an address) or failed.
+    for name in ["web", "web.default.svc.cluster.local"] {
+        let from = console.seen.len();
+        console.send(&format!("nslookup {name}\n")).await;
+        assert!(
+            console
+                .read_until(
+                    from,
+                    &format!("Address: {cluster_ip}"),
+                    Duration::from_secs(30)
+                )
+                .await,
+            "nslookup {name} in web-b: {}",
+            &console.seen[from..]
+        );
+    }
+    let from = console.seen.len();
+    console
+        .send("nslookup nothing.default.svc.cluster.local; echo done-$?\n")
+        .await;
+    assert!(
+        console
+            .read_until(from, "done-1", Duration::from_secs(30))
+            .await,
+        "a missing cluster name resolved: {}",
+        &console.seen[from..]
+    );
     console.close().await;
     for i in 0..2 {
         let node = lan.address(i);

@@ -15,7 +15,7 @@ use super::driver::Driver;
 use super::machine::mac_for;
 use super::start_failed;
 use crate::hypervisor::Started;
-use crate::pod_network::{pod_key, ClusterPlan, Ready};
+use crate::pod_network::{pod_key, Ready};
 
 /// How long a start waits for the node's pod network to be set up (node IPAM hands
 /// out the Node's subnet within moments of its registration).
@@ -32,7 +32,8 @@ fn pod_interface(vmi: &VirtualMachineInstance) -> Option<(usize, &Interface)> {
 
 /// The lease the guest of `vmi` gets: KubeVirt's masquerade address, the cluster's DNS
 /// search domains, its hostname.
-fn lease(vmi: &VirtualMachineInstance, mac: [u8; 6], plan: &ClusterPlan) -> Lease {
+fn lease(vmi: &VirtualMachineInstance, mac: [u8; 6], ready: &Ready) -> Lease {
+    let plan = &ready.plan;
     let namespace = vmi.namespace().to_string();
     let domain = &plan.domain;
     let hostname = vmi.spec.hostname.clone().unwrap_or_else(|| vmi.name_any());
@@ -41,7 +42,8 @@ fn lease(vmi: &VirtualMachineInstance, mac: [u8; 6], plan: &ClusterPlan) -> Leas
         address: masquerade::GUEST,
         prefix_len: masquerade::PREFIX_LEN,
         gateway: masquerade::GATEWAY,
-        dns_servers: Vec::new(),
+        // The node's cluster DNS, on its bridge (`cluster_dns`).
+        dns_servers: vec![ready.network.gateway()],
         search: vec![
             format!("{namespace}.svc.{domain}"),
             format!("svc.{domain}"),
@@ -150,7 +152,7 @@ impl Driver {
         let key = pod_key(vmi.namespace(), &vmi.name_any());
         ready
             .network
-            .serve_dhcp(&key, pod, lease(vmi, mac, &ready.plan))
+            .serve_dhcp(&key, pod, lease(vmi, mac, ready))
             .map_err(|e| {
                 start_failed(
                     "FailedCreate",
