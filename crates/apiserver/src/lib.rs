@@ -21,6 +21,7 @@ pub mod object;
 mod openapi;
 mod options;
 mod patching;
+mod pod_logs;
 mod printing;
 mod protobuf;
 pub mod rbac;

@@ -199,7 +199,8 @@ fn pod(vmi: &VirtualMachineInstance, node: &str, host_ip: Option<&str>, since: &
             "name": pod_name(&name, vmi.uid(), node),
             "namespace": vmi.namespace(),
             "labels": labels,
-            "annotations": {"kubevirt.io/domain": name},
+            "annotations": {"kubevirt.io/domain": name,
+                            "kubectl.kubernetes.io/default-container": COMPUTE},
             "ownerReferences": [{
                 "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
                 "name": name, "uid": vmi.uid(), "controller": true, "blockOwnerDeletion": true,

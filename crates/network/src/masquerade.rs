@@ -20,6 +20,9 @@ pub const GUEST: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
 pub const PREFIX_LEN: u8 = 24;
 /// The nftables table the rules live in.
 pub const TABLE: &str = "virtplane_masquerade";
+/// The ports a migration target's QEMU listens on at the Pod IP (the migration stream,
+/// the disks' NBD export): KubeVirt's, and like KubeVirt's never forwarded to the guest.
+pub const MIGRATION_PORTS: [u16; 2] = [49152, 49153];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
@@ -66,6 +69,7 @@ pub fn ruleset(spec: &Masquerade) -> String {
          table ip {TABLE} {{\n\
          \x20   chain prerouting {{\n\
          \x20       type nat hook prerouting priority dstnat; policy accept;\n\
+         \x20       iifname \"{POD_INTERFACE}\" tcp dport {{ {}, {} }} return\n\
          {inbound}\
          \x20   }}\n\
          \x20   chain postrouting {{\n\
@@ -73,7 +77,8 @@ pub fn ruleset(spec: &Masquerade) -> String {
          \x20       ip saddr {GUEST} oifname \"{POD_INTERFACE}\" counter masquerade\n\
          \x20       oifname \"{GUEST_BRIDGE}\" ip daddr {GUEST} counter snat to {GATEWAY}\n\
          \x20   }}\n\
-         }}\n"
+         }}\n",
+        MIGRATION_PORTS[0], MIGRATION_PORTS[1]
     )
 }
 

@@ -174,6 +174,9 @@ enum What {
     Socket(&'static str),
     /// A TCP port of the guest, at its Pod IP.
     Port(u16),
+    /// A log of the VMI (`serial`: the guest's console, `qemu`: QEMU's), read to its end
+    /// and, when following, on as it grows.
+    Log { serial: bool, follow: bool },
 }
 
 /// What the endpoint relays to.
@@ -182,6 +185,7 @@ enum Guest {
     /// A QEMU socket, which the newest client takes over (by its path).
     Socket(PathBuf, std::os::unix::net::UnixStream),
     Port(std::net::TcpStream),
+    Log(PathBuf, bool),
 }
 
 /// How long a port-forward waits for the guest to accept.
@@ -205,6 +209,18 @@ fn target(path: &str) -> Option<Target<'_>> {
         [_, "virtualmachineinstances", _, "portforward", port, "tcp"] => {
             What::Port(port.parse().ok().filter(|p| *p > 0)?)
         }
+        [_, "virtualmachineinstances", _, "log", which, ref rest @ ..] => What::Log {
+            serial: match which {
+                "serial" => true,
+                "qemu" => false,
+                _ => return None,
+            },
+            follow: match rest {
+                [] => false,
+                ["follow"] => true,
+                _ => return None,
+            },
+        },
         _ => return None,
     };
     let (namespace, name) = (parts[0], parts[2]);
@@ -243,6 +259,28 @@ fn open(
     let socket = match target.what {
         What::Socket(socket) => socket,
         What::Port(port) => return connect_port(config, &target, port).map(Guest::Port),
+        What::Log { serial, follow } => {
+            let dir = config
+                .node_dir
+                .join("vmi")
+                .join(target.namespace)
+                .join(target.name);
+            let file = if serial {
+                dir.join(crate::qemu_user::RUN_DIR).join("serial.log")
+            } else {
+                dir.join("qemu.log")
+            };
+            if !file.exists() {
+                return Err((
+                    http::StatusCode::NOT_FOUND,
+                    format!(
+                        "VMI {}/{} has no log on node {}",
+                        target.namespace, target.name, config.node_name
+                    ),
+                ));
+            }
+            return Ok(Guest::Log(file, follow));
+        }
     };
     let socket_path = config
         .node_dir
@@ -375,6 +413,10 @@ async fn handle(
             relay(socket, guest, claim.superseded()).await;
             Ok(())
         }
+        Some(Guest::Log(path, follow)) => {
+            send_log(socket, &path, follow).await;
+            Ok(())
+        }
         // Every port-forward connection is its own; none takes another's over.
         Some(Guest::Port(guest)) => {
             guest
@@ -385,6 +427,60 @@ async fn handle(
             Ok(())
         }
     }
+}
+
+/// Sends the log at `path` to its end and, when `follow`ing, what is added to it, until
+/// the API server's side goes.
+async fn send_log<S>(
+    socket: tokio_tungstenite::WebSocketStream<S>,
+    path: &std::path::Path,
+    follow: bool,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use futures::SinkExt;
+    use tokio::io::AsyncReadExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let (mut to_server, mut from_server) = socket.split();
+    let mut file = match tokio::fs::File::open(path).await {
+        Ok(file) => file,
+        Err(e) => {
+            tracing::warn!("log {}: {e}", path.display());
+            return;
+        }
+    };
+    let mut buf = vec![0u8; GUEST_READ];
+    loop {
+        let n = match file.read(&mut buf).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!("log {}: {e}", path.display());
+                break;
+            }
+        };
+        if n > 0 {
+            if to_server
+                .send(Message::Binary(buf[..n].to_vec().into()))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            continue;
+        }
+        if !follow {
+            break;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(250)) => {}
+            message = from_server.next() => {
+                if !matches!(message, Some(Ok(m)) if !m.is_close()) {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = to_server.close().await;
 }
 
 /// Copies bytes between the API server's websocket and the guest (a QEMU socket, a

@@ -87,17 +87,25 @@ fn pod_network(
     node_dir: &std::path::Path,
 ) -> anyhow::Result<(Option<Arc<node_agent::pod_network::PodNetworkSlot>>, String)> {
     use node_agent::pod_network::{unavailable, Mode, PodNetworkSlot};
-    let user = |why: String| {
-        tracing::warn!(
+    let user = |why: String, asked: bool| {
+        let say = |line: String| {
+            // Asked for, it is no news; fallen back to, the user should know.
+            if asked {
+                tracing::info!("{line}")
+            } else {
+                tracing::warn!("{line}")
+            }
+        };
+        say(format!(
             "node {}: guests use QEMU's user-mode network ({why}): no Pod IP, ports reach them through status.portForwards",
             host.node_name
-        );
+        ));
         Ok((None, format!("QEMU's user-mode network: {why}")))
     };
     match (host.pod_network, unavailable()) {
-        (Mode::User, _) => user("--pod-network user".into()),
+        (Mode::User, _) => user("--pod-network user".into(), true),
         (Mode::Pod, Some(why)) => bail!("--pod-network pod: {why}"),
-        (Mode::Auto, Some(why)) => user(why),
+        (Mode::Auto, Some(why)) => user(why, false),
         (Mode::Pod | Mode::Auto, None) => Ok((
             Some(Arc::new(PodNetworkSlot::new(
                 host.node_name,

@@ -222,7 +222,7 @@ async fn guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips()
     let registry = format!("{}:{registry_port}", lan.gateway());
     tokio::spawn(relay(registry.clone(), g.registry.clone()));
     let names = [format!("pods-a-{pid}"), format!("pods-b-{pid}")];
-    let agents: Vec<NodeAgent> = (0..2)
+    let mut agents: Vec<NodeAgent> = (0..2)
         .map(|i| {
             let address = lan.address(i);
             NodeAgent::start_in(
@@ -357,6 +357,55 @@ async fn guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips()
         }
         Err(e) if required() => panic!("kubectl cannot run: {e}"),
         Err(e) => eprintln!("SKIPPED: kubectl get pods: {e}"),
+    }
+    // `kubectl logs` of a launcher Pod: the guest's serial console, as KubeVirt's
+    // guest-console-log container, through the node agent.
+    let launcher = env
+        .api
+        .get("/api/v1/namespaces/default/pods?labelSelector=vm.kubevirt.io/name=web-a")
+        .await
+        .body["items"][0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let log = env
+        .api
+        .get(&format!(
+            "/api/v1/namespaces/default/pods/{launcher}/log?container=guest-console-log"
+        ))
+        .await;
+    assert_eq!(log.status, 200, "{}", log.text);
+    assert!(
+        log.text.contains("virtplane-guest: serve 8080"),
+        "{}",
+        log.text
+    );
+    let last = env
+        .api
+        .get(&format!(
+            "/api/v1/namespaces/default/pods/{launcher}/log?container=guest-console-log&tailLines=1"
+        ))
+        .await;
+    assert_eq!(last.text.trim_end().lines().count(), 1, "{}", last.text);
+    let wrong = env
+        .api
+        .get(&format!(
+            "/api/v1/namespaces/default/pods/{launcher}/log?container=nope"
+        ))
+        .await;
+    assert_eq!(wrong.status, 400, "{}", wrong.text);
+    if let Ok(out) = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["logs", &launcher, "-c", "guest-console-log"])
+        .output()
+    {
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("virtplane-guest: ready"),
+            "kubectl logs: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     // From outside the cluster, at each Pod IP: the guest answers (DNAT to 10.0.2.2).
@@ -526,6 +575,137 @@ async fn guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips()
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 
+    // An agent killed and started again finds its Pods as they were: the guest answers
+    // at the same address, which stays held, and nothing is made twice.
+    let held_b = agents[1]
+        .data_dir()
+        .join("node")
+        .join(&names[1])
+        .join("network/ipam")
+        .join(&addresses[1]);
+    let count = |dir: &std::path::Path| std::fs::read_dir(dir).map_or(0, |d| d.count());
+    let ipam_files = count(held_b.parent().unwrap());
+    agents[1].restart();
+    node(&env, &names[1], Duration::from_secs(60)).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if hello(&addresses[1], 8080).await.as_deref() == Some("hello from web-b") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "web-b stopped answering after its agent restarted"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        held_b.exists(),
+        "{} was freed by the restart",
+        held_b.display()
+    );
+    assert_eq!(
+        count(held_b.parent().unwrap()),
+        ipam_files,
+        "the restart handed out addresses"
+    );
+
+    // A guest that moves: live-migrated to the other node, it gets a Pod there with an
+    // address of that node's subnet, goes on answering at it, and its Service follows.
+    let mut mover = kernel_vm(g, "mover", "Always", Some("#virtplane: serve 8080\n"));
+    mover["spec"]["template"]["spec"]["domain"]["firmware"]["kernelBoot"]["container"]["image"] =
+        json!(g.kernel_image().replace(&g.registry, &registry));
+    mover["spec"]["template"]["metadata"]["labels"]["app"] = json!("mover");
+    let key = format!("{}/mover", qemu::NS);
+    for name in &names {
+        lan.pods.push(network::node::pod_names(name, &key).0);
+    }
+    env.create_vm(&mover).await;
+    let vmi = env.wait_running("mover").await;
+    let from = names
+        .iter()
+        .position(|n| vmi["status"]["nodeName"] == n.as_str())
+        .expect("mover on one of the nodes");
+    let to = 1 - from;
+    Env::new(&server.url, server.data_dir(), host_disks.path())
+        .on_node(&agents[from])
+        .wait_guest_line("mover", "virtplane-guest: serve 8080", BOOT)
+        .await;
+    let before = vmi["status"]["interfaces"][0]["ipAddress"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let moving = env
+        .api
+        .create(
+            "/api/v1/namespaces/default/services",
+            &json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "mover"},
+                    "spec": {"type": "NodePort", "selector": {"app": "mover"},
+                             "ports": [{"port": 80, "targetPort": 8080}]}}),
+        )
+        .await;
+    let mover_port = moving["spec"]["ports"][0]["nodePort"].as_u64().unwrap() as u16;
+    env.api
+        .create(
+            "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstancemigrations",
+            &json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                    "metadata": {"name": "move"}, "spec": {"vmiName": "mover"}}),
+        )
+        .await;
+    let moved = env
+        .api
+        .eventually(
+            "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances/mover",
+            BOOT,
+            |r| {
+                r.body["status"]["nodeName"] == names[to].as_str()
+                    && r.body["status"]["migrationState"]["completed"] == true
+                    && r.body["status"]["interfaces"][0]["ipAddress"]
+                        .as_str()
+                        .is_some_and(|ip| ip != before)
+            },
+        )
+        .await
+        .body;
+    let after = moved["status"]["interfaces"][0]["ipAddress"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        subnets[to].contains(&after.parse::<Ipv4Addr>().unwrap()),
+        "after the move {after} is not in {}",
+        subnets[to]
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let direct = hello(&after, 8080).await;
+        let by_service = hello(&lan.address(from), mover_port).await;
+        if direct.as_deref() == Some("hello from mover")
+            && by_service.as_deref() == Some("hello from mover")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after the move: Pod IP {after} answered {direct:?}, the Service {by_service:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let pods = env
+        .api
+        .eventually(
+            "/api/v1/namespaces/default/pods?labelSelector=vm.kubevirt.io/name=mover",
+            Duration::from_secs(30),
+            |r| {
+                r.body["items"].as_array().is_some_and(|items| {
+                    items.len() == 1 && items[0]["spec"]["nodeName"] == names[to].as_str()
+                })
+            },
+        )
+        .await;
+    assert_eq!(pods.body["items"][0]["status"]["podIP"], after.as_str());
+    env.delete_vm("mover").await;
+    env.wait_vmi_gone("mover", Duration::from_secs(60)).await;
+
     // Deleting a VM takes its Pod down: its address is free again on its node.
     let ipam = agents[0]
         .data_dir()
@@ -557,5 +737,19 @@ async fn guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips()
     assert_eq!(pods.body["items"], json!([]));
     env.delete_vm("web-b").await;
     env.wait_vmi_gone("web-b", Duration::from_secs(60)).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while held_b.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{} was never freed",
+            held_b.display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (netns_b, _) = network::node::pod_names(&names[1], &format!("{}/web-b", qemu::NS));
+    assert!(
+        !std::path::Path::new("/run/netns").join(&netns_b).exists(),
+        "the Pod namespace {netns_b} of a deleted VMI is left"
+    );
     drop(agents);
 }

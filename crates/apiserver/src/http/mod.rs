@@ -257,6 +257,15 @@ impl ApiServer {
                     Some(routes::Route::Console) => {
                         crate::console::serve(&self.registry, &self.consoles, parts, path).await
                     }
+                    Some(routes::Route::PodLog) => {
+                        crate::pod_logs::serve(
+                            &self.registry,
+                            &self.consoles.agents,
+                            path,
+                            parts.uri.query(),
+                        )
+                        .await
+                    }
                     Some(routes::Route::Rbac) => {
                         let kind = self.kind_of(path, trail);
                         let body = read_body(body, &parts.headers, kind, trail).await?;

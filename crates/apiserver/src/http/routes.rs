@@ -24,6 +24,8 @@ pub(super) enum Route {
     Console,
     /// The registry's, then wait until the authorizer sees the write.
     Rbac,
+    /// A launcher Pod's log (`kubectl logs`).
+    PodLog,
 }
 
 /// How a route is matched: group, resource, which requests, and whether its resource is
@@ -58,6 +60,10 @@ fn console(r: &Request<'_>) -> bool {
             Some(sub) => sub == "portforward" || sub.starts_with("portforward/"),
             None => false,
         }
+}
+
+fn pod_log(r: &Request<'_>) -> bool {
+    *r.method == Method::GET && r.path.subresource.as_deref() == Some("log")
 }
 
 fn kubevirt_v1(r: &Request<'_>) -> bool {
@@ -110,6 +116,13 @@ const ROUTES: &[Entry] = &[
         matches: any,
         namespaced: true,
         route: Route::UploadTokenRequest,
+    },
+    Entry {
+        group: "",
+        resources: &["pods"],
+        matches: pod_log,
+        namespaced: true,
+        route: Route::PodLog,
     },
     Entry {
         group: crate::subresources::GROUP,

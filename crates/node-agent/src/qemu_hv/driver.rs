@@ -71,6 +71,7 @@ impl Handle {
             key: (vmi.namespace().to_string(), vmi.name_any()),
             running: None,
             pod: None,
+            relays: Vec::new(),
             forwards: Vec::new(),
             pulled: HashMap::new(),
             image_ids: ImageIds::default(),
@@ -105,6 +106,8 @@ pub(super) struct Driver {
     pub(super) running: Option<Running>,
     /// The VMI's Pod on the node's pod network, when it has one.
     pub(super) pod: Option<network::node::Pod>,
+    /// The relays from the node's address to an incoming migration's listeners in the Pod.
+    pub(super) relays: Vec<tokio::task::JoinHandle<()>>,
     /// Port forwards handed out, for `status.portForwards`.
     pub(super) forwards: Vec<Forward>,
     /// Files pulled: start asks for what prepare just pulled, and asking the registry
@@ -342,6 +345,7 @@ impl Driver {
         }
         self.running = None;
         self.pod = None;
+        self.relays.drain(..).for_each(|relay| relay.abort());
         super::pod::detach_pod(self.config.pod_network.as_ref(), &self.key.0, &self.key.1).await;
         self.forwards.clear();
         self.pulled.clear();

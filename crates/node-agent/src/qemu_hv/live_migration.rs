@@ -101,16 +101,26 @@ impl Driver {
             .await
             .map_err(|e| e.to_string())?;
         let address = self.config.node_address.clone();
+        // A QEMU in a Pod listens at the Pod IP on KubeVirt's migration ports, which the
+        // node relays from ports of its own address (the one the migration's TLS
+        // certificate names).
+        let pod_ip = self.pod.as_ref().map(|pod| pod.address);
+        let listen_host = pod_ip.map_or_else(|| address.clone(), |ip| ip.to_string());
+        let mut relays = Vec::new();
         let listen = async {
             let disks = qm::local_disks(&instance.qmp, &dir)
                 .await
                 .map_err(|e| e.to_string())?;
+            let listen_port = |which: usize| match pod_ip {
+                Some(_) => Ok(network::masquerade::MIGRATION_PORTS[which]),
+                None => free_port(&address),
+            };
             let disk_port = if disks.is_empty() {
                 None
             } else {
-                let port = free_port(&address)?;
+                let port = listen_port(1)?;
                 let at = Endpoint {
-                    host: address.clone(),
+                    host: listen_host.clone(),
                     port,
                 };
                 qm::export_disks(&instance.qmp, &at, &disks, tuning.tls.as_ref())
@@ -118,14 +128,32 @@ impl Driver {
                     .map_err(|e| format!("exporting the disks for the copy: {e}"))?;
                 Some(port)
             };
-            let migration_port = free_port(&address)?;
+            let migration_port = listen_port(0)?;
             let at = Endpoint {
-                host: address.clone(),
+                host: listen_host.clone(),
                 port: migration_port,
             };
             qm::receive(&instance.qmp, &at, tuning)
                 .await
                 .map_err(|e| format!("listening for the guest: {e}"))?;
+            let (migration_port, disk_port) = match pod_ip {
+                None => (migration_port, disk_port),
+                Some(ip) => {
+                    let (port, relay) =
+                        super::pod::relay_into(&address, ip, migration_port).await?;
+                    relays.push(relay);
+                    let disk_port = match disk_port {
+                        None => None,
+                        Some(inside) => {
+                            let (port, relay) =
+                                super::pod::relay_into(&address, ip, inside).await?;
+                            relays.push(relay);
+                            Some(port)
+                        }
+                    };
+                    (port, disk_port)
+                }
+            };
             Ok::<_, String>(Listening {
                 address: address.clone(),
                 migration_port,
@@ -136,9 +164,11 @@ impl Driver {
             Ok(listening) => listening,
             Err(e) => {
                 instance.kill();
+                relays.iter().for_each(tokio::task::JoinHandle::abort);
                 return Err(e);
             }
         };
+        self.relays = relays;
         let text = serde_json::to_string(&listening).map_err(|e| e.to_string())?;
         if let Err(e) = std::fs::write(&file, text) {
             instance.kill();
@@ -230,6 +260,8 @@ impl Driver {
         vmi: &VirtualMachineInstance,
         paused: bool,
     ) -> Result<GuestInfo, String> {
+        // The guest is here: nothing more comes through the migration relays.
+        self.relays.drain(..).for_each(|relay| relay.abort());
         let entry = self.instance().await.ok_or("the target QEMU is gone")?;
         if let Err(e) = qm::stop_exports(&entry.instance.qmp).await {
             tracing::warn!("stopping the disk exports of {}: {e}", vmi.name_any());

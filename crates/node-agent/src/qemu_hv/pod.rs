@@ -189,6 +189,40 @@ impl Driver {
     }
 }
 
+/// Relays connections to a port of `node_address` (a free one) to `port` at the Pod IP
+/// `pod`: how a migration source, which reaches nodes, reaches a target QEMU in its Pod.
+pub(super) async fn relay_into(
+    node_address: &str,
+    pod: std::net::Ipv4Addr,
+    port: u16,
+) -> Result<(u16, tokio::task::JoinHandle<()>), String> {
+    let listener = tokio::net::TcpListener::bind((node_address, 0))
+        .await
+        .map_err(|e| format!("no free port on {node_address}: {e}"))?;
+    let outside = listener
+        .local_addr()
+        .map_err(|e| format!("no free port on {node_address}: {e}"))?
+        .port();
+    let relay = tokio::spawn(async move {
+        loop {
+            let Ok((mut inbound, from)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                match tokio::net::TcpStream::connect((pod, port)).await {
+                    Ok(mut inside) => {
+                        let _ = inbound.set_nodelay(true);
+                        let _ = inside.set_nodelay(true);
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut inside).await;
+                    }
+                    Err(e) => tracing::warn!("migration relay from {from} to {pod}:{port}: {e}"),
+                }
+            });
+        }
+    });
+    Ok((outside, relay))
+}
+
 /// Takes down the Pod of `namespace/name` on this node's pod network, if it has one.
 pub(super) async fn detach_pod(
     slot: Option<&std::sync::Arc<crate::pod_network::PodNetworkSlot>>,

@@ -393,9 +393,13 @@ impl NodeAgent {
             None => std::process::Stdio::inherit(),
         };
         let mut command = match &self.netns {
+            // Only the network namespace: `ip netns exec` would also give the agent a
+            // mount namespace of its own, and its Pods' namespaces (bind mounts under
+            // /run/netns) would vanish with it, as they never do on a real host.
             Some(netns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", netns]).arg(support::binary());
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net=/run/netns/{netns}"))
+                    .arg(support::binary());
                 c
             }
             None => Command::new(support::binary()),
