@@ -145,11 +145,60 @@ fn create_tap(name: &str, owner: Option<(u32, u32)>) -> std::io::Result<()> {
 /// Wires the binding in the Pod's namespace (again, if part of it is there): the guest
 /// bridge with the gateway, the tap on it, forwarding on, the rules.
 pub async fn wire(ns: &NetNs, spec: &Masquerade) -> Result<(), SandboxError> {
+    let gateway = Ipv4Net::new(GATEWAY, PREFIX_LEN).expect("a /24");
+    guest_bridge(ns, gateway, spec.tap_owner).await?;
+    let rules = ruleset(spec);
+    let ns = ns.clone();
+    tokio::task::spawn_blocking(move || crate::nft::apply(Some(&ns), &rules))
+        .await
+        .map_err(|e| io_failed("nft")(std::io::Error::other(e.to_string())))?
+}
+
+/// The address KubeVirt's bridge binding gives the guest bridge, so that its DHCP server
+/// has one to answer from; nothing is routed to it.
+pub const BRIDGE_BINDING_ADDRESS: Ipv4Addr = Ipv4Addr::new(169, 254, 75, 10);
+
+/// Wires KubeVirt's bridge binding in the Pod's namespace (again, if part of it is
+/// there): the guest bridge with the tap and the Pod's `eth0` on it, `eth0` without its
+/// address (the guest takes it by DHCP), no rules. The guest is the Pod, every port.
+pub async fn wire_bridge(ns: &NetNs, tap_owner: Option<(u32, u32)>) -> Result<(), SandboxError> {
+    let own = Ipv4Net::new(BRIDGE_BINDING_ADDRESS, 32).expect("a /32");
+    let (inside, bridge) = guest_bridge(ns, own, tap_owner).await?;
+    let eth0 = sandbox::link_index(&inside, POD_INTERFACE)
+        .await?
+        .ok_or_else(|| SandboxError::NoLink(POD_INTERFACE.into()))?;
+    sandbox::flush_addresses(&inside, eth0).await?;
+    inside
+        .link()
+        .set(
+            LinkUnspec::new_with_index(eth0)
+                .controller(bridge)
+                .up()
+                .build(),
+        )
+        .execute()
+        .await
+        .map_err(|source| SandboxError::Netlink {
+            what: format!("putting {POD_INTERFACE} on {GUEST_BRIDGE}"),
+            source,
+        })?;
+    let rules = format!("add table ip {TABLE}\ndelete table ip {TABLE}\n");
+    let ns = ns.clone();
+    tokio::task::spawn_blocking(move || crate::nft::apply(Some(&ns), &rules))
+        .await
+        .map_err(|e| io_failed("nft")(std::io::Error::other(e.to_string())))?
+}
+
+/// The guest bridge with `address`, and the tap (owned by QEMU's user) on it, forwarding
+/// on: what both bindings start from. Returns the netlink handle inside and the bridge.
+async fn guest_bridge(
+    ns: &NetNs,
+    address: Ipv4Net,
+    owner: Option<(u32, u32)>,
+) -> Result<(rtnetlink::Handle, u32), SandboxError> {
     let inside =
         netns::netlink(Some(ns)).map_err(io_failed(format!("netlink in {}", ns.name())))?;
-    let gateway = Ipv4Net::new(GATEWAY, PREFIX_LEN).expect("a /24");
-    let bridge = sandbox::ensure_bridge(&inside, GUEST_BRIDGE, gateway).await?;
-    let owner = spec.tap_owner;
+    let bridge = sandbox::ensure_bridge(&inside, GUEST_BRIDGE, address).await?;
     let made = ns
         .run(move || -> std::io::Result<()> {
             // An existing tap (a setup repeated) is taken as it is.
@@ -178,11 +227,7 @@ pub async fn wire(ns: &NetNs, spec: &Masquerade) -> Result<(), SandboxError> {
             what: format!("putting {TAP} on {GUEST_BRIDGE}"),
             source,
         })?;
-    let rules = ruleset(spec);
-    let ns = ns.clone();
-    tokio::task::spawn_blocking(move || crate::nft::apply(Some(&ns), &rules))
-        .await
-        .map_err(|e| io_failed("nft")(std::io::Error::other(e.to_string())))?
+    Ok((inside, bridge))
 }
 
 /// The DHCP server's socket: port 67 inside the Pod's namespace, on the guest bridge

@@ -70,6 +70,14 @@ pub fn node_ruleset(table: &str, cluster: Ipv4Net) -> String {
     )
 }
 
+/// How the guest joins its Pod: KubeVirt's masquerade binding (the guest behind the
+/// Pod IP), or its bridge binding (the guest is the Pod IP).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Binding {
+    Masquerade(Masquerade),
+    Bridge { tap_owner: Option<(u32, u32)> },
+}
+
 /// A Pod as the node made it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pod {
@@ -155,15 +163,20 @@ impl NodeNetwork {
         }
     }
 
-    /// Makes the Pod `key` with the masquerade binding (again, if part of it is there):
-    /// an address (the one it holds already, after a restart), the sandbox, the binding.
-    /// On failure what was made is taken down again and the address freed.
-    pub async fn attach(&self, key: &str, binding: &Masquerade) -> Result<Pod, NodeNetworkError> {
+    /// Makes the Pod `key` with its binding (again, if part of it is there): an address
+    /// (the one it holds already, after a restart), the sandbox, the binding. On failure
+    /// what was made is taken down again and the address freed.
+    pub async fn attach(&self, key: &str, binding: &Binding) -> Result<Pod, NodeNetworkError> {
         let address = self.ipam.allocate(key)?;
         let link = self.link(key, address);
         let made = async {
             let netns = sandbox::attach(&self.host, &link).await?;
-            masquerade::wire(&netns, binding).await?;
+            match binding {
+                Binding::Masquerade(spec) => masquerade::wire(&netns, spec).await?,
+                Binding::Bridge { tap_owner } => {
+                    masquerade::wire_bridge(&netns, *tap_owner).await?
+                }
+            }
             Ok::<_, SandboxError>(netns)
         }
         .await;

@@ -86,6 +86,32 @@ async fn ensure_address(handle: &Handle, index: u32, address: Ipv4Net) -> Result
         .map_err(netlink_failed(format!("adding {address}")))
 }
 
+/// Removes every IPv4 address of the link (its routes go with them).
+pub(crate) async fn flush_addresses(handle: &Handle, index: u32) -> Result<(), SandboxError> {
+    let mut existing = handle
+        .address()
+        .get()
+        .set_link_index_filter(index)
+        .execute();
+    let mut held = Vec::new();
+    while let Some(message) = existing
+        .try_next()
+        .await
+        .map_err(netlink_failed("listing addresses"))?
+    {
+        held.push(message);
+    }
+    for message in held {
+        handle
+            .address()
+            .del(message)
+            .execute()
+            .await
+            .map_err(netlink_failed("removing an address"))?;
+    }
+    Ok(())
+}
+
 /// The node's bridge, up, with the gateway address (`gateway` is the address with the
 /// subnet's prefix, `10.244.3.1/24`). Made if missing.
 pub async fn ensure_bridge(

@@ -317,11 +317,28 @@ pub enum NodeAction {
 
 #[derive(Args)]
 pub struct VmArgs {
-    /// start, stop, restart, pause, unpause, softreboot, migrate, migrate-cancel or console.
+    /// start, stop, restart, pause, unpause, softreboot, migrate, migrate-cancel, console,
+    /// port-forward (NAME [LOCAL:]PORT) or ssh (USER@NAME).
     pub verb: String,
     pub name: String,
+    /// port-forward: `[LOCAL:]PORT`, the VM's port and the local one (the same unless
+    /// given).
+    pub ports: Option<String>,
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+    /// port-forward: relay this process's stdin and stdout to the port instead of
+    /// listening (ssh's ProxyCommand).
+    #[arg(long)]
+    pub stdio: bool,
+    /// port-forward: the local address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub address: String,
+    /// ssh: the VM's port ssh listens on.
+    #[arg(short = 'p', long = "port", default_value_t = 22)]
+    pub ssh_port: u16,
+    /// ssh: options for ssh, after `--`.
+    #[arg(last = true)]
+    pub ssh_args: Vec<String>,
 }

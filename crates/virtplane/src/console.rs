@@ -67,7 +67,15 @@ impl Drop for RawTerminal {
     }
 }
 
-pub async fn run(config: kube::Config, namespace: &str, name: &str) -> anyhow::Result<()> {
+/// The server's websocket at `path` (a VM's or VMI's subresource), as virtctl opens it
+/// (`plain.kubevirt.io`: raw bytes); `what` names it in errors.
+pub async fn open(
+    config: &kube::Config,
+    path: &str,
+    what: &str,
+) -> anyhow::Result<
+    tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
+> {
     let url = &config.cluster_url;
     let host = url
         .host()
@@ -75,7 +83,6 @@ pub async fn run(config: kube::Config, namespace: &str, name: &str) -> anyhow::R
         .trim_matches(['[', ']'])
         .to_string();
     let port = url.port_u16().unwrap_or(443);
-    let path = format!("/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/virtualmachineinstances/{name}/console");
     let mut request = format!("wss://{host}:{port}{path}").into_client_request()?;
     request
         .headers_mut()
@@ -89,7 +96,7 @@ pub async fn run(config: kube::Config, namespace: &str, name: &str) -> anyhow::R
     let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
         .await
         .with_context(|| format!("cannot reach {host}:{port}"))?;
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls_config(&config)?));
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls_config(config)?));
     let server_name = ServerName::try_from(host.clone()).context("bad server name")?;
     let tls = connector
         .connect(server_name, tcp)
@@ -107,10 +114,16 @@ pub async fn run(config: kube::Config, namespace: &str, name: &str) -> anyhow::R
                 .ok()
                 .and_then(|s| s["message"].as_str().map(str::to_string))
                 .unwrap_or_else(|| body.to_string());
-            bail!("console of {name}: {message}");
+            bail!("{what}: {message}");
         }
-        Err(e) => bail!("console of {name}: {e}"),
+        Err(e) => bail!("{what}: {e}"),
     };
+    Ok(socket)
+}
+
+pub async fn run(config: kube::Config, namespace: &str, name: &str) -> anyhow::Result<()> {
+    let path = format!("/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/virtualmachineinstances/{name}/console");
+    let socket = open(&config, &path, &format!("console of {name}")).await?;
     eprintln!("Successfully connected to {name} console. The escape sequence is ^]");
     let _raw = RawTerminal::enter();
     let (mut to_server, mut from_server) = socket.split();

@@ -10,6 +10,7 @@ mod admin;
 mod cli;
 mod console;
 mod hypervisors;
+mod port_forward;
 mod store_choice;
 mod upload;
 mod user;
@@ -210,9 +211,21 @@ fn run_vm(args: VmArgs) -> anyhow::Result<()> {
             },
         ),
         "console" => ("virtualmachineinstances", "console"),
+        "port-forward" => ("virtualmachines", "port-forward"),
+        "ssh" => {
+            let namespace = args.namespace.clone().unwrap_or_else(|| "default".into());
+            let status = port_forward::ssh(
+                args.kubeconfig.as_deref(),
+                &namespace,
+                &args.name,
+                args.ssh_port,
+                &args.ssh_args,
+            )?;
+            std::process::exit(status.code().unwrap_or(1));
+        }
         "migrate-cancel" => ("virtualmachineinstancemigrations", "migrate-cancel"),
         other => {
-            bail!("unknown verb {other:?}; use start, stop, restart, pause, unpause, softreboot, migrate, migrate-cancel or console")
+            bail!("unknown verb {other:?}; use start, stop, restart, pause, unpause, softreboot, migrate, migrate-cancel, console, port-forward or ssh")
         }
     };
     let typed = args.verb.clone();
@@ -233,6 +246,22 @@ fn run_vm(args: VmArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| config.default_namespace.clone());
         if verb == "console" {
             return console::run(config, &namespace, &args.name).await;
+        }
+        if verb == "port-forward" {
+            let ports = args
+                .ports
+                .as_deref()
+                .context("port-forward NAME [LOCAL:]PORT: which port?")?;
+            let ports = port_forward::parse_ports(ports)?;
+            return port_forward::run(
+                config,
+                &namespace,
+                &args.name,
+                ports,
+                &args.address,
+                args.stdio,
+            )
+            .await;
         }
         let client = kube::Client::try_from(config).context("cannot build an API client")?;
         if verb == "migrate-cancel" {

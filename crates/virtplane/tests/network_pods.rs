@@ -459,6 +459,34 @@ async fn guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips()
         );
         forward.close().await;
     }
+    // `virtplane vm port-forward`, as `virtctl port-forward`: a local port to the VM's.
+    let local = free_port();
+    let mut forwarder = Command::new(support::binary())
+        .args([
+            "vm",
+            "port-forward",
+            "web-a",
+            &format!("{local}:8080"),
+            "--kubeconfig",
+        ])
+        .arg(server.data_dir().join("admin.kubeconfig"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("virtplane vm port-forward");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match hello("127.0.0.1", local).await {
+            Some(answer) if answer == "hello from web-a" => break,
+            other => assert!(
+                Instant::now() < deadline,
+                "virtplane vm port-forward answered {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let _ = forwarder.kill();
+    let _ = forwarder.wait();
     let refused = Console::open(&env, "web-a", "portforward/9999/tcp").await;
     let Err(why) = refused else {
         panic!("a port nothing listens on was forwarded");
@@ -470,6 +498,53 @@ async fn guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips()
         "{:?}",
         bad.err()
     );
+
+    // KubeVirt's bridge binding: the guest takes the Pod's own address by DHCP, answers
+    // on every port at it, and is not live-migratable on the pod network.
+    let mut bridged = kernel_vm(g, "bridged", "Always", Some("#virtplane: serve 8080\n"));
+    let spec = &mut bridged["spec"]["template"]["spec"];
+    spec["domain"]["firmware"]["kernelBoot"]["container"]["image"] =
+        json!(g.kernel_image().replace(&g.registry, &registry));
+    spec["domain"]["devices"]["interfaces"] = json!([{"name": "default", "bridge": {}}]);
+    spec["nodeSelector"] = json!({"kubernetes.io/hostname": names[0]});
+    lan.pods
+        .push(network::node::pod_names(&names[0], &format!("{}/bridged", qemu::NS)).0);
+    env.create_vm(&bridged).await;
+    let vmi = env.wait_running("bridged").await;
+    let bridged_ip = vmi["status"]["interfaces"][0]["ipAddress"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        subnets[0].contains(&bridged_ip.parse::<Ipv4Addr>().unwrap()),
+        "{bridged_ip}"
+    );
+    let lines = Env::new(&server.url, server.data_dir(), host_disks.path())
+        .on_node(&agents[0])
+        .wait_guest_line("bridged", "virtplane-guest: serve 8080", BOOT)
+        .await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(&format!("virtplane-guest: ip eth0 {bridged_ip}"))),
+        "the bridged guest did not take its Pod IP {bridged_ip} by DHCP: {lines:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while hello(&bridged_ip, 8080).await.as_deref() != Some("hello from bridged") {
+        assert!(
+            Instant::now() < deadline,
+            "the bridged guest does not answer at {bridged_ip}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let migratable = vmi["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "LiveMigratable"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(migratable["status"], "False", "{}", vmi["status"]);
+    env.delete_vm("bridged").await;
+    env.wait_vmi_gone("bridged", Duration::from_secs(60)).await;
 
     // A Service over both guests (as `virtctl expose` makes one), by its cluster IP from
     // a guest and by its node port from outside; a Service without endpoints refuses.

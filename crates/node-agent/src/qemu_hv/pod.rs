@@ -30,18 +30,37 @@ fn pod_interface(vmi: &VirtualMachineInstance) -> Option<(usize, &Interface)> {
         .find(|(_, iface)| vmi.spec.on_pod_network(&iface.name))
 }
 
-/// The lease the guest of `vmi` gets: KubeVirt's masquerade address, the cluster's DNS
+/// The lease the guest of `vmi` gets: KubeVirt's masquerade address (with the bridge
+/// binding: the Pod's own address and the node's gateway), the cluster's DNS server and
 /// search domains, its hostname.
-fn lease(vmi: &VirtualMachineInstance, mac: [u8; 6], ready: &Ready) -> Lease {
+fn lease(
+    vmi: &VirtualMachineInstance,
+    mac: [u8; 6],
+    ready: &Ready,
+    binding: &Binding,
+    pod: &Pod,
+) -> Lease {
     let plan = &ready.plan;
+    let (address, prefix_len, gateway) = match binding {
+        Binding::Bridge => (
+            pod.address,
+            ready.network.subnet().prefix_len(),
+            ready.network.gateway(),
+        ),
+        _ => (
+            masquerade::GUEST,
+            masquerade::PREFIX_LEN,
+            masquerade::GATEWAY,
+        ),
+    };
     let namespace = vmi.namespace().to_string();
     let domain = &plan.domain;
     let hostname = vmi.spec.hostname.clone().unwrap_or_else(|| vmi.name_any());
     Lease {
         mac,
-        address: masquerade::GUEST,
-        prefix_len: masquerade::PREFIX_LEN,
-        gateway: masquerade::GATEWAY,
+        address,
+        prefix_len,
+        gateway,
         // The node's cluster DNS, on its bridge (`cluster_dns`).
         dns_servers: vec![ready.network.gateway()],
         search: vec![
@@ -87,11 +106,11 @@ impl Driver {
             return Ok(None);
         };
         let (index, iface) = pod_interface(vmi).expect("checked by pod_network_for");
-        if iface.binding != Binding::Masquerade {
+        if !matches!(iface.binding, Binding::Masquerade | Binding::Bridge) {
             return Err(start_failed(
                 "FailedCreate",
                 format!(
-                    "interface {}: only the masquerade binding is available on the pod network of virtplane nodes",
+                    "interface {}: only the masquerade and bridge bindings are available on the pod network of virtplane nodes",
                     iface.name
                 ),
             ));
@@ -113,19 +132,19 @@ impl Driver {
             .map_err(|e| start_failed("FailedCreate", e))?
             .map(|uid| (uid, uid));
         let key = pod_key(vmi.namespace(), &vmi.name_any());
-        let pod = ready
-            .network
-            .attach(&key, &Masquerade { ports, tap_owner })
-            .await
-            .map_err(|e| {
-                start_failed(
-                    "FailedCreate",
-                    format!(
-                        "interface {}: attaching to the pod network: {e}",
-                        iface.name
-                    ),
-                )
-            })?;
+        let binding = match iface.binding {
+            Binding::Bridge => network::node::Binding::Bridge { tap_owner },
+            _ => network::node::Binding::Masquerade(Masquerade { ports, tap_owner }),
+        };
+        let pod = ready.network.attach(&key, &binding).await.map_err(|e| {
+            start_failed(
+                "FailedCreate",
+                format!(
+                    "interface {}: attaching to the pod network: {e}",
+                    iface.name
+                ),
+            )
+        })?;
         self.serve_guest_dhcp(vmi, &ready, index, iface, &pod)?;
         self.pod = Some(pod.clone());
         Ok(Some(pod))
@@ -152,7 +171,7 @@ impl Driver {
         let key = pod_key(vmi.namespace(), &vmi.name_any());
         ready
             .network
-            .serve_dhcp(&key, pod, lease(vmi, mac, ready))
+            .serve_dhcp(&key, pod, lease(vmi, mac, ready, &iface.binding, pod))
             .map_err(|e| {
                 start_failed(
                     "FailedCreate",

@@ -322,7 +322,8 @@ fn machine_nics(
     let mut forwards = Vec::new();
     for (index, iface) in spec.interfaces().iter().enumerate() {
         let name = iface.name.clone();
-        if iface.binding == Binding::Bridge || !spec.on_pod_network(&name) {
+        let bridge_here = iface.binding == Binding::Bridge && host.pod_network;
+        if (iface.binding == Binding::Bridge && !bridge_here) || !spec.on_pod_network(&name) {
             return Err(start_failed(
                     "FailedCreate",
                     format!("interface {name}: only the masquerade binding on the pod network is available on virtplane nodes (bridge needs host taps, which this node does not create)"),
