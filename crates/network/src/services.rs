@@ -58,6 +58,170 @@ fn proto(protocol: Protocol) -> &'static str {
 /// The mark of packets to masquerade on their way out (kube-proxy's 0x4000).
 const MASQUERADE_MARK: u32 = 0x4000;
 
+/// What one Service port puts in the table: its chains and sets (in table-block syntax),
+/// their names (referrers first, so they can be deleted in this order), and its map and
+/// set elements (key, and the whole element with its verdict).
+struct PortRules {
+    chains: String,
+    chain_names: Vec<String>,
+    set_names: Vec<String>,
+    service_ip: Option<(String, String)>,
+    node_port: Option<(String, String)>,
+    rejected: Vec<String>,
+}
+
+fn port_rules(port: &ServicePort, cluster: Ipv4Net) -> PortRules {
+    let id = tag(&port.id);
+    let p = proto(port.protocol);
+    let service_chain = format!("svc-{id}");
+    let external_chain = format!("ext-{id}");
+    let mut rules = PortRules {
+        chains: String::new(),
+        chain_names: Vec::new(),
+        set_names: Vec::new(),
+        service_ip: None,
+        node_port: None,
+        rejected: Vec::new(),
+    };
+    let ready: Vec<&Endpoint> = port.endpoints.iter().collect();
+    if ready.is_empty() {
+        if let Some(ip) = port.cluster_ip {
+            rules.rejected.push(format!("{ip} . {p} . {}", port.port));
+        }
+        if let Some(node_port) = port.node_port {
+            rules
+                .rejected
+                .push(format!("0.0.0.0/0 . {p} . {node_port}"));
+        }
+        return rules;
+    }
+    if let Some(ip) = port.cluster_ip {
+        let key = format!("{ip} . {p} . {}", port.port);
+        rules.service_ip = Some((key.clone(), format!("{key} : goto {service_chain}")));
+    }
+    let external = port.external_local && port.node_port.is_some();
+    if let Some(node_port) = port.node_port {
+        let target = if external {
+            &external_chain
+        } else {
+            &service_chain
+        };
+        let key = format!("{p} . {node_port}");
+        rules.node_port = Some((key.clone(), format!("{key} : goto {target}")));
+    }
+    let chains = &mut rules.chains;
+    let _ = writeln!(chains, "    chain {service_chain} {{");
+    let _ = writeln!(chains, "        # {}", port.id.replace('"', ""));
+    let _ = writeln!(
+        chains,
+        "        ip saddr != {cluster} jump mark-for-masquerade"
+    );
+    write_dispatch(chains, &id, &ready, port.affinity);
+    let _ = writeln!(chains, "    }}");
+    rules.chain_names.push(service_chain);
+    if external {
+        let local: Vec<&Endpoint> = ready.iter().copied().filter(|e| e.local).collect();
+        let _ = writeln!(chains, "    chain {external_chain} {{");
+        if local.is_empty() {
+            let _ = writeln!(chains, "        drop");
+        } else {
+            write_dispatch(chains, &id, &local, port.affinity);
+        }
+        let _ = writeln!(chains, "    }}");
+        rules.chain_names.push(external_chain);
+    }
+    for (i, endpoint) in ready.iter().enumerate() {
+        let _ = writeln!(chains, "    chain ep-{id}-{i} {{");
+        let _ = writeln!(
+            chains,
+            "        ip saddr {} jump mark-for-masquerade",
+            endpoint.address
+        );
+        if port.affinity.is_some() {
+            let _ = writeln!(chains, "        update @aff-{id}-{i} {{ ip saddr }}");
+        }
+        let _ = writeln!(
+            chains,
+            "        meta l4proto {p} dnat to {}:{}",
+            endpoint.address, endpoint.port
+        );
+        let _ = writeln!(chains, "    }}");
+        rules.chain_names.push(format!("ep-{id}-{i}"));
+    }
+    if let Some(seconds) = port.affinity {
+        for i in 0..ready.len() {
+            let _ = writeln!(
+                chains,
+                "    set aff-{id}-{i} {{ type ipv4_addr; flags dynamic,timeout; timeout {seconds}s; }}"
+            );
+            rules.set_names.push(format!("aff-{id}-{i}"));
+        }
+    }
+    rules
+}
+
+/// The changes that turn the table made for `old` into the one for `new`, as one
+/// transaction touching only the Service ports that differ (kube-proxy's partial
+/// sync): their elements, chains and sets are taken out and made again. Empty when
+/// nothing differs.
+pub fn update(table: &str, cluster: Ipv4Net, old: &[ServicePort], new: &[ServicePort]) -> String {
+    use std::collections::HashMap;
+    let before: HashMap<&str, &ServicePort> = old.iter().map(|p| (p.id.as_str(), p)).collect();
+    let after: HashMap<&str, &ServicePort> = new.iter().map(|p| (p.id.as_str(), p)).collect();
+    let gone: Vec<&ServicePort> = old
+        .iter()
+        .filter(|p| after.get(p.id.as_str()) != Some(p))
+        .collect();
+    let coming: Vec<&ServicePort> = new
+        .iter()
+        .filter(|p| before.get(p.id.as_str()) != Some(p))
+        .collect();
+    let mut out = String::new();
+    for port in gone {
+        let rules = port_rules(port, cluster);
+        if let Some((key, _)) = &rules.service_ip {
+            let _ = writeln!(out, "delete element ip {table} service-ips {{ {key} }}");
+        }
+        if let Some((key, _)) = &rules.node_port {
+            let _ = writeln!(
+                out,
+                "delete element ip {table} service-nodeports {{ {key} }}"
+            );
+        }
+        for key in &rules.rejected {
+            let _ = writeln!(out, "delete element ip {table} no-endpoints {{ {key} }}");
+        }
+        for chain in &rules.chain_names {
+            let _ = writeln!(out, "flush chain ip {table} {chain}");
+        }
+        for chain in &rules.chain_names {
+            let _ = writeln!(out, "delete chain ip {table} {chain}");
+        }
+        for set in &rules.set_names {
+            let _ = writeln!(out, "delete set ip {table} {set}");
+        }
+    }
+    for port in coming {
+        let rules = port_rules(port, cluster);
+        if !rules.chains.is_empty() {
+            let _ = write!(out, "table ip {table} {{\n{}}}\n", rules.chains);
+        }
+        if let Some((_, element)) = &rules.service_ip {
+            let _ = writeln!(out, "add element ip {table} service-ips {{ {element} }}");
+        }
+        if let Some((_, element)) = &rules.node_port {
+            let _ = writeln!(
+                out,
+                "add element ip {table} service-nodeports {{ {element} }}"
+            );
+        }
+        for key in &rules.rejected {
+            let _ = writeln!(out, "add element ip {table} no-endpoints {{ {key} }}");
+        }
+    }
+    out
+}
+
 /// The whole table `table` for `ports`, given the cluster CIDR (traffic from elsewhere is
 /// masqueraded).
 pub fn ruleset(table: &str, cluster: Ipv4Net, ports: &[ServicePort]) -> String {
@@ -71,74 +235,11 @@ pub fn ruleset(table: &str, cluster: Ipv4Net, ports: &[ServicePort]) -> String {
     let mut rejected = Vec::new();
     let mut chains = String::new();
     for port in ports {
-        let id = tag(&port.id);
-        let p = proto(port.protocol);
-        let service_chain = format!("svc-{id}");
-        let external_chain = format!("ext-{id}");
-        let ready: Vec<&Endpoint> = port.endpoints.iter().collect();
-        if ready.is_empty() {
-            if let Some(ip) = port.cluster_ip {
-                rejected.push(format!("{ip} . {p} . {}", port.port));
-            }
-            if let Some(node_port) = port.node_port {
-                rejected.push(format!("0.0.0.0/0 . {p} . {node_port}"));
-            }
-            continue;
-        }
-        if let Some(ip) = port.cluster_ip {
-            service_ips.push(format!("{ip} . {p} . {} : goto {service_chain}", port.port));
-        }
-        if let Some(node_port) = port.node_port {
-            let target = if port.external_local {
-                &external_chain
-            } else {
-                &service_chain
-            };
-            node_ports.push(format!("{p} . {node_port} : goto {target}"));
-        }
-        let _ = writeln!(chains, "    chain {service_chain} {{");
-        let _ = writeln!(chains, "        # {}", port.id.replace('"', ""));
-        let _ = writeln!(
-            chains,
-            "        ip saddr != {cluster} jump mark-for-masquerade"
-        );
-        write_dispatch(&mut chains, &id, &ready, port.affinity);
-        let _ = writeln!(chains, "    }}");
-        if port.external_local && port.node_port.is_some() {
-            let local: Vec<&Endpoint> = ready.iter().copied().filter(|e| e.local).collect();
-            let _ = writeln!(chains, "    chain {external_chain} {{");
-            if local.is_empty() {
-                let _ = writeln!(chains, "        drop");
-            } else {
-                write_dispatch(&mut chains, &id, &local, port.affinity);
-            }
-            let _ = writeln!(chains, "    }}");
-        }
-        for (i, endpoint) in ready.iter().enumerate() {
-            let _ = writeln!(chains, "    chain ep-{id}-{i} {{");
-            let _ = writeln!(
-                chains,
-                "        ip saddr {} jump mark-for-masquerade",
-                endpoint.address
-            );
-            if port.affinity.is_some() {
-                let _ = writeln!(chains, "        update @aff-{id}-{i} {{ ip saddr }}");
-            }
-            let _ = writeln!(
-                chains,
-                "        meta l4proto {p} dnat to {}:{}",
-                endpoint.address, endpoint.port
-            );
-            let _ = writeln!(chains, "    }}");
-        }
-        if let Some(seconds) = port.affinity {
-            for i in 0..ready.len() {
-                let _ = writeln!(
-                    chains,
-                    "    set aff-{id}-{i} {{ type ipv4_addr; flags dynamic,timeout; timeout {seconds}s; }}"
-                );
-            }
-        }
+        let rules = port_rules(port, cluster);
+        service_ips.extend(rules.service_ip.map(|(_, element)| element));
+        node_ports.extend(rules.node_port.map(|(_, element)| element));
+        rejected.extend(rules.rejected);
+        chains.push_str(&rules.chains);
     }
     let elements = |list: &[String]| {
         if list.is_empty() {
@@ -342,6 +443,31 @@ mod tests {
             Err(e) if std::env::var_os("CI").is_some() => panic!("nft cannot run: {e}"),
             Err(e) => eprintln!("SKIPPED: nft -c: {e}"),
         }
+    }
+
+    #[test]
+    fn an_endpoint_change_touches_only_its_service() {
+        let cluster = "10.244.0.0/16".parse().unwrap();
+        let one = |address: [u8; 4]| Endpoint {
+            address: Ipv4Addr::from(address),
+            port: 8080,
+            local: false,
+        };
+        let mut other = port(vec![one([10, 244, 2, 2])]);
+        other.id = "default/other:http".into();
+        other.cluster_ip = Some(Ipv4Addr::new(10, 96, 0, 30));
+        other.node_port = None;
+        let old = vec![port(vec![one([10, 244, 0, 2])]), other.clone()];
+        let new = vec![port(vec![one([10, 244, 0, 3])]), other];
+        let delta = update("vp_svc", cluster, &old, &new);
+        let id = tag("default/web:http");
+        assert!(
+            delta.contains(&format!("delete chain ip vp_svc ep-{id}-0")),
+            "{delta}"
+        );
+        assert!(delta.contains("dnat to 10.244.0.3:8080"), "{delta}");
+        assert!(!delta.contains(&tag("default/other:http")), "{delta}");
+        assert!(update("vp_svc", cluster, &new, &new).is_empty());
     }
 
     #[test]

@@ -98,13 +98,8 @@ fn service_ports(service: &Service, slices: &[Arc<EndpointSlice>], node: &str) -
         .collect()
 }
 
-/// The node's Service table from the caches.
-fn ruleset(
-    ready: &Ready,
-    node: &str,
-    services: &Store<Service>,
-    slices: &Store<EndpointSlice>,
-) -> String {
+/// The node's Service ports from the caches, in a stable order.
+fn ports(node: &str, services: &Store<Service>, slices: &Store<EndpointSlice>) -> Vec<ServicePort> {
     let mut by_service: HashMap<(String, String), Vec<Arc<EndpointSlice>>> = HashMap::new();
     for slice in slices.state() {
         if let (Some(namespace), Some(name)) = (
@@ -124,7 +119,7 @@ fn ruleset(
         })
         .collect();
     ports.sort_by(|a, b| a.id.cmp(&b.id));
-    services::ruleset(&table(ready), ready.plan.cluster_cidr, &ports)
+    ports
 }
 
 /// The node's Service table: named after its bridge (nodes sharing a host keep apart).
@@ -198,25 +193,34 @@ pub async fn run(client: kube::Client, slot: Arc<PodNetworkSlot>) {
             "node {node}: cannot serve cluster DNS on {dns_address}: {e}; guests here resolve no cluster names"
         ),
     }
-    let mut applied = String::new();
+    // What the table holds, once a whole table went in: later changes go as partial
+    // transactions; after a failure the whole table is made again.
+    let mut applied: Option<Vec<ServicePort>> = None;
     let mut backoff = Duration::from_millis(200);
+    let (table, cluster) = (table(&ready), ready.plan.cluster_cidr);
     loop {
         tokio::time::sleep(SETTLE).await;
         crate::cluster_dns::rebuild(&zone, &services, &slices);
-        let rules = ruleset(&ready, &node, &services, &slices);
-        if rules != applied {
-            let text = rules.clone();
+        let wanted = ports(&node, &services, &slices);
+        let text = match &applied {
+            Some(held) if *held == wanted => String::new(),
+            Some(held) => services::update(&table, cluster, held, &wanted),
+            None => services::ruleset(&table, cluster, &wanted),
+        };
+        if !text.is_empty() {
+            let bytes = text.len();
             let result =
                 tokio::task::spawn_blocking(move || network::nft::apply(None, &text)).await;
             match result {
                 Ok(Ok(())) => {
-                    tracing::debug!("node {node}: Service rules applied ({} bytes)", rules.len());
-                    applied = rules;
+                    tracing::debug!("node {node}: Service rules applied ({bytes} bytes)");
+                    applied = Some(wanted);
                     backoff = Duration::from_millis(200);
                 }
                 Ok(Err(e)) => {
+                    applied = None;
                     tracing::error!(
-                        "node {node}: applying the Service rules: {e}; again in {backoff:?}"
+                        "node {node}: applying the Service rules: {e}; the whole table again in {backoff:?}"
                     );
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(30));
