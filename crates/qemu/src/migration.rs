@@ -290,6 +290,9 @@ pub struct Plan {
     /// Node names of the disks to copy (`local_disks`).
     pub disks: Vec<String>,
     pub tuning: Tuning,
+    /// The name the target's TLS certificate is checked against, when the endpoints are
+    /// relays rather than the target itself (`tls-hostname`; default: their host).
+    pub tls_hostname: Option<String>,
 }
 
 const POLL: Duration = Duration::from_millis(10);
@@ -358,6 +361,9 @@ async fn drive(
         Some(tls) => json!(add_tls(qmp, tls, false).await?),
         None => json!(""),
     };
+    if let (Some(_), Some(hostname)) = (&tuning.tls, &plan.tls_hostname) {
+        parameters["tls-hostname"] = json!(hostname);
+    }
     qmp.execute("migrate-set-parameters", Some(parameters))
         .await?;
     if let (true, Some(nbd)) = (copy_disks, &plan.nbd) {
@@ -366,6 +372,9 @@ async fn drive(
                 "server": nbd.inet(), "export": node});
             if tuning.tls.is_some() {
                 target["tls-creds"] = json!(TLS_CLIENT_ID);
+                if let Some(hostname) = &plan.tls_hostname {
+                    target["tls-hostname"] = json!(hostname);
+                }
             }
             qmp.execute("blockdev-add", Some(target)).await?;
             qmp.execute(

@@ -189,6 +189,65 @@ impl Driver {
         })
     }
 
+    /// Where the source QEMU sends the guest: the target's listeners, or, from a QEMU in
+    /// a Pod (whose namespace cannot reach a node's loopback address), relays on this
+    /// node's bridge address, with TLS still checked against the target's own name.
+    async fn outgoing_plan(
+        &self,
+        to: &Incoming,
+        disks: Vec<String>,
+        tuning: &Tuning,
+    ) -> Result<(Plan, Vec<tokio::task::JoinHandle<()>>), String> {
+        let via = match (
+            &self.pod,
+            self.config.pod_network.as_ref().and_then(|s| s.get()),
+        ) {
+            (Some(_), Some(ready)) => Some(ready.network.gateway().to_string()),
+            _ => None,
+        };
+        let Some(via) = via else {
+            let plan = Plan {
+                migration: Endpoint {
+                    host: to.address.clone(),
+                    port: to.migration_port,
+                },
+                nbd: to.disk_port.map(|port| Endpoint {
+                    host: to.address.clone(),
+                    port,
+                }),
+                disks,
+                tuning: tuning.clone(),
+                tls_hostname: None,
+            };
+            return Ok((plan, Vec::new()));
+        };
+        let mut relays = Vec::new();
+        let (port, relay) = super::pod::relay(&via, to.address.clone(), to.migration_port).await?;
+        relays.push(relay);
+        let nbd = match to.disk_port {
+            None => None,
+            Some(disk_port) => {
+                let (port, relay) = super::pod::relay(&via, to.address.clone(), disk_port).await?;
+                relays.push(relay);
+                Some(Endpoint {
+                    host: via.clone(),
+                    port,
+                })
+            }
+        };
+        let plan = Plan {
+            migration: Endpoint {
+                host: via.clone(),
+                port,
+            },
+            nbd,
+            disks,
+            tuning: tuning.clone(),
+            tls_hostname: Some(to.address.clone()),
+        };
+        Ok((plan, relays))
+    }
+
     /// The tuning with TLS pointing at this side's credentials, written into the VMI's
     /// dir (the target gets the serving certificate, the source the client one).
     fn tuning_with_credentials(
@@ -318,22 +377,12 @@ impl Driver {
                 let disks = qm::local_disks(&qmp, &self.dir(vmi))
                     .await
                     .map_err(|e| e.to_string())?;
-                let plan = Plan {
-                    migration: Endpoint {
-                        host: to.address.clone(),
-                        port: to.migration_port,
-                    },
-                    nbd: to.disk_port.map(|port| Endpoint {
-                        host: to.address.clone(),
-                        port,
-                    }),
-                    disks,
-                    tuning: tuning.clone(),
-                };
+                let (plan, relays) = self.outgoing_plan(to, disks, tuning).await?;
                 let changes = self.changes.clone();
                 let key = (vmi.namespace().to_string(), vmi.name_any());
                 tokio::spawn(async move {
                     let result = qm::send(qmp, &plan, &progress_tx, abort_rx).await;
+                    relays.iter().for_each(tokio::task::JoinHandle::abort);
                     match &result {
                         Ok(p) => tracing::info!(
                             "{}/{} moved: {} ms, downtime {} ms, {} B of memory, {} B of disk",

@@ -215,26 +215,37 @@ pub(super) async fn relay_into(
     pod: std::net::Ipv4Addr,
     port: u16,
 ) -> Result<(u16, tokio::task::JoinHandle<()>), String> {
-    let listener = tokio::net::TcpListener::bind((node_address, 0))
+    relay(node_address, pod.to_string(), port).await
+}
+
+/// Relays connections to a free port of `listen` (an address of this node) to
+/// `to:port`; returns the port and the task (aborting it stops the relay).
+pub(super) async fn relay(
+    listen: &str,
+    to: String,
+    port: u16,
+) -> Result<(u16, tokio::task::JoinHandle<()>), String> {
+    let listener = tokio::net::TcpListener::bind((listen, 0))
         .await
-        .map_err(|e| format!("no free port on {node_address}: {e}"))?;
+        .map_err(|e| format!("no free port on {listen}: {e}"))?;
     let outside = listener
         .local_addr()
-        .map_err(|e| format!("no free port on {node_address}: {e}"))?
+        .map_err(|e| format!("no free port on {listen}: {e}"))?
         .port();
     let relay = tokio::spawn(async move {
         loop {
             let Ok((mut inbound, from)) = listener.accept().await else {
                 continue;
             };
+            let to = to.clone();
             tokio::spawn(async move {
-                match tokio::net::TcpStream::connect((pod, port)).await {
+                match tokio::net::TcpStream::connect((to.as_str(), port)).await {
                     Ok(mut inside) => {
                         let _ = inbound.set_nodelay(true);
                         let _ = inside.set_nodelay(true);
                         let _ = tokio::io::copy_bidirectional(&mut inbound, &mut inside).await;
                     }
-                    Err(e) => tracing::warn!("migration relay from {from} to {pod}:{port}: {e}"),
+                    Err(e) => tracing::warn!("migration relay from {from} to {to}:{port}: {e}"),
                 }
             });
         }
