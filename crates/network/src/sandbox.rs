@@ -86,6 +86,48 @@ async fn ensure_address(handle: &Handle, index: u32, address: Ipv4Net) -> Result
         .map_err(netlink_failed(format!("adding {address}")))
 }
 
+/// Removes the link's IPv4 addresses other than `keep`.
+async fn remove_other_addresses(
+    handle: &Handle,
+    index: u32,
+    keep: Ipv4Net,
+) -> Result<(), SandboxError> {
+    let mut existing = handle
+        .address()
+        .get()
+        .set_link_index_filter(index)
+        .execute();
+    let mut stale = Vec::new();
+    while let Some(message) = existing
+        .try_next()
+        .await
+        .map_err(netlink_failed("listing addresses"))?
+    {
+        let address = message.attributes.iter().find_map(|a| match a {
+            rtnetlink::packet_route::address::AddressAttribute::Address(IpAddr::V4(ip)) => {
+                Some(*ip)
+            }
+            _ => None,
+        });
+        // The kernel may answer with every link's addresses: only this link's count.
+        let Some(address) = address.filter(|_| message.header.index == index) else {
+            continue;
+        };
+        if address != keep.addr() || message.header.prefix_len != keep.prefix_len() {
+            stale.push(message);
+        }
+    }
+    for message in stale {
+        handle
+            .address()
+            .del(message)
+            .execute()
+            .await
+            .map_err(netlink_failed("removing a stale address"))?;
+    }
+    Ok(())
+}
+
 /// Removes every IPv4 address of the link (its routes go with them).
 pub(crate) async fn flush_addresses(handle: &Handle, index: u32) -> Result<(), SandboxError> {
     let mut existing = handle
@@ -99,7 +141,10 @@ pub(crate) async fn flush_addresses(handle: &Handle, index: u32) -> Result<(), S
         .await
         .map_err(netlink_failed("listing addresses"))?
     {
-        held.push(message);
+        // The kernel may answer with every link's addresses: only this link's go.
+        if message.header.index == index {
+            held.push(message);
+        }
     }
     for message in held {
         handle
@@ -113,7 +158,9 @@ pub(crate) async fn flush_addresses(handle: &Handle, index: u32) -> Result<(), S
 }
 
 /// The node's bridge, up, with the gateway address (`gateway` is the address with the
-/// subnet's prefix, `10.244.3.1/24`). Made if missing.
+/// subnet's prefix, `10.244.3.1/24`) and no other: a bridge left by a node that had
+/// another subnet (a cluster made anew on this host) keeps none of its old addresses.
+/// Made if missing.
 pub async fn ensure_bridge(
     host: &Handle,
     name: &str,
@@ -130,6 +177,7 @@ pub async fn ensure_bridge(
             require_link(host, name).await?
         }
     };
+    remove_other_addresses(host, index, gateway).await?;
     ensure_address(host, index, gateway).await?;
     host.link()
         .set(LinkUnspec::new_with_index(index).up().build())

@@ -73,7 +73,13 @@ async fn pods_on_one_bridge_reach_each_other_and_the_gateway() {
         "B to the gateway"
     );
     // The default route goes through the gateway: an address beyond the subnet is
-    // routed there (and refused by nobody listening, not unreachable).
+    // routed there (and refused by nobody listening, not unreachable). The node does not
+    // forward it: a new namespace inherits this host's forwarding, which a node agent
+    // on the host turns on, and a forwarding node without a route answers unreachable.
+    node.ns
+        .run(|| std::fs::write("/proc/sys/net/ipv4/ip_forward", "0"))
+        .unwrap()
+        .unwrap();
     let beyond = ns_a
         .run(|| {
             TcpStream::connect_timeout(&"10.78.0.9:80".parse().unwrap(), Duration::from_millis(300))
@@ -91,6 +97,28 @@ async fn pods_on_one_bridge_reach_each_other_and_the_gateway() {
         sandbox::detach(host, &p.netns, &p.host_veth).await.unwrap();
         assert!(!NetNs::named(&p.netns).exists(), "{} is gone", p.netns);
     }
+    // A node made anew with another subnet: its bridge keeps only the new gateway.
+    sandbox::ensure_bridge(host, "vpbr0", "10.79.0.1/24".parse().unwrap())
+        .await
+        .unwrap();
+    let shown = std::process::Command::new("ip")
+        .args([
+            "-n",
+            node.ns.name(),
+            "-4",
+            "-o",
+            "addr",
+            "show",
+            "dev",
+            "vpbr0",
+        ])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("10.79.0.1/24") && !shown.contains("10.77.0.1"),
+        "{shown}"
+    );
     let mut links = Vec::new();
     let mut listed = host.link().get().execute();
     while let Some(link) = listed.try_next().await.unwrap() {
