@@ -271,9 +271,12 @@ def test_kubectl_api_resources(kubectl):
     kv = next(l for l in wide if l.startswith("kubevirts "))
     assert re.split(r"\s+", kv.strip())[:4] == ["kubevirts", "kv,kvs", "kubevirt.io/v1", "true"]
     names = kubectl("api-resources", "--categories=all", "-o", "name").ok().out.split()
-    assert sorted(names) == ["datasources.cdi.kubevirt.io", "datavolumes.cdi.kubevirt.io", "pods",
+    assert sorted(names) == ["datasources.cdi.kubevirt.io", "datavolumes.cdi.kubevirt.io", "pods", "services",
                              "virtualmachineinstancemigrations.kubevirt.io",
                              "virtualmachineinstances.kubevirt.io", "virtualmachines.kubevirt.io"]
+    # The cluster network's kinds, as kube-apiserver serves them.
+    assert rows["services"] == ["services", "svc", "v1", "true", "Service"]
+    assert rows["endpointslices"] == ["endpointslices", "discovery.k8s.io/v1", "true", "EndpointSlice"]
     # CDI's kinds, as its CRDs name them.
     assert rows["datavolumes"] == ["datavolumes", "dv,dvs", "cdi.kubevirt.io/v1beta1", "true", "DataVolume"]
     assert rows["datasources"] == ["datasources", "das", "cdi.kubevirt.io/v1beta1", "true", "DataSource"]
