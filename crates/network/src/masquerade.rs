@@ -147,11 +147,7 @@ fn create_tap(name: &str, owner: Option<(u32, u32)>) -> std::io::Result<()> {
 pub async fn wire(ns: &NetNs, spec: &Masquerade) -> Result<(), SandboxError> {
     let gateway = Ipv4Net::new(GATEWAY, PREFIX_LEN).expect("a /24");
     guest_bridge(ns, gateway, spec.tap_owner).await?;
-    let rules = ruleset(spec);
-    let ns = ns.clone();
-    tokio::task::spawn_blocking(move || crate::nft::apply(Some(&ns), &rules))
-        .await
-        .map_err(|e| io_failed("nft")(std::io::Error::other(e.to_string())))?
+    crate::nft::apply_blocking(Some(ns.clone()), ruleset(spec)).await
 }
 
 /// The address KubeVirt's bridge binding gives the guest bridge, so that its DHCP server
@@ -183,10 +179,7 @@ pub async fn wire_bridge(ns: &NetNs, tap_owner: Option<(u32, u32)>) -> Result<()
             source,
         })?;
     let rules = format!("add table ip {TABLE}\ndelete table ip {TABLE}\n");
-    let ns = ns.clone();
-    tokio::task::spawn_blocking(move || crate::nft::apply(Some(&ns), &rules))
-        .await
-        .map_err(|e| io_failed("nft")(std::io::Error::other(e.to_string())))?
+    crate::nft::apply_blocking(Some(ns.clone()), rules).await
 }
 
 /// The guest bridge with `address`, and the tap (owned by QEMU's user) on it, forwarding

@@ -62,3 +62,13 @@ pub fn apply(ns: Option<&NetNs>, rules: &str) -> Result<(), SandboxError> {
         })
     }
 }
+
+/// [`apply`] on a blocking thread (nft is a process to wait for), from async code.
+pub async fn apply_blocking(ns: Option<NetNs>, rules: String) -> Result<(), SandboxError> {
+    tokio::task::spawn_blocking(move || apply(ns.as_ref(), &rules))
+        .await
+        .map_err(|e| SandboxError::Io {
+            what: "nft".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?
+}

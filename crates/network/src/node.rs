@@ -118,13 +118,7 @@ impl NodeNetwork {
                 source,
             }
         })?;
-        let rules = node_ruleset(&bridge, cluster);
-        tokio::task::spawn_blocking(move || crate::nft::apply(None, &rules))
-            .await
-            .map_err(|e| SandboxError::Io {
-                what: "nft".into(),
-                source: std::io::Error::other(e.to_string()),
-            })??;
+        crate::nft::apply_blocking(None, node_ruleset(&bridge, cluster)).await?;
         tracing::info!("node {node}: Pods on {subnet}, bridge {bridge}");
         Ok(NodeNetwork {
             node: node.into(),

@@ -209,15 +209,13 @@ pub async fn run(client: kube::Client, slot: Arc<PodNetworkSlot>) {
         };
         if !text.is_empty() {
             let bytes = text.len();
-            let result =
-                tokio::task::spawn_blocking(move || network::nft::apply(None, &text)).await;
-            match result {
-                Ok(Ok(())) => {
+            match network::nft::apply_blocking(None, text).await {
+                Ok(()) => {
                     tracing::debug!("node {node}: Service rules applied ({bytes} bytes)");
                     applied = Some(wanted);
                     backoff = Duration::from_millis(200);
                 }
-                Ok(Err(e)) => {
+                Err(e) => {
                     applied = None;
                     tracing::error!(
                         "node {node}: applying the Service rules: {e}; the whole table again in {backoff:?}"
@@ -226,7 +224,6 @@ pub async fn run(client: kube::Client, slot: Arc<PodNetworkSlot>) {
                     backoff = (backoff * 2).min(Duration::from_secs(30));
                     continue;
                 }
-                Err(e) => tracing::error!("node {node}: the nft task failed: {e}"),
             }
         }
         changed.notified().await;

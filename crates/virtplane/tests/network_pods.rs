@@ -394,18 +394,22 @@ async fn guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips()
         ))
         .await;
     assert_eq!(wrong.status, 400, "{}", wrong.text);
-    if let Ok(out) = Command::new("kubectl")
+    match Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(&kubeconfig)
         .args(["logs", &launcher, "-c", "guest-console-log"])
         .output()
     {
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && text.contains("virtplane-guest: ready"),
-            "kubectl logs: {text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && text.contains("virtplane-guest: ready"),
+                "kubectl logs: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Err(e) if required() => panic!("kubectl cannot run: {e}"),
+        Err(e) => eprintln!("SKIPPED: kubectl logs: {e}"),
     }
 
     // From outside the cluster, at each Pod IP: the guest answers (DNAT to 10.0.2.2).

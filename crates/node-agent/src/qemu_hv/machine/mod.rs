@@ -335,47 +335,15 @@ fn machine_nics(
                 format!("interface {name}: model {} is not available", iface.model),
             ));
         };
-        if host.pod_network {
-            nics.push(Nic {
-                id: name,
-                model,
-                mac: iface
-                    .mac_address
-                    .clone()
-                    .unwrap_or_else(|| mac_for(&uid, index)),
-                backend: NicBackend::Tap {
-                    ifname: network::masquerade::TAP.into(),
-                },
-                boot_index: iface.boot_order,
-            });
-            continue;
-        }
-        let mut nic_forwards = Vec::new();
-        for port in &iface.ports {
-            let protocol = if port.protocol.eq_ignore_ascii_case("udp") {
-                Protocol::Udp
-            } else {
-                Protocol::Tcp
-            };
-            let host_port = ports().ok_or_else(|| {
-                start_failed(
-                    "FailedCreate",
-                    "no free port on the node for a port forward",
-                )
-            })?;
-            nic_forwards.push(PortForward {
-                protocol,
-                host_address: host.address.to_string(),
-                host_port,
-                guest_port: port.port,
-            });
-            forwards.push((
-                name.clone(),
-                port.name.clone().unwrap_or_default(),
-                host_port,
-                port.port,
-            ));
-        }
+        let backend = if host.pod_network {
+            NicBackend::Tap {
+                ifname: network::masquerade::TAP.into(),
+            }
+        } else {
+            NicBackend::User {
+                forwards: user_forwards(&name, iface, host, ports, &mut forwards)?,
+            }
+        };
         nics.push(Nic {
             id: name,
             model,
@@ -383,13 +351,49 @@ fn machine_nics(
                 .mac_address
                 .clone()
                 .unwrap_or_else(|| mac_for(&uid, index)),
-            backend: NicBackend::User {
-                forwards: nic_forwards,
-            },
+            backend,
             boot_index: iface.boot_order,
         });
     }
     Ok((nics, forwards))
+}
+
+/// The port forwards of an interface on QEMU's user-mode network, each given a node port
+/// by `ports` and recorded in `forwards` for the VMI status.
+fn user_forwards(
+    name: &str,
+    iface: &kubevirt_api::devices::Interface,
+    host: &Host<'_>,
+    ports: &mut dyn FnMut() -> Option<u16>,
+    forwards: &mut Vec<Forward>,
+) -> Result<Vec<PortForward>, Started> {
+    let mut nic_forwards = Vec::new();
+    for port in &iface.ports {
+        let protocol = if port.protocol.eq_ignore_ascii_case("udp") {
+            Protocol::Udp
+        } else {
+            Protocol::Tcp
+        };
+        let host_port = ports().ok_or_else(|| {
+            start_failed(
+                "FailedCreate",
+                "no free port on the node for a port forward",
+            )
+        })?;
+        nic_forwards.push(PortForward {
+            protocol,
+            host_address: host.address.to_string(),
+            host_port,
+            guest_port: port.port,
+        });
+        forwards.push((
+            name.to_string(),
+            port.name.clone().unwrap_or_default(),
+            host_port,
+            port.port,
+        ));
+    }
+    Ok(nic_forwards)
 }
 
 /// The i6300esb watchdog, when the VMI has one.
