@@ -121,6 +121,7 @@ fn plan_annotations(plan: &AddressPlan) -> std::collections::BTreeMap<String, St
         (annotations::CLUSTER_CIDR, plan.cluster_cidr.to_string()),
         (annotations::SERVICE_CIDR, plan.service_cidr.to_string()),
         (annotations::CLUSTER_DOMAIN, plan.cluster_domain.clone()),
+        (annotations::POD_NETWORK_BACKEND, plan.backend.to_string()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))

@@ -54,6 +54,8 @@ pub mod annotations {
     pub const CLUSTER_CIDR: &str = "network.virtplane.io/cluster-cidr";
     pub const SERVICE_CIDR: &str = "network.virtplane.io/service-cidr";
     pub const CLUSTER_DOMAIN: &str = "network.virtplane.io/cluster-domain";
+    /// How nodes reach each other's subnets: `auto`, `host-gw` or `vxlan`.
+    pub const POD_NETWORK_BACKEND: &str = "network.virtplane.io/backend";
 }
 
 /// Finalizers.

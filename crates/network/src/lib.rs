@@ -15,6 +15,7 @@ pub mod routes;
 pub mod sandbox;
 pub mod services;
 pub mod subnets;
+pub mod vxlan;
 
 pub use ipam::{Ipam, IpamError};
 pub use plan::{AddressPlan, PlanError};

@@ -33,7 +33,7 @@ pub enum NodeNetworkError {
 pub const IPAM_DIR: &str = "ipam";
 
 /// FNV-1a: a hash that stays the same across builds, for names that outlive a process.
-fn stable_hash(parts: &[&str]) -> u64 {
+pub(crate) fn stable_hash(parts: &[&str]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for part in parts {
         for byte in part.bytes().chain(std::iter::once(0)) {
@@ -55,8 +55,9 @@ pub fn pod_names(node: &str, key: &str) -> (String, String) {
     (format!("vp-{hash:016x}"), format!("vh{:012x}", hash >> 16))
 }
 
-/// The rules of the node itself, in a table of the node's own: forwarding between its
-/// Pods and the world, and what leaves the cluster CIDR masqueraded.
+/// The rules of the node itself, in a table of the node's own: what leaves the cluster
+/// CIDR masqueraded, and TCP's segment size fitted to the route it takes (a Pod's
+/// 1500-byte frames do not fit a VXLAN tunnel's 1450).
 pub fn node_ruleset(table: &str, cluster: Ipv4Net) -> String {
     format!(
         "add table ip {table}\n\
@@ -65,6 +66,10 @@ pub fn node_ruleset(table: &str, cluster: Ipv4Net) -> String {
          \x20   chain postrouting {{\n\
          \x20       type nat hook postrouting priority srcnat; policy accept;\n\
          \x20       ip saddr {cluster} ip daddr != {cluster} counter masquerade\n\
+         \x20   }}\n\
+         \x20   chain forward {{\n\
+         \x20       type filter hook forward priority mangle; policy accept;\n\
+         \x20       tcp flags syn / syn,rst tcp option maxseg size set rt mtu\n\
          \x20   }}\n\
          }}\n"
     )

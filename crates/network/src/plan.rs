@@ -11,6 +11,46 @@ pub const DEFAULT_SERVICE_CIDR: &str = "10.96.0.0/12";
 pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 pub const DEFAULT_NODE_CIDR_MASK_SIZE: u8 = 24;
 
+/// How nodes reach each other's subnets (`--pod-network-backend`), as flannel's backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// A route through the peer's address when the nodes share a link, VXLAN otherwise
+    /// (flannel's vxlan with `DirectRouting`).
+    #[default]
+    Auto,
+    /// Routes through the peers' addresses only: every node must share a link.
+    HostGw,
+    /// VXLAN to every peer, whether they share a link or not.
+    Vxlan,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Auto => "auto",
+            Backend::HostGw => "host-gw",
+            Backend::Vxlan => "vxlan",
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Backend, String> {
+        [Backend::Auto, Backend::HostGw, Backend::Vxlan]
+            .into_iter()
+            .find(|b| b.as_str() == s)
+            .ok_or_else(|| format!("{s:?}: use auto, host-gw or vxlan"))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
     #[error("--cluster-cidr {cluster} and --service-cidr {service} overlap")]
@@ -27,6 +67,7 @@ pub struct AddressPlan {
     pub service_cidr: Ipv4Net,
     pub cluster_domain: String,
     pub node_cidr_mask_size: u8,
+    pub backend: Backend,
 }
 
 impl Default for AddressPlan {
@@ -36,6 +77,7 @@ impl Default for AddressPlan {
             service_cidr: DEFAULT_SERVICE_CIDR.parse().expect("a CIDR"),
             cluster_domain: DEFAULT_CLUSTER_DOMAIN.into(),
             node_cidr_mask_size: DEFAULT_NODE_CIDR_MASK_SIZE,
+            backend: Backend::Auto,
         }
     }
 }
@@ -78,7 +120,13 @@ impl AddressPlan {
             service_cidr,
             cluster_domain: cluster_domain.into(),
             node_cidr_mask_size,
+            backend: Backend::Auto,
         })
+    }
+
+    /// The plan with nodes reaching each other by `backend`.
+    pub fn with_backend(self, backend: Backend) -> AddressPlan {
+        AddressPlan { backend, ..self }
     }
 
     /// The node subnets of this plan, none taken yet.
@@ -133,5 +181,16 @@ mod tests {
             24,
         );
         assert!(matches!(domain, Err(PlanError::Domain(_))));
+    }
+
+    #[test]
+    fn backends_read_as_flannel_names_them() {
+        for backend in [Backend::Auto, Backend::HostGw, Backend::Vxlan] {
+            assert_eq!(backend.to_string().parse::<Backend>(), Ok(backend));
+        }
+        assert_eq!(
+            "udp".parse::<Backend>(),
+            Err("\"udp\": use auto, host-gw or vxlan".to_string())
+        );
     }
 }

@@ -32,7 +32,9 @@ pub enum SandboxError {
     NoLink(String),
 }
 
-fn netlink_failed(what: impl Into<String>) -> impl FnOnce(rtnetlink::Error) -> SandboxError {
+pub(crate) fn netlink_failed(
+    what: impl Into<String>,
+) -> impl FnOnce(rtnetlink::Error) -> SandboxError {
     let what = what.into();
     move |source| SandboxError::Netlink { what, source }
 }
@@ -53,14 +55,18 @@ pub(crate) async fn link_index(handle: &Handle, name: &str) -> Result<Option<u32
     }
 }
 
-async fn require_link(handle: &Handle, name: &str) -> Result<u32, SandboxError> {
+pub(crate) async fn require_link(handle: &Handle, name: &str) -> Result<u32, SandboxError> {
     link_index(handle, name)
         .await?
         .ok_or_else(|| SandboxError::NoLink(name.into()))
 }
 
 /// Adds `address` to the link unless it is there already.
-async fn ensure_address(handle: &Handle, index: u32, address: Ipv4Net) -> Result<(), SandboxError> {
+pub(crate) async fn ensure_address(
+    handle: &Handle,
+    index: u32,
+    address: Ipv4Net,
+) -> Result<(), SandboxError> {
     let mut existing = handle
         .address()
         .get()
@@ -71,9 +77,11 @@ async fn ensure_address(handle: &Handle, index: u32, address: Ipv4Net) -> Result
         .await
         .map_err(netlink_failed("listing addresses"))?
     {
-        let held = message.attributes.iter().any(|a| {
-            matches!(a, rtnetlink::packet_route::address::AddressAttribute::Address(IpAddr::V4(ip)) if *ip == address.addr())
-        });
+        // The kernel may answer with every link's addresses: only this link's count.
+        let held = message.header.index == index
+            && message.attributes.iter().any(|a| {
+                matches!(a, rtnetlink::packet_route::address::AddressAttribute::Address(IpAddr::V4(ip)) if *ip == address.addr())
+            });
         if held && message.header.prefix_len == address.prefix_len() {
             return Ok(());
         }
@@ -87,7 +95,7 @@ async fn ensure_address(handle: &Handle, index: u32, address: Ipv4Net) -> Result
 }
 
 /// Removes the link's IPv4 addresses other than `keep`.
-async fn remove_other_addresses(
+pub(crate) async fn remove_other_addresses(
     handle: &Handle,
     index: u32,
     keep: Ipv4Net,

@@ -1,7 +1,8 @@
 //! The node's pod network as the agent runs it: set up once the Node has its subnet
 //! (`spec.podCIDR`, from node IPAM) and the cluster's plan (the annotations node IPAM
-//! writes beside it), then kept: routes to every other node's subnet through that
-//! node's address (flannel's host-gw), made again as Nodes come, move and go.
+//! writes beside it), then kept: routes to every other node's subnet, through that
+//! node's address when both share a link (flannel's host-gw) and through the node's
+//! VXLAN device otherwise (flannel's vxlan), made again as Nodes come, move and go.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -16,7 +17,8 @@ use kube::runtime::watcher;
 use kube::Api;
 use kubevirt_api::names::annotations;
 use network::node::NodeNetwork;
-use network::routes::{self, Peer};
+use network::plan::Backend;
+use network::routes::{self, Peer, Via};
 use tokio::sync::watch;
 
 /// How a node networks its guests (`--pod-network`).
@@ -120,6 +122,7 @@ pub struct ClusterPlan {
     pub cluster_cidr: Ipv4Net,
     pub service_cidr: Option<Ipv4Net>,
     pub domain: String,
+    pub backend: Backend,
 }
 
 /// A node's pod network once it is set up.
@@ -181,6 +184,10 @@ fn assignment(node: &Node) -> Option<(Ipv4Net, ClusterPlan)> {
             .get(annotations::CLUSTER_DOMAIN)
             .cloned()
             .unwrap_or_else(|| "cluster.local".into()),
+        backend: notes
+            .get(annotations::POD_NETWORK_BACKEND)
+            .and_then(|b| b.parse().ok())
+            .unwrap_or_default(),
     };
     Some((subnet, plan))
 }
@@ -209,7 +216,7 @@ fn peer(node: &Node) -> Option<Peer> {
 pub async fn run(client: kube::Client, slot: Arc<PodNetworkSlot>) {
     let nodes: Api<Node> = Api::all(client);
     let mut known: BTreeMap<String, Node> = BTreeMap::new();
-    let mut routed: Option<BTreeMap<Ipv4Net, Ipv4Addr>> = None;
+    let mut routed: Option<BTreeMap<Ipv4Net, Via>> = None;
     let mut backoff = Duration::from_millis(200);
     let mut events = watcher(nodes, watcher::Config::default()).boxed();
     while let Some(event) = events.next().await {
@@ -248,30 +255,61 @@ pub async fn run(client: kube::Client, slot: Arc<PodNetworkSlot>) {
             }
         }
         let Some(ready) = slot.get() else { continue };
+        let Some(own) = known.get(&slot.node).and_then(peer) else {
+            continue;
+        };
         // Nodes that share this host's address (several nodes on one host) reach each
         // other's bridges directly.
-        let own = known.get(&slot.node).and_then(peer).map(|p| p.address);
         let peers: Vec<Peer> = known
             .values()
             .filter_map(peer)
-            .filter(|p| p.name == slot.node || Some(p.address) != own)
+            .filter(|p| p.name == slot.node || p.address != own.address)
             .collect();
-        let wanted = routes::desired(&slot.node, &peers);
-        if routed.as_ref() == Some(&wanted) {
-            continue;
-        }
-        match routes::sync(ready.network.host(), &wanted).await {
-            Ok(changed) => {
-                if changed > 0 {
-                    tracing::info!(
-                        "node {}: {changed} route(s) to other nodes changed ({} in all)",
-                        slot.node,
-                        wanted.len()
-                    );
-                }
-                routed = Some(wanted);
-            }
+        match keep_routes(&ready, &own, &peers, routed.as_ref()).await {
+            Ok(wanted) => routed = Some(wanted),
             Err(e) => tracing::warn!("node {}: routes to other nodes: {e}", slot.node),
         }
     }
+}
+
+/// Routes to every peer's subnet as the plan's backend says, with the VXLAN device and
+/// its entries when some peer is tunnelled. Returns the routes now in place.
+async fn keep_routes(
+    ready: &Ready,
+    own: &Peer,
+    peers: &[Peer],
+    routed: Option<&BTreeMap<Ipv4Net, Via>>,
+) -> Result<BTreeMap<Ipv4Net, Via>, network::sandbox::SandboxError> {
+    let host = ready.network.host();
+    let connected = match ready.plan.backend {
+        Backend::Auto => routes::connected(host).await?,
+        Backend::HostGw | Backend::Vxlan => Vec::new(),
+    };
+    let wanted = routes::desired(&own.name, peers, ready.plan.backend, &connected);
+    if routed == Some(&wanted) {
+        return Ok(wanted);
+    }
+    let tunnelled = routes::tunnelled(&wanted);
+    let tunnel = if tunnelled.is_empty() {
+        // No peer is tunnelled any more: the device stays, its entries go.
+        if let Some(index) = network::vxlan::index(host, &own.name).await? {
+            network::vxlan::sync_peers(host, index, &[]).await?;
+        }
+        None
+    } else {
+        let index =
+            network::vxlan::ensure(host, &own.name, own.address, ready.network.subnet()).await?;
+        network::vxlan::sync_peers(host, index, &tunnelled).await?;
+        Some(index)
+    };
+    let changed = routes::sync(host, &wanted, tunnel).await?;
+    if changed > 0 {
+        tracing::info!(
+            "node {}: {changed} route(s) to other nodes changed ({} in all, {} through VXLAN)",
+            own.name,
+            wanted.len(),
+            tunnelled.len()
+        );
+    }
+    Ok(wanted)
 }

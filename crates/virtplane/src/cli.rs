@@ -198,6 +198,10 @@ pub struct NetworkArgs {
     /// The prefix length of each Node's subnet of the cluster CIDR.
     #[arg(long, default_value_t = network::plan::DEFAULT_NODE_CIDR_MASK_SIZE)]
     pub node_cidr_mask_size: u8,
+    /// How nodes reach each other's subnets: `auto` (a route through the other node when
+    /// they share a link, VXLAN otherwise), `host-gw` (routes only) or `vxlan` (always).
+    #[arg(long, default_value = "auto")]
+    pub pod_network_backend: network::plan::Backend,
 }
 
 impl NetworkArgs {
@@ -208,6 +212,7 @@ impl NetworkArgs {
             &self.cluster_domain,
             self.node_cidr_mask_size,
         )
+        .map(|plan| plan.with_backend(self.pod_network_backend))
     }
 }
 

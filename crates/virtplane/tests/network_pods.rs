@@ -14,7 +14,7 @@ use std::net::Ipv4Addr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use qemu::{guests, kernel_vm, Console, Env, NodeAgent, BOOT};
+use qemu::{guests, kernel_vm, Console, Env, Guests, NodeAgent, BOOT};
 use serde_json::{json, Value};
 use support::{free_port, TestServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -35,56 +35,81 @@ fn ip(args: &[&str]) -> Result<(), String> {
     }
 }
 
-/// A LAN: a bridge here holding `.1` of `10.250.N.0/24` (N from the process id), and a
-/// namespace per host on it; all of it, and the routes added, removed on drop.
+/// The hosts' network: on one LAN (a bridge here holding `.1` of `10.250.N.0/24`, N
+/// from the process id), or routed (each host on a network of its own,
+/// `10.25{1+i}.N.0/24`, this host the router between them); a namespace per host. All of
+/// it, and the routes added, removed on drop.
 struct Lan {
-    bridge: String,
-    prefix: String,
+    bridge: Option<String>,
+    /// Each host's network prefix (`10.250.7`): one for all on a LAN.
+    prefixes: Vec<String>,
     hosts: Vec<String>,
     routes: Vec<String>,
     /// Pod namespaces agents made here, removed should an agent die before it does.
     pods: Vec<String>,
+    /// This host's forwarding as it was before it became the router.
+    forwarding: Option<String>,
 }
 
 impl Lan {
-    fn create(hosts: usize) -> Result<Lan, String> {
+    fn create(hosts: usize, routed: bool) -> Result<Lan, String> {
         let pid = std::process::id();
+        let tag = if routed { "r" } else { "l" };
         let mut lan = Lan {
-            bridge: format!("vplan{}", pid % 100_000),
-            prefix: format!("10.250.{}", pid % 250),
+            bridge: None,
+            prefixes: (0..hosts)
+                .map(|i| {
+                    let second = if routed { 251 + i } else { 250 };
+                    format!("10.{second}.{}", pid % 250)
+                })
+                .collect(),
             hosts: Vec::new(),
             routes: Vec::new(),
             pods: Vec::new(),
+            forwarding: None,
         };
-        ip(&["link", "add", &lan.bridge, "type", "bridge"])?;
-        ip(&[
-            "addr",
-            "add",
-            &format!("{}.1/24", lan.prefix),
-            "dev",
-            &lan.bridge,
-        ])?;
-        ip(&["link", "set", &lan.bridge, "up"])?;
-        for i in 0..hosts {
-            let name = format!("vph{i}-{pid}");
-            ip(&["netns", "add", &name])?;
-            lan.hosts.push(name.clone());
-            let (outside, inside) = (format!("vpl{i}o{}", pid % 100_000), "lan0".to_string());
+        if routed {
+            let setting = "/proc/sys/net/ipv4/ip_forward";
+            let before = std::fs::read_to_string(setting).map_err(|e| format!("{setting}: {e}"))?;
+            std::fs::write(setting, "1").map_err(|e| format!("{setting}: {e}"))?;
+            lan.forwarding = Some(before);
+        } else {
+            let bridge = format!("vplan{}", pid % 100_000);
+            ip(&["link", "add", &bridge, "type", "bridge"])?;
+            lan.bridge = Some(bridge.clone());
             ip(&[
-                "link", "add", &outside, "type", "veth", "peer", "name", &inside, "netns", &name,
-            ])?;
-            ip(&["link", "set", &outside, "master", &lan.bridge, "up"])?;
-            ip(&["-n", &name, "link", "set", "lo", "up"])?;
-            ip(&[
-                "-n",
-                &name,
                 "addr",
                 "add",
-                &format!("{}/24", lan.address(i)),
+                &format!("{}/24", lan.gateway()),
                 "dev",
-                &inside,
+                &bridge,
             ])?;
-            ip(&["-n", &name, "link", "set", &inside, "up"])?;
+            ip(&["link", "set", &bridge, "up"])?;
+        }
+        for i in 0..hosts {
+            let name = format!("vph{tag}{i}-{pid}");
+            ip(&["netns", "add", &name])?;
+            lan.hosts.push(name.clone());
+            let outside = format!("vp{tag}{i}o{}", pid % 100_000);
+            let inside = "lan0";
+            ip(&[
+                "link", "add", &outside, "type", "veth", "peer", "name", inside, "netns", &name,
+            ])?;
+            match &lan.bridge {
+                Some(bridge) => ip(&["link", "set", &outside, "master", bridge])?,
+                None => ip(&[
+                    "addr",
+                    "add",
+                    &format!("{}/24", lan.router(i)),
+                    "dev",
+                    &outside,
+                ])?,
+            }
+            ip(&["link", "set", &outside, "up"])?;
+            ip(&["-n", &name, "link", "set", "lo", "up"])?;
+            let address = format!("{}/24", lan.address(i));
+            ip(&["-n", &name, "addr", "add", &address, "dev", inside])?;
+            ip(&["-n", &name, "link", "set", inside, "up"])?;
             ip(&[
                 "-n",
                 &name,
@@ -92,7 +117,7 @@ impl Lan {
                 "add",
                 "default",
                 "via",
-                &format!("{}.1", lan.prefix),
+                &lan.router(i),
             ])?;
         }
         Ok(lan)
@@ -100,11 +125,20 @@ impl Lan {
 
     /// The address of host `i`.
     fn address(&self, i: usize) -> String {
-        format!("{}.{}", self.prefix, i + 2)
+        match self.bridge {
+            Some(_) => format!("{}.{}", self.prefixes[i], i + 2),
+            None => format!("{}.2", self.prefixes[i]),
+        }
     }
 
+    /// This host's address on host `i`'s network: its default gateway.
+    fn router(&self, i: usize) -> String {
+        format!("{}.1", self.prefixes[i])
+    }
+
+    /// An address of this host that every host reaches.
     fn gateway(&self) -> String {
-        format!("{}.1", self.prefix)
+        self.router(0)
     }
 
     /// Routes `subnet` through `via` here, as the LAN's router would.
@@ -122,7 +156,12 @@ impl Drop for Lan {
         for host in self.hosts.iter().chain(&self.pods) {
             let _ = ip(&["netns", "del", host]);
         }
-        let _ = ip(&["link", "del", &self.bridge]);
+        if let Some(bridge) = &self.bridge {
+            let _ = ip(&["link", "del", bridge]);
+        }
+        if let Some(before) = &self.forwarding {
+            let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", before);
+        }
     }
 }
 
@@ -133,10 +172,10 @@ fn required() -> bool {
 }
 
 /// The LAN, or `None` after saying loudly why not (a panic under CI).
-fn lan_or_skip(test: &str) -> Option<Lan> {
+fn lan_or_skip(test: &str, routed: bool) -> Option<Lan> {
     let nft = Command::new("nft").arg("--version").output();
     let made = match nft {
-        Ok(out) if out.status.success() => Lan::create(2),
+        Ok(out) if out.status.success() => Lan::create(2, routed),
         _ => Err("nft (Debian's nftables) does not run".into()),
     };
     match made {
@@ -203,69 +242,132 @@ async fn node(env: &Env, name: &str, within: Duration) -> Value {
         .body
 }
 
+/// A server on the hosts' network (`--no-node`) and an agent in each host, their Nodes
+/// on the pod network with their subnets routed from this host.
+struct Cluster {
+    server: TestServer,
+    /// The test registry, as the hosts reach it.
+    registry: String,
+    names: Vec<String>,
+    agents: Vec<NodeAgent>,
+    host_disks: tempfile::TempDir,
+    env: Env,
+    subnets: Vec<ipnet::Ipv4Net>,
+}
+
+impl Cluster {
+    async fn start(g: &Guests, lan: &mut Lan, cluster_cidr: &str, tag: &str) -> Cluster {
+        let pid = std::process::id();
+        let server = TestServer::start_listening(
+            &lan.gateway(),
+            free_port(),
+            &["--no-node", "--cluster-cidr", cluster_cidr],
+        )
+        .await;
+        let registry = format!("{}:{}", lan.gateway(), free_port());
+        tokio::spawn(relay(registry.clone(), g.registry.clone()));
+        let names: Vec<String> = ["a", "b"]
+            .iter()
+            .map(|n| format!("{tag}-{n}-{pid}"))
+            .collect();
+        let agents: Vec<NodeAgent> = (0..2)
+            .map(|i| {
+                let address = lan.address(i);
+                NodeAgent::start_in(
+                    &lan.hosts[i],
+                    server.data_dir(),
+                    &names[i],
+                    &[
+                        "--pod-network",
+                        "pod",
+                        "--listen",
+                        &format!("{address}:0"),
+                        "--node-address",
+                        &address,
+                        "--insecure-registry",
+                        &registry,
+                        "--heartbeat-interval",
+                        "2s",
+                    ],
+                )
+            })
+            .collect();
+        let host_disks = tempfile::tempdir().unwrap();
+        let env = Env::new(&server.url, server.data_dir(), host_disks.path());
+        let mut subnets = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            let node = node(&env, name, Duration::from_secs(60)).await;
+            let subnet = node["spec"]["podCIDR"].as_str().unwrap().to_string();
+            assert!(
+                subnet.starts_with(&cluster_cidr[..cluster_cidr.len() - 6]),
+                "{subnet}"
+            );
+            lan.route(&subnet, &lan.address(i));
+            subnets.push(subnet.parse::<ipnet::Ipv4Net>().unwrap());
+        }
+        Cluster {
+            server,
+            registry,
+            names,
+            agents,
+            host_disks,
+            env,
+            subnets,
+        }
+    }
+}
+
+/// The guest `from` fetches port 8080 of `address` and reads the VM `to`'s greeting.
+async fn reaches(env: &Env, from: &str, address: &str, to: &str) {
+    let mut console = env.console(from).await.expect("a console");
+    let answer = console
+        .run(
+            &format!("nc {address} 8080 </dev/null"),
+            &format!("hello from {to}"),
+            Duration::from_secs(60),
+        )
+        .await;
+    assert!(
+        answer.is_some(),
+        "{from} could not reach {to}: {}",
+        console.seen
+    );
+    console.close().await;
+}
+
+/// A VM of the test guest serving port 8080 on `node`, its kernel from `registry`.
+fn web_vm(g: &Guests, registry: &str, name: &str, node: &str) -> Value {
+    let mut vm = kernel_vm(g, name, "Always", Some("#virtplane: serve 8080\n"));
+    let spec = &mut vm["spec"]["template"]["spec"];
+    spec["domain"]["firmware"]["kernelBoot"]["container"]["image"] =
+        json!(g.kernel_image().replace(&g.registry, registry));
+    spec["nodeSelector"] = json!({"kubernetes.io/hostname": node});
+    vm
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips() {
     let Some(g) = guests() else { return };
     let test = "guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips";
-    let Some(mut lan) = lan_or_skip(test) else {
+    let Some(mut lan) = lan_or_skip(test, false) else {
         return;
     };
     let pid = std::process::id();
     let cluster_cidr = format!("10.{}.0.0/16", 120 + pid % 100);
-    let server = TestServer::start_listening(
-        &lan.gateway(),
-        free_port(),
-        &["--no-node", "--cluster-cidr", &cluster_cidr],
-    )
-    .await;
-    let registry_port = free_port();
-    let registry = format!("{}:{registry_port}", lan.gateway());
-    tokio::spawn(relay(registry.clone(), g.registry.clone()));
-    let names = [format!("pods-a-{pid}"), format!("pods-b-{pid}")];
-    let mut agents: Vec<NodeAgent> = (0..2)
-        .map(|i| {
-            let address = lan.address(i);
-            NodeAgent::start_in(
-                &lan.hosts[i],
-                server.data_dir(),
-                &names[i],
-                &[
-                    "--pod-network",
-                    "pod",
-                    "--listen",
-                    &format!("{address}:0"),
-                    "--node-address",
-                    &address,
-                    "--insecure-registry",
-                    &registry,
-                    "--heartbeat-interval",
-                    "2s",
-                ],
-            )
-        })
-        .collect();
-    let host_disks = tempfile::tempdir().unwrap();
-    let env = Env::new(&server.url, server.data_dir(), host_disks.path());
-    let mut subnets = Vec::new();
-    for (i, name) in names.iter().enumerate() {
-        let node = node(&env, name, Duration::from_secs(60)).await;
-        let subnet = node["spec"]["podCIDR"].as_str().unwrap().to_string();
-        assert!(
-            subnet.starts_with(&cluster_cidr[..cluster_cidr.len() - 6]),
-            "{subnet}"
-        );
-        lan.route(&subnet, &lan.address(i));
-        subnets.push(subnet.parse::<ipnet::Ipv4Net>().unwrap());
-    }
+    let Cluster {
+        server,
+        registry,
+        names,
+        mut agents,
+        host_disks,
+        env,
+        subnets,
+    } = Cluster::start(g, &mut lan, &cluster_cidr, "pods").await;
 
     // One VM per node, each serving port 8080.
     let vms = ["web-a", "web-b"];
     for (i, vm_name) in vms.iter().enumerate() {
-        let mut vm = kernel_vm(g, vm_name, "Always", Some("#virtplane: serve 8080\n"));
-        let spec = &mut vm["spec"]["template"]["spec"];
-        spec["domain"]["firmware"]["kernelBoot"]["container"]["image"] =
-            json!(g.kernel_image().replace(&g.registry, &registry));
-        spec["nodeSelector"] = json!({"kubernetes.io/hostname": names[i]});
+        let mut vm = web_vm(g, &registry, vm_name, &names[i]);
         vm["spec"]["template"]["metadata"]["labels"]["app"] = json!("web");
         let key = format!("{}/{vm_name}", qemu::NS);
         lan.pods.push(network::node::pod_names(&names[i], &key).0);
@@ -429,19 +531,16 @@ async fn guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips()
 
     // Guest to guest across the nodes: web-b fetches from web-a's Pod IP, and the
     // guest learned its name from our DHCP server's lease.
+    reaches(&env, "web-b", &addresses[0], "web-a").await;
     let mut console = env.console("web-b").await.expect("console of web-b");
-    let answer = console
+    let named = console
         .run(
-            &format!("nc {} 8080 </dev/null; hostname", addresses[0]),
-            "hello from web-a",
-            Duration::from_secs(60),
+            "echo name=$(hostname)",
+            "name=web-b",
+            Duration::from_secs(30),
         )
         .await;
-    assert!(
-        answer.is_some(),
-        "web-b could not reach web-a: {}",
-        console.seen
-    );
+    assert!(named.is_some(), "web-b's hostname: {}", console.seen);
     console.close().await;
 
     // Port-forward through the API (virtctl port-forward's websocket), to a VMI and to
@@ -831,4 +930,64 @@ async fn guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips()
         "the Pod namespace {netns_b} of a deleted VMI is left"
     );
     drop(agents);
+}
+
+/// Nodes on networks of their own, this host routing between them: no route through
+/// the other node can work, so each node reaches the other's subnet through its VXLAN
+/// device (flannel's vxlan), and the guests reach each other by Pod IP all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guests_on_nodes_without_a_shared_link_reach_each_other_over_vxlan() {
+    let Some(g) = guests() else { return };
+    let test = "guests_on_nodes_without_a_shared_link_reach_each_other_over_vxlan";
+    let Some(mut lan) = lan_or_skip(test, true) else {
+        return;
+    };
+    let cluster_cidr = format!("10.{}.0.0/16", 30 + std::process::id() % 50);
+    let Cluster {
+        server,
+        registry,
+        names,
+        agents,
+        host_disks,
+        env,
+        subnets,
+    } = Cluster::start(g, &mut lan, &cluster_cidr, "vx").await;
+    let vms = ["far-a", "far-b"];
+    for (i, vm_name) in vms.iter().enumerate() {
+        let key = format!("{}/{vm_name}", qemu::NS);
+        lan.pods.push(network::node::pod_names(&names[i], &key).0);
+        env.create_vm(&web_vm(g, &registry, vm_name, &names[i]))
+            .await;
+    }
+    let mut addresses = Vec::new();
+    for (i, vm_name) in vms.iter().enumerate() {
+        let vmi = env.wait_running(vm_name).await;
+        let address = vmi["status"]["interfaces"][0]["ipAddress"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no Pod IP in {}", vmi["status"]))
+            .to_string();
+        assert!(subnets[i].contains(&address.parse::<Ipv4Addr>().unwrap()));
+        addresses.push(address);
+        Env::new(&server.url, server.data_dir(), host_disks.path())
+            .on_node(&agents[i])
+            .wait_guest_line(vm_name, "virtplane-guest: serve 8080", BOOT)
+            .await;
+    }
+    // Each host routes the other's subnet through its VXLAN device.
+    for (i, host) in lan.hosts.iter().enumerate() {
+        let device = network::vxlan::device_name(&names[i]);
+        let out = Command::new("ip")
+            .args(["-n", host, "route", "show", &subnets[1 - i].to_string()])
+            .output()
+            .unwrap();
+        let route = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            route.contains(&format!("dev {device}")) && route.contains("onlink"),
+            "{host}: {route}"
+        );
+    }
+    reaches(&env, "far-b", &addresses[0], "far-a").await;
+    for vm_name in vms {
+        env.delete_vm(vm_name).await;
+    }
 }
