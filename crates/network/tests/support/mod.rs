@@ -3,6 +3,8 @@
 //! the rule that a test that cannot run skips loudly, or fails under CI.
 #![allow(dead_code)]
 
+pub mod guest;
+
 use std::io::Write;
 use std::net::Ipv4Addr;
 
