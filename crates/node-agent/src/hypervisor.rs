@@ -154,6 +154,11 @@ pub trait Hypervisor: Send + Sync + 'static {
         None
     }
 
+    /// Where simulated nodes keep their Pods' addresses (followed from their Nodes).
+    fn sim_ipam(&self) -> Option<std::sync::Arc<crate::sim_ipam::SimIpam>> {
+        None
+    }
+
     /// The node's pod network, for backends whose guests get Pods on it.
     fn pod_network(&self) -> Option<std::sync::Arc<crate::pod_network::PodNetworkSlot>> {
         None

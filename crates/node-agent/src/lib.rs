@@ -19,6 +19,7 @@ mod seed;
 pub mod servers;
 mod service_proxy;
 pub mod sim;
+pub mod sim_ipam;
 mod sysprep;
 mod vmi;
 mod vmi_status;
@@ -71,6 +72,9 @@ pub async fn run(
         host_tools,
         network.as_ref().map(pod_network::Report::condition),
     ));
+    if let Some(ipam) = hypervisor.sim_ipam() {
+        tokio::spawn(ipam.follow(client.clone(), config.nodes.clone()));
+    }
     if let Some(slot) = hypervisor.pod_network() {
         tokio::spawn(pod_network::run(client.clone(), slot.clone()));
         tokio::spawn(service_proxy::run(client.clone(), slot));

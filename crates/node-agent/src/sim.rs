@@ -13,7 +13,7 @@
 //! process: guests are kept per (VMI uid, node).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -24,6 +24,7 @@ use crate::hypervisor::{
     Arrival, GuestInfo, Hypervisor, Incoming, MigrationSettings, Observed, PauseCause, Prepared,
     Sending, Started, Stopping,
 };
+use crate::sim_ipam::SimIpam;
 use crate::volume_sources::VolumeSources;
 
 #[derive(Clone, Debug)]
@@ -93,6 +94,8 @@ pub struct Sim {
     /// and paused.
     incoming: Mutex<HashMap<String, Option<bool>>>,
     outgoing: Mutex<HashMap<String, Outgoing>>,
+    /// The Pod addresses of the simulated nodes.
+    ipam: Arc<SimIpam>,
 }
 
 fn node_of(vmi: &VirtualMachineInstance) -> String {
@@ -110,6 +113,7 @@ impl Sim {
             guests: Mutex::new(HashMap::new()),
             incoming: Mutex::new(HashMap::new()),
             outgoing: Mutex::new(HashMap::new()),
+            ipam: Arc::default(),
         }
     }
 
@@ -132,8 +136,14 @@ impl Sim {
             .or_default())
     }
 
-    fn guest_info(&self, vmi: &VirtualMachineInstance) -> GuestInfo {
-        let ip = format!("10.244.{}.{}", rand_octet(vmi, 0), rand_octet(vmi, 1));
+    /// The guest on `node`: its Pod's address from the node's subnet (none until the
+    /// node has one).
+    fn guest_info(&self, vmi: &VirtualMachineInstance, node: &str) -> GuestInfo {
+        let ip = self
+            .ipam
+            .address(node, vmi.uid())
+            .map(|ip| ip.to_string())
+            .unwrap_or_default();
         GuestInfo {
             interfaces: vec![("default".into(), "02:00:00:00:00:01".into(), ip)],
             machine: "pc-q35-sim".into(),
@@ -154,6 +164,10 @@ impl Hypervisor for Sim {
 
     fn capacity(&self) -> (i64, i64) {
         (self.config.cpu_millicores, self.config.memory_bytes)
+    }
+
+    fn sim_ipam(&self) -> Option<Arc<SimIpam>> {
+        Some(self.ipam.clone())
     }
 
     async fn prepare(&self, vmi: &VirtualMachineInstance, _sources: &VolumeSources) -> Prepared {
@@ -182,7 +196,7 @@ impl Hypervisor for Sim {
             }
             g.running_since = Some(Instant::now());
             g.paused = paused;
-            Started::Running(self.guest_info(vmi))
+            Started::Running(self.guest_info(vmi, &node_of(vmi)))
         })
     }
 
@@ -248,6 +262,7 @@ impl Hypervisor for Sim {
         let uid = vmi.uid().to_string();
         let node = node_of(vmi);
         lock(&self.guests).remove(&(uid.clone(), node.clone()));
+        self.ipam.release(&node, &uid);
         // Only what leaves from that node: a later migration from elsewhere stays.
         let mut outgoing = lock(&self.outgoing);
         if outgoing.get(&uid).is_some_and(|o| o.node == node) {
@@ -291,6 +306,7 @@ impl Hypervisor for Sim {
             .get(kubevirt_api::names::labels::MIGRATION_TARGET_NODE)
             .cloned()
             .unwrap_or_default();
+        let info = self.guest_info(vmi, &target);
         lock(&self.guests).insert(
             (uid, target),
             Guest {
@@ -299,7 +315,7 @@ impl Hypervisor for Sim {
                 ..Default::default()
             },
         );
-        Ok(self.guest_info(vmi))
+        Ok(info)
     }
 
     async fn send(
@@ -374,15 +390,6 @@ impl Hypervisor for Sim {
     async fn release_incoming(&self, vmi: &VirtualMachineInstance) {
         lock(&self.incoming).remove(&vmi.uid().to_string());
     }
-}
-
-/// A stable pseudo-random octet per VMI, so simulated IPs differ between VMIs.
-fn rand_octet(vmi: &VirtualMachineInstance, salt: u8) -> u8 {
-    let uid = vmi.uid().to_string();
-    let sum = uid.bytes().fold(u32::from(salt) * 31, |acc, b| {
-        acc.wrapping_mul(33).wrapping_add(u32::from(b))
-    });
-    (sum % 250) as u8 + 2
 }
 
 #[cfg(test)]

@@ -97,7 +97,15 @@ pub(crate) fn guest_status(info: &GuestInfo, accel: Option<&str>) -> Map<String,
     let interfaces: Vec<Value> = info
         .interfaces
         .iter()
-        .map(|(name, mac, ip)| json!({"name": name, "mac": mac, "ipAddress": ip, "ipAddresses": [ip], "infoSource": "domain"}))
+        .map(|(name, mac, ip)| {
+            let mut interface = json!({"name": name, "mac": mac, "infoSource": "domain"});
+            // No address yet (a simulated node before its subnet): none is reported.
+            if !ip.is_empty() {
+                interface["ipAddress"] = json!(ip);
+                interface["ipAddresses"] = json!([ip]);
+            }
+            interface
+        })
         .collect();
     status.insert("interfaces".into(), json!(interfaces));
     status.insert("machine".into(), json!({"type": info.machine}));

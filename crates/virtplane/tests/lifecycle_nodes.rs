@@ -339,6 +339,48 @@ async fn nodes_get_pod_cidrs_of_their_own_from_the_cluster_cidr() {
     assert_eq!(pod_cidr(&r.body), Some(freed));
 }
 
+/// Simulated nodes have no namespaces, but their VMIs get Pod IPs all the same: each from
+/// its node's subnet, never one twice, on the VMI and on its virt-launcher Pod.
+#[tokio::test]
+async fn vmis_on_simulated_nodes_get_pod_ips_from_their_nodes_subnet() {
+    let c = Cluster::start(2, &[]).await;
+    c.namespace(NS).await;
+    for name in ["ip-a", "ip-b", "ip-c"] {
+        c.create_vm(NS, &vm_with(name, json!({}))).await;
+    }
+    let mut seen = Vec::new();
+    for name in ["ip-a", "ip-b", "ip-c"] {
+        let node_name = running_on(&c, name).await;
+        let vmi = c.get_vmi(NS, name).await.body;
+        let ip = vmi["status"]["interfaces"][0]["ipAddress"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name} has no IP: {}", vmi["status"]))
+            .to_string();
+        let subnet: ipnet::Ipv4Net = pod_cidr(&node(&c, &node_name).await)
+            .expect("the node's subnet")
+            .parse()
+            .unwrap();
+        assert!(
+            subnet.contains(&ip.parse::<std::net::Ipv4Addr>().unwrap()),
+            "{name} on {node_name} has {ip}, outside {subnet}"
+        );
+        assert!(!seen.contains(&ip), "{ip} handed out twice");
+        let pods = c
+            .api
+            .eventually(
+                &format!("/api/v1/namespaces/{NS}/pods?labelSelector=vm.kubevirt.io/name={name}"),
+                Duration::from_secs(20),
+                |r| r.body["items"][0]["status"]["podIP"] == ip.as_str(),
+            )
+            .await;
+        assert_eq!(
+            pods.body["items"][0]["spec"]["nodeName"],
+            node_name.as_str()
+        );
+        seen.push(ip);
+    }
+}
+
 /// What `virtplane server` with `flags` says on stderr as it refuses to start.
 fn server_refuses(flags: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
