@@ -17,6 +17,7 @@ pub mod http;
 mod kubevirt;
 pub mod limits;
 pub mod negotiate;
+pub mod network_attachments;
 pub mod object;
 mod openapi;
 mod options;
@@ -173,6 +174,9 @@ fn components() -> Map<String, Value> {
     if let Value::Object(slices) = endpoint_slices::schemas() {
         all.extend(slices);
     }
+    if let Value::Object(attachments) = network_attachments::schemas() {
+        all.extend(attachments);
+    }
     all
 }
 
@@ -221,10 +225,18 @@ fn registrations(
             serving: Serving::BUILT_IN,
         });
     }
-    // KubeVirt's and CDI's kinds are custom resources upstream.
+    // KubeVirt's, CDI's and Multus' kinds are custom resources upstream.
+    let attachments: (
+        &'static apimachinery::resource::ResourceInfo,
+        Box<dyn registry::ResourceHooks>,
+    ) = (
+        &network_attachments::NETWORK_ATTACHMENT_DEFINITION,
+        Box::new(network_attachments::NetworkAttachmentHooks),
+    );
     let custom = kubevirt::registrations(host_disks)
         .into_iter()
-        .chain(cdi::registrations());
+        .chain(cdi::registrations())
+        .chain([attachments]);
     for (info, hooks) in custom {
         out.push(Registration {
             info,

@@ -141,6 +141,9 @@ pub struct Network {
     pub name: String,
     /// The pod network (KubeVirt's default network); `false` for Multus networks.
     pub pod: bool,
+    /// A Multus network: the NetworkAttachmentDefinition it names (`name` or
+    /// `namespace/name`).
+    pub multus: Option<String>,
     /// The network as written.
     pub raw: Value,
 }
@@ -152,6 +155,10 @@ impl Network {
         Network {
             name: raw["name"].as_str().unwrap_or("").to_string(),
             pod: raw.get("pod").is_some(),
+            multus: raw
+                .pointer("/multus/networkName")
+                .and_then(Value::as_str)
+                .map(str::to_string),
             raw: raw.clone(),
         }
     }

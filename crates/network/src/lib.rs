@@ -13,6 +13,7 @@ pub mod node;
 pub mod plan;
 pub mod routes;
 pub mod sandbox;
+pub mod secondary;
 pub mod services;
 pub mod subnets;
 pub mod vxlan;

@@ -192,24 +192,37 @@ async fn guest_bridge(
     let inside =
         netns::netlink(Some(ns)).map_err(io_failed(format!("netlink in {}", ns.name())))?;
     let bridge = sandbox::ensure_bridge(&inside, GUEST_BRIDGE, address).await?;
+    tap_on(ns, &inside, bridge, TAP, owner).await?;
+    Ok((inside, bridge))
+}
+
+/// The guest's tap `tap` (owned by QEMU's user; taken as it is when it exists) up on
+/// the bridge `bridge` inside `ns`, with forwarding on there.
+pub(crate) async fn tap_on(
+    ns: &NetNs,
+    inside: &rtnetlink::Handle,
+    bridge: u32,
+    tap: &str,
+    owner: Option<(u32, u32)>,
+) -> Result<(), SandboxError> {
+    let name = tap.to_string();
     let made = ns
         .run(move || -> std::io::Result<()> {
-            // An existing tap (a setup repeated) is taken as it is.
-            match create_tap(TAP, owner) {
+            match create_tap(&name, owner) {
                 Err(e) if e.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) => {}
                 other => other?,
             }
             std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
         })
         .map_err(io_failed(format!("entering {}", ns.name())))?;
-    made.map_err(io_failed(format!("creating {TAP} and enabling forwarding")))?;
-    let tap = sandbox::link_index(&inside, TAP)
+    made.map_err(io_failed(format!("creating {tap} and enabling forwarding")))?;
+    let index = sandbox::link_index(inside, tap)
         .await?
-        .ok_or_else(|| SandboxError::NoLink(TAP.into()))?;
+        .ok_or_else(|| SandboxError::NoLink(tap.into()))?;
     inside
         .link()
         .set(
-            LinkUnspec::new_with_index(tap)
+            LinkUnspec::new_with_index(index)
                 .controller(bridge)
                 .up()
                 .build(),
@@ -217,10 +230,9 @@ async fn guest_bridge(
         .execute()
         .await
         .map_err(|source| SandboxError::Netlink {
-            what: format!("putting {TAP} on {GUEST_BRIDGE}"),
+            what: format!("putting {tap} on its bridge"),
             source,
-        })?;
-    Ok((inside, bridge))
+        })
 }
 
 /// The DHCP server's socket: port 67 inside the Pod's namespace, on the guest bridge

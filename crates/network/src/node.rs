@@ -55,6 +55,15 @@ pub fn pod_names(node: &str, key: &str) -> (String, String) {
     (format!("vp-{hash:016x}"), format!("vh{:012x}", hash >> 16))
 }
 
+/// The host end of a Pod's secondary interface `number` (`net{number}` inside).
+pub fn secondary_veth(node: &str, key: &str, number: usize) -> String {
+    let hash = stable_hash(&[node, key]);
+    format!("vs{:011x}{number}", hash >> 20)
+}
+
+/// The secondary interfaces a Pod may have (`net1` … `net9`).
+pub const MAX_SECONDARIES: usize = 9;
+
 /// The rules of the node itself, in a table of the node's own: what leaves the cluster
 /// CIDR masqueraded, and TCP's segment size fitted to the route it takes (a Pod's
 /// 1500-byte frames do not fit a VXLAN tunnel's 1450).
@@ -80,7 +89,12 @@ pub fn node_ruleset(table: &str, cluster: Ipv4Net) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Binding {
     Masquerade(Masquerade),
-    Bridge { tap_owner: Option<(u32, u32)> },
+    Bridge {
+        tap_owner: Option<(u32, u32)>,
+    },
+    /// No guest interface on the pod network (a VMI on secondary networks only): the
+    /// Pod still has its `eth0` and address, as every Pod does.
+    Unused,
 }
 
 /// A Pod as the node made it.
@@ -175,6 +189,7 @@ impl NodeNetwork {
                 Binding::Bridge { tap_owner } => {
                     masquerade::wire_bridge(&netns, *tap_owner).await?
                 }
+                Binding::Unused => {}
             }
             Ok::<_, SandboxError>(netns)
         }
@@ -188,6 +203,26 @@ impl NodeNetwork {
                 Err(e.into())
             }
         }
+    }
+
+    /// Attaches the Pod `key` (made by `attach`) to a secondary network as interface
+    /// `net{number}`, with the guest's tap `tap{number}`.
+    pub async fn attach_secondary(
+        &self,
+        key: &str,
+        pod: &Pod,
+        number: usize,
+        attachment: crate::secondary::Attachment,
+        tap_owner: Option<(u32, u32)>,
+    ) -> Result<(), NodeNetworkError> {
+        let secondary = crate::secondary::Secondary {
+            number,
+            attachment,
+            host_veth: secondary_veth(&self.node, key, number),
+            tap_owner,
+        };
+        crate::secondary::attach(&self.host, &pod.netns, &secondary).await?;
+        Ok(())
     }
 
     /// The Pod `key`, when it holds an address and its namespace exists.
@@ -224,6 +259,9 @@ impl NodeNetwork {
             server.abort();
         }
         let (netns, host_veth) = pod_names(&self.node, key);
+        for number in 1..=MAX_SECONDARIES {
+            crate::secondary::detach(&self.host, &secondary_veth(&self.node, key, number)).await?;
+        }
         sandbox::detach(&self.host, &netns, &host_veth).await?;
         self.ipam.release(key)?;
         Ok(())
@@ -247,6 +285,9 @@ mod tests {
         );
         assert_ne!(ns, pod_names("node-b", "default/vm1").0);
         assert_ne!(veth, pod_names("node-a", "default/vm2").1);
+        let secondary = secondary_veth("node-a", "default/vm1", MAX_SECONDARIES);
+        assert!(secondary.len() <= 15, "{secondary}");
+        assert_ne!(secondary, secondary_veth("node-a", "default/vm1", 1));
     }
 
     #[test]

@@ -174,6 +174,14 @@ pub async fn ensure_bridge(
     name: &str,
     gateway: Ipv4Net,
 ) -> Result<u32, SandboxError> {
+    let index = bridge_up(host, name).await?;
+    remove_other_addresses(host, index, gateway).await?;
+    ensure_address(host, index, gateway).await?;
+    Ok(index)
+}
+
+/// The bridge `name`, made if missing, up; its addresses as they are.
+pub(crate) async fn bridge_up(host: &Handle, name: &str) -> Result<u32, SandboxError> {
     let index = match link_index(host, name).await? {
         Some(index) => index,
         None => {
@@ -185,8 +193,6 @@ pub async fn ensure_bridge(
             require_link(host, name).await?
         }
     };
-    remove_other_addresses(host, index, gateway).await?;
-    ensure_address(host, index, gateway).await?;
     host.link()
         .set(LinkUnspec::new_with_index(index).up().build())
         .execute()
@@ -209,23 +215,42 @@ pub struct PodLink {
     pub bridge: String,
 }
 
-impl PodLink {
-    /// The name the Pod's end has in the host namespace, before it moves.
-    fn moving_name(&self) -> String {
-        let mut name = format!("{}p", self.host_veth);
-        name.truncate(15);
-        name
-    }
-}
-
 /// Makes the Pod's sandbox (again, if part of it is there): its namespace, `eth0` there
 /// with the Pod's address and default route, its host end on the bridge.
 pub async fn attach(host: &Handle, link: &PodLink) -> Result<NetNs, SandboxError> {
     let ns = NetNs::create(&link.netns)
         .map_err(io_failed(format!("creating namespace {}", link.netns)))?;
-    // A pair from an attempt that died halfway: start again from nothing.
-    for stale in [link.host_veth.clone(), link.moving_name()] {
-        if let Some(index) = link_index(host, &stale).await? {
+    let inside =
+        netns::netlink(Some(&ns)).map_err(io_failed(format!("netlink in {}", link.netns)))?;
+    let eth0 = veth_into(
+        host,
+        &ns,
+        &inside,
+        &link.host_veth,
+        POD_INTERFACE,
+        &link.bridge,
+    )
+    .await?;
+    configure_inside(&inside, link, eth0).await?;
+    Ok(ns)
+}
+
+/// A veth pair from the host's `bridge` into `ns` (whose netlink handle is `inside`):
+/// the host end `host_veth` up on the bridge, the other end named `name` in the
+/// namespace (down, no address). A pair left by an attempt that died halfway is made
+/// anew. Returns the index of the end inside.
+pub(crate) async fn veth_into(
+    host: &Handle,
+    ns: &NetNs,
+    inside: &Handle,
+    host_veth: &str,
+    name: &str,
+    bridge: &str,
+) -> Result<u32, SandboxError> {
+    let mut moving = format!("{host_veth}p");
+    moving.truncate(15);
+    for stale in [host_veth, moving.as_str()] {
+        if let Some(index) = link_index(host, stale).await? {
             host.link()
                 .del(index)
                 .execute()
@@ -233,41 +258,37 @@ pub async fn attach(host: &Handle, link: &PodLink) -> Result<NetNs, SandboxError
                 .map_err(netlink_failed(format!("removing stale {stale}")))?;
         }
     }
-    let inside =
-        netns::netlink(Some(&ns)).map_err(io_failed(format!("netlink in {}", link.netns)))?;
-    if let Some(index) = link_index(&inside, POD_INTERFACE).await? {
+    if let Some(index) = link_index(inside, name).await? {
         inside
             .link()
             .del(index)
             .execute()
             .await
-            .map_err(netlink_failed("removing a stale eth0"))?;
+            .map_err(netlink_failed(format!("removing a stale {name}")))?;
     }
-    let moving = link.moving_name();
+    let bridge_index = link_index(host, bridge)
+        .await?
+        .ok_or_else(|| SandboxError::NoLink(bridge.into()))?;
     host.link()
-        .add(LinkVeth::new(&link.host_veth, &moving).build())
+        .add(LinkVeth::new(host_veth, &moving).build())
         .execute()
         .await
-        .map_err(netlink_failed(format!("creating veth {}", link.host_veth)))?;
-    let bridge = require_link(host, &link.bridge).await?;
-    let host_end = require_link(host, &link.host_veth).await?;
+        .map_err(netlink_failed(format!("creating veth {host_veth}")))?;
+    let host_end = require_link(host, host_veth).await?;
     host.link()
         .set(
             LinkUnspec::new_with_index(host_end)
-                .controller(bridge)
+                .controller(bridge_index)
                 .up()
                 .build(),
         )
         .execute()
         .await
-        .map_err(netlink_failed(format!(
-            "putting {} on {}",
-            link.host_veth, link.bridge
-        )))?;
+        .map_err(netlink_failed(format!("putting {host_veth} on {bridge}")))?;
     let pod_end = require_link(host, &moving).await?;
     let ns_file = ns
         .open()
-        .map_err(io_failed(format!("opening {}", link.netns)))?;
+        .map_err(io_failed(format!("opening {}", ns.name())))?;
     host.link()
         .set(
             LinkUnspec::new_with_index(pod_end)
@@ -278,19 +299,25 @@ pub async fn attach(host: &Handle, link: &PodLink) -> Result<NetNs, SandboxError
         .await
         .map_err(netlink_failed(format!(
             "moving {moving} into {}",
-            link.netns
+            ns.name()
         )))?;
-    configure_inside(&inside, link, &moving).await?;
-    Ok(ns)
+    let index = require_link(inside, &moving).await?;
+    inside
+        .link()
+        .set(
+            LinkUnspec::new_with_index(index)
+                .name(name.to_string())
+                .build(),
+        )
+        .execute()
+        .await
+        .map_err(netlink_failed(format!("naming the Pod's end {name}")))?;
+    Ok(index)
 }
 
-/// Inside the namespace: `lo` up, the Pod's end named `eth0` with its address, up, and
-/// the default route through the gateway.
-async fn configure_inside(
-    inside: &Handle,
-    link: &PodLink,
-    moving: &str,
-) -> Result<(), SandboxError> {
+/// Inside the namespace: `lo` up, `eth0` with the Pod's address, up, and the default
+/// route through the gateway.
+async fn configure_inside(inside: &Handle, link: &PodLink, eth0: u32) -> Result<(), SandboxError> {
     let lo = require_link(inside, "lo").await?;
     inside
         .link()
@@ -298,13 +325,6 @@ async fn configure_inside(
         .execute()
         .await
         .map_err(netlink_failed("bringing lo up"))?;
-    let eth0 = require_link(inside, moving).await?;
-    inside
-        .link()
-        .set(LinkUnspec::new_with_index(eth0).name(POD_INTERFACE).build())
-        .execute()
-        .await
-        .map_err(netlink_failed("naming the Pod's end eth0"))?;
     ensure_address(inside, eth0, link.address).await?;
     inside
         .link()

@@ -44,6 +44,16 @@ pub enum SourceError {
         #[source]
         source: kube::Error,
     },
+    /// KubeVirt's words for a Multus network whose definition is missing.
+    #[error("failed to locate network attachment definition {namespace}/{name}")]
+    MissingNetwork { namespace: String, name: String },
+    #[error("reading network attachment definition {namespace}/{name}: {source}")]
+    NetworkApi {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("reading persistentvolumeclaim {name:?}: {source}")]
     ClaimApi {
         name: String,
@@ -137,6 +147,50 @@ pub struct VolumeSources {
     claims: HashMap<String, Claim>,
     /// Whether each existing claim is ReadWriteMany (a disk several nodes may open).
     shared: HashMap<String, bool>,
+    /// The CNI configuration of each Multus network, by the VMI's network name (`Null`
+    /// when the definition has none).
+    networks: HashMap<String, Value>,
+}
+
+/// The NetworkAttachmentDefinitions of the VMI's Multus networks, by network name.
+async fn read_networks(
+    client: &Client,
+    vmi: &VirtualMachineInstance,
+) -> Result<HashMap<String, Value>, SourceError> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("k8s.cni.cncf.io", "v1", "NetworkAttachmentDefinition"),
+        "network-attachment-definitions",
+    );
+    let mut networks = HashMap::new();
+    for network in vmi.spec.networks() {
+        let Some(reference) = &network.multus else {
+            continue;
+        };
+        let (namespace, name) = reference
+            .split_once('/')
+            .unwrap_or((vmi.namespace(), reference.as_str()));
+        let api = Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &resource);
+        let found = api
+            .get_opt(name)
+            .await
+            .map_err(|source| SourceError::NetworkApi {
+                namespace: namespace.into(),
+                name: name.into(),
+                source,
+            })?
+            .ok_or_else(|| SourceError::MissingNetwork {
+                namespace: namespace.into(),
+                name: name.into(),
+            })?;
+        let config = found
+            .data
+            .pointer("/spec/config")
+            .and_then(Value::as_str)
+            .and_then(|c| serde_json::from_str(c).ok())
+            .unwrap_or(Value::Null);
+        networks.insert(network.name.clone(), config);
+    }
+    Ok(networks)
 }
 
 impl VolumeSources {
@@ -204,17 +258,24 @@ impl VolumeSources {
             }
             claims.insert(name, claim_state(claim.as_ref()));
         }
+        let networks = read_networks(client, vmi).await?;
         Ok(VolumeSources {
             objects,
             pull_secret_types,
             claims,
             shared,
+            networks,
         })
     }
 
     /// What the API said about a claim (`Missing` for one that was not asked about).
     pub fn claim(&self, name: &str) -> &Claim {
         self.claims.get(name).unwrap_or(&Claim::Missing)
+    }
+
+    /// The CNI configuration of the VMI's Multus network `network` (`Null`: none given).
+    pub fn network(&self, network: &str) -> Option<&Value> {
+        self.networks.get(network)
     }
 
     /// Whether a claim is ReadWriteMany; `None` when it was not found.
@@ -233,6 +294,7 @@ impl VolumeSources {
             pull_secret_types: HashMap::new(),
             claims: HashMap::new(),
             shared: HashMap::new(),
+            networks: HashMap::new(),
         }
     }
 
@@ -295,9 +357,17 @@ pub(crate) async fn read_sources(
                 message: e.to_string(),
             }));
         }
-        Err(SourceError::Api { source, .. } | SourceError::ClaimApi { source, .. }) => {
-            return Err(source)
+        Err(e @ SourceError::MissingNetwork { .. }) => {
+            return Ok(Err(SourcesUnusable::Missing {
+                reason: "FailedCreate",
+                message: e.to_string(),
+            }));
         }
+        Err(
+            SourceError::Api { source, .. }
+            | SourceError::ClaimApi { source, .. }
+            | SourceError::NetworkApi { source, .. },
+        ) => return Err(source),
     };
     Ok(crate::sysprep::check(vmi, &sources)
         .map(|()| sources)

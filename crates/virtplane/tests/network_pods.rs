@@ -51,15 +51,29 @@ struct Lan {
     forwarding: Option<String>,
 }
 
+/// Which test a Lan is for.
+#[derive(Clone, Copy)]
+enum Tag {
+    Pods,
+    Routed,
+    House,
+}
+
 impl Lan {
-    fn create(hosts: usize, routed: bool) -> Result<Lan, String> {
+    /// Hosts on one LAN (`routed`: each on its own network); `tag` tells apart the
+    /// names and networks of the Lans of one test process.
+    fn create(hosts: usize, routed: bool, tag: Tag) -> Result<Lan, String> {
         let pid = std::process::id();
-        let tag = if routed { "r" } else { "l" };
+        let (tag, lan_octet) = match tag {
+            Tag::Pods => ("l", 250),
+            Tag::Routed => ("r", 0),
+            Tag::House => ("h", 249),
+        };
         let mut lan = Lan {
             bridge: None,
             prefixes: (0..hosts)
                 .map(|i| {
-                    let second = if routed { 251 + i } else { 250 };
+                    let second = if routed { 251 + i } else { lan_octet };
                     format!("10.{second}.{}", pid % 250)
                 })
                 .collect(),
@@ -74,7 +88,7 @@ impl Lan {
             std::fs::write(setting, "1").map_err(|e| format!("{setting}: {e}"))?;
             lan.forwarding = Some(before);
         } else {
-            let bridge = format!("vplan{}", pid % 100_000);
+            let bridge = format!("vplan{tag}{}", pid % 100_000);
             ip(&["link", "add", &bridge, "type", "bridge"])?;
             lan.bridge = Some(bridge.clone());
             ip(&[
@@ -172,10 +186,10 @@ fn required() -> bool {
 }
 
 /// The LAN, or `None` after saying loudly why not (a panic under CI).
-fn lan_or_skip(test: &str, routed: bool) -> Option<Lan> {
+fn lan_or_skip(test: &str, routed: bool, tag: Tag) -> Option<Lan> {
     let nft = Command::new("nft").arg("--version").output();
     let made = match nft {
-        Ok(out) if out.status.success() => Lan::create(2, routed),
+        Ok(out) if out.status.success() => Lan::create(2, routed, tag),
         _ => Err("nft (Debian's nftables) does not run".into()),
     };
     match made {
@@ -349,7 +363,7 @@ fn web_vm(g: &Guests, registry: &str, name: &str, node: &str) -> Value {
 async fn guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips() {
     let Some(g) = guests() else { return };
     let test = "guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips";
-    let Some(mut lan) = lan_or_skip(test, false) else {
+    let Some(mut lan) = lan_or_skip(test, false, Tag::Pods) else {
         return;
     };
     let pid = std::process::id();
@@ -939,7 +953,7 @@ async fn guests_on_two_nodes_reach_each_other_and_are_reached_at_their_pod_ips()
 async fn guests_on_nodes_without_a_shared_link_reach_each_other_over_vxlan() {
     let Some(g) = guests() else { return };
     let test = "guests_on_nodes_without_a_shared_link_reach_each_other_over_vxlan";
-    let Some(mut lan) = lan_or_skip(test, true) else {
+    let Some(mut lan) = lan_or_skip(test, true, Tag::Routed) else {
         return;
     };
     let cluster_cidr = format!("10.{}.0.0/16", 30 + std::process::id() % 50);
@@ -989,5 +1003,296 @@ async fn guests_on_nodes_without_a_shared_link_reach_each_other_over_vxlan() {
     reaches(&env, "far-b", &addresses[0], "far-a").await;
     for vm_name in vms {
         env.delete_vm(vm_name).await;
+    }
+}
+
+/// A LAN beside the cluster (a house network): a namespace with a bridge holding
+/// `.1` of `192.168.N.0/24` and dnsmasq serving DHCP on it, and on each host a bridge
+/// `brlan` joined to it, as each host's NIC would be. Removed on drop.
+struct HouseLan {
+    netns: String,
+    prefix: String,
+    dnsmasq: std::process::Child,
+    _leases: tempfile::TempDir,
+}
+
+impl HouseLan {
+    fn create(lan: &Lan) -> Result<HouseLan, String> {
+        let pid = std::process::id();
+        let netns = format!("vphouse-{pid}");
+        let prefix = format!("192.168.{}", 100 + pid % 100);
+        ip(&["netns", "add", &netns])?;
+        ip(&["-n", &netns, "link", "add", "house0", "type", "bridge"])?;
+        ip(&[
+            "-n",
+            &netns,
+            "addr",
+            "add",
+            &format!("{prefix}.1/24"),
+            "dev",
+            "house0",
+        ])?;
+        ip(&["-n", &netns, "link", "set", "house0", "up"])?;
+        for (i, host) in lan.hosts.iter().enumerate() {
+            ip(&["-n", host, "link", "add", "brlan", "type", "bridge"])?;
+            ip(&["-n", host, "link", "set", "brlan", "up"])?;
+            let (here, there) = (format!("uplink{i}"), format!("port{i}"));
+            ip(&[
+                "-n", host, "link", "add", &here, "type", "veth", "peer", "name", &there, "netns",
+                &netns,
+            ])?;
+            ip(&["-n", host, "link", "set", &here, "master", "brlan", "up"])?;
+            ip(&[
+                "-n", &netns, "link", "set", &there, "master", "house0", "up",
+            ])?;
+        }
+        let leases = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let dnsmasq = Command::new("ip")
+            .args(["netns", "exec", &netns, "dnsmasq", "--keep-in-foreground"])
+            .args([
+                "--no-resolv",
+                "--no-hosts",
+                "--port=0",
+                "--interface=house0",
+            ])
+            .arg("--bind-interfaces")
+            .arg(format!("--dhcp-range={prefix}.100,{prefix}.150,1h"))
+            .arg(format!(
+                "--dhcp-leasefile={}",
+                leases.path().join("leases").display()
+            ))
+            .arg(format!(
+                "--pid-file={}",
+                leases.path().join("pid").display()
+            ))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("dnsmasq: {e}"))?;
+        Ok(HouseLan {
+            netns,
+            prefix,
+            dnsmasq,
+            _leases: leases,
+        })
+    }
+
+    /// What `address:port` answers from the house LAN, or `None`.
+    fn hello(&self, address: &str, port: u16) -> Option<String> {
+        use std::io::{Read, Write};
+        let to: std::net::SocketAddr = format!("{address}:{port}").parse().ok()?;
+        let answer = network::netns::NetNs::named(&self.netns)
+            .run(move || -> std::io::Result<String> {
+                let mut stream = std::net::TcpStream::connect_timeout(&to, Duration::from_secs(3))?;
+                stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+                stream.write_all(b"\n")?;
+                let mut text = String::new();
+                stream.read_to_string(&mut text)?;
+                Ok(text)
+            })
+            .ok()?
+            .ok()?;
+        Some(answer.trim().to_string())
+    }
+}
+
+impl Drop for HouseLan {
+    fn drop(&mut self) {
+        let _ = self.dnsmasq.kill();
+        let _ = self.dnsmasq.wait();
+        let _ = ip(&["netns", "del", &self.netns]);
+    }
+}
+
+/// The address the guest's serial console says `ifc` took, once it says so.
+async fn guest_address(env: &Env, vm: &str, ifc: &str, within: Duration) -> String {
+    let said = format!("virtplane-guest: ip {ifc} ");
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(line) = env.guest_lines(vm).iter().find(|l| l.starts_with(&said)) {
+            return line[said.len()..].trim().to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{vm} never said which address {ifc} took: {:?}",
+            env.guest_lines(vm)
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// A guest on a LAN beside the cluster, through a NetworkAttachmentDefinition of the
+/// CNI bridge plugin (KubeVirt's `multus` network with the `bridge` binding): it takes
+/// its address from the LAN's own DHCP server (dnsmasq), answers there, keeps it across
+/// a live migration to the other node (which has the bridge too), and what cannot be
+/// attached says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_on_a_lan_bridge_takes_the_lans_lease_and_keeps_it_across_a_migration() {
+    let Some(g) = guests() else { return };
+    let test = "a_guest_on_a_lan_bridge_takes_the_lans_lease_and_keeps_it_across_a_migration";
+    let dnsmasq = Command::new("dnsmasq").arg("--version").output();
+    if !dnsmasq.is_ok_and(|o| o.status.success()) {
+        if required() {
+            panic!("{test}: dnsmasq (Debian's dnsmasq-base) does not run, and CI or VIRTPLANE_REQUIRE_QEMU is set");
+        }
+        eprintln!("SKIPPED: {test}: dnsmasq (Debian's dnsmasq-base) does not run");
+        return;
+    }
+    let Some(mut lan) = lan_or_skip(test, false, Tag::House) else {
+        return;
+    };
+    let house = HouseLan::create(&lan).expect("the house LAN");
+    let cluster_cidr = format!("10.{}.0.0/16", 80 + std::process::id() % 15);
+    let Cluster {
+        server,
+        registry,
+        names,
+        agents,
+        host_disks,
+        env,
+        ..
+    } = Cluster::start(g, &mut lan, &cluster_cidr, "lan").await;
+
+    // Kube's validation of a NetworkAttachmentDefinition's CNI configuration.
+    let nads = "/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions";
+    let broken = env
+        .api
+        .post(
+            nads,
+            &json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+                    "metadata": {"name": "broken"}, "spec": {"config": "{\"type\": "}}),
+        )
+        .await;
+    assert_eq!(broken.status, 422, "{}", broken.text);
+    assert!(broken.text.contains("spec.config"), "{}", broken.text);
+    for (name, bridge) in [("lan", "brlan"), ("nowhere", "brnone")] {
+        let config = json!({"cniVersion": "0.3.1", "type": "bridge", "bridge": bridge});
+        env.api
+            .create(
+                nads,
+                &json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+                        "metadata": {"name": name}, "spec": {"config": config.to_string()}}),
+            )
+            .await;
+    }
+
+    let on_lan = |vm_name: &str, network: &str| {
+        let mut vm = web_vm(g, &registry, vm_name, &names[0]);
+        let spec = &mut vm["spec"]["template"]["spec"];
+        spec["domain"]["devices"]["interfaces"] = json!([
+            {"name": "default", "masquerade": {}},
+            {"name": "house", "bridge": {}, "macAddress": "02:5a:00:00:00:01"}
+        ]);
+        spec["networks"] = json!([
+            {"name": "default", "pod": {}},
+            {"name": "house", "multus": {"networkName": network}}
+        ]);
+        vm
+    };
+    for name in &names {
+        for vm in ["lanvm", "lost", "nobridge"] {
+            let key = format!("{}/{vm}", qemu::NS);
+            lan.pods.push(network::node::pod_names(name, &key).0);
+        }
+    }
+    // Free to move: on whichever node, then to the other.
+    let mut movable = on_lan("lanvm", "lan");
+    movable["spec"]["template"]["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("nodeSelector");
+    env.create_vm(&movable).await;
+    env.create_vm(&on_lan("lost", "default/nope")).await;
+    env.create_vm(&on_lan("nobridge", "nowhere")).await;
+
+    // A network whose definition is missing, or whose bridge this node lacks: said so.
+    for (vm, words) in [
+        (
+            "lost",
+            "failed to locate network attachment definition default/nope",
+        ),
+        ("nobridge", "brnone"),
+    ] {
+        env.api
+            .eventually(
+                &format!("/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances/{vm}"),
+                Duration::from_secs(60),
+                |r| r.body["status"].to_string().contains(words),
+            )
+            .await;
+    }
+    let (half_made, _) = network::node::pod_names(&names[0], &format!("{}/nobridge", qemu::NS));
+    assert!(
+        !std::path::Path::new("/run/netns").join(&half_made).exists(),
+        "the Pod of a VMI whose network could not be attached is left"
+    );
+
+    let vmi = env.wait_running("lanvm").await;
+    let from = names
+        .iter()
+        .position(|n| vmi["status"]["nodeName"] == n.as_str())
+        .expect("lanvm on one of the nodes");
+    let to = 1 - from;
+    let on_a = Env::new(&server.url, server.data_dir(), host_disks.path()).on_node(&agents[from]);
+    let address = guest_address(&on_a, "lanvm", "eth1", BOOT).await;
+    assert!(
+        address.starts_with(&format!("{}.", house.prefix)),
+        "eth1 took {address}, not an address of the house LAN"
+    );
+    on_a.wait_guest_line("lanvm", "virtplane-guest: serve 8080", BOOT)
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while house.hello(&address, 8080).as_deref() != Some("hello from lanvm") {
+        assert!(
+            Instant::now() < deadline,
+            "lanvm does not answer at {address} on the house LAN"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let vmi = env.wait_running("lanvm").await;
+    assert_eq!(vmi["status"]["interfaces"][1]["mac"], "02:5a:00:00:00:01");
+
+    // Live-migrated to the other node, which has the bridge too: same MAC, same address.
+    env.api
+        .create(
+            "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstancemigrations",
+            &json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                    "metadata": {"name": "lanvm-move"}, "spec": {"vmiName": "lanvm"}}),
+        )
+        .await;
+    let deadline = Instant::now() + BOOT;
+    loop {
+        let vmi = env
+            .api
+            .get("/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances/lanvm")
+            .await
+            .body;
+        if vmi["status"]["nodeName"] == names[to].as_str()
+            && vmi["status"]["migrationState"]["completed"] == true
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            let migration = env
+                .api
+                .get("/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstancemigrations/lanvm-move")
+                .await;
+            panic!(
+                "lanvm did not move: VMI status {}\nmigration {}",
+                vmi["status"], migration.text
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while house.hello(&address, 8080).as_deref() != Some("hello from lanvm") {
+        assert!(
+            Instant::now() < deadline,
+            "after its migration lanvm does not answer at {address} on the house LAN"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for vm in ["lanvm", "lost", "nobridge"] {
+        env.delete_vm(vm).await;
     }
 }

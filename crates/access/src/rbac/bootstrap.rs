@@ -730,6 +730,12 @@ fn node_role() -> Value {
                 &["discovery.k8s.io"],
                 &["endpointslices"],
             ),
+            // The secondary networks its VMIs name (Multus reads them as the node).
+            rule(
+                &["get", "list", "watch"],
+                &["k8s.cni.cncf.io"],
+                &["network-attachment-definitions"],
+            ),
         ],
     )
 }

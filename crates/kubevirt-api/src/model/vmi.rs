@@ -100,6 +100,16 @@ impl VmiSpec {
     pub fn on_pod_network(&self, name: &str) -> bool {
         self.networks().iter().any(|n| n.name == name && n.pod)
     }
+
+    /// The number of the Multus network `name` among the VMI's Multus networks, from 1:
+    /// its interface in the Pod is `net{number}`, as Multus names them.
+    pub fn multus_number(&self, name: &str) -> Option<usize> {
+        self.networks()
+            .iter()
+            .filter(|n| n.multus.is_some())
+            .position(|n| n.name == name)
+            .map(|i| i + 1)
+    }
 }
 
 /// `startStrategy` of a guest that starts paused.

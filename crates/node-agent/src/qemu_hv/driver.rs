@@ -381,10 +381,15 @@ impl Driver {
                     .pod
                     .as_ref()
                     .filter(|_| vmi.spec.on_pod_network(&iface.name));
-                let ip = on_pod.map_or_else(
-                    || self.config.node_address.clone(),
-                    |pod| pod.address.to_string(),
-                );
+                // A Multus network's address is the LAN's to give: unknown here.
+                let ip = if vmi.spec.multus_number(&iface.name).is_some() {
+                    String::new()
+                } else {
+                    on_pod.map_or_else(
+                        || self.config.node_address.clone(),
+                        |pod| pod.address.to_string(),
+                    )
+                };
                 (iface.name.clone(), mac, ip)
             })
             .collect();

@@ -10,12 +10,14 @@ use kubevirt_api::model::VirtualMachineInstance;
 use network::dhcp::{self, Lease};
 use network::masquerade::{self, Masquerade, Protocol};
 use network::node::Pod;
+use network::secondary::Attachment;
 
 use super::driver::Driver;
 use super::machine::mac_for;
 use super::start_failed;
 use crate::hypervisor::Started;
 use crate::pod_network::{pod_key, Ready};
+use crate::volume_sources::VolumeSources;
 
 /// How long a start waits for the node's pod network to be set up (node IPAM hands
 /// out the Node's subnet within moments of its registration).
@@ -28,6 +30,30 @@ fn pod_interface(vmi: &VirtualMachineInstance) -> Option<(usize, &Interface)> {
         .iter()
         .enumerate()
         .find(|(_, iface)| vmi.spec.on_pod_network(&iface.name))
+}
+
+/// The ports of a masquerade interface that reach the guest (none listed: every port).
+fn forwarded_ports(iface: &Interface) -> Vec<(Protocol, u16)> {
+    iface
+        .ports
+        .iter()
+        .map(|p| {
+            let protocol = if p.protocol.eq_ignore_ascii_case("udp") {
+                Protocol::Udp
+            } else {
+                Protocol::Tcp
+            };
+            (protocol, p.port)
+        })
+        .collect()
+}
+
+/// The VMI's interfaces on Multus networks, with their numbers (`net{number}`).
+fn secondary_interfaces(vmi: &VirtualMachineInstance) -> impl Iterator<Item = (usize, &Interface)> {
+    vmi.spec
+        .interfaces()
+        .iter()
+        .filter_map(|iface| Some((vmi.spec.multus_number(&iface.name)?, iface)))
 }
 
 /// The lease the guest of `vmi` gets: KubeVirt's masquerade address (with the bridge
@@ -82,7 +108,7 @@ impl Driver {
         let Some(slot) = self.config.pod_network.clone() else {
             return Ok(None);
         };
-        if pod_interface(vmi).is_none() {
+        if pod_interface(vmi).is_none() && secondary_interfaces(vmi).next().is_none() {
             return Ok(None);
         }
         slot.wait(NETWORK_WAIT).await.map(Some).ok_or_else(|| {
@@ -101,53 +127,96 @@ impl Driver {
     pub(super) async fn attach_pod(
         &mut self,
         vmi: &VirtualMachineInstance,
+        sources: &VolumeSources,
     ) -> Result<Option<Pod>, Started> {
         let Some(ready) = self.pod_network_for(vmi).await? else {
             return Ok(None);
         };
-        let (index, iface) = pod_interface(vmi).expect("checked by pod_network_for");
-        if !matches!(iface.binding, Binding::Masquerade | Binding::Bridge) {
-            return Err(start_failed(
-                "FailedCreate",
-                format!(
-                    "interface {}: only the masquerade and bridge bindings are available on the pod network of virtplane nodes",
-                    iface.name
-                ),
-            ));
-        }
-        let ports = iface
-            .ports
-            .iter()
-            .map(|p| {
-                let protocol = if p.protocol.eq_ignore_ascii_case("udp") {
-                    Protocol::Udp
-                } else {
-                    Protocol::Tcp
-                };
-                (protocol, p.port)
-            })
-            .collect();
         let tap_owner = self
             .qemu_uid(vmi)
             .map_err(|e| start_failed("FailedCreate", e))?
             .map(|uid| (uid, uid));
-        let key = pod_key(vmi.namespace(), &vmi.name_any());
-        let binding = match iface.binding {
-            Binding::Bridge => network::node::Binding::Bridge { tap_owner },
-            _ => network::node::Binding::Masquerade(Masquerade { ports, tap_owner }),
+        let primary = pod_interface(vmi);
+        let binding = match primary.map(|(_, iface)| iface) {
+            None => network::node::Binding::Unused,
+            Some(iface) if iface.binding == Binding::Bridge => {
+                network::node::Binding::Bridge { tap_owner }
+            }
+            Some(iface) if iface.binding == Binding::Masquerade => {
+                network::node::Binding::Masquerade(Masquerade {
+                    ports: forwarded_ports(iface),
+                    tap_owner,
+                })
+            }
+            Some(iface) => {
+                return Err(start_failed(
+                    "FailedCreate",
+                    format!(
+                        "interface {}: only the masquerade and bridge bindings are available on the pod network of virtplane nodes",
+                        iface.name
+                    ),
+                ))
+            }
         };
-        let pod = ready.network.attach(&key, &binding).await.map_err(|e| {
-            start_failed(
-                "FailedCreate",
-                format!(
-                    "interface {}: attaching to the pod network: {e}",
-                    iface.name
-                ),
-            )
-        })?;
-        self.serve_guest_dhcp(vmi, &ready, index, iface, &pod)?;
+        let key = pod_key(vmi.namespace(), &vmi.name_any());
+        let attaching = |what: &str, e: &dyn std::fmt::Display| {
+            start_failed("FailedCreate", format!("{what}: {e}"))
+        };
+        let pod = ready
+            .network
+            .attach(&key, &binding)
+            .await
+            .map_err(|e| attaching("attaching to the pod network", &e))?;
+        if let Err(failure) = self
+            .attach_secondaries(vmi, sources, &ready, &pod, tap_owner)
+            .await
+        {
+            // Never a half-made Pod: what the primary made goes too.
+            if let Err(e) = ready.network.detach(&key).await {
+                tracing::warn!("taking down the half-made Pod {key}: {e}");
+            }
+            return Err(failure);
+        }
+        if let Some((index, iface)) = primary {
+            self.serve_guest_dhcp(vmi, &ready, index, iface, &pod)?;
+        }
         self.pod = Some(pod.clone());
         Ok(Some(pod))
+    }
+
+    /// Attaches the Pod to the NetworkAttachmentDefinitions of the VMI's Multus networks.
+    async fn attach_secondaries(
+        &self,
+        vmi: &VirtualMachineInstance,
+        sources: &VolumeSources,
+        ready: &Ready,
+        pod: &Pod,
+        tap_owner: Option<(u32, u32)>,
+    ) -> Result<(), Started> {
+        let key = pod_key(vmi.namespace(), &vmi.name_any());
+        for (number, iface) in secondary_interfaces(vmi) {
+            let failed = |e: &dyn std::fmt::Display| {
+                start_failed(
+                    "FailedCreate",
+                    format!("interface {}: network {}: {e}", iface.name, iface.name),
+                )
+            };
+            if iface.binding != Binding::Bridge {
+                return Err(failed(
+                    &"only the bridge binding is available on Multus networks of virtplane nodes",
+                ));
+            }
+            let config = sources
+                .network(&iface.name)
+                .unwrap_or(&serde_json::Value::Null);
+            let attachment = Attachment::from_config(config).map_err(|e| failed(&e))?;
+            ready
+                .network
+                .attach_secondary(&key, pod, number, attachment, tap_owner)
+                .await
+                .map_err(|e| failed(&e))?;
+        }
+        Ok(())
     }
 
     fn serve_guest_dhcp(

@@ -76,7 +76,7 @@ impl Driver {
             .checked_dir(vmi)
             .map_err(|e| start_failed("FailedCreate", e))?;
         let readied = self.ready(vmi, sources).await?;
-        let pod = self.attach_pod(vmi).await?;
+        let pod = self.attach_pod(vmi, sources).await?;
         let host = Host {
             accel: self.config.accel,
             address: &self.config.node_address,
@@ -323,7 +323,16 @@ fn machine_nics(
     for (index, iface) in spec.interfaces().iter().enumerate() {
         let name = iface.name.clone();
         let bridge_here = iface.binding == Binding::Bridge && host.pod_network;
-        if (iface.binding == Binding::Bridge && !bridge_here) || !spec.on_pod_network(&name) {
+        let secondary = spec.multus_number(&name);
+        if secondary.is_some() && !bridge_here {
+            return Err(start_failed(
+                "FailedCreate",
+                format!("interface {name}: a Multus network takes the bridge binding on a node that runs Pods (--pod-network pod)"),
+            ));
+        }
+        if secondary.is_none()
+            && ((iface.binding == Binding::Bridge && !bridge_here) || !spec.on_pod_network(&name))
+        {
             return Err(start_failed(
                     "FailedCreate",
                     format!("interface {name}: only the masquerade binding on the pod network is available on virtplane nodes (bridge needs host taps, which this node does not create)"),
@@ -335,7 +344,11 @@ fn machine_nics(
                 format!("interface {name}: model {} is not available", iface.model),
             ));
         };
-        let backend = if host.pod_network {
+        let backend = if let Some(number) = secondary {
+            NicBackend::Tap {
+                ifname: format!("tap{number}"),
+            }
+        } else if host.pod_network {
             NicBackend::Tap {
                 ifname: network::masquerade::TAP.into(),
             }
