@@ -3,6 +3,7 @@ server-side), replace, patch, label, annotate, edit, diff, delete and wait — c
 what kubectl prints, its exit code, and the object the server then holds."""
 
 import json
+import pathlib
 import re
 import stat
 import time
@@ -554,3 +555,19 @@ def test_wait_for_create_force_delete_and_replace_force(server, kubectl):
     assert r.out == 'virtualmachine.kubevirt.io "later" force deleted\n'
     assert r.err.startswith("Warning: Immediate deletion does not wait for confirmation")
     wait_until(lambda: server.vm("later") is None, what="vm later to be gone")
+
+
+# --- the README's examples ---------------------------------------------------------------
+
+EXAMPLES = pathlib.Path(__file__).parents[2] / "examples"
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
+def test_examples_apply(server, kubectl, example):
+    """Every manifest in examples/ is accepted as written (a server-side dry run: admitted,
+    defaulted and validated, nothing stored); the migration names a VMI that is not there."""
+    r = kubectl("apply", "-f", str(EXAMPLES / example), "--dry-run=server")
+    if example == "migration.yaml":
+        assert 'the VMI "default/guest" does not exist' in r.failed().err
+    else:
+        assert "(server dry run)" in r.ok().out
