@@ -18,6 +18,7 @@ mod kubevirt;
 pub mod limits;
 pub mod negotiate;
 pub mod network_attachments;
+pub mod network_policies;
 pub mod object;
 mod openapi;
 mod options;
@@ -177,6 +178,9 @@ fn components() -> Map<String, Value> {
     if let Value::Object(attachments) = network_attachments::schemas() {
         all.extend(attachments);
     }
+    if let Value::Object(policies) = network_policies::schemas() {
+        all.extend(policies);
+    }
     all
 }
 
@@ -213,10 +217,17 @@ fn registrations(
         &endpoint_slices::ENDPOINT_SLICE,
         Box::new(endpoint_slices::EndpointSliceHooks),
     );
+    let policy: (
+        &'static apimachinery::resource::ResourceInfo,
+        Box<dyn registry::ResourceHooks>,
+    ) = (
+        &network_policies::NETWORK_POLICY,
+        Box::new(network_policies::NetworkPolicyHooks),
+    );
     for (info, hooks) in core::registrations(service_cidr)
         .into_iter()
         .chain(rbac::kinds::registrations())
-        .chain([csr, lease, slice])
+        .chain([csr, lease, slice, policy])
     {
         out.push(Registration {
             info,

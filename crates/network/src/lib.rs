@@ -11,6 +11,7 @@ pub mod netns;
 pub mod nft;
 pub mod node;
 pub mod plan;
+pub mod policy;
 pub mod routes;
 pub mod sandbox;
 pub mod secondary;

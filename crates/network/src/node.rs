@@ -137,6 +137,13 @@ impl NodeNetwork {
                 source,
             }
         })?;
+        // Pod-to-Pod traffic on the bridge passes the IP hooks too (conntrack, Service
+        // replies, NetworkPolicy), as kube-proxy and every bridge CNI need.
+        if let Err(e) = std::fs::write("/proc/sys/net/bridge/bridge-nf-call-iptables", "1") {
+            tracing::warn!(
+                "node {node}: bridged traffic bypasses nftables (bridge-nf-call-iptables: {e}): NetworkPolicies do not hold between Pods of this node"
+            );
+        }
         crate::nft::apply_blocking(None, node_ruleset(&bridge, cluster)).await?;
         tracing::info!("node {node}: Pods on {subnet}, bridge {bridge}");
         Ok(NodeNetwork {

@@ -11,6 +11,7 @@ pub mod host_paths;
 pub mod host_tools;
 pub mod hypervisor;
 mod migration;
+mod network_policy;
 mod node;
 pub mod pod_network;
 pub mod qemu_hv;
@@ -77,7 +78,8 @@ pub async fn run(
     }
     if let Some(slot) = hypervisor.pod_network() {
         tokio::spawn(pod_network::run(client.clone(), slot.clone()));
-        tokio::spawn(service_proxy::run(client.clone(), slot));
+        tokio::spawn(service_proxy::run(client.clone(), slot.clone()));
+        tokio::spawn(network_policy::run(client.clone(), slot));
     }
     vmi::run(client, config.nodes, hypervisor).await;
     Ok(())

@@ -128,7 +128,7 @@ pub fn table(ready: &Ready) -> String {
 }
 
 /// A cache of every object of `K`, with `changed` notified on each event.
-fn cache<K>(
+pub(crate) fn cache<K>(
     client: &kube::Client,
     changed: Arc<Notify>,
     synced: Arc<Notify>,

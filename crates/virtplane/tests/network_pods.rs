@@ -10,6 +10,7 @@
 mod qemu;
 mod support;
 
+use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -57,6 +58,7 @@ enum Tag {
     Pods,
     Routed,
     House,
+    Policy,
 }
 
 impl Lan {
@@ -68,6 +70,7 @@ impl Lan {
             Tag::Pods => ("l", 250),
             Tag::Routed => ("r", 0),
             Tag::House => ("h", 249),
+            Tag::Policy => ("p", 248),
         };
         let mut lan = Lan {
             bridge: None,
@@ -1294,5 +1297,165 @@ async fn a_guest_on_a_lan_bridge_takes_the_lans_lease_and_keeps_it_across_a_migr
     }
     for vm in ["lanvm", "lost", "nobridge"] {
         env.delete_vm(vm).await;
+    }
+}
+
+/// Whether the guest `from` gets a greeting from port 8080 of `address` (asked with a
+/// 2 s timeout; the answer is read, so a slow console is not taken for a refusal).
+async fn guest_reaches(env: &Env, from: &str, address: &str) -> bool {
+    let mut console = env.console(from).await.expect("a console");
+    let said = console
+        .run(
+            &format!("echo REACH-$(nc -w 2 {address} 8080 </dev/null | grep -c hello)"),
+            "REACH-",
+            Duration::from_secs(30),
+        )
+        .await;
+    console.close().await;
+    match said.as_deref() {
+        Some("REACH-1") => true,
+        Some("REACH-0") => false,
+        other => panic!("{from} asking {address}: {other:?}"),
+    }
+}
+
+/// Waits (up to 30 s: policies apply asynchronously) until `from` reaching `address`
+/// is `wanted`.
+async fn reach_becomes(env: &Env, from: &str, address: &str, wanted: bool, why: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while guest_reaches(env, from, address).await != wanted {
+        assert!(
+            Instant::now() < deadline,
+            "{why}: {from} → {address} is not {wanted}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// NetworkPolicy between real guests, on one node (bridged) and across nodes: a policy
+/// isolating a VM for ingress cuts every other VM off, one admitting a label lets that
+/// VM back (and only it), an egress policy cuts a VM's own connections; bad policies
+/// get kube's validation errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_policies_cut_guests_off_and_let_the_admitted_ones_back() {
+    let Some(g) = guests() else { return };
+    let test = "network_policies_cut_guests_off_and_let_the_admitted_ones_back";
+    let Some(mut lan) = lan_or_skip(test, false, Tag::Policy) else {
+        return;
+    };
+    let cluster_cidr = format!("10.{}.0.0/16", 220 + std::process::id() % 20);
+    // Held to the end: dropping the server or an agent stops it.
+    let Cluster {
+        server,
+        registry,
+        names,
+        agents,
+        host_disks,
+        env,
+        ..
+    } = Cluster::start(g, &mut lan, &cluster_cidr, "pol").await;
+    let policies = "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies";
+    let bad = env
+        .api
+        .post(
+            policies,
+            &json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                    "metadata": {"name": "bad"},
+                    "spec": {"podSelector": {}, "ingress": [{"ports": [{"port": 0}],
+                             "from": [{"ipBlock": {"cidr": "10.0.0.0/40"}}]}]}}),
+        )
+        .await;
+    assert_eq!(bad.status, 422, "{}", bad.text);
+    for field in [
+        "spec.ingress[0].ports[0].port",
+        "spec.ingress[0].from[0].ipBlock.cidr",
+    ] {
+        assert!(bad.text.contains(field), "{field}: {}", bad.text);
+    }
+
+    // db and other on node a (one bridge), client on node b.
+    let vms = [("db", 0), ("other", 0), ("client", 1)];
+    for (vm_name, node) in vms {
+        let key = format!("{}/{vm_name}", qemu::NS);
+        lan.pods
+            .push(network::node::pod_names(&names[node], &key).0);
+        let mut vm = web_vm(g, &registry, vm_name, &names[node]);
+        vm["spec"]["template"]["metadata"]["labels"]["app"] = json!(vm_name);
+        env.create_vm(&vm).await;
+    }
+    let mut ips = HashMap::new();
+    for (vm_name, node) in vms {
+        let vmi = env.wait_running(vm_name).await;
+        let ip = vmi["status"]["interfaces"][0]["ipAddress"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        ips.insert(vm_name, ip);
+        Env::new(&server.url, server.data_dir(), host_disks.path())
+            .on_node(&agents[node])
+            .wait_guest_line(vm_name, "virtplane-guest: serve 8080", BOOT)
+            .await;
+    }
+    let db = ips["db"].clone();
+    // Before any policy (the guests may still be booting: waited for).
+    reach_becomes(&env, "client", &db, true, "no policy").await;
+    reach_becomes(&env, "other", &db, true, "no policy").await;
+
+    // db isolated for ingress, nothing admitted: both cut off.
+    env.api
+        .create(
+            policies,
+            &json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                    "metadata": {"name": "db-deny"},
+                    "spec": {"podSelector": {"matchLabels": {"app": "db"}}}}),
+        )
+        .await;
+    reach_becomes(&env, "client", &db, false, "db denies all ingress").await;
+    reach_becomes(&env, "other", &db, false, "db denies all ingress").await;
+
+    // app=client admitted on 8080: client is back, other stays out.
+    env.api
+        .create(
+            policies,
+            &json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                    "metadata": {"name": "db-from-client"},
+                    "spec": {"podSelector": {"matchLabels": {"app": "db"}},
+                             "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "client"}}}],
+                                          "ports": [{"port": 8080}]}]}}),
+        )
+        .await;
+    reach_becomes(&env, "client", &db, true, "app=client is admitted").await;
+    assert!(
+        !guest_reaches(&env, "other", &db).await,
+        "other was let in too"
+    );
+
+    // Egress: client may send nowhere.
+    env.api
+        .create(
+            policies,
+            &json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                    "metadata": {"name": "client-silent"},
+                    "spec": {"podSelector": {"matchLabels": {"app": "client"}},
+                             "policyTypes": ["Egress"]}}),
+        )
+        .await;
+    reach_becomes(&env, "client", &db, false, "client's egress is denied").await;
+    reach_becomes(
+        &env,
+        "client",
+        &ips["other"],
+        false,
+        "client's egress is denied",
+    )
+    .await;
+
+    // The policies gone: all pass again.
+    for name in ["db-deny", "db-from-client", "client-silent"] {
+        env.api.delete(&format!("{policies}/{name}"), None).await;
+    }
+    reach_becomes(&env, "other", &db, true, "no policy left").await;
+    for (vm_name, _) in vms {
+        env.delete_vm(vm_name).await;
     }
 }

@@ -736,6 +736,13 @@ fn node_role() -> Value {
                 &["k8s.cni.cncf.io"],
                 &["network-attachment-definitions"],
             ),
+            // The policies it enforces for its Pods, and the namespaces they select by.
+            rule(
+                &["get", "list", "watch"],
+                &["networking.k8s.io"],
+                &["networkpolicies"],
+            ),
+            rule(&["get", "list", "watch"], &[""], &["namespaces"]),
         ],
     )
 }

@@ -1,0 +1,294 @@
+//! NetworkPolicy enforcement for the node's Pods: NetworkPolicies, Pods and Namespaces
+//! watched into caches; on every change (a burst taken as one) each Pod of this node
+//! with an address gets the rules of the policies that select it, and the node's policy
+//! table (`network::policy`) is replaced in one transaction. Nothing is applied until
+//! the caches are complete, so a restarted agent keeps the table it had (still enforced
+//! by the kernel) until it can write a whole new one.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use apimachinery::selector::LabelSelector;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyPeer, NetworkPolicyPort};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::runtime::reflector::Store;
+use kube::ResourceExt;
+use network::policy::{self, LocalPod, Peer, Ports, Protocol, Rule};
+use serde_json::{Map, Value};
+use tokio::sync::Notify;
+
+use crate::pod_network::{PodNetworkSlot, Ready};
+use crate::service_proxy::cache;
+
+/// How long a change waits for the ones right behind it.
+const SETTLE: Duration = Duration::from_millis(20);
+
+fn labels(map: &std::collections::BTreeMap<String, String>) -> Map<String, Value> {
+    map.iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect()
+}
+
+fn selector(
+    value: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+) -> LabelSelector {
+    let json = value.map_or(Value::Null, |s| serde_json::to_value(s).unwrap_or_default());
+    // Admission refused what does not parse; a selector that still fails selects nothing.
+    LabelSelector::from_label_selector_json(&json).unwrap_or_else(|_| LabelSelector::nothing())
+}
+
+/// The Pods of the cluster as policies see them: namespace, labels, address.
+struct PodView {
+    namespace: String,
+    labels: Map<String, Value>,
+    address: Option<Ipv4Addr>,
+    node: Option<String>,
+    /// Container port names and numbers (named ports in policies resolve to them).
+    ports: Vec<(String, u16, String)>,
+}
+
+fn pod_view(pod: &Pod) -> PodView {
+    let spec = pod.spec.as_ref();
+    PodView {
+        namespace: pod.namespace().unwrap_or_default(),
+        labels: labels(pod.labels()),
+        address: pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.as_deref())
+            .and_then(|ip| ip.parse().ok()),
+        node: spec.and_then(|s| s.node_name.clone()),
+        ports: spec
+            .into_iter()
+            .flat_map(|s| &s.containers)
+            .flat_map(|c| c.ports.iter().flatten())
+            .filter_map(|p| {
+                Some((
+                    p.name.clone()?,
+                    u16::try_from(p.container_port).ok()?,
+                    p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                ))
+            })
+            .collect(),
+    }
+}
+
+fn protocol(name: Option<&str>) -> Option<Protocol> {
+    match name.unwrap_or("TCP") {
+        "TCP" => Some(Protocol::Tcp),
+        "UDP" => Some(Protocol::Udp),
+        "SCTP" => Some(Protocol::Sctp),
+        _ => None,
+    }
+}
+
+/// A rule's ports; a named port resolves against `target`'s (the Pod the rule guards).
+fn rule_ports(ports: &[NetworkPolicyPort], target: &PodView) -> Vec<Ports> {
+    ports
+        .iter()
+        .filter_map(|p| {
+            let protocol_name = p.protocol.as_deref().unwrap_or("TCP");
+            let protocol = protocol(Some(protocol_name))?;
+            let range = match &p.port {
+                None => None,
+                Some(IntOrString::Int(n)) => {
+                    let from = u16::try_from(*n).ok()?;
+                    let to = p
+                        .end_port
+                        .and_then(|e| u16::try_from(e).ok())
+                        .unwrap_or(from);
+                    Some((from, to))
+                }
+                Some(IntOrString::String(name)) => {
+                    let (_, number, _) = target
+                        .ports
+                        .iter()
+                        .find(|(n, _, proto)| n == name && proto == protocol_name)?;
+                    Some((*number, *number))
+                }
+            };
+            Some(Ports { protocol, range })
+        })
+        .collect()
+}
+
+/// The Pods (their addresses) and blocks a rule's peers name, from `namespace`'s policy.
+fn rule_peers(
+    peers: &[NetworkPolicyPeer],
+    namespace: &str,
+    pods: &[PodView],
+    namespaces: &HashMap<String, Map<String, Value>>,
+) -> Vec<Peer> {
+    let mut found = Vec::new();
+    for peer in peers {
+        if let Some(block) = &peer.ip_block {
+            if let Ok(cidr) = block.cidr.parse() {
+                let except = block
+                    .except
+                    .iter()
+                    .flatten()
+                    .filter_map(|e| e.parse().ok())
+                    .collect();
+                found.push(Peer::Block { cidr, except });
+            }
+            continue;
+        }
+        let pod_selector = peer.pod_selector.as_ref().map(|s| selector(Some(s)));
+        let namespace_selector = peer.namespace_selector.as_ref().map(|s| selector(Some(s)));
+        for pod in pods {
+            let Some(address) = pod.address else { continue };
+            let in_namespace = match &namespace_selector {
+                None => pod.namespace == namespace,
+                Some(sel) => namespaces
+                    .get(&pod.namespace)
+                    .is_some_and(|labels| sel.matches(labels)),
+            };
+            let selected = pod_selector
+                .as_ref()
+                .is_none_or(|sel| sel.matches(&pod.labels));
+            if in_namespace && selected {
+                found.push(Peer::Address(address));
+            }
+        }
+    }
+    found
+}
+
+/// Each Pod of `node` with an address, with the rules of the policies selecting it.
+fn local_pods(
+    node: &str,
+    policies: &[Arc<NetworkPolicy>],
+    pods: &[PodView],
+    namespaces: &HashMap<String, Map<String, Value>>,
+) -> Vec<LocalPod> {
+    let mut local: Vec<LocalPod> = Vec::new();
+    for pod in pods.iter().filter(|p| p.node.as_deref() == Some(node)) {
+        let Some(address) = pod.address else { continue };
+        let mut entry = LocalPod {
+            address,
+            ingress: None,
+            egress: None,
+        };
+        for policy in policies {
+            if policy.namespace().as_deref() != Some(pod.namespace.as_str()) {
+                continue;
+            }
+            let Some(spec) = &policy.spec else { continue };
+            if !selector(spec.pod_selector.as_ref()).matches(&pod.labels) {
+                continue;
+            }
+            let types = spec.policy_types.clone().unwrap_or_else(|| {
+                let mut t = vec!["Ingress".to_string()];
+                if spec.egress.is_some() {
+                    t.push("Egress".into());
+                }
+                t
+            });
+            if types.iter().any(|t| t == "Ingress") {
+                let rules = entry.ingress.get_or_insert_with(Vec::new);
+                for rule in spec.ingress.iter().flatten() {
+                    rules.push(Rule {
+                        peers: rule
+                            .from
+                            .as_ref()
+                            .filter(|f| !f.is_empty())
+                            .map(|f| rule_peers(f, &pod.namespace, pods, namespaces)),
+                        ports: rule_ports(rule.ports.as_deref().unwrap_or_default(), pod),
+                    });
+                }
+            }
+            if types.iter().any(|t| t == "Egress") {
+                let rules = entry.egress.get_or_insert_with(Vec::new);
+                for rule in spec.egress.iter().flatten() {
+                    rules.push(Rule {
+                        peers: rule
+                            .to
+                            .as_ref()
+                            .filter(|t| !t.is_empty())
+                            .map(|t| rule_peers(t, &pod.namespace, pods, namespaces)),
+                        ports: rule_ports(rule.ports.as_deref().unwrap_or_default(), pod),
+                    });
+                }
+            }
+        }
+        local.push(entry);
+    }
+    local.sort_by_key(|p| p.address);
+    local
+}
+
+/// The node's policy table: named after its bridge.
+pub fn table(ready: &Ready) -> String {
+    format!("{}_pol", ready.network.bridge())
+}
+
+fn rules_now(
+    node: &str,
+    table: &str,
+    policies: &Store<NetworkPolicy>,
+    pods: &Store<Pod>,
+    namespaces: &Store<Namespace>,
+) -> String {
+    let pods: Vec<PodView> = pods.state().iter().map(|p| pod_view(p)).collect();
+    let namespaces: HashMap<String, Map<String, Value>> = namespaces
+        .state()
+        .iter()
+        .map(|n| (n.name_any(), labels(n.labels())))
+        .collect();
+    let local = local_pods(node, &policies.state(), &pods, &namespaces);
+    policy::ruleset(table, &local)
+}
+
+/// Runs the node's policy enforcement until the process ends.
+pub async fn run(client: kube::Client, slot: Arc<PodNetworkSlot>) {
+    let ready = loop {
+        if let Some(ready) = slot.wait(Duration::from_secs(3600)).await {
+            break ready;
+        }
+    };
+    let changed = Arc::new(Notify::new());
+    let synced = [
+        Arc::new(Notify::new()),
+        Arc::new(Notify::new()),
+        Arc::new(Notify::new()),
+    ];
+    let (policies, follow_policies) =
+        cache::<NetworkPolicy>(&client, changed.clone(), synced[0].clone());
+    let (pods, follow_pods) = cache::<Pod>(&client, changed.clone(), synced[1].clone());
+    let (namespaces, follow_namespaces) =
+        cache::<Namespace>(&client, changed.clone(), synced[2].clone());
+    tokio::spawn(follow_policies);
+    tokio::spawn(follow_pods);
+    tokio::spawn(follow_namespaces);
+    for done in &synced {
+        done.notified().await;
+    }
+    let node = slot.node().to_string();
+    let table = table(&ready);
+    let mut applied: Option<String> = None;
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let rules = rules_now(&node, &table, &policies, &pods, &namespaces);
+        if applied.as_ref() != Some(&rules) {
+            match network::nft::apply_blocking(None, rules.clone()).await {
+                Ok(()) => {
+                    applied = Some(rules);
+                    backoff = Duration::from_millis(200);
+                }
+                Err(e) => {
+                    tracing::error!(
+                        "node {node}: applying the network policy table: {e}; again in {backoff:?}"
+                    );
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                    continue;
+                }
+            }
+        }
+        changed.notified().await;
+        tokio::time::sleep(SETTLE).await;
+    }
+}
