@@ -170,6 +170,7 @@ async fn main() -> ExitCode {
         (kernel, initrd),
         &a,
         &Masquerade {
+            guest_mac: None,
             ports: vec![],
             tap_owner: None,
         },

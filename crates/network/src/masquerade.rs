@@ -46,6 +46,51 @@ pub struct Masquerade {
     pub ports: Vec<(Protocol, u16)>,
     /// The uid and gid QEMU runs as (the tap is theirs); `None` when QEMU runs as root.
     pub tap_owner: Option<(u32, u32)>,
+    /// The guest NIC's MAC: frames from the guest with another are dropped.
+    pub guest_mac: Option<[u8; 6]>,
+}
+
+/// The table of the anti-spoofing rules in a Pod's namespace.
+pub const ANTISPOOF_TABLE: &str = "virtplane_antispoof";
+
+/// Anti-spoofing on the guest's side of its bridge, as the CNI bridge plugin's
+/// `macspoofchk` and more: what the guest sends into its bridge (through `tap0`, or any
+/// port but the Pod's `eth0`) must carry its MAC (when known) and, for IPv4 and ARP,
+/// its address or `0.0.0.0` (where DHCP starts from); the rest is dropped before the
+/// bridge handles it. Secondary networks (`netN` and the guest's `tapN`) are the LAN's
+/// business: not guarded. (This kernel's bridge hooks cannot match the bridge's name.)
+pub fn antispoof_ruleset(guest_mac: Option<[u8; 6]>, address: Ipv4Addr) -> String {
+    let mac_rule = guest_mac.map_or(String::new(), |m| {
+        format!(
+            "        ether saddr != {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x} counter drop\n",
+            m[0], m[1], m[2], m[3], m[4], m[5]
+        )
+    });
+    format!(
+        "add table bridge {ANTISPOOF_TABLE}\n\
+         delete table bridge {ANTISPOOF_TABLE}\n\
+         table bridge {ANTISPOOF_TABLE} {{\n\
+         \x20   chain guard {{\n\
+         {mac_rule}\
+         \x20       ether type ip ip saddr != {{ {address}, 0.0.0.0 }} counter drop\n\
+         \x20       ether type arp arp saddr ip != {{ {address}, 0.0.0.0 }} counter drop\n\
+         \x20   }}\n\
+         \x20   chain ports {{\n\
+         \x20       iifname \"{POD_INTERFACE}\" return\n\
+         \x20       iifname \"{TAP}\" jump guard\n\
+         \x20       iifname {{ \"net*\", \"tap*\" }} return\n\
+         \x20       jump guard\n\
+         \x20   }}\n\
+         \x20   chain input {{\n\
+         \x20       type filter hook input priority -200; policy accept;\n\
+         \x20       jump ports\n\
+         \x20   }}\n\
+         \x20   chain forward {{\n\
+         \x20       type filter hook forward priority -200; policy accept;\n\
+         \x20       jump ports\n\
+         \x20   }}\n\
+         }}\n"
+    )
 }
 
 /// The nftables ruleset of the binding (replaces whatever the table held).
@@ -147,7 +192,8 @@ fn create_tap(name: &str, owner: Option<(u32, u32)>) -> std::io::Result<()> {
 pub async fn wire(ns: &NetNs, spec: &Masquerade) -> Result<(), SandboxError> {
     let gateway = Ipv4Net::new(GATEWAY, PREFIX_LEN).expect("a /24");
     guest_bridge(ns, gateway, spec.tap_owner).await?;
-    crate::nft::apply_blocking(Some(ns.clone()), ruleset(spec)).await
+    let rules = ruleset(spec) + &antispoof_ruleset(spec.guest_mac, GUEST);
+    crate::nft::apply_blocking(Some(ns.clone()), rules).await
 }
 
 /// The address KubeVirt's bridge binding gives the guest bridge, so that its DHCP server
@@ -157,7 +203,12 @@ pub const BRIDGE_BINDING_ADDRESS: Ipv4Addr = Ipv4Addr::new(169, 254, 75, 10);
 /// Wires KubeVirt's bridge binding in the Pod's namespace (again, if part of it is
 /// there): the guest bridge with the tap and the Pod's `eth0` on it, `eth0` without its
 /// address (the guest takes it by DHCP), no rules. The guest is the Pod, every port.
-pub async fn wire_bridge(ns: &NetNs, tap_owner: Option<(u32, u32)>) -> Result<(), SandboxError> {
+pub async fn wire_bridge(
+    ns: &NetNs,
+    tap_owner: Option<(u32, u32)>,
+    guest_mac: Option<[u8; 6]>,
+    address: Ipv4Addr,
+) -> Result<(), SandboxError> {
     let own = Ipv4Net::new(BRIDGE_BINDING_ADDRESS, 32).expect("a /32");
     let (inside, bridge) = guest_bridge(ns, own, tap_owner).await?;
     let eth0 = sandbox::link_index(&inside, POD_INTERFACE)
@@ -178,7 +229,8 @@ pub async fn wire_bridge(ns: &NetNs, tap_owner: Option<(u32, u32)>) -> Result<()
             what: format!("putting {POD_INTERFACE} on {GUEST_BRIDGE}"),
             source,
         })?;
-    let rules = format!("add table ip {TABLE}\ndelete table ip {TABLE}\n");
+    let rules = format!("add table ip {TABLE}\ndelete table ip {TABLE}\n")
+        + &antispoof_ruleset(guest_mac, address);
     crate::nft::apply_blocking(Some(ns.clone()), rules).await
 }
 
@@ -278,6 +330,7 @@ mod tests {
             "add table ip virtplane_masquerade\ndelete table ip virtplane_masquerade\n"
         ));
         let listed = ruleset(&Masquerade {
+            guest_mac: None,
             ports: vec![(Protocol::Tcp, 22), (Protocol::Udp, 53)],
             tap_owner: None,
         });

@@ -91,6 +91,7 @@ pub enum Binding {
     Masquerade(Masquerade),
     Bridge {
         tap_owner: Option<(u32, u32)>,
+        guest_mac: Option<[u8; 6]>,
     },
     /// No guest interface on the pod network (a VMI on secondary networks only): the
     /// Pod still has its `eth0` and address, as every Pod does.
@@ -193,9 +194,10 @@ impl NodeNetwork {
             let netns = sandbox::attach(&self.host, &link).await?;
             match binding {
                 Binding::Masquerade(spec) => masquerade::wire(&netns, spec).await?,
-                Binding::Bridge { tap_owner } => {
-                    masquerade::wire_bridge(&netns, *tap_owner).await?
-                }
+                Binding::Bridge {
+                    tap_owner,
+                    guest_mac,
+                } => masquerade::wire_bridge(&netns, *tap_owner, *guest_mac, address).await?,
                 Binding::Unused => {}
             }
             Ok::<_, SandboxError>(netns)

@@ -42,6 +42,7 @@ async fn a_guest_in_a_pod_takes_its_address_by_dhcp_and_serves_other_pods() {
         (kernel, initrd),
         &a,
         &Masquerade {
+            guest_mac: None,
             ports: vec![(Protocol::Tcp, PORT)],
             tap_owner: None,
         },

@@ -142,6 +142,39 @@ fn listen_in(ns: &NetNs, at: SocketAddr) -> TcpListener {
     ns.run(move || TcpListener::bind(at)).unwrap().unwrap()
 }
 
+/// The packets the anti-spoofing rule matching `what` dropped in Pod `ns`.
+fn dropped(ns: &NetNs, what: &str) -> u64 {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns.name(), "nft", "list", "table", "bridge"])
+        .arg(masquerade::ANTISPOOF_TABLE)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains(what) && l.contains("drop"))
+        .unwrap_or_else(|| panic!("no {what} rule in {text}"));
+    line.split_whitespace()
+        .skip_while(|w| *w != "packets")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no counter in {line}"))
+}
+
+/// A connection from `ns` to `to` with the source address `from` (half a second).
+fn connect_as(ns: &NetNs, from: Ipv4Addr, to: SocketAddr) -> std::io::Result<()> {
+    ns.run(move || -> std::io::Result<()> {
+        let socket = socket2::Socket::new(
+            socket2::Domain::IPV4,
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )?;
+        socket.bind(&SocketAddr::from((from, 0)).into())?;
+        socket.connect_timeout(&to.into(), Duration::from_millis(500))
+    })
+    .unwrap()
+}
+
 fn connect_from(ns: &NetNs, to: SocketAddr) -> std::io::Result<TcpStream> {
     ns.run(move || TcpStream::connect_timeout(&to, Duration::from_secs(3)))
         .unwrap()
@@ -160,6 +193,7 @@ async fn a_guest_behind_masquerade_gets_dhcp_listed_ports_and_the_pods_address()
     let (a, b) = (&node.pods[0], &node.pods[1]);
     let guest = NetNs::create(&guest_name).unwrap();
     let spec = Masquerade {
+        guest_mac: Some(GUEST_MAC),
         ports: vec![(Protocol::Tcp, 2222)],
         tap_owner: Some((107, 107)),
     };
@@ -202,6 +236,44 @@ async fn a_guest_behind_masquerade_gets_dhcp_listed_ports_and_the_pods_address()
     let _out = connect_from(&guest, "10.77.0.3:8080".parse().unwrap()).unwrap();
     let (_, peer) = at_b.accept().unwrap();
     assert_eq!(peer.ip(), "10.77.0.2".parse::<std::net::IpAddr>().unwrap());
+
+    // A guest that forges its address, or its MAC, is dropped at its bridge.
+    let in_guest_links = netns::netlink(Some(&guest)).unwrap();
+    let eth0 = index(&in_guest_links, "eth0").await;
+    in_guest_links
+        .address()
+        .add(eth0, Ipv4Addr::new(10, 0, 2, 99).into(), 24)
+        .execute()
+        .await
+        .unwrap();
+    let to_b: SocketAddr = "10.77.0.3:8080".parse().unwrap();
+    assert!(connect_as(&guest, masquerade::GUEST, to_b).is_ok());
+    assert!(
+        connect_as(&guest, Ipv4Addr::new(10, 0, 2, 99), to_b).is_err(),
+        "a forged source address passed"
+    );
+    assert!(
+        dropped(a, "ip saddr") > 0,
+        "no forged address was dropped at the bridge"
+    );
+    in_guest_links
+        .link()
+        .set(
+            LinkUnspec::new_with_index(eth0)
+                .address(vec![0x02, 0, 0, 0, 0x66, 0x66])
+                .build(),
+        )
+        .execute()
+        .await
+        .unwrap();
+    assert!(
+        connect_as(&guest, masquerade::GUEST, to_b).is_err(),
+        "a forged MAC passed"
+    );
+    assert!(
+        dropped(a, "ether saddr") > 0,
+        "no forged MAC was dropped at the bridge"
+    );
 
     // The tap is there for QEMU, owned by QEMU's user.
     let in_a = netns::netlink(Some(a)).unwrap();

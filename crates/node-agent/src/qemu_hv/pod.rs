@@ -137,15 +137,24 @@ impl Driver {
             .map_err(|e| start_failed("FailedCreate", e))?
             .map(|uid| (uid, uid));
         let primary = pod_interface(vmi);
+        let guest_mac = primary.and_then(|(index, iface)| {
+            let text = iface
+                .mac_address
+                .clone()
+                .unwrap_or_else(|| mac_for(vmi.uid(), index));
+            dhcp::parse_mac(&text)
+        });
         let binding = match primary.map(|(_, iface)| iface) {
             None => network::node::Binding::Unused,
-            Some(iface) if iface.binding == Binding::Bridge => {
-                network::node::Binding::Bridge { tap_owner }
-            }
+            Some(iface) if iface.binding == Binding::Bridge => network::node::Binding::Bridge {
+                tap_owner,
+                guest_mac,
+            },
             Some(iface) if iface.binding == Binding::Masquerade => {
                 network::node::Binding::Masquerade(Masquerade {
                     ports: forwarded_ports(iface),
                     tap_owner,
+                    guest_mac,
                 })
             }
             Some(iface) => {
