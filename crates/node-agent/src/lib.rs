@@ -11,7 +11,7 @@ pub mod host_paths;
 pub mod host_tools;
 pub mod hypervisor;
 mod migration;
-mod network_policy;
+pub mod network_policy;
 mod node;
 pub mod pod_network;
 pub mod qemu_hv;

@@ -225,6 +225,24 @@ pub fn table(ready: &Ready) -> String {
     format!("{}_pol", ready.network.bridge())
 }
 
+/// The node's policy table `table` for the Pods of `node`, from every policy, Pod and
+/// Namespace of the cluster.
+pub fn ruleset(
+    node: &str,
+    table: &str,
+    policies: &[Arc<NetworkPolicy>],
+    pods: &[Arc<Pod>],
+    namespaces: &[Arc<Namespace>],
+) -> String {
+    let pods: Vec<PodView> = pods.iter().map(|p| pod_view(p)).collect();
+    let namespaces: HashMap<String, Map<String, Value>> = namespaces
+        .iter()
+        .map(|n| (n.name_any(), labels(n.labels())))
+        .collect();
+    let local = local_pods(node, policies, &pods, &namespaces);
+    policy::ruleset(table, &local)
+}
+
 fn rules_now(
     node: &str,
     table: &str,
@@ -232,14 +250,13 @@ fn rules_now(
     pods: &Store<Pod>,
     namespaces: &Store<Namespace>,
 ) -> String {
-    let pods: Vec<PodView> = pods.state().iter().map(|p| pod_view(p)).collect();
-    let namespaces: HashMap<String, Map<String, Value>> = namespaces
-        .state()
-        .iter()
-        .map(|n| (n.name_any(), labels(n.labels())))
-        .collect();
-    let local = local_pods(node, &policies.state(), &pods, &namespaces);
-    policy::ruleset(table, &local)
+    ruleset(
+        node,
+        table,
+        &policies.state(),
+        &pods.state(),
+        &namespaces.state(),
+    )
 }
 
 /// Runs the node's policy enforcement until the process ends.
