@@ -4,6 +4,9 @@
 //! allowed connections pass first; a packet from a Pod that egress policies isolate must
 //! match one of its egress rules, then a packet to a Pod that ingress policies isolate
 //! one of its ingress rules, else it is dropped. Pods no policy selects are left alone.
+//! Peer addresses live in sets and rules in chains that Pods selected alike share, with
+//! verdict maps sending each Pod's address to its chains, so the table grows with the
+//! policies rather than with Pods times peers.
 //! The table is replaced in one transaction, so a change (or an agent restarting) never
 //! opens a window for traffic a policy denies.
 
@@ -60,17 +63,62 @@ pub struct LocalPod {
     pub egress: Option<Vec<Rule>>,
 }
 
-fn peers_match(peers: &[Peer], field: &str) -> Vec<String> {
-    let addresses: Vec<String> = peers
+/// What a table is made of: the peer address sets and rule chains, each written once
+/// however many Pods share it (Pods a policy selects alike share its chain).
+#[derive(Default)]
+struct Parts {
+    sets: std::collections::HashMap<Vec<Ipv4Addr>, usize>,
+    chains: std::collections::HashMap<String, usize>,
+    out: String,
+}
+
+impl Parts {
+    /// The name of the set holding `addresses` (made on first use).
+    fn set(&mut self, mut addresses: Vec<Ipv4Addr>) -> String {
+        addresses.sort();
+        addresses.dedup();
+        let next = self.sets.len();
+        let id = *self.sets.entry(addresses.clone()).or_insert_with(|| {
+            let elements: Vec<String> = addresses.iter().map(ToString::to_string).collect();
+            let _ = writeln!(
+                self.out,
+                "    set peers_{next} {{\n        type ipv4_addr\n        elements = {{ {} }}\n    }}",
+                elements.join(", ")
+            );
+            next
+        });
+        format!("peers_{id}")
+    }
+
+    /// The name of the chain with `body` (made on first use).
+    fn chain(&mut self, direction: &str, body: String) -> String {
+        let next = self.chains.len();
+        let id = *self
+            .chains
+            .entry(format!("{direction}\n{body}"))
+            .or_insert_with(|| {
+                let _ = write!(
+                    self.out,
+                    "    chain {direction}_{next} {{\n{body}        counter drop\n    }}\n"
+                );
+                next
+            });
+        format!("{direction}_{id}")
+    }
+}
+
+/// The matches of a rule's peers: one set of the Pods' addresses, one per block.
+fn peers_match(parts: &mut Parts, peers: &[Peer], field: &str) -> Vec<String> {
+    let addresses: Vec<Ipv4Addr> = peers
         .iter()
         .filter_map(|p| match p {
-            Peer::Address(ip) => Some(ip.to_string()),
+            Peer::Address(ip) => Some(*ip),
             Peer::Block { .. } => None,
         })
         .collect();
     let mut matches = Vec::new();
     if !addresses.is_empty() {
-        matches.push(format!("ip {field} {{ {} }}", addresses.join(", ")));
+        matches.push(format!("ip {field} @{}", parts.set(addresses)));
     }
     for peer in peers {
         if let Peer::Block { cidr, except } = peer {
@@ -104,52 +152,62 @@ fn ports_match(ports: &[Ports]) -> Vec<String> {
 
 /// The statements admitting what `rules` allow, ending in `verdict`; the peer address
 /// is the packet's `field` (`saddr` for ingress, `daddr` for egress).
-fn admit(out: &mut String, rules: &[Rule], field: &str, verdict: &str) {
+fn admit(parts: &mut Parts, rules: &[Rule], field: &str, verdict: &str) -> String {
+    let mut body = String::new();
     for rule in rules {
         let peers = match &rule.peers {
             None => vec![String::new()],
-            Some(peers) => peers_match(peers, field),
+            Some(peers) => peers_match(parts, peers, field),
         };
         for peer in &peers {
             for port in ports_match(&rule.ports) {
-                let _ = writeln!(out, "        {peer}{port} {verdict}");
+                let _ = writeln!(body, "        {peer}{port} {verdict}");
             }
         }
     }
+    body
 }
 
-/// The node's policy table `table` for its Pods.
+/// The verdict map `name` sending each Pod's address to its chain.
+fn dispatch(out: &mut String, name: &str, entries: &[(Ipv4Addr, String)]) {
+    let _ = write!(out, "    map {name} {{\n        type ipv4_addr : verdict\n");
+    if !entries.is_empty() {
+        let elements: Vec<String> = entries
+            .iter()
+            .map(|(ip, chain)| format!("{ip} : jump {chain}"))
+            .collect();
+        let _ = writeln!(out, "        elements = {{ {} }}", elements.join(", "));
+    }
+    out.push_str("    }\n");
+}
+
+/// The node's policy table `table` for its Pods: egress rules return to the forward
+/// chain when they admit (the ingress check follows), ingress rules accept.
 pub fn ruleset(table: &str, pods: &[LocalPod]) -> String {
-    let mut out = format!("add table ip {table}\ndelete table ip {table}\ntable ip {table} {{\n");
-    let mut dispatch = String::new();
-    for (i, pod) in pods.iter().enumerate() {
+    let mut parts = Parts::default();
+    let (mut egress, mut ingress) = (Vec::new(), Vec::new());
+    for pod in pods {
         if let Some(rules) = &pod.egress {
-            let _ = writeln!(out, "    chain egress_{i} {{");
-            admit(&mut out, rules, "daddr", "return");
-            out.push_str("        counter drop\n    }\n");
-            let _ = writeln!(dispatch, "        ip saddr {} jump egress_{i}", pod.address);
+            let body = admit(&mut parts, rules, "daddr", "return");
+            egress.push((pod.address, parts.chain("egress", body)));
         }
-    }
-    for (i, pod) in pods.iter().enumerate() {
         if let Some(rules) = &pod.ingress {
-            let _ = writeln!(out, "    chain ingress_{i} {{");
-            admit(&mut out, rules, "saddr", "accept");
-            out.push_str("        counter drop\n    }\n");
-            let _ = writeln!(
-                dispatch,
-                "        ip daddr {} jump ingress_{i}",
-                pod.address
-            );
+            let body = admit(&mut parts, rules, "saddr", "accept");
+            ingress.push((pod.address, parts.chain("ingress", body)));
         }
     }
-    let _ = write!(
-        out,
-        "    chain forward {{\n\
+    let mut out = format!("add table ip {table}\ndelete table ip {table}\ntable ip {table} {{\n");
+    out.push_str(&parts.out);
+    dispatch(&mut out, "egress_pods", &egress);
+    dispatch(&mut out, "ingress_pods", &ingress);
+    out.push_str(
+        "    chain forward {\n\
          \x20       type filter hook forward priority filter; policy accept;\n\
          \x20       ct state established,related accept\n\
-         {dispatch}\
-         \x20   }}\n\
-         }}\n"
+         \x20       ip saddr vmap @egress_pods\n\
+         \x20       ip daddr vmap @ingress_pods\n\
+         \x20   }\n\
+         }\n",
     );
     out
 }
@@ -182,9 +240,17 @@ mod tests {
             ingress: None,
             egress: None,
         };
-        let rules = ruleset("vpbr1_pol", &[db, free]);
+        let twin = LocalPod {
+            address: "10.244.0.7".parse().unwrap(),
+            ..db.clone()
+        };
+        let rules = ruleset("vpbr1_pol", &[db, free, twin]);
+        // Pods selected alike share one chain and one set.
+        assert_eq!(rules.matches("chain ingress_").count(), 1, "{rules}");
+        assert_eq!(rules.matches("set peers_").count(), 1, "{rules}");
+        assert!(rules.contains("elements = { 10.244.1.7 }"), "{rules}");
         assert!(
-            rules.contains("ip saddr { 10.244.1.7 } tcp dport 8080 accept"),
+            rules.contains("ip saddr @peers_0 tcp dport 8080 accept"),
             "{rules}"
         );
         assert!(
@@ -193,14 +259,8 @@ mod tests {
             ),
             "{rules}"
         );
-        assert!(
-            rules.contains("ip daddr 10.244.0.5 jump ingress_0"),
-            "{rules}"
-        );
-        assert!(
-            rules.contains("ip saddr 10.244.0.5 jump egress_0"),
-            "{rules}"
-        );
+        assert!(rules.contains("10.244.0.5 : jump ingress_"), "{rules}");
+        assert!(rules.contains("10.244.0.5 : jump egress_"), "{rules}");
         assert!(!rules.contains("10.244.0.6"), "{rules}");
         assert!(rules.contains("ct state established,related accept"));
     }

@@ -119,7 +119,7 @@ fn rule_ports(ports: &[NetworkPolicyPort], target: &PodView) -> Vec<Ports> {
 fn rule_peers(
     peers: &[NetworkPolicyPeer],
     namespace: &str,
-    pods: &[PodView],
+    pods: &Pods,
     namespaces: &HashMap<String, Map<String, Value>>,
 ) -> Vec<Peer> {
     let mut found = Vec::new();
@@ -138,18 +138,21 @@ fn rule_peers(
         }
         let pod_selector = peer.pod_selector.as_ref().map(|s| selector(Some(s)));
         let namespace_selector = peer.namespace_selector.as_ref().map(|s| selector(Some(s)));
-        for pod in pods {
-            let Some(address) = pod.address else { continue };
-            let in_namespace = match &namespace_selector {
-                None => pod.namespace == namespace,
-                Some(sel) => namespaces
+        // Without a namespace selector only the policy's namespace counts.
+        let candidates: Box<dyn Iterator<Item = &PodView>> = match &namespace_selector {
+            None => Box::new(pods.in_namespace(namespace)),
+            Some(sel) => Box::new(pods.all.iter().filter(|pod| {
+                namespaces
                     .get(&pod.namespace)
-                    .is_some_and(|labels| sel.matches(labels)),
-            };
-            let selected = pod_selector
+                    .is_some_and(|labels| sel.matches(labels))
+            })),
+        };
+        for pod in candidates {
+            let Some(address) = pod.address else { continue };
+            if pod_selector
                 .as_ref()
-                .is_none_or(|sel| sel.matches(&pod.labels));
-            if in_namespace && selected {
+                .is_none_or(|sel| sel.matches(&pod.labels))
+            {
                 found.push(Peer::Address(address));
             }
         }
@@ -157,67 +160,149 @@ fn rule_peers(
     found
 }
 
+/// The cluster's Pods, and where each namespace's are among them.
+struct Pods {
+    all: Vec<PodView>,
+    by_namespace: HashMap<String, Vec<usize>>,
+}
+
+impl Pods {
+    fn new(all: Vec<PodView>) -> Pods {
+        let mut by_namespace: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, pod) in all.iter().enumerate() {
+            by_namespace
+                .entry(pod.namespace.clone())
+                .or_default()
+                .push(i);
+        }
+        Pods { all, by_namespace }
+    }
+
+    fn in_namespace<'a>(&'a self, namespace: &str) -> impl Iterator<Item = &'a PodView> + 'a {
+        self.by_namespace
+            .get(namespace)
+            .into_iter()
+            .flatten()
+            .map(|i| &self.all[*i])
+    }
+}
+
+/// One rule of a policy with its peers resolved (`None`: anyone); its ports resolve
+/// per Pod (named ports are the Pod's).
+struct CompiledRule<'a> {
+    peers: Option<Vec<Peer>>,
+    ports: &'a [NetworkPolicyPort],
+}
+
+/// A policy read once: its selector parsed, its rules' peers resolved.
+struct CompiledPolicy<'a> {
+    selector: LabelSelector,
+    ingress: Option<Vec<CompiledRule<'a>>>,
+    egress: Option<Vec<CompiledRule<'a>>>,
+}
+
+fn compile<'a>(
+    policy: &'a NetworkPolicy,
+    pods: &Pods,
+    namespaces: &HashMap<String, Map<String, Value>>,
+) -> Option<CompiledPolicy<'a>> {
+    let spec = policy.spec.as_ref()?;
+    let namespace = policy.namespace().unwrap_or_default();
+    let types = spec.policy_types.clone().unwrap_or_else(|| {
+        let mut t = vec!["Ingress".to_string()];
+        if spec.egress.is_some() {
+            t.push("Egress".into());
+        }
+        t
+    });
+    let has = |kind: &str| types.iter().any(|t| t == kind);
+    let rules = |peers: Vec<(Option<&'a Vec<NetworkPolicyPeer>>, &'a [NetworkPolicyPort])>| {
+        peers
+            .into_iter()
+            .map(|(peers, ports)| CompiledRule {
+                peers: peers
+                    .filter(|p| !p.is_empty())
+                    .map(|p| rule_peers(p, &namespace, pods, namespaces)),
+                ports,
+            })
+            .collect::<Vec<_>>()
+    };
+    Some(CompiledPolicy {
+        selector: selector(spec.pod_selector.as_ref()),
+        ingress: has("Ingress").then(|| {
+            rules(
+                spec.ingress
+                    .iter()
+                    .flatten()
+                    .map(|r| (r.from.as_ref(), r.ports.as_deref().unwrap_or_default()))
+                    .collect(),
+            )
+        }),
+        egress: has("Egress").then(|| {
+            rules(
+                spec.egress
+                    .iter()
+                    .flatten()
+                    .map(|r| (r.to.as_ref(), r.ports.as_deref().unwrap_or_default()))
+                    .collect(),
+            )
+        }),
+    })
+}
+
 /// Each Pod of `node` with an address, with the rules of the policies selecting it.
 fn local_pods(
     node: &str,
     policies: &[Arc<NetworkPolicy>],
-    pods: &[PodView],
+    pods: &Pods,
     namespaces: &HashMap<String, Map<String, Value>>,
 ) -> Vec<LocalPod> {
-    let mut local: Vec<LocalPod> = Vec::new();
-    for pod in pods.iter().filter(|p| p.node.as_deref() == Some(node)) {
-        let Some(address) = pod.address else { continue };
+    let local: Vec<&PodView> = pods
+        .all
+        .iter()
+        .filter(|p| p.node.as_deref() == Some(node) && p.address.is_some())
+        .collect();
+    // Only the policies of namespaces with Pods here matter; each is compiled once.
+    let wanted: std::collections::HashSet<&str> =
+        local.iter().map(|p| p.namespace.as_str()).collect();
+    let mut by_namespace: HashMap<String, Vec<CompiledPolicy>> = HashMap::new();
+    for policy in policies {
+        let namespace = policy.namespace().unwrap_or_default();
+        if !wanted.contains(namespace.as_str()) {
+            continue;
+        }
+        if let Some(compiled) = compile(policy, pods, namespaces) {
+            by_namespace.entry(namespace).or_default().push(compiled);
+        }
+    }
+    let mut out: Vec<LocalPod> = Vec::new();
+    for pod in local {
         let mut entry = LocalPod {
-            address,
+            address: pod.address.expect("filtered"),
             ingress: None,
             egress: None,
         };
-        for policy in policies {
-            if policy.namespace().as_deref() != Some(pod.namespace.as_str()) {
+        for policy in by_namespace.get(&pod.namespace).into_iter().flatten() {
+            if !policy.selector.matches(&pod.labels) {
                 continue;
             }
-            let Some(spec) = &policy.spec else { continue };
-            if !selector(spec.pod_selector.as_ref()).matches(&pod.labels) {
-                continue;
-            }
-            let types = spec.policy_types.clone().unwrap_or_else(|| {
-                let mut t = vec!["Ingress".to_string()];
-                if spec.egress.is_some() {
-                    t.push("Egress".into());
-                }
-                t
-            });
-            if types.iter().any(|t| t == "Ingress") {
-                let rules = entry.ingress.get_or_insert_with(Vec::new);
-                for rule in spec.ingress.iter().flatten() {
-                    rules.push(Rule {
-                        peers: rule
-                            .from
-                            .as_ref()
-                            .filter(|f| !f.is_empty())
-                            .map(|f| rule_peers(f, &pod.namespace, pods, namespaces)),
-                        ports: rule_ports(rule.ports.as_deref().unwrap_or_default(), pod),
-                    });
-                }
-            }
-            if types.iter().any(|t| t == "Egress") {
-                let rules = entry.egress.get_or_insert_with(Vec::new);
-                for rule in spec.egress.iter().flatten() {
-                    rules.push(Rule {
-                        peers: rule
-                            .to
-                            .as_ref()
-                            .filter(|t| !t.is_empty())
-                            .map(|t| rule_peers(t, &pod.namespace, pods, namespaces)),
-                        ports: rule_ports(rule.ports.as_deref().unwrap_or_default(), pod),
-                    });
+            for (compiled, rules) in [
+                (&policy.ingress, &mut entry.ingress),
+                (&policy.egress, &mut entry.egress),
+            ] {
+                if let Some(compiled) = compiled {
+                    let rules = rules.get_or_insert_with(Vec::new);
+                    rules.extend(compiled.iter().map(|rule| Rule {
+                        peers: rule.peers.clone(),
+                        ports: rule_ports(rule.ports, pod),
+                    }));
                 }
             }
         }
-        local.push(entry);
+        out.push(entry);
     }
-    local.sort_by_key(|p| p.address);
-    local
+    out.sort_by_key(|p| p.address);
+    out
 }
 
 /// The node's policy table: named after its bridge.
@@ -234,7 +319,7 @@ pub fn ruleset(
     pods: &[Arc<Pod>],
     namespaces: &[Arc<Namespace>],
 ) -> String {
-    let pods: Vec<PodView> = pods.iter().map(|p| pod_view(p)).collect();
+    let pods = Pods::new(pods.iter().map(|p| pod_view(p)).collect());
     let namespaces: HashMap<String, Map<String, Value>> = namespaces
         .iter()
         .map(|n| (n.name_any(), labels(n.labels())))

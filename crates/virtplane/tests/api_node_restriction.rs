@@ -247,10 +247,11 @@ async fn each_node_touches_only_its_own_node_vmis_and_what_they_use() {
     }
     let r = node_a.get(&secrets).await;
     assert_eq!(r.status, StatusCode::FORBIDDEN, "{}", r.body);
-    // Nothing its role does not give: VMs, namespaces, RBAC.
+    // Nothing its role does not give: VMs, service accounts, RBAC. (Namespaces it
+    // reads: NetworkPolicies select by their labels, as Calico's node agent reads them.)
     for path in [
         coll(NS, "virtualmachines"),
-        "/api/v1/namespaces".to_string(),
+        format!("/api/v1/namespaces/{NS}/serviceaccounts"),
         "/apis/rbac.authorization.k8s.io/v1/clusterroles".to_string(),
     ] {
         let r = node_a.get(&path).await;
