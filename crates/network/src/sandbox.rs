@@ -100,6 +100,21 @@ pub(crate) async fn remove_other_addresses(
     index: u32,
     keep: Ipv4Net,
 ) -> Result<(), SandboxError> {
+    remove_addresses(handle, index, Some(keep)).await
+}
+
+/// Removes every address of the link (its routes go with them).
+pub(crate) async fn flush_addresses(handle: &Handle, index: u32) -> Result<(), SandboxError> {
+    remove_addresses(handle, index, None).await
+}
+
+/// Removes the link's addresses: with `keep`, its IPv4 addresses but that one; without,
+/// all of them.
+async fn remove_addresses(
+    handle: &Handle,
+    index: u32,
+    keep: Option<Ipv4Net>,
+) -> Result<(), SandboxError> {
     let mut existing = handle
         .address()
         .get()
@@ -111,50 +126,27 @@ pub(crate) async fn remove_other_addresses(
         .await
         .map_err(netlink_failed("listing addresses"))?
     {
+        // The kernel may answer with every link's addresses: only this link's count.
+        if message.header.index != index {
+            continue;
+        }
+        let Some(keep) = keep else {
+            stale.push(message);
+            continue;
+        };
         let address = message.attributes.iter().find_map(|a| match a {
             rtnetlink::packet_route::address::AddressAttribute::Address(IpAddr::V4(ip)) => {
                 Some(*ip)
             }
             _ => None,
         });
-        // The kernel may answer with every link's addresses: only this link's count.
-        let Some(address) = address.filter(|_| message.header.index == index) else {
-            continue;
-        };
-        if address != keep.addr() || message.header.prefix_len != keep.prefix_len() {
+        if address
+            .is_some_and(|a| a != keep.addr() || message.header.prefix_len != keep.prefix_len())
+        {
             stale.push(message);
         }
     }
     for message in stale {
-        handle
-            .address()
-            .del(message)
-            .execute()
-            .await
-            .map_err(netlink_failed("removing a stale address"))?;
-    }
-    Ok(())
-}
-
-/// Removes every IPv4 address of the link (its routes go with them).
-pub(crate) async fn flush_addresses(handle: &Handle, index: u32) -> Result<(), SandboxError> {
-    let mut existing = handle
-        .address()
-        .get()
-        .set_link_index_filter(index)
-        .execute();
-    let mut held = Vec::new();
-    while let Some(message) = existing
-        .try_next()
-        .await
-        .map_err(netlink_failed("listing addresses"))?
-    {
-        // The kernel may answer with every link's addresses: only this link's go.
-        if message.header.index == index {
-            held.push(message);
-        }
-    }
-    for message in held {
         handle
             .address()
             .del(message)

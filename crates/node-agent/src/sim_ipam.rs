@@ -35,7 +35,10 @@ impl NodeAddresses {
     /// Host offsets a Pod may take: past the network address and the gateway, short of
     /// the broadcast address.
     fn offsets(&self) -> std::ops::Range<u32> {
-        let size = 1u32 << (32 - u32::from(self.subnet.prefix_len()));
+        // A /0 from a hand-edited Node would shift past 32 bits: saturate instead.
+        let size = 1u32
+            .checked_shl(32 - u32::from(self.subnet.prefix_len()))
+            .unwrap_or(u32::MAX);
         2..size.saturating_sub(1).max(2)
     }
 
@@ -155,5 +158,8 @@ mod tests {
             first,
             "a freed address is not handed out at once"
         );
+        // A subnet as wide as a hand-edited Node may give: no overflow.
+        ipam.set_subnet("n3", "0.0.0.0/0".parse().unwrap());
+        assert_eq!(ipam.address("n3", "z"), Some(Ipv4Addr::new(0, 0, 0, 2)));
     }
 }
