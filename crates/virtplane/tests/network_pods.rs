@@ -13,6 +13,8 @@ mod support;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use qemu::{guests, kernel_vm, Console, Env, Guests, NodeAgent, BOOT};
@@ -1302,6 +1304,45 @@ async fn a_guest_on_a_lan_bridge_takes_the_lans_lease_and_keeps_it_across_a_migr
 
 /// Whether the guest `from` gets a greeting from port 8080 of `address` (asked with a
 /// 2 s timeout; the answer is read, so a slow console is not taken for a refusal).
+/// Waits (up to a minute) until the agent running `vm` serves its console again.
+async fn console_serves(env: &Env, vm: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match env.console(vm).await {
+            Ok(console) => return console.close().await,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("{vm}'s agent not serving yet: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("{vm}'s agent did not come back: {e}"),
+        }
+    }
+}
+
+/// The policy table of the host `netns`, without counters, if it has one.
+fn policy_table(netns: &str) -> Option<String> {
+    let tables = Command::new("ip")
+        .args(["netns", "exec", netns, "nft", "list", "tables"])
+        .output()
+        .expect("nft list tables");
+    let listed = String::from_utf8_lossy(&tables.stdout);
+    let name = listed
+        .lines()
+        .filter_map(|l| l.strip_prefix("table ip "))
+        .find(|t| t.ends_with("_pol"))?
+        .to_string();
+    let table = Command::new("ip")
+        .args([
+            "netns", "exec", netns, "nft", "-s", "list", "table", "ip", &name,
+        ])
+        .output()
+        .expect("nft list table");
+    table
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&table.stdout).into_owned())
+}
+
 async fn guest_reaches(env: &Env, from: &str, address: &str) -> bool {
     let mut console = env.console(from).await.expect("a console");
     let said = console
@@ -1335,7 +1376,9 @@ async fn reach_becomes(env: &Env, from: &str, address: &str, wanted: bool, why: 
 /// NetworkPolicy between real guests, on one node (bridged) and across nodes: a policy
 /// isolating a VM for ingress cuts every other VM off, one admitting a label lets that
 /// VM back (and only it), an egress policy cuts a VM's own connections; bad policies
-/// get kube's validation errors.
+/// get kube's validation errors. An agent killed and restarted leaves its node's table
+/// in place and replaces it with the same rules; one killed as a policy arrives applies
+/// it when it is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn network_policies_cut_guests_off_and_let_the_admitted_ones_back() {
     let Some(g) = guests() else { return };
@@ -1349,7 +1392,7 @@ async fn network_policies_cut_guests_off_and_let_the_admitted_ones_back() {
         server,
         registry,
         names,
-        agents,
+        mut agents,
         host_disks,
         env,
         ..
@@ -1430,7 +1473,49 @@ async fn network_policies_cut_guests_off_and_let_the_admitted_ones_back() {
         "other was let in too"
     );
 
-    // Egress: client may send nowhere.
+    // Node a's agent killed and started again: its table stays in the kernel the whole
+    // time and is replaced, in one transaction, by the same rules.
+    let host_a = lan.hosts[0].clone();
+    let before = policy_table(&host_a).expect("node a has a policy table");
+    agents[0].kill9();
+    let watcher = {
+        let host_a = host_a.clone();
+        let before = before.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_watching = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut seen = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let now = policy_table(&host_a);
+                assert_eq!(
+                    now.as_deref(),
+                    Some(before.as_str()),
+                    "node a's policy table changed around its agent's restart"
+                );
+                seen += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            seen
+        });
+        (stop_watching, handle)
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    agents[0].restart();
+    // Reaching the guest's console means the agent is serving again; its policy loop
+    // syncs its caches and applies at once after that.
+    console_serves(&env, "other").await;
+    assert!(
+        !guest_reaches(&env, "other", &db).await,
+        "other reached db after node a's agent restarted"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    watcher.0.store(true, Ordering::Relaxed);
+    let listings = watcher.1.join().expect("the table never changed");
+    assert!(listings > 50, "only {listings} listings of the table");
+    assert!(guest_reaches(&env, "client", &db).await, "client lost db");
+
+    // Egress: client may send nowhere. Node b's agent is killed as the policy arrives
+    // (before or while it programs it) and comes back to apply it.
     env.api
         .create(
             policies,
@@ -1440,6 +1525,9 @@ async fn network_policies_cut_guests_off_and_let_the_admitted_ones_back() {
                              "policyTypes": ["Egress"]}}),
         )
         .await;
+    agents[1].kill9();
+    agents[1].restart();
+    console_serves(&env, "client").await;
     reach_becomes(&env, "client", &db, false, "client's egress is denied").await;
     reach_becomes(
         &env,
