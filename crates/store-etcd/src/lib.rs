@@ -11,16 +11,17 @@
 //! writes advance them only when this one next talks to etcd; the API server's watches
 //! tolerate that (they skip events up to the requested revision).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use etcd_client::{
-    Certificate, Compare, CompareOp, ConnectOptions, GetOptions, Identity, TlsOptions, Txn, TxnOp,
-    TxnOpResponse, WatchOptions,
+    Certificate, Compare, CompareOp, ConnectOptions, GetOptions, Identity, PutOptions, TlsOptions,
+    Txn, TxnOp, TxnOpResponse, WatchOptions,
 };
 use store::{KeyValue, ListOptions, ListResult, Result, Revision, Store, StoreError, WatchStream};
 
@@ -90,6 +91,8 @@ pub struct EtcdStore {
     health: health::Health,
     /// What updates may start from without reading etcd first.
     recent: recent::Recent,
+    /// The lease each TTL (in seconds) shares now, and when it was granted.
+    leases: Mutex<HashMap<i64, (i64, Instant)>>,
 }
 
 impl EtcdStore {
@@ -126,6 +129,7 @@ impl EtcdStore {
             compacted: Arc::new(AtomicI64::new(0)),
             health: health::Health::default(),
             recent: recent::Recent::default(),
+            leases: Mutex::default(),
         };
         store
             .fetch_current()
@@ -248,6 +252,108 @@ impl EtcdStore {
         self.health.set(None);
         let revision = self.saw(response.header());
         Ok((response.succeeded(), revision, response.op_responses()))
+    }
+
+    /// Creates `key`, attached to `lease` if given.
+    async fn create_leased(&self, key: &str, value: Bytes, lease: Option<i64>) -> Result<KeyValue> {
+        let etcd_key = self.layout.to_etcd(key)?;
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                etcd_key.clone(),
+                CompareOp::Equal,
+                0,
+            )])
+            .and_then([TxnOp::put(
+                etcd_key,
+                value.to_vec(),
+                lease.map(|id| PutOptions::new().with_lease(id)),
+            )]);
+        let (succeeded, revision, _) = self.txn(txn).await?;
+        if !succeeded {
+            return Err(StoreError::AlreadyExists);
+        }
+        let created = KeyValue {
+            key: key.to_owned(),
+            value,
+            create_revision: revision,
+            mod_revision: revision,
+        };
+        self.recent.keep(&created);
+        Ok(created)
+    }
+
+    /// Updates `key` at `expected`, attached to `lease` if given (else detached from any).
+    async fn update_leased(
+        &self,
+        key: &str,
+        value: Bytes,
+        expected: Revision,
+        lease: Option<i64>,
+    ) -> Result<KeyValue> {
+        let etcd_key = self.layout.to_etcd(key)?;
+        // A missing key has mod_revision 0, so existence is compared too.
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(etcd_key.clone(), CompareOp::Greater, 0),
+                Compare::mod_revision(etcd_key.clone(), CompareOp::Equal, expected),
+            ])
+            .and_then([TxnOp::put(
+                etcd_key.clone(),
+                value.to_vec(),
+                Some(match lease {
+                    Some(id) => PutOptions::new().with_prev_key().with_lease(id),
+                    None => PutOptions::new().with_prev_key(),
+                }),
+            )])
+            .or_else([TxnOp::get(etcd_key, None)]);
+        let (succeeded, revision, responses) = self.txn(txn).await?;
+        if !succeeded {
+            return Err(self.missing_or_conflict(&responses));
+        }
+        let create_revision = match responses.first() {
+            Some(TxnOpResponse::Put(put)) => put.prev_key().map(|prev| prev.create_revision()),
+            _ => None,
+        }
+        .ok_or_else(|| StoreError::Backend("etcd answered an update without prev_kv".into()))?;
+        let updated = KeyValue {
+            key: key.to_owned(),
+            value,
+            create_revision,
+            mod_revision: revision,
+        };
+        self.recent.keep(&updated);
+        Ok(updated)
+    }
+
+    /// A lease for a write that expires after `ttl`: shared by the writes of a window of
+    /// `ttl` / 20 (at most a minute), as kube-apiserver's lease manager shares them, and
+    /// granted for `ttl` plus that window, so no key lives less than its `ttl`.
+    async fn lease(&self, ttl: Duration) -> Result<i64> {
+        let window = (ttl / 20).min(Duration::from_secs(60));
+        let seconds = (ttl + window).as_secs_f64().ceil() as i64;
+        if let Some((id, granted)) = self
+            .leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&seconds)
+        {
+            if granted.elapsed() < window {
+                return Ok(*id);
+            }
+        }
+        let granted = Instant::now();
+        let response = self
+            .members
+            .call(Retry::Any, |client| async move {
+                client.lease_client().grant(seconds, None).await
+            })
+            .await
+            .map_err(|e| backend(&e))?;
+        self.leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(seconds, (response.id(), granted));
+        Ok(response.id())
     }
 
     /// After a failed compare: `NotFound` when the key is absent, else `Conflict`.
@@ -379,59 +485,27 @@ impl Store for EtcdStore {
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
-        let etcd_key = self.layout.to_etcd(key)?;
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                etcd_key.clone(),
-                CompareOp::Equal,
-                0,
-            )])
-            .and_then([TxnOp::put(etcd_key, value.to_vec(), None)]);
-        let (succeeded, revision, _) = self.txn(txn).await?;
-        if !succeeded {
-            return Err(StoreError::AlreadyExists);
-        }
-        let created = KeyValue {
-            key: key.to_owned(),
-            value,
-            create_revision: revision,
-            mod_revision: revision,
-        };
-        self.recent.keep(&created);
-        Ok(created)
+        self.create_leased(key, value, None).await
     }
 
     async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
-        let etcd_key = self.layout.to_etcd(key)?;
-        // A missing key has mod_revision 0, so existence is compared too.
-        let txn = Txn::new()
-            .when([
-                Compare::create_revision(etcd_key.clone(), CompareOp::Greater, 0),
-                Compare::mod_revision(etcd_key.clone(), CompareOp::Equal, expected),
-            ])
-            .and_then([TxnOp::put(
-                etcd_key.clone(),
-                value.to_vec(),
-                Some(etcd_client::PutOptions::new().with_prev_key()),
-            )])
-            .or_else([TxnOp::get(etcd_key, None)]);
-        let (succeeded, revision, responses) = self.txn(txn).await?;
-        if !succeeded {
-            return Err(self.missing_or_conflict(&responses));
-        }
-        let create_revision = match responses.first() {
-            Some(TxnOpResponse::Put(put)) => put.prev_key().map(|prev| prev.create_revision()),
-            _ => None,
-        }
-        .ok_or_else(|| StoreError::Backend("etcd answered an update without prev_kv".into()))?;
-        let updated = KeyValue {
-            key: key.to_owned(),
-            value,
-            create_revision,
-            mod_revision: revision,
-        };
-        self.recent.keep(&updated);
-        Ok(updated)
+        self.update_leased(key, value, expected, None).await
+    }
+
+    async fn create_expiring(&self, key: &str, value: Bytes, ttl: Duration) -> Result<KeyValue> {
+        let lease = self.lease(ttl).await?;
+        self.create_leased(key, value, Some(lease)).await
+    }
+
+    async fn update_expiring(
+        &self,
+        key: &str,
+        value: Bytes,
+        expected: Revision,
+        ttl: Duration,
+    ) -> Result<KeyValue> {
+        let lease = self.lease(ttl).await?;
+        self.update_leased(key, value, expected, Some(lease)).await
     }
 
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue> {

@@ -13,13 +13,15 @@
 use bytes::Bytes;
 use rusqlite::types::Type;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+use store::expiry::Expiring;
 use store::{Dictionaries, Dictionary, EventKind, Packed, PackedKv, Revision, StagedBatch};
 
 /// Stored in `PRAGMA user_version`, so a newer layout is refused rather than misread.
 /// Version 1 kept `kv` WITHOUT ROWID, keyed by the key, with values as they are: objects
 /// spilled into overflow pages and interior pages held whole keys, so an insert rewrote
-/// about five pages. Version 2 had no `dict`: every value was packed on its own.
-pub const SCHEMA_VERSION: i64 = 3;
+/// about five pages. Version 2 had no `dict`: every value was packed on its own. Version 3
+/// had no `expiry`.
+pub const SCHEMA_VERSION: i64 = 4;
 
 const KV_TABLE: &str = "
     CREATE TABLE kv (
@@ -33,6 +35,12 @@ const META_TABLE: &str = "
     INSERT INTO meta (name, value) VALUES ('revision', 0);";
 const DICT_TABLE: &str = "
     CREATE TABLE dict (id INTEGER PRIMARY KEY, class TEXT NOT NULL, bytes BLOB NOT NULL);";
+/// Expiring writes (see `store::expiry`): a row per write, by its revision, until the
+/// writer has deleted the key or found it written again.
+const EXPIRY_TABLE: &str = "
+    CREATE TABLE expiry (revision INTEGER PRIMARY KEY, key TEXT NOT NULL, at INTEGER NOT NULL);";
+const INSERT_EXPIRY: &str = "INSERT OR REPLACE INTO expiry (revision, key, at) VALUES (?1, ?2, ?3)";
+const DELETE_EXPIRY: &str = "DELETE FROM expiry WHERE revision = ?1";
 const INSERT_DICT: &str = "INSERT INTO dict (id, class, bytes) VALUES (?1, ?2, ?3)";
 const INSERT: &str = "INSERT INTO kv (create_rev, key, value, mod_rev) VALUES (?1, ?2, ?3, ?4)";
 const UPSERT: &str = "INSERT INTO kv (create_rev, key, value, mod_rev) VALUES (?1, ?2, ?3, ?4)
@@ -52,6 +60,7 @@ pub fn upgrade_from(version: i64) -> Upgrade {
         0 => Upgrade::Apply(create),
         1 => Upgrade::Apply(upgrade_from_v1),
         2 => Upgrade::Apply(upgrade_from_v2),
+        3 => Upgrade::Apply(upgrade_from_v3),
         SCHEMA_VERSION => Upgrade::Current,
         _ => Upgrade::Newer,
     }
@@ -69,12 +78,19 @@ pub fn apply(
 }
 
 fn create(tx: &Transaction) -> rusqlite::Result<()> {
-    tx.execute_batch(&format!("{KV_TABLE} {META_TABLE} {DICT_TABLE}"))
+    tx.execute_batch(&format!(
+        "{KV_TABLE} {META_TABLE} {DICT_TABLE} {EXPIRY_TABLE}"
+    ))
+}
+
+fn upgrade_from_v3(tx: &Transaction) -> rusqlite::Result<()> {
+    tx.execute_batch(EXPIRY_TABLE)
 }
 
 /// Version 2's rows stay as they are (packed without a dictionary, which reads as before).
 fn upgrade_from_v2(tx: &Transaction) -> rusqlite::Result<()> {
-    tx.execute_batch(DICT_TABLE)
+    tx.execute_batch(DICT_TABLE)?;
+    upgrade_from_v3(tx)
 }
 
 /// Version 1's rows, compressed, into the new `kv`; `meta` is unchanged.
@@ -143,6 +159,19 @@ pub fn load(conn: &Connection) -> rusqlite::Result<(Vec<PackedKv>, Revision, Dic
     Ok((items, revision.max(newest_row), dictionaries))
 }
 
+/// The expiring writes not yet settled.
+pub fn load_expiring(conn: &Connection) -> rusqlite::Result<Vec<Expiring>> {
+    conn.prepare("SELECT revision, key, at FROM expiry")?
+        .query_map([], |row| {
+            Ok(Expiring {
+                revision: row.get(0)?,
+                key: row.get(1)?,
+                at: row.get::<_, i64>(2)? as u64,
+            })
+        })?
+        .collect()
+}
+
 /// The revision on disk, as `load` computes it, without reading the values.
 pub fn revision(conn: &Connection) -> rusqlite::Result<Revision> {
     let recorded: Revision = conn
@@ -158,8 +187,24 @@ pub fn revision(conn: &Connection) -> rusqlite::Result<Revision> {
     Ok(recorded.max(newest_row.unwrap_or(0)))
 }
 
-/// Writes a staged batch into `tx`, and its revision where no row of it carries it.
-pub fn write(tx: &Transaction, staged: &StagedBatch) -> rusqlite::Result<()> {
+/// Writes a staged batch into `tx`, and its revision where no row of it carries it, with
+/// the batch's new expiring writes and without the ones it settled.
+pub fn write(
+    tx: &Transaction,
+    staged: &StagedBatch,
+    expiring: &[Expiring],
+    settled: &[Revision],
+) -> rusqlite::Result<()> {
+    if !expiring.is_empty() || !settled.is_empty() {
+        let mut insert = tx.prepare_cached(INSERT_EXPIRY)?;
+        for e in expiring {
+            insert.execute(params![e.revision, e.key, e.at as i64])?;
+        }
+        let mut delete = tx.prepare_cached(DELETE_EXPIRY)?;
+        for revision in settled {
+            delete.execute([revision])?;
+        }
+    }
     // In the same transaction as the first values that need them.
     for dictionary in staged.new_dictionaries() {
         tx.prepare_cached(INSERT_DICT)?.execute(params![

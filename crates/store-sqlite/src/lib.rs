@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::Bytes;
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
+use store::expiry::{self, Deadlines, Expiring};
 use store::{
     KeyValue, ListOptions, ListResult, MemoryStore, Result, Revision, StagedBatch, Store,
     StoreError, WatchStream, WriteGauge, WriteOp,
@@ -102,11 +103,17 @@ struct Counters {
 }
 
 enum Request {
-    Write {
-        op: WriteOp,
-        reply: oneshot::Sender<Result<KeyValue>>,
-    },
+    Write(Queued),
     Shutdown,
+}
+
+/// A write waiting for the writer thread.
+struct Queued {
+    op: WriteOp,
+    /// When the write expires (`store::expiry`), if it does.
+    expires: Option<u64>,
+    /// Who waits for the outcome: nobody for the writer's own deletes of expired keys.
+    reply: Option<oneshot::Sender<Result<KeyValue>>>,
 }
 
 /// The durable default store: SQLite in WAL mode with `synchronous=FULL`, so an acknowledged
@@ -129,6 +136,10 @@ impl SqliteStore {
         let (items, revision, dictionaries) =
             layout::load(&conn).map_err(|source| open_error(path, source))?;
         let index = Arc::new(MemoryStore::load(items, revision, dictionaries));
+        let mut deadlines = Deadlines::default();
+        for expiring in layout::load_expiring(&conn).map_err(|source| open_error(path, source))? {
+            deadlines.insert(expiring);
+        }
         let counters = Arc::new(Counters::default());
         let (requests, queue) = mpsc::channel();
         let gauge = WriteGauge::default();
@@ -140,6 +151,7 @@ impl SqliteStore {
             gauge: gauge.clone(),
             unresolved: None,
             unhealthy: unhealthy.clone(),
+            deadlines,
         };
         let writer = std::thread::Builder::new()
             .name("store-sqlite-writer".into())
@@ -163,11 +175,15 @@ impl SqliteStore {
         }
     }
 
-    async fn submit(&self, op: WriteOp) -> Result<KeyValue> {
+    async fn submit(&self, op: WriteOp, expires: Option<u64>) -> Result<KeyValue> {
         let (reply, answer) = oneshot::channel();
         // Queued before it counts as arrived: the arrival may end the writer's wait.
         self.requests
-            .send(Request::Write { op, reply })
+            .send(Request::Write(Queued {
+                op,
+                expires,
+                reply: Some(reply),
+            }))
             .map_err(|_| SqliteError::WriterGone)?;
         WriteGauge::arrived();
         answer.await.map_err(|_| SqliteError::WriterGone)?
@@ -247,6 +263,8 @@ struct Writer {
     unresolved: Option<StagedBatch>,
     /// Shared with the store: why writes fail now.
     unhealthy: Arc<std::sync::Mutex<Option<String>>>,
+    /// Expiring writes not yet settled, as in the `expiry` table.
+    deadlines: Deadlines,
 }
 
 impl Writer {
@@ -256,7 +274,10 @@ impl Writer {
             let wait = if self.is_unhealthy() {
                 PROBE_INTERVAL
             } else {
-                IDLE_CHECKPOINT
+                dirty |= self.reap();
+                self.deadlines
+                    .wait()
+                    .map_or(IDLE_CHECKPOINT, |due| due.min(IDLE_CHECKPOINT))
             };
             let first = match queue.recv_timeout(wait) {
                 Ok(request) => request,
@@ -273,7 +294,7 @@ impl Writer {
             let mut batch = Vec::new();
             let shutdown = self.gather(first, queue, &mut batch);
             if !batch.is_empty() {
-                dirty |= self.write_batch(batch);
+                dirty |= self.write_batch(batch, Vec::new());
             }
             if shutdown {
                 return;
@@ -299,14 +320,14 @@ impl Writer {
         &self,
         first: Request,
         queue: &mpsc::Receiver<Request>,
-        batch: &mut Vec<(WriteOp, oneshot::Sender<Result<KeyValue>>)>,
+        batch: &mut Vec<Queued>,
     ) -> bool {
         let deadline = Instant::now() + MAX_LINGER;
         let mut next = Some(first);
         loop {
             while let Some(request) = next.take() {
                 match request {
-                    Request::Write { op, reply } => batch.push((op, reply)),
+                    Request::Write(queued) => batch.push(queued),
                     Request::Shutdown => return true,
                 }
                 if batch.len() >= MAX_BATCH {
@@ -323,18 +344,56 @@ impl Writer {
         }
     }
 
-    /// Stages, persists, publishes and answers one batch; true if anything was committed.
-    fn write_batch(&mut self, batch: Vec<(WriteOp, oneshot::Sender<Result<KeyValue>>)>) -> bool {
-        let (ops, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+    /// Deletes the keys whose expiring writes are due (those written again since stay,
+    /// their delete's expected revision no longer matching) and settles those writes;
+    /// true if anything was committed.
+    fn reap(&mut self) -> bool {
+        let due = self.deadlines.take_due(expiry::now_millis());
+        if due.is_empty() {
+            return false;
+        }
+        let deletes = due
+            .iter()
+            .map(|expired| Queued {
+                op: WriteOp::Delete {
+                    key: expired.key.clone(),
+                    expected: Some(expired.revision),
+                },
+                expires: None,
+                reply: None,
+            })
+            .collect();
+        self.write_batch(deletes, due)
+    }
+
+    /// Stages, persists, publishes and answers one batch, settling the expiring writes
+    /// `settled` with it; true if anything was committed. Settled writes of a batch that
+    /// failed are due again.
+    fn write_batch(&mut self, batch: Vec<Queued>, settled: Vec<Expiring>) -> bool {
+        let mut ops = Vec::with_capacity(batch.len());
+        let mut expires = Vec::with_capacity(batch.len());
+        let mut replies = Vec::with_capacity(batch.len());
+        for queued in batch {
+            ops.push(queued.op);
+            expires.push(queued.expires);
+            replies.push(queued.reply);
+        }
         let (outcomes, committed) = match self.resolve() {
-            Err(err) => (vec![Err(err); ops.len()], false),
-            Ok(()) => self.commit(ops),
+            Err(err) => (vec![Err(err); ops.len()], None),
+            Ok(()) => self.commit(ops, &expires, &settled),
         };
+        let wrote = committed.is_some();
+        match committed {
+            Some(expiring) => expiring.into_iter().for_each(|e| self.deadlines.insert(e)),
+            None => settled.into_iter().for_each(|e| self.deadlines.insert(e)),
+        }
         for (reply, outcome) in replies.into_iter().zip(outcomes) {
             // The caller may have stopped waiting; its write stands anyway.
-            let _ = reply.send(outcome);
+            if let Some(reply) = reply {
+                let _ = reply.send(outcome);
+            }
         }
-        committed
+        wrote
     }
 
     /// Settles a commit of unknown outcome by the revision on disk: the batch landed
@@ -394,12 +453,32 @@ impl Writer {
         }
     }
 
-    fn commit(&mut self, ops: Vec<WriteOp>) -> (Vec<Result<KeyValue>>, bool) {
+    /// Commits `ops`, each expiring at `expires` if it says so, and settles the expiring
+    /// writes `settled`: the outcomes, and the batch's expiring writes if it committed.
+    fn commit(
+        &mut self,
+        ops: Vec<WriteOp>,
+        expires: &[Option<u64>],
+        settled: &[Expiring],
+    ) -> (Vec<Result<KeyValue>>, Option<Vec<Expiring>>) {
         let count = ops.len();
         let staged = self.index.stage(ops);
+        let expiring: Vec<Expiring> = expires
+            .iter()
+            .zip(staged.outcomes())
+            .filter_map(|(expires, outcome)| match (expires, outcome) {
+                (Some(at), Ok(kv)) => Some(Expiring {
+                    at: *at,
+                    revision: kv.mod_revision,
+                    key: kv.key.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        let settled: Vec<Revision> = settled.iter().map(|e| e.revision).collect();
         let writes = staged.changes().len() as u64;
-        if writes > 0 || !staged.new_dictionaries().is_empty() {
-            if let Err(err) = persist(&mut self.conn, &staged) {
+        if writes > 0 || !staged.new_dictionaries().is_empty() || !settled.is_empty() {
+            if let Err(err) = persist(&mut self.conn, &staged, &expiring, &settled) {
                 tracing::error!(error = %err, "SQLite store write failed");
                 let unknown_outcome = matches!(err, SqliteError::Commit(_));
                 let err = StoreError::from(err);
@@ -407,20 +486,20 @@ impl Writer {
                 if unknown_outcome {
                     self.unresolved = Some(staged);
                 }
-                return (vec![Err(err); count], false);
+                return (vec![Err(err); count], None);
             }
             self.counters.transactions.fetch_add(1, Ordering::Relaxed);
             self.counters.writes.fetch_add(writes, Ordering::Relaxed);
             self.set_unhealthy(None);
         }
         match self.index.commit(staged) {
-            Ok(outcomes) => (outcomes, writes > 0),
+            Ok(outcomes) => (outcomes, Some(expiring)),
             Err(err) => {
                 // Unreachable while this thread is the index's only writer; if it happens
                 // the disk is ahead of memory, and only a restart reloads it.
                 tracing::error!(error = %err, "SQLite store index diverged from disk");
                 self.set_unhealthy(Some(format!("the store needs a restart: {err}")));
-                (vec![Err(err); count], false)
+                (vec![Err(err); count], None)
             }
         }
     }
@@ -436,11 +515,16 @@ impl Writer {
 }
 
 /// Writes a staged batch and the new revision in one transaction.
-fn persist(conn: &mut Connection, staged: &StagedBatch) -> Result<(), SqliteError> {
+fn persist(
+    conn: &mut Connection,
+    staged: &StagedBatch,
+    expiring: &[Expiring],
+    settled: &[Revision],
+) -> Result<(), SqliteError> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(SqliteError::Write)?;
-    layout::write(&tx, staged).map_err(SqliteError::Write)?;
+    layout::write(&tx, staged, expiring, settled).map_err(SqliteError::Write)?;
     // Dropping an uncommitted transaction rolls it back.
     tx.commit().map_err(SqliteError::Commit)
 }
@@ -456,28 +540,52 @@ impl Store for SqliteStore {
     }
 
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
-        self.submit(WriteOp::Create {
-            key: key.to_owned(),
-            value,
-        })
-        .await
+        let key = key.to_owned();
+        self.submit(WriteOp::Create { key, value }, None).await
     }
 
     async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue> {
-        self.submit(WriteOp::Update {
-            key: key.to_owned(),
-            value,
-            expected,
-        })
+        let key = key.to_owned();
+        self.submit(
+            WriteOp::Update {
+                key,
+                value,
+                expected,
+            },
+            None,
+        )
+        .await
+    }
+
+    async fn create_expiring(&self, key: &str, value: Bytes, ttl: Duration) -> Result<KeyValue> {
+        let key = key.to_owned();
+        let at = expiry::deadline(ttl);
+        self.submit(WriteOp::Create { key, value }, Some(at)).await
+    }
+
+    async fn update_expiring(
+        &self,
+        key: &str,
+        value: Bytes,
+        expected: Revision,
+        ttl: Duration,
+    ) -> Result<KeyValue> {
+        let key = key.to_owned();
+        let at = expiry::deadline(ttl);
+        self.submit(
+            WriteOp::Update {
+                key,
+                value,
+                expected,
+            },
+            Some(at),
+        )
         .await
     }
 
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue> {
-        self.submit(WriteOp::Delete {
-            key: key.to_owned(),
-            expected,
-        })
-        .await
+        let key = key.to_owned();
+        self.submit(WriteOp::Delete { key, expected }, None).await
     }
 
     async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream> {

@@ -30,6 +30,43 @@ async fn conformance() {
     .await;
 }
 
+/// An expiring write outlives a restart of the store: the reopened store deletes the key
+/// at its deadline, and has no expiring write left after that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiring_writes_expire_after_a_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("expiry.db");
+    let ttl = std::time::Duration::from_secs(2);
+    {
+        let store = open(&path);
+        store
+            .create_expiring("/e/event", Bytes::from_static(b"seen"), ttl)
+            .await
+            .expect("create");
+        store
+            .create("/e/vm", Bytes::from_static(b"kept"))
+            .await
+            .expect("create");
+    }
+    let store = open(&path);
+    assert!(store.get("/e/event").await.unwrap().is_some());
+    let deadline = std::time::Instant::now() + 5 * ttl;
+    while store.get("/e/event").await.unwrap().is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not expired after a reopen"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(store.get("/e/vm").await.unwrap().is_some());
+    drop(store);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let left: i64 = conn
+        .query_row("SELECT count(*) FROM expiry", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(left, 0, "settled expiring writes stay in the table");
+}
+
 #[tokio::test]
 async fn reopen_preserves_state_and_revision() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -205,7 +242,7 @@ async fn a_version_1_database_is_upgraded_with_its_data() {
     let version: i64 = rusqlite::Connection::open(&path)
         .and_then(|db| db.query_row("PRAGMA user_version", [], |row| row.get(0)))
         .expect("read user_version");
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
 }
 
 /// Version 2 packed every value on its own and had no `dict`: its rows read as before,

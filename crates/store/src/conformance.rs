@@ -57,6 +57,7 @@ where
         watch_before_compaction_fails,
         concurrent_writers_get_unique_revisions,
         concurrent_cas_has_one_winner,
+        expiring_writes_are_deleted_by_the_store,
     );
 }
 
@@ -697,4 +698,64 @@ pub async fn concurrent_cas_has_one_winner(store: Arc<dyn Store>) {
         assert_eq!(current.as_ref(), winners.first());
     }
     assert_eq!(store.get("/cas/k").await, Ok(winners.pop()));
+}
+
+/// Keys written with a time to live are deleted by the store itself, in deadline order; a
+/// later write without one keeps the key, one with a longer one postpones the deletion.
+pub async fn expiring_writes_are_deleted_by_the_store(store: Arc<dyn Store>) {
+    let second = Duration::from_secs(1);
+    let start = store.current_revision();
+    let mut watch = store.watch("/ttl/", start).await.unwrap();
+    store.create("/ttl/plain", val("p")).await.unwrap();
+    store
+        .create_expiring("/ttl/a", val("a"), second)
+        .await
+        .unwrap();
+    let kept = store
+        .create_expiring("/ttl/kept", val("k"), second)
+        .await
+        .unwrap();
+    store
+        .update("/ttl/kept", val("k2"), kept.mod_revision)
+        .await
+        .unwrap();
+    let later = store
+        .create_expiring("/ttl/later", val("l"), second)
+        .await
+        .unwrap();
+    store
+        .update_expiring("/ttl/later", val("l2"), later.mod_revision, 3 * second)
+        .await
+        .unwrap();
+    let written = tokio::time::Instant::now();
+    for _ in 0..6 {
+        assert_eq!(next_event(&mut watch).await.kind, EventKind::Put);
+    }
+    let deleted = next_event(&mut watch).await;
+    assert_eq!(
+        (deleted.kind, deleted.kv.key.as_str()),
+        (EventKind::Delete, "/ttl/a")
+    );
+    assert!(
+        written.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        written.elapsed()
+    );
+    let deleted = next_event(&mut watch).await;
+    assert_eq!(
+        (deleted.kind, deleted.kv.key.as_str()),
+        (EventKind::Delete, "/ttl/later")
+    );
+    assert!(
+        written.elapsed() >= 3 * second - Duration::from_millis(100),
+        "{:?}",
+        written.elapsed()
+    );
+    assert_quiet(&mut watch).await;
+    let left = store.list("/ttl/", ListOptions::default()).await.unwrap();
+    assert_eq!(keys(&left.items), ["/ttl/kept", "/ttl/plain"]);
+    assert!(store
+        .create_expiring("/ttl/plain", val("again"), second)
+        .await
+        .is_err_and(|e| e == StoreError::AlreadyExists));
 }

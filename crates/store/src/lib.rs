@@ -4,6 +4,7 @@
 //! revision (Kubernetes' `resourceVersion`). Values are opaque bytes.
 
 use std::pin::Pin;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -12,6 +13,7 @@ use futures::Stream;
 mod announce;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
+pub mod expiry;
 mod memory;
 mod packed;
 
@@ -112,6 +114,20 @@ pub trait Store: Send + Sync + 'static {
 
     /// Replaces the value only if the key's current `mod_revision` equals `expected`.
     async fn update(&self, key: &str, value: Bytes, expected: Revision) -> Result<KeyValue>;
+
+    /// [`Store::create`], and the store deletes the key `ttl` after this write unless a
+    /// later write changed it (Events' `--event-ttl`): a lease in etcd, a persisted
+    /// deadline in the embedded stores. Deletion may lag the deadline by a second or so.
+    async fn create_expiring(&self, key: &str, value: Bytes, ttl: Duration) -> Result<KeyValue>;
+
+    /// [`Store::update`], with the key's deletion moved to `ttl` after this write.
+    async fn update_expiring(
+        &self,
+        key: &str,
+        value: Bytes,
+        expected: Revision,
+        ttl: Duration,
+    ) -> Result<KeyValue>;
 
     /// Deletes the key, if `expected` is given only when it matches the current
     /// `mod_revision`. Returns the deleted value with the revision of the delete.

@@ -8,12 +8,16 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{
+    Arc, Condvar, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak,
+};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::sync::broadcast;
 
+use crate::expiry::{deadline, now_millis, Deadlines, Expiring};
 use crate::packed::{Change, Dictionaries, Dictionary, Packed, PackedKv};
 use crate::{
     Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision, Store, StoreError,
@@ -77,6 +81,12 @@ impl StagedBatch {
     /// The successful writes in revision order: what a durable backend must persist.
     pub fn changes(&self) -> &[Change] {
         &self.changes
+    }
+
+    /// The result of every op, in submission order: what a durable backend learns of
+    /// each op before persisting (which revision it got, or why it failed).
+    pub fn outcomes(&self) -> &[Result<KeyValue>] {
+        &self.outcomes
     }
 
     /// The store revision once this batch is committed.
@@ -395,6 +405,10 @@ struct Shared {
     /// Committed batches, sent while the state's write lock is held so that a watcher that
     /// subscribes under the read lock sees every later batch and no earlier one.
     events: broadcast::Sender<Arc<[Change]>>,
+    /// Expiring writes, and whether their reaper thread runs (it holds only a weak
+    /// reference, so it stops once the store is dropped).
+    expiring: Mutex<(Deadlines, bool)>,
+    expiring_changed: Condvar,
 }
 
 impl Shared {
@@ -459,6 +473,8 @@ impl MemoryStore {
             shared: Arc::new(Shared {
                 state: RwLock::new(state),
                 events,
+                expiring: Mutex::new((Deadlines::default(), false)),
+                expiring_changed: Condvar::new(),
             }),
         }
     }
@@ -499,6 +515,28 @@ impl MemoryStore {
         }
     }
 
+    /// Queues the deletion of `written` at `at`, starting the reaper on first use.
+    fn expire(&self, written: &KeyValue, at: u64) {
+        let mut expiring = self
+            .shared
+            .expiring
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        expiring.0.insert(Expiring {
+            at,
+            revision: written.mod_revision,
+            key: written.key.clone(),
+        });
+        if !std::mem::replace(&mut expiring.1, true) {
+            let shared = Arc::downgrade(&self.shared);
+            std::thread::Builder::new()
+                .name("store-memory-expiry".into())
+                .spawn(move || reap(shared))
+                .expect("spawn the memory store's expiry thread");
+        }
+        self.shared.expiring_changed.notify_one();
+    }
+
     fn write_one(&self, op: WriteOp) -> Result<KeyValue> {
         let mut state = self.write();
         let batch = state.stage(vec![op]);
@@ -508,6 +546,41 @@ impl MemoryStore {
             .into_iter()
             .next()
             .unwrap_or_else(|| Err(StoreError::Backend("write produced no outcome".into())))
+    }
+}
+
+/// Deletes expired writes until the store is dropped.
+fn reap(shared: Weak<Shared>) {
+    // Checked at least this often, so the thread notices a dropped store.
+    const LONGEST_SLEEP: Duration = Duration::from_secs(1);
+    loop {
+        let Some(strong) = shared.upgrade() else {
+            return;
+        };
+        let due = {
+            let expiring = strong
+                .expiring
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let wait = expiring
+                .0
+                .wait()
+                .unwrap_or(LONGEST_SLEEP)
+                .min(LONGEST_SLEEP);
+            let (mut expiring, _) = strong
+                .expiring_changed
+                .wait_timeout(expiring, wait)
+                .unwrap_or_else(PoisonError::into_inner);
+            expiring.0.take_due(now_millis())
+        };
+        let store = MemoryStore { shared: strong };
+        for expired in due {
+            // Conflict or NotFound: written again or deleted since, nothing to do.
+            let _ = store.write_one(WriteOp::Delete {
+                key: expired.key,
+                expected: Some(expired.revision),
+            });
+        }
     }
 }
 
@@ -604,6 +677,26 @@ impl Store for MemoryStore {
             value,
             expected,
         })
+    }
+
+    async fn create_expiring(&self, key: &str, value: Bytes, ttl: Duration) -> Result<KeyValue> {
+        let at = deadline(ttl);
+        let created = self.create(key, value).await?;
+        self.expire(&created, at);
+        Ok(created)
+    }
+
+    async fn update_expiring(
+        &self,
+        key: &str,
+        value: Bytes,
+        expected: Revision,
+        ttl: Duration,
+    ) -> Result<KeyValue> {
+        let at = deadline(ttl);
+        let updated = self.update(key, value, expected).await?;
+        self.expire(&updated, at);
+        Ok(updated)
     }
 
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue> {
