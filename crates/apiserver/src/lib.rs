@@ -11,6 +11,7 @@ mod coordination;
 mod core;
 pub mod discovery;
 pub mod endpoint_slices;
+pub mod events;
 mod gc;
 mod health;
 pub mod http;
@@ -110,6 +111,8 @@ pub struct ServerConfig {
     pub kubeconfig_servers: Vec<String>,
     /// `--service-cidr`: where Services' cluster IPs come from.
     pub service_cidr: ipnet::Ipv4Net,
+    /// `--event-ttl`: how long Events are kept after their last write.
+    pub event_ttl: std::time::Duration,
 }
 
 /// The host of an `https://HOST[:PORT]` URL (an IPv6 address without its brackets).
@@ -181,6 +184,9 @@ fn components() -> Map<String, Value> {
     if let Value::Object(policies) = network_policies::schemas() {
         all.extend(policies);
     }
+    if let Value::Object(events) = events::schemas() {
+        all.extend(events);
+    }
     all
 }
 
@@ -188,6 +194,7 @@ fn registrations(
     components: &Map<String, Value>,
     host_disks: kubevirt::HostDiskPolicy,
     service_cidr: ipnet::Ipv4Net,
+    event_ttl: std::time::Duration,
 ) -> Result<Vec<Registration>, ServerError> {
     let components_value = Value::Object(components.clone());
     let schema = |info: &'static apimachinery::resource::ResourceInfo| {
@@ -224,10 +231,18 @@ fn registrations(
         &network_policies::NETWORK_POLICY,
         Box::new(network_policies::NetworkPolicyHooks),
     );
+    let events = [&events::EVENT, &events::EVENT_V1].map(|view| {
+        let hooks: Box<dyn registry::ResourceHooks> = Box::new(events::EventHooks {
+            ttl: event_ttl,
+            view,
+        });
+        (view, hooks)
+    });
     for (info, hooks) in core::registrations(service_cidr)
         .into_iter()
         .chain(rbac::kinds::registrations())
         .chain([csr, lease, slice, policy])
+        .chain(events)
     {
         out.push(Registration {
             info,
@@ -411,11 +426,12 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
 
     let components = components();
     let registry = Arc::new(Registry::new(
-        config.store.clone(),
+        events::EventsView::wrap(config.store.clone()),
         registrations(
             &components,
             kubevirt::HostDiskPolicy(config.host_disk_dirs.clone()),
             config.service_cidr,
+            config.event_ttl,
         )?,
     ));
     registry.follow_namespaces();

@@ -13,14 +13,42 @@ pub fn selectable_fields(info: &ResourceInfo) -> &'static [&'static str] {
         ("", "nodes") => &["spec.unschedulable"],
         ("", "pods") => &["spec.nodeName", "status.phase", "status.podIP"],
         ("", "secrets") => &["type"],
+        ("", "events") => &[
+            "involvedObject.apiVersion",
+            "involvedObject.fieldPath",
+            "involvedObject.kind",
+            "involvedObject.name",
+            "involvedObject.namespace",
+            "involvedObject.resourceVersion",
+            "involvedObject.uid",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        (crate::events::GROUP, "events") => &[
+            "regarding.apiVersion",
+            "regarding.fieldPath",
+            "regarding.kind",
+            "regarding.name",
+            "regarding.namespace",
+            "regarding.resourceVersion",
+            "regarding.uid",
+            "reason",
+            "reportingController",
+            "type",
+        ],
         _ => &[],
     }
 }
 
 fn column_definitions(info: &ResourceInfo) -> Vec<Value> {
-    let mut columns = vec![json!({"name": "Name", "type": "string", "format": "name",
+    let mut columns = Vec::new();
+    if crate::events::leading_name(info) {
+        columns.push(json!({"name": "Name", "type": "string", "format": "name",
         "description": "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
-        "priority": 0})];
+        "priority": 0}));
+    }
     for column in info.printer_columns {
         let description = if column.description.is_empty() {
             format!(
@@ -74,6 +102,10 @@ fn computed_cell(info: &ResourceInfo, column: &str, obj: &Value, read: Value) ->
         ("", "configmaps" | "secrets", "Data") => json!(crate::core::data_count(obj)),
         (access::rbac::GROUP, _, _) => crate::rbac::kinds::computed_cell(column, obj, read),
         (crate::certificates::GROUP, _, _) => crate::certificates::computed_cell(column, obj, read),
+        ("", "events", _) => crate::events::computed_cell(column, obj, read),
+        (crate::events::GROUP, "events", _) => {
+            crate::events::computed_cell(column, &crate::events::v1_to_core(obj.clone()), read)
+        }
         _ => read,
     }
 }
@@ -89,7 +121,10 @@ pub fn table(
     let rows: Vec<Value> = items
         .iter()
         .map(|obj| {
-            let mut cells = vec![json!(crate::object::name(obj))];
+            let mut cells = Vec::new();
+            if crate::events::leading_name(info) {
+                cells.push(json!(crate::object::name(obj)));
+            }
             for column in info.printer_columns {
                 let values =
                     apimachinery::jsonpath::eval(column.json_path, obj).unwrap_or_default();

@@ -74,6 +74,7 @@ pub fn draining(node: &Node, key: &str) -> bool {
 }
 
 struct Controller {
+    recorder: event_recorder::Recorder,
     client: Client,
     nodes: Store<Node>,
     vmis: Store<VirtualMachineInstance>,
@@ -103,6 +104,11 @@ pub async fn run(client: Client, shared: crate::informer::Shared) {
         vmis: shared.vmis.subscribe(changed.clone()),
         migrations: reflect(&client, changed.clone()),
         kubevirts: reflect(&client, changed.clone()),
+        recorder: event_recorder::Recorder::start(
+            client.clone(),
+            "disruptionbudget-controller",
+            None,
+        ),
         client,
         failures: HashMap::new(),
         blocked: HashSet::new(),
@@ -305,6 +311,14 @@ impl Controller {
             "evacuation: moving {namespace}/{} off {node} ({})",
             vmi.name(),
             created.name()
+        );
+        self.recorder.normal(
+            &event_recorder::Recorder::reference(vmi),
+            "SuccessfulEvict",
+            format!(
+                "Created migration {} to evict the VirtualMachineInstance from node {node}",
+                created.name()
+            ),
         );
         Ok(())
     }

@@ -80,11 +80,12 @@ struct State {
 pub async fn run(client: Client, grace: Duration) {
     let period = (grace / 4).clamp(Duration::from_millis(200), Duration::from_secs(5));
     let mut state = State::default();
+    let recorder = event_recorder::Recorder::start(client.clone(), "node-controller", None);
     loop {
         tokio::time::sleep(period).await;
         // The pass itself is not backed off: each one is a new look at the heartbeats,
         // and a lost node is to be noticed as soon as the API answers again.
-        if let Err(e) = pass(&client, grace, &mut state).await {
+        if let Err(e) = pass(&client, grace, &mut state, &recorder).await {
             tracing::warn!("node lifecycle: pass failed: {e}");
         }
     }
@@ -93,7 +94,12 @@ pub async fn run(client: Client, grace: Duration) {
 /// One look at every node: a node silent for `grace` is marked NotReady and its VMIs
 /// failed. A failed write of one object is logged and retried with that object's
 /// backoff on a later pass, without holding up the others.
-async fn pass(client: &Client, grace: Duration, state: &mut State) -> Result<(), crate::Error> {
+async fn pass(
+    client: &Client,
+    grace: Duration,
+    state: &mut State,
+    recorder: &event_recorder::Recorder,
+) -> Result<(), crate::Error> {
     let nodes = Api::<Node>::all(client.clone());
     let now = Instant::now();
     let mut lost = Vec::new();
@@ -165,7 +171,7 @@ async fn pass(client: &Client, grace: Duration, state: &mut State) -> Result<(),
         .for_each_concurrent(8, |vmi| {
             let client = client.clone();
             async move {
-                match fail_vmi(client, &vmi).await {
+                match fail_vmi(client, &vmi, recorder).await {
                     Ok(()) => writes.succeeded(&key(&vmi)),
                     Err(e) => {
                         let retry = writes.failed(key(&vmi));
@@ -182,10 +188,15 @@ async fn pass(client: &Client, grace: Duration, state: &mut State) -> Result<(),
 }
 
 /// Marks a VMI of a lost node Failed or, once it is, lets it go if it is being deleted.
-async fn fail_vmi(client: Client, vmi: &VirtualMachineInstance) -> Result<(), crate::Error> {
+async fn fail_vmi(
+    client: Client,
+    vmi: &VirtualMachineInstance,
+    recorder: &event_recorder::Recorder,
+) -> Result<(), crate::Error> {
     let api = Api::<VirtualMachineInstance>::namespaced(client, vmi.namespace());
     let mut patch = json!({"metadata": {"resourceVersion": vmi.metadata.resource_version}});
-    if !vmi.phase().is_final() {
+    let failing = !vmi.phase().is_final();
+    if failing {
         let now = meta::now();
         let transitions = vmi.transitions_entering(VmiPhase::Failed, &now);
         let mut conditions = vmi.status.conditions.clone().unwrap_or_default();
@@ -217,6 +228,16 @@ async fn fail_vmi(client: Client, vmi: &VirtualMachineInstance) -> Result<(), cr
     }
     api.patch(vmi.name(), &params(), &Patch::Merge(&patch))
         .await?;
+    if failing {
+        recorder.warning(
+            &event_recorder::Recorder::reference(vmi),
+            "NodeUnresponsive",
+            format!(
+                "virt-handler on node {} is not responsive, marking VMI as failed",
+                vmi.node_name().unwrap_or("")
+            ),
+        );
+    }
     Ok(())
 }
 

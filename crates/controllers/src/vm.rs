@@ -21,6 +21,7 @@ use crate::run_strategy::{
 };
 use crate::vm_volumes::{self, Readiness};
 use crate::Error;
+use event_recorder::Recorder;
 use kubevirt_api::backoff::{object_key, Backoff};
 use kubevirt_api::cdi::model::DataVolume;
 use kubevirt_api::meta;
@@ -39,6 +40,7 @@ const MANAGER: &str = "virt-controller";
 
 struct Context {
     client: Client,
+    recorder: Recorder,
     /// Every VMI, as the shared VMI informer last saw it.
     vmis: Store<VirtualMachineInstance>,
     /// Retry delays of VMs whose sync failed, by `namespace/name`.
@@ -115,6 +117,7 @@ impl Expectations {
 pub async fn run(client: Client, shared: crate::informer::Shared) {
     let (vm_reader, vm_events) = cached::watch::<VirtualMachine>(&client);
     let ctx = Arc::new(Context {
+        recorder: Recorder::start(client.clone(), "virtualmachine-controller", None),
         client,
         vmis: shared.vmis.store(),
         backoff: Backoff::default(),
@@ -350,7 +353,7 @@ async fn reconcile(
             let template = cached.spec_field("template")?;
             create_vmi(&ctx, &key, &vm, &vmis, template, *paused, step).await?
         }
-        VmiAction::Delete => delete_vmi(&vmis, vm.name(), step).await?,
+        VmiAction::Delete => delete_vmi(&ctx, &vm, &vmis, step).await?,
         VmiAction::WaitUntil(when) => Step {
             requeue: Some((*when - now).to_std().unwrap_or(Duration::from_millis(100))),
             ..step
@@ -470,6 +473,14 @@ async fn create_vmi(
         // The status reports on the VMI just made, so the sync its creation
         // triggers finds nothing left to write.
         Ok(created) => {
+            ctx.recorder.normal(
+                &Recorder::reference(vm),
+                "SuccessfulCreate",
+                format!(
+                    "Started the virtual machine by creating the new virtual machine instance {}",
+                    created.name_any()
+                ),
+            );
             let created = Arc::new(created);
             ctx.expectations.created_vmi(key, &created);
             Ok(Step {
@@ -496,23 +507,32 @@ async fn create_vmi(
                 ..step
             })
         }
-        Err(kube::Error::Api(s)) => Ok(Step {
-            failure: Some((
+        Err(kube::Error::Api(s)) => {
+            ctx.recorder.warning(
+                &Recorder::reference(vm),
                 "FailedCreate",
-                format!("Failure while starting VMI: {}", s.message),
-            )),
-            requeue: Some(Duration::from_secs(1)),
-            ..step
-        }),
+                format!("Error creating virtual machine instance: {}", s.message),
+            );
+            Ok(Step {
+                failure: Some((
+                    "FailedCreate",
+                    format!("Failure while starting VMI: {}", s.message),
+                )),
+                requeue: Some(Duration::from_secs(1)),
+                ..step
+            })
+        }
         Err(e) => Err(e.into()),
     }
 }
 
 async fn delete_vmi(
+    ctx: &Context,
+    vm: &VirtualMachine,
     vmis: &Api<VirtualMachineInstance>,
-    name: &str,
     step: Step,
 ) -> Result<Step, Error> {
+    let name = vm.name();
     let Some(vmi) = &step.vmi else {
         return Ok(step);
     };
@@ -524,19 +544,39 @@ async fn delete_vmi(
         ..Default::default()
     };
     match vmis.delete(name, &dp).await {
-        Ok(_) => Ok(Step {
-            effect: Effect::Deleted,
-            ..step
-        }),
+        Ok(_) => {
+            ctx.recorder.normal(
+                &Recorder::reference(vm),
+                "SuccessfulDelete",
+                format!(
+                    "Stopped the virtual machine by deleting the virtual machine instance {}",
+                    vmi.metadata.uid.as_deref().unwrap_or(name)
+                ),
+            );
+            Ok(Step {
+                effect: Effect::Deleted,
+                ..step
+            })
+        }
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(step),
-        Err(kube::Error::Api(s)) => Ok(Step {
-            failure: Some((
+        Err(kube::Error::Api(s)) => {
+            ctx.recorder.warning(
+                &Recorder::reference(vm),
                 "FailedDelete",
-                format!("Failure attempting to delete VMI: {}", s.message),
-            )),
-            requeue: Some(Duration::from_secs(1)),
-            ..step
-        }),
+                format!(
+                    "Error deleting virtual machine instance {name}: {}",
+                    s.message
+                ),
+            );
+            Ok(Step {
+                failure: Some((
+                    "FailedDelete",
+                    format!("Failure attempting to delete VMI: {}", s.message),
+                )),
+                requeue: Some(Duration::from_secs(1)),
+                ..step
+            })
+        }
         Err(e) => Err(e.into()),
     }
 }

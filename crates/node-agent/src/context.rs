@@ -12,6 +12,10 @@ use crate::hypervisor::Hypervisor;
 
 pub(crate) struct Context {
     pub(crate) client: Client,
+    /// KubeVirt's virt-handler events about the VMIs (Started, Stopped, Migrated...).
+    pub(crate) events: event_recorder::Recorder,
+    /// VMIs whose guest was told to shut down, by uid: `ShuttingDown` is said once.
+    pub(crate) shutting_down: std::sync::Mutex<HashSet<String>>,
     pub(crate) nodes: HashSet<String>,
     pub(crate) hypervisor: Arc<dyn Hypervisor>,
     /// Retry delays of VMIs whose sync failed, by `namespace/name`.
@@ -36,7 +40,41 @@ pub(crate) enum Wait {
     SourceVerdict,
 }
 
+/// One event about a VMI: its type, reason and message.
+pub(crate) type Note = (event_recorder::EventType, &'static str, String);
+
+pub(crate) fn normal(reason: &'static str, message: impl Into<String>) -> Note {
+    (event_recorder::EventType::Normal, reason, message.into())
+}
+
+pub(crate) fn warning(reason: &'static str, message: impl Into<String>) -> Note {
+    (event_recorder::EventType::Warning, reason, message.into())
+}
+
 impl Context {
+    /// Records `notes` about `vmi`.
+    pub(crate) fn note(&self, vmi: &VirtualMachineInstance, notes: Vec<Note>) {
+        let regarding = event_recorder::Recorder::reference(vmi);
+        for (kind, reason, message) in notes {
+            self.events.record(&regarding, kind, reason, message);
+        }
+    }
+
+    /// Whether this is the first time `vmi`'s guest is told to shut down.
+    pub(crate) fn first_shutdown(&self, vmi: &VirtualMachineInstance) -> bool {
+        self.shutting_down
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(vmi.uid().to_string())
+    }
+
+    pub(crate) fn forget_shutdown(&self, vmi: &VirtualMachineInstance) {
+        self.shutting_down
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&vmi.uid().to_string());
+    }
+
     /// How long this target has waited for `what` for `vmi` (zero on the first ask).
     pub(crate) fn waited(&self, what: Wait, vmi: &VirtualMachineInstance) -> std::time::Duration {
         let key = (what, vmi.uid().to_string());

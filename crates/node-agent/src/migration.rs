@@ -27,7 +27,7 @@ use kubevirt_api::quantity::Quantity;
 use qemu::migration::{Progress, Tuning};
 use serde_json::{json, Value};
 
-use crate::context::{Context, Wait};
+use crate::context::{normal, warning, Context, Wait};
 use crate::hypervisor::{Arrival, Hypervisor, Incoming, MigrationSettings, Sending};
 
 const MANAGER: &str = "virt-handler";
@@ -139,7 +139,24 @@ async fn write_state(
         .patch(&vmi.name_any(), &params, &Patch::Merge(&body))
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(_) => {
+            let state = &body["status"]["migrationState"];
+            if state["failed"] == true {
+                let uid = vmi
+                    .migration_state()
+                    .and_then(|m| m.migration_uid.as_deref())
+                    .unwrap_or("");
+                let reason = state["failureReason"].as_str().unwrap_or("");
+                ctx.note(
+                    vmi,
+                    vec![warning(
+                        "Migrated",
+                        format!("migration uid {uid} failed. reason:{reason}"),
+                    )],
+                );
+            }
+            Ok(())
+        }
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(e) => Err(e),
     }
@@ -268,6 +285,10 @@ async fn send(
                         Value::Null,
                     )
                     .await?;
+                    ctx.note(
+                        vmi,
+                        vec![normal("Migrating", "VirtualMachineInstance is migrating.")],
+                    );
                     Ok(Action::requeue(Duration::from_millis(100)))
                 }
                 Err(e) => {
@@ -406,9 +427,15 @@ pub async fn target(
                 if let Some(port) = incoming.disk_port {
                     ports.insert(port.to_string(), json!(DISK_PORT_ROLE));
                 }
+                let listening = format!(
+                    "Migration Target is listening at {}, on ports: {}",
+                    incoming.address,
+                    ports.keys().cloned().collect::<Vec<_>>().join(",")
+                );
                 let published = json!({"targetNodeAddress": incoming.address,
                     "targetDirectMigrationNodePorts": ports, "targetNodeDomainDetected": false});
                 write_state(&ctx, &vmi, published, Value::Null).await?;
+                ctx.note(&vmi, vec![normal("PreparingTarget", listening)]);
                 Ok(Action::requeue(Duration::from_secs(1)))
             }
             Err(e) => {
@@ -527,6 +554,13 @@ async fn take_over(
         // The VMI is this node's now: its agent pass resumes the guest like any paused one.
         Err(e) => tracing::warn!("{}: running the arrived guest: {e}", vmi.name_any()),
     }
+    ctx.note(
+        vmi,
+        vec![normal(
+            "Migrated",
+            format!("The VirtualMachineInstance migrated to node {node}."),
+        )],
+    );
     tracing::info!(
         "{}/{} migrated to node {node}",
         vmi.namespace().to_string(),

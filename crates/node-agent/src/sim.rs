@@ -50,18 +50,38 @@ impl Default for SimConfig {
 
 /// Parses `1500ms`, `2s`, `1m`, or a bare number of milliseconds.
 pub fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let (number, unit) = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map_or((text, "ms"), |i| text.split_at(i));
-    let value: f64 = number.parse().ok()?;
-    let millis = match unit {
-        "ms" => value,
-        "s" => value * 1000.0,
-        "m" => value * 60_000.0,
-        _ => return None,
-    };
-    (millis.is_finite() && millis >= 0.0).then(|| Duration::from_millis(millis as u64))
+    // Go's form too: parts like `1h0m0s`, `1m30s`; a bare number is milliseconds.
+    let mut rest = text.trim();
+    if !rest.is_empty() && rest.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return rest.parse::<f64>().ok().and_then(millis);
+    }
+    let mut total = 0.0;
+    while !rest.is_empty() {
+        let split = rest.find(|c: char| !c.is_ascii_digit() && c != '.')?;
+        let (number, after) = rest.split_at(split);
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_len);
+        let value: f64 = number.parse().ok()?;
+        total += value
+            * match unit {
+                "ms" => 1.0,
+                "s" => 1000.0,
+                "m" => 60_000.0,
+                "h" => 3_600_000.0,
+                _ => return None,
+            };
+        rest = next;
+    }
+    if text.trim().is_empty() {
+        return None;
+    }
+    millis(total)
+}
+
+fn millis(ms: f64) -> Option<Duration> {
+    (ms.is_finite() && ms >= 0.0).then(|| Duration::from_millis(ms as u64))
 }
 
 #[derive(Default)]
@@ -402,6 +422,11 @@ mod tests {
         assert_eq!(parse_duration("2s"), Some(Duration::from_secs(2)));
         assert_eq!(parse_duration("250"), Some(Duration::from_millis(250)));
         assert_eq!(parse_duration("1m"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1h0m0s"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1m30s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration(""), None);
+        assert_eq!(parse_duration("1x"), None);
         assert_eq!(parse_duration("soon"), None);
         assert_eq!(parse_duration("-1s"), None);
     }

@@ -34,7 +34,7 @@ use kubevirt_api::names::conditions::{
 use kubevirt_api::names::finalizers::VMI_FOREGROUND as FOREGROUND_FINALIZER;
 use kubevirt_api::names::labels::MIGRATION_TARGET_NODE;
 
-use crate::context::{Context, SAME_FAILURES_BEFORE_FAILING};
+use crate::context::{normal, warning, Context, Note, SAME_FAILURES_BEFORE_FAILING};
 use crate::vmi_status::{
     conditions, enter_phase, failed_status, running_status, scheduled_status, set_condition,
     with_status,
@@ -54,7 +54,14 @@ pub async fn run(client: Client, nodes: Vec<String>, hypervisor: Arc<dyn Hypervi
             watcher::Config::default().labels(MIGRATION_TARGET_NODE),
         ),
     };
+    // One node: its name is the events' source host, as virt-handler's.
+    let host = match nodes.as_slice() {
+        [only] => Some(only.as_str()),
+        _ => None,
+    };
     let ctx = Arc::new(Context {
+        events: event_recorder::Recorder::start(client.clone(), "virt-handler", host),
+        shutting_down: Default::default(),
         client,
         nodes: nodes.into_iter().collect(),
         hypervisor,
@@ -181,12 +188,18 @@ pub(crate) fn error_policy(
 struct Writer<'a> {
     api: Api<VirtualMachineInstance>,
     vmi: &'a VirtualMachineInstance,
+    ctx: &'a Context,
 }
 
 impl Writer<'_> {
     /// A merge patch guarded by the resourceVersion we acted on: if the VMI changed
     /// meanwhile, we simply see it again.
-    async fn patch(&self, mut body: Value) -> Result<Action, kube::Error> {
+    async fn patch(&self, body: Value) -> Result<Action, kube::Error> {
+        self.patch_noting(body, Vec::new()).await
+    }
+
+    /// [`Writer::patch`], recording `notes` about the VMI once the write landed.
+    async fn patch_noting(&self, mut body: Value, notes: Vec<Note>) -> Result<Action, kube::Error> {
         body["metadata"]["resourceVersion"] = json!(self.vmi.metadata.resource_version);
         let params = PatchParams {
             field_manager: Some("virt-handler".into()),
@@ -203,7 +216,10 @@ impl Writer<'_> {
             .request::<serde::de::IgnoredAny>(request)
             .await;
         match written {
-            Ok(_) => Ok(Action::await_change()),
+            Ok(_) => {
+                self.ctx.note(self.vmi, notes);
+                Ok(Action::await_change())
+            }
             Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
                 Ok(Action::await_change())
             }
@@ -230,7 +246,11 @@ async fn reconcile(
         return Ok(Action::await_change());
     }
     let api = Api::<VirtualMachineInstance>::namespaced(ctx.client.clone(), vmi.namespace());
-    let writer = Writer { api, vmi: &vmi };
+    let writer = Writer {
+        api,
+        vmi: &vmi,
+        ctx: &ctx,
+    };
     let hv = &ctx.hypervisor;
     let phase = vmi.phase();
     let is_final = phase.is_final();
@@ -245,6 +265,12 @@ async fn reconcile(
         }
         if !is_final {
             let succeeded = if phase == VmiPhase::Running {
+                if ctx.first_shutdown(&vmi) {
+                    ctx.note(
+                        &vmi,
+                        vec![normal("ShuttingDown", "Signaled Graceful Shutdown")],
+                    );
+                }
                 match hv.stop(&vmi, grace(&vmi)).await {
                     Stopping::Pending(after) => return Ok(Action::requeue(after)),
                     Stopping::Done { succeeded } => succeeded,
@@ -273,8 +299,19 @@ async fn reconcile(
             );
             list.retain(|c| c.kind() != PAUSED);
             status.insert("conditions".into(), json!(list));
-            return writer.patch(json!({"status": status})).await;
+            let notes = if phase != VmiPhase::Running {
+                Vec::new()
+            } else if succeeded {
+                vec![normal(
+                    "Stopped",
+                    "The VirtualMachineInstance was shut down.",
+                )]
+            } else {
+                vec![warning("Stopped", "The VirtualMachineInstance crashed.")]
+            };
+            return writer.patch_noting(json!({"status": status}), notes).await;
         }
+        ctx.forget_shutdown(&vmi);
         let status = Map::new();
         hv.cleanup(&vmi).await;
         let finalizers: Vec<&String> = vmi
@@ -300,8 +337,12 @@ async fn reconcile(
                     return Ok(Action::requeue(Duration::from_secs(5)));
                 }
                 Err(SourcesUnusable::Invalid(message)) => {
+                    let notes = vec![warning("SyncFailed", message.clone())];
                     return writer
-                        .patch(json!({"status": failed_status(&vmi, "FailedCreate", &message)}))
+                        .patch_noting(
+                            json!({"status": failed_status(&vmi, "FailedCreate", &message)}),
+                            notes,
+                        )
                         .await;
                 }
             };
@@ -313,8 +354,12 @@ async fn reconcile(
                 Err(
                     SourcesUnusable::Missing { message, .. } | SourcesUnusable::Invalid(message),
                 ) => {
+                    let notes = vec![warning("SyncFailed", message.clone())];
                     return writer
-                        .patch(json!({"status": failed_status(&vmi, "FailedCreate", &message)}))
+                        .patch_noting(
+                            json!({"status": failed_status(&vmi, "FailedCreate", &message)}),
+                            notes,
+                        )
                         .await;
                 }
             };
@@ -324,7 +369,7 @@ async fn reconcile(
             if let Some(result) = crate::migration::source(&vmi, &ctx, node).await {
                 return result;
             }
-            running(&vmi, &writer, hv.as_ref()).await
+            running(&vmi, &writer, hv.as_ref(), &ctx).await
         }
         _ => {
             if is_final {
@@ -358,7 +403,7 @@ async fn prepare(
             // image digests included).
             let as_scheduled = with_status(vmi, &scheduled);
             match boot(&as_scheduled, hv, sources).await {
-                Boot::Write(body) => writer.patch(body).await,
+                Boot::Write(body, notes) => writer.patch_noting(body, notes).await,
                 Boot::Wait(after) => {
                     writer.patch(json!({"status": scheduled})).await?;
                     Ok(Action::requeue(after))
@@ -366,8 +411,12 @@ async fn prepare(
             }
         }
         Prepared::Unable { reason, message } => {
+            let notes = vec![warning("SyncFailed", message.clone())];
             writer
-                .patch(json!({"status": failed_status(vmi, &reason, &message)}))
+                .patch_noting(
+                    json!({"status": failed_status(vmi, &reason, &message)}),
+                    notes,
+                )
                 .await
         }
         // Only failures to create: an image that cannot be pulled is waited for as long as
@@ -378,15 +427,21 @@ async fn prepare(
                     >= SAME_FAILURES_BEFORE_FAILING =>
         {
             ctx.forget_prepare_failures(vmi);
+            let notes = vec![warning("SyncFailed", message.clone())];
             writer
-                .patch(json!({"status": failed_status(vmi, &reason, &message)}))
+                .patch_noting(
+                    json!({"status": failed_status(vmi, &reason, &message)}),
+                    notes,
+                )
                 .await
         }
         Prepared::Failed { reason, message } => {
             let mut list = conditions(vmi);
             set_condition(&mut list, SYNCHRONIZED, "False", &reason, &message);
+            // ErrImagePull and the like, each time it is tried (correlated into one).
+            let notes = vec![warning(failure_reason(&reason), message.clone())];
             writer
-                .patch(json!({"status": {"conditions": list}}))
+                .patch_noting(json!({"status": {"conditions": list}}), notes)
                 .await?;
             Ok(Action::requeue(Duration::from_secs(10)))
         }
@@ -401,15 +456,25 @@ async fn start(
     sources: &VolumeSources,
 ) -> Result<Action, kube::Error> {
     match boot(vmi, hv, sources).await {
-        Boot::Write(body) => writer.patch(body).await,
+        Boot::Write(body, notes) => writer.patch_noting(body, notes).await,
         Boot::Wait(after) => Ok(Action::requeue(after)),
+    }
+}
+
+/// The reason of a failure to prepare, as an event reason (a `'static` one: the
+/// recorder's reasons are KubeVirt's, not free text).
+fn failure_reason(reason: &str) -> &'static str {
+    match reason {
+        "ErrImagePull" => "ErrImagePull",
+        "FailedMount" => "FailedMount",
+        _ => "SyncFailed",
     }
 }
 
 /// What booting a Scheduled VMI's guest comes to.
 enum Boot {
-    /// The write that reports it: Running, or Failed with the reason.
-    Write(Value),
+    /// The write that reports it (Running, or Failed with the reason) and its events.
+    Write(Value, Vec<Note>),
     /// Not up yet: look again after this long.
     Wait(Duration),
 }
@@ -424,11 +489,16 @@ async fn boot(vmi: &VirtualMachineInstance, hv: &dyn Hypervisor, sources: &Volum
             if paused {
                 body["metadata"] = json!({"annotations": {PAUSE_ANNOTATION: "true"}});
             }
-            Boot::Write(body)
+            let notes = vec![
+                normal("Created", "VirtualMachineInstance defined."),
+                normal("Started", "VirtualMachineInstance started."),
+            ];
+            Boot::Write(body, notes)
         }
-        Started::Failed { reason, message } => {
-            Boot::Write(json!({"status": failed_status(vmi, &reason, &message)}))
-        }
+        Started::Failed { reason, message } => Boot::Write(
+            json!({"status": failed_status(vmi, &reason, &message)}),
+            vec![warning("SyncFailed", message)],
+        ),
     }
 }
 
@@ -476,6 +546,7 @@ async fn running(
     vmi: &VirtualMachineInstance,
     writer: &Writer<'_>,
     hv: &dyn Hypervisor,
+    ctx: &Context,
 ) -> Result<Action, kube::Error> {
     let annotations = vmi.annotations();
     let want_paused = annotations.get(PAUSE_ANNOTATION).map(String::as_str) == Some("true");
@@ -494,7 +565,13 @@ async fn running(
             return Ok(Action::requeue(Duration::from_secs(5)));
         }
         return writer
-            .patch(json!({"metadata": {"annotations": {SOFT_REBOOT_DONE_ANNOTATION: requested}}}))
+            .patch_noting(
+                json!({"metadata": {"annotations": {SOFT_REBOOT_DONE_ANNOTATION: requested}}}),
+                vec![normal(
+                    "SoftRebooted",
+                    "VirtualMachineInstance soft rebooted",
+                )],
+            )
             .await;
     }
     let (report, recheck) = match hv.observe(vmi).await {
@@ -519,7 +596,14 @@ async fn running(
             list.retain(|c| c.kind() != PAUSED);
             status.insert("conditions".into(), json!(list));
             hv.cleanup(vmi).await;
-            return writer.patch(json!({"status": status})).await;
+            let note = if succeeded {
+                normal("Stopped", "The VirtualMachineInstance was shut down.")
+            } else {
+                warning("Stopped", "The VirtualMachineInstance crashed.")
+            };
+            return writer
+                .patch_noting(json!({"status": status}), vec![note])
+                .await;
         }
         Observed::Halted { reason, message } => {
             tracing::warn!(
@@ -532,11 +616,16 @@ async fn running(
                 list.retain(|c| c["type"] != PAUSED);
             }
             hv.cleanup(vmi).await;
-            return writer.patch(json!({"status": status})).await;
+            return writer
+                .patch_noting(
+                    json!({"status": status}),
+                    vec![warning("SyncFailed", message)],
+                )
+                .await;
         }
         Observed::Running { recheck } => {
             if want_paused {
-                return set_paused(vmi, hv, true).await;
+                return set_paused(vmi, hv, ctx, true).await;
             }
             (VcpuReport::Running, recheck)
         }
@@ -546,7 +635,7 @@ async fn running(
             ..
         } => {
             if !want_paused {
-                return set_paused(vmi, hv, false).await;
+                return set_paused(vmi, hv, ctx, false).await;
             }
             let report = VcpuReport::Paused {
                 reason: REASON_PAUSED_BY_USER,
@@ -567,7 +656,10 @@ async fn running(
                     return Ok(Action::requeue(Duration::from_secs(5)));
                 }
                 return writer
-                    .patch(json!({"metadata": {"annotations": {UNPAUSE_DONE: request}}}))
+                    .patch_noting(
+                        json!({"metadata": {"annotations": {UNPAUSE_DONE: request}}}),
+                        vec![normal("Unpaused", "VirtualMachineInstance unpaused")],
+                    )
                     .await;
             }
             let report = match cause {
@@ -596,6 +688,7 @@ async fn running(
 async fn set_paused(
     vmi: &VirtualMachineInstance,
     hv: &dyn Hypervisor,
+    ctx: &Context,
     paused: bool,
 ) -> Result<Action, kube::Error> {
     if let Err(e) = hv.set_paused(vmi, paused).await {
@@ -607,5 +700,13 @@ async fn set_paused(
         );
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
+    ctx.note(
+        vmi,
+        vec![if paused {
+            normal("Paused", "VirtualMachineInstance paused")
+        } else {
+            normal("Unpaused", "VirtualMachineInstance unpaused")
+        }],
+    );
     Ok(Action::requeue(Duration::from_millis(50)))
 }

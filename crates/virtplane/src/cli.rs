@@ -139,6 +139,10 @@ pub struct ServerArgs {
     /// (YAML or JSON), as kube-apiserver's --audit-policy-file.
     #[arg(long, visible_alias = "audit-policy-file", value_name = "FILE")]
     pub audit_policy: Option<PathBuf>,
+    /// How long Events are kept after their last update (kube-apiserver's
+    /// `--event-ttl`); the store deletes them then.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    pub event_ttl: Duration,
     /// A URL clients reach the API at, for the kubeconfigs this server writes
     /// (DIR/admin.kubeconfig, DIR/node-join.kubeconfig, users'): one context per URL, the
     /// first current. Give every server's URL, and node agents move to the next server

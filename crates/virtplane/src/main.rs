@@ -374,6 +374,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
             audit_policy: args.audit_policy.clone(),
             kubeconfig_servers: args.kubeconfig_servers.clone(),
             service_cidr: address_plan.service_cidr,
+            event_ttl: args.event_ttl,
         })
         .await?;
         let client = kube::Client::new(server.internal.clone(), "default");

@@ -743,6 +743,12 @@ fn node_role() -> Value {
                 &["networkpolicies"],
             ),
             rule(&["get", "list", "watch"], &[""], &["namespaces"]),
+            // What it reports about its VMIs (kube's system:node writes events too).
+            rule(
+                &["create", "patch", "update"],
+                &["", "events.k8s.io"],
+                &["events"],
+            ),
         ],
     )
 }

@@ -122,7 +122,12 @@ impl Registry {
             }
             let name = object::name(&obj).to_string();
             let key = Self::key(reg.info, namespace, &name);
-            match self.store.create(&key, stored::encode(&obj)?).await {
+            let value = stored::encode(&obj)?;
+            let created = match reg.hooks.ttl() {
+                Some(ttl) => self.store.create_expiring(&key, value, ttl).await,
+                None => self.store.create(&key, value).await,
+            };
+            match created {
                 Ok(kv) => {
                     meta_mut(&mut obj).insert(
                         "resourceVersion".into(),

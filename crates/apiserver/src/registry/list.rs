@@ -165,6 +165,8 @@ impl ListRequest {
             && self.field.matches(|field| match field {
                 "metadata.name" => Some(object::name(obj).to_string()),
                 "metadata.namespace" => Some(object::namespace(obj).to_string()),
+                // An Event's `source` selects on its component.
+                "source" if obj["source"].is_object() => field_value(obj, "source.component"),
                 other => field_value(obj, other),
             })
     }

@@ -104,6 +104,11 @@ pub trait ResourceHooks: Send + Sync {
     }
     /// What changes when a delete first marks the object (a namespace turns Terminating).
     fn on_deletion_marked(&self, _obj: &mut Value) {}
+    /// How long the store keeps an object after its last write (Events'
+    /// `--event-ttl`); `None`: until it is deleted.
+    fn ttl(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// Where kube-apiserver's two handlers differ: built-in kinds are served by typed

@@ -65,9 +65,15 @@ impl Registry {
             let result = if deleted {
                 self.store.delete(&key, Some(kv.mod_revision)).await
             } else {
-                self.store
-                    .update(&key, stored::encode(&new)?, kv.mod_revision)
-                    .await
+                let value = stored::encode(&new)?;
+                match reg.hooks.ttl() {
+                    Some(ttl) => {
+                        self.store
+                            .update_expiring(&key, value, kv.mod_revision, ttl)
+                            .await
+                    }
+                    None => self.store.update(&key, value, kv.mod_revision).await,
+                }
             };
             match result {
                 Ok(written) => {

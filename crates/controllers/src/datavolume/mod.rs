@@ -41,6 +41,7 @@ const PARALLEL_TRANSFERS: usize = 4;
 
 struct Context {
     client: Client,
+    recorder: event_recorder::Recorder,
     transfers: Transfers,
     /// Retry delays of DataVolumes whose sync failed, by `namespace/name`.
     backoff: Backoff<String>,
@@ -70,6 +71,7 @@ pub async fn run(client: Client, dirs: Dirs, insecure_registries: Vec<String>) {
     let api = Api::<DataVolume>::all(client.clone());
     let claims = Api::<PersistentVolumeClaim>::all(client.clone());
     let ctx = Arc::new(Context {
+        recorder: event_recorder::Recorder::start(client.clone(), "datavolume-controller", None),
         client,
         transfers: Transfers::new(scratch, PARALLEL_TRANSFERS, registry),
         backoff: Backoff::default(),
@@ -133,16 +135,24 @@ fn params() -> PatchParams {
 }
 
 /// Writes the status for `state` unless it shows that already.
-async fn report(
-    api: &Api<DataVolume>,
-    dv: &DataVolume,
-    state: &State,
-    restarts: i64,
-) -> Result<(), Error> {
+async fn report(ctx: &Context, dv: &DataVolume, state: &State, restarts: i64) -> Result<(), Error> {
+    let api = Api::<DataVolume>::namespaced(ctx.client.clone(), dv.namespace());
     let new = status::status(state, &dv.status, restarts, &kubevirt_api::meta::now());
     if status::changes(&dv.status, &new) {
         api.patch_status(dv.name(), &params(), &Patch::Merge(&json!({"status": new})))
             .await?;
+        // Said when the phase changes, and for each failed attempt.
+        let entered = new.phase != Some(dv.phase());
+        for (kind, reason, message) in status::events(state) {
+            if entered || kind == event_recorder::EventType::Warning {
+                ctx.recorder.record(
+                    &event_recorder::Recorder::reference(dv),
+                    kind,
+                    &reason,
+                    message,
+                );
+            }
+        }
     }
     Ok(())
 }
@@ -174,8 +184,7 @@ async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Err
             restarts,
             next,
         } => {
-            let api = Api::<DataVolume>::namespaced(ctx.client.clone(), dv.namespace());
-            report(&api, &dv, &state, restarts).await?;
+            report(&ctx, &dv, &state, restarts).await?;
             Ok(next)
         }
     }

@@ -3,6 +3,7 @@
 //! conditions (CDI's rule: `lastTransitionTime` moves when the status changes,
 //! `lastHeartbeatTime` whenever the condition is rewritten with new words).
 
+use event_recorder::EventType;
 use kubevirt_api::cdi::conditions::{BOUND, READY, RUNNING};
 use kubevirt_api::cdi::model::DataVolumeStatus;
 use kubevirt_api::cdi::Phase;
@@ -102,6 +103,72 @@ fn bound(claim: &str) -> Planned {
 
 /// The status fields to write for `state`, given the current status (whose condition
 /// times are kept where nothing changed) and `restarts` (the restart count to show).
+/// The events CDI records when a DataVolume enters `state` (its phase changed):
+/// `ImportScheduled` and `ImportInProgress` as its transfer starts (here at once),
+/// `ImportSucceeded`, their Clone and Upload forms, and a Warning with the error when an
+/// attempt failed.
+pub fn events(state: &State) -> Vec<(EventType, String, String)> {
+    let mut events = Vec::new();
+    if let State::Running {
+        transfer, claim, ..
+    } = state
+    {
+        if *transfer != Transfer::Upload {
+            let kind = if *transfer == Transfer::Clone {
+                "Clone"
+            } else {
+                "Import"
+            };
+            events.push((
+                EventType::Normal,
+                format!("{kind}Scheduled"),
+                format!("{kind} into {claim} scheduled"),
+            ));
+        }
+    }
+    events.extend(event(state));
+    events
+}
+
+fn event(state: &State) -> Option<(EventType, String, String)> {
+    let kind = |transfer: &Transfer| match transfer {
+        Transfer::Import | Transfer::Blank => "Import",
+        Transfer::Clone => "Clone",
+        Transfer::Upload => "Upload",
+    };
+    let normal = |reason: String, message: String| Some((EventType::Normal, reason, message));
+    match state {
+        State::Running {
+            transfer, claim, ..
+        } if *transfer != Transfer::Upload => normal(
+            format!("{}InProgress", kind(transfer)),
+            format!("{} into {claim} in progress", kind(transfer)),
+        ),
+        State::UploadReady { claim } => {
+            normal("UploadReady".into(), format!("Upload into {claim} ready"))
+        }
+        State::Succeeded { transfer, claim } => normal(
+            format!("{}Succeeded", kind(transfer)),
+            match transfer {
+                Transfer::Upload => format!("Successfully uploaded into {claim}"),
+                Transfer::Clone => format!("Successfully cloned into {claim}"),
+                _ => format!("Successfully imported into PVC {claim}"),
+            },
+        ),
+        State::Retrying {
+            transfer, message, ..
+        }
+        | State::Failed {
+            transfer, message, ..
+        } => Some((
+            EventType::Warning,
+            format!("{}Failed", kind(transfer)),
+            message.clone(),
+        )),
+        _ => None,
+    }
+}
+
 pub fn status(
     state: &State,
     current: &DataVolumeStatus,

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use event_recorder::Recorder;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -67,6 +68,7 @@ struct Room {
 
 struct Controller {
     client: Client,
+    recorder: Recorder,
     migrations: Store<VirtualMachineInstanceMigration>,
     vmis: Store<VirtualMachineInstance>,
     nodes: Store<Node>,
@@ -116,6 +118,7 @@ pub async fn run(
         kubevirts: reflect(&client, changed.clone()),
         policies: reflect(&client, changed.clone()),
         namespaces: reflect(&client, changed.clone()),
+        recorder: Recorder::start(client.clone(), "migration-controller", None),
         client,
         backoff: Backoff::default(),
         unschedulable_since: HashMap::new(),
@@ -407,6 +410,30 @@ impl Controller {
                     "migration {namespace}/{name} of {vmi_name}: {}",
                     phase.as_str()
                 );
+                let regarding = Recorder::reference(migration);
+                match phase {
+                    MigrationPhase::Succeeded => self.recorder.normal(
+                        &regarding,
+                        "SuccessfulMigration",
+                        "Source node reported migration succeeded",
+                    ),
+                    MigrationPhase::Failed => {
+                        let reason = body["status"]["migrationState"]["failureReason"]
+                            .as_str()
+                            .filter(|r| !r.is_empty());
+                        self.recorder.warning(
+                            &regarding,
+                            "FailedMigration",
+                            match reason {
+                                Some(reason) => {
+                                    format!("Source node reported migration failed: {reason}")
+                                }
+                                None => "Source node reported migration failed".to_string(),
+                            },
+                        );
+                    }
+                    _ => {}
+                }
                 Ok(())
             }
             Step::Update { status } => {
@@ -464,6 +491,11 @@ impl Controller {
                     .patch(vmi_name, &params, &Patch::Merge(&body))
                     .await?;
                 tracing::info!("migration {namespace}/{name} deleted while running: aborting it");
+                self.recorder.normal(
+                    &Recorder::reference(migration),
+                    "SuccessfulAbortMigration",
+                    "Migration is ready to be canceled by virt-handler.",
+                );
                 Ok(())
             }
             Step::TargetDown { node } => {
