@@ -158,7 +158,9 @@ class Server:
         self._log_file = open(self.log, "wb")
         self.proc = subprocess.Popen(
             [virtplane_bin(), "server", "--data-dir", str(self.data),
-             "--listen", f"127.0.0.1:{self.port}", "--no-node", *self.extra_args],
+             "--listen", f"127.0.0.1:{self.port}",
+             # A test that asks for a hypervisor gets the server's local node with it.
+             *([] if "--hypervisor" in self.extra_args else ["--no-node"]), *self.extra_args],
             stdout=self._log_file, stderr=subprocess.STDOUT,
             env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
         )

@@ -218,7 +218,6 @@ pub fn schemas() -> Value {
         "io.k8s.api.events.v1.Event": {
             "type": "object",
             "description": "Event is a report of an event somewhere in the cluster. It generally denotes some state change in the system. Events have a limited retention time and triggers and messages may evolve with time.  Event consumers should not rely on the timing of an event with a given Reason reflecting a consistent underlying trigger, or the continued existence of events with that Reason.  Events should be treated as informative, best-effort, supplemental data.",
-            "required": ["eventTime"],
             "x-kubernetes-group-version-kind": [{"group": GROUP, "kind": "Event", "version": "v1"}],
             "properties": {
                 "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": meta,
