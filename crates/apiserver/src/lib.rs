@@ -17,6 +17,7 @@ mod health;
 pub mod http;
 mod kubevirt;
 pub mod limits;
+pub mod metrics;
 pub mod negotiate;
 pub mod network_attachments;
 pub mod network_policies;
@@ -476,6 +477,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     }
     let infos: Vec<&'static apimachinery::resource::ResourceInfo> =
         registry.registrations().iter().map(|r| r.info).collect();
+    let server_metrics = Arc::new(metrics::ServerMetrics::new());
+    server_metrics.follow_vmi_phases(registry.store.clone());
     let server = Arc::new(http::ApiServer {
         registry: registry.clone(),
         authenticator,
@@ -492,6 +495,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         uploads: uploads.clone(),
         limits: limits::Limits::new(&config.limits),
         audit: auditor,
+        metrics: server_metrics,
     });
     let kubeconfig_servers = match config.kubeconfig_servers.as_slice() {
         [] => vec![url.clone()],

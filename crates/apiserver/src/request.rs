@@ -9,6 +9,8 @@ use http::Method;
 pub enum Target {
     Health(String),
     Version,
+    /// `/metrics`
+    Metrics,
     /// `/api`
     CoreVersions,
     /// `/apis`
@@ -164,6 +166,7 @@ pub fn parse_path(
         ["healthz"] | ["livez"] | ["readyz"] => Some(Target::Health(s[0].to_string())),
         ["healthz" | "livez" | "readyz", check] => Some(Target::Health(check.to_string())),
         ["version"] => Some(Target::Version),
+        ["metrics"] => Some(Target::Metrics),
         ["api"] => Some(Target::CoreVersions),
         ["apis"] => Some(Target::Groups),
         ["openapi", "v3"] => Some(Target::OpenApiV3Root),

@@ -33,32 +33,11 @@ pub const APP_LABEL: &str = "kubevirt.io";
 pub const APP_LAUNCHER: &str = "virt-launcher";
 pub const CREATED_BY_LABEL: &str = "kubevirt.io/created-by";
 pub const VM_NAME_LABEL: &str = "vm.kubevirt.io/name";
+pub use kubevirt_api::names::launcher_pod as pod_name;
+
 /// The containers a launcher Pod lists: the guest's, and its serial log, as KubeVirt's.
 pub const COMPUTE: &str = "compute";
 pub const CONSOLE_LOG: &str = "guest-console-log";
-
-/// The letters kube's name generator draws from (no vowels, no look-alikes).
-const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-
-/// The launcher Pod's name for the VMI on `node`: the same on every sync (so a create
-/// repeated after a crash finds the Pod made), another on another node.
-pub fn pod_name(vmi: &str, uid: &str, node: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in uid.bytes().chain([0]).chain(node.bytes()) {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    let suffix: String = (0..5)
-        .map(|i| {
-            let index = (hash >> (i * 8)) as usize % ALPHABET.len();
-            char::from(ALPHABET[index])
-        })
-        .collect();
-    // kube's generateName keeps the base within 58 characters.
-    let mut base = format!("virt-launcher-{vmi}");
-    base.truncate(57);
-    format!("{}-{suffix}", base.trim_end_matches(['-', '.']))
-}
 
 /// The Pod phase of a VMI phase.
 fn pod_phase(phase: VmiPhase) -> &'static str {

@@ -101,3 +101,26 @@ pub mod conditions {
 pub fn migration_tls_secret(migration_uid: &str) -> String {
     format!("virtplane-migration-{migration_uid}")
 }
+
+/// The letters kube's name generator draws from (no vowels, no look-alikes).
+const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// The launcher Pod's name for the VMI on `node`: the same on every sync (so a create
+/// repeated after a crash finds the Pod made), another on another node.
+pub fn launcher_pod(vmi: &str, uid: &str, node: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in uid.bytes().chain([0]).chain(node.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    let suffix: String = (0..5)
+        .map(|i| {
+            let index = (hash >> (i * 8)) as usize % ALPHABET.len();
+            char::from(ALPHABET[index])
+        })
+        .collect();
+    // kube's generateName keeps the base within 58 characters.
+    let mut base = format!("virt-launcher-{vmi}");
+    base.truncate(57);
+    format!("{}-{suffix}", base.trim_end_matches(['-', '.']))
+}

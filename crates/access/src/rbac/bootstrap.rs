@@ -138,6 +138,23 @@ fn kube_roles() -> Vec<Value> {
                 &["/healthz", "/livez", "/readyz", "/version", "/version/"],
             )],
         ),
+        // Who may scrape the server (kube's system:monitoring).
+        cluster_role(
+            kube_meta("system:monitoring", &[]),
+            vec![urls(
+                &["get"],
+                &[
+                    "/healthz",
+                    "/healthz/*",
+                    "/livez",
+                    "/livez/*",
+                    "/metrics",
+                    "/metrics/slis",
+                    "/readyz",
+                    "/readyz/*",
+                ],
+            )],
+        ),
         cluster_role(
             kube_meta("system:auth-delegator", &[]),
             vec![
@@ -817,6 +834,11 @@ pub fn cluster_role_bindings() -> Vec<Value> {
             kube_meta("system:public-info-viewer", &[]),
             "system:public-info-viewer",
             &[authenticated, crate::authn::UNAUTHENTICATED_GROUP],
+        ),
+        binding(
+            kube_meta("system:monitoring", &[]),
+            "system:monitoring",
+            &["system:monitoring"],
         ),
         binding(
             json!({"name": "kubevirt.io:default", "labels": {"kubevirt.io": ""},

@@ -56,6 +56,8 @@ pub struct ApiServer {
     pub limits: crate::limits::Limits,
     /// The audit log, when `--audit-log` and `--audit-policy` are given.
     pub audit: Option<crate::audit::Auditor>,
+    /// What `/metrics` answers.
+    pub metrics: Arc<crate::metrics::ServerMetrics>,
 }
 
 pub fn router(server: Arc<ApiServer>) -> Router {
@@ -66,16 +68,38 @@ async fn handle(State(server): State<Arc<ApiServer>>, request: Request) -> Respo
     server.handle(request).await
 }
 
+/// What a request's metrics need, learnt while it is served.
+#[derive(Default)]
+struct Measured {
+    labels: Option<(crate::metrics::RequestLabels, bool)>,
+    long_running: bool,
+    /// Held until the answer is ready (a request in flight).
+    in_flight: Option<crate::metrics::InFlight>,
+    /// Handed to the response body (a long-running request open).
+    long_running_guard: Option<crate::metrics::InFlight>,
+}
+
 impl ApiServer {
     /// kube-apiserver's outer filters: every answer names its audit ID, and the audit
     /// log gets the request's events.
     async fn handle(&self, request: Request) -> Response {
         let peer = request.extensions().get::<PeerAddress>().map(|p| p.0.ip());
         let mut trail = Trail::begin(request.headers(), request.uri(), peer, self.audit.is_some());
-        let (mut response, failure) = match self.serve(request, &mut trail).await {
+        let started = std::time::Instant::now();
+        let mut measured = Measured::default();
+        let (mut response, failure) = match self.serve(request, &mut trail, &mut measured).await {
             Ok(response) => (response, None),
             Err(status) => (status_response(&status), Some(status)),
         };
+        if let Some((labels, dry_run)) = &measured.labels {
+            let took = (!measured.long_running).then(|| started.elapsed());
+            self.metrics
+                .answered(labels, *dry_run, response.status().as_u16(), took);
+            if let Some(open) = measured.long_running_guard.take() {
+                // Counted as long-running while its body streams.
+                response = guarded::hold(response, open);
+            }
+        }
         if let Some(id) = trail.id_header() {
             response.headers_mut().insert(AUDIT_ID_HEADER, id);
         }
@@ -85,7 +109,12 @@ impl ApiServer {
         }
     }
 
-    async fn serve(&self, request: Request, trail: &mut Trail) -> Result<Response, Status> {
+    async fn serve(
+        &self,
+        request: Request,
+        trail: &mut Trail,
+        measured: &mut Measured,
+    ) -> Result<Response, Status> {
         let (parts, body) = request.into_parts();
         // CDI's upload proxy (a service of its own upstream, not audited by
         // kube-apiserver): authenticated by the upload token alone, and its body
@@ -148,8 +177,17 @@ impl ApiServer {
             return Err(not_found_path());
         };
         let query = query?;
+        let labels = crate::metrics::RequestLabels::of(&info, query.dry_run);
         // kube's order: max-in-flight after impersonation, before authorization.
         let long_running = crate::limits::is_long_running(&info);
+        let counted = self.metrics.in_flight(&labels.0, long_running);
+        measured.labels = Some(labels);
+        measured.long_running = long_running;
+        if long_running {
+            measured.long_running_guard = Some(counted);
+        } else {
+            measured.in_flight = Some(counted);
+        }
         let _in_flight = match long_running {
             true => None,
             false => self.limits.admit(&user, &info)?,
@@ -209,6 +247,14 @@ impl ApiServer {
                 query,
             )),
             Target::Version => Ok(json_response(StatusCode::OK, &crate::version::info())),
+            Target::Metrics => {
+                let (content_type, body) = self.metrics.scrape(&self.registry, accept).await;
+                Ok(Response::builder()
+                    .status(StatusCode::OK)
+                    .header(header::CONTENT_TYPE, content_type)
+                    .body(axum::body::Body::from(body))
+                    .expect("a valid response"))
+            }
             Target::CoreVersions | Target::Groups => {
                 let core = info.target == Target::CoreVersions;
                 if accept.is_some_and(|a| a.contains("as=APIGroupDiscoveryList")) {
