@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use apimachinery::status::Status;
+use futures::StreamExt;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, SignatureScheme};
@@ -210,6 +211,37 @@ impl AgentDialer {
         name: &str,
         which: &str,
     ) -> Result<AgentSocket, Status> {
+        let path = format!("/v1/namespaces/{namespace}/virtualmachineinstances/{name}/{which}");
+        self.dial_path(registry, node, &format!("{which} of VMI {name}"), &path)
+            .await
+    }
+
+    /// Everything the agent of `node` sends on `path` (`what` it is, for errors), until it
+    /// closes the socket.
+    pub async fn fetch(
+        &self,
+        registry: &Registry,
+        node: &str,
+        what: &str,
+        path: &str,
+    ) -> Result<Vec<u8>, Status> {
+        let socket = self.dial_path(registry, node, what, path).await?;
+        let (from_agent, _) = apimachinery::wsstream::byte_halves(socket);
+        Ok(from_agent
+            .fold(Vec::new(), |mut all, chunk| async move {
+                all.extend_from_slice(&chunk);
+                all
+            })
+            .await)
+    }
+
+    async fn dial_path(
+        &self,
+        registry: &Registry,
+        node: &str,
+        what: &str,
+        path: &str,
+    ) -> Result<AgentSocket, Status> {
         let nodes = registry
             .find("", "v1", "nodes")
             .ok_or_else(|| Status::internal("no Node registration"))?;
@@ -219,18 +251,17 @@ impl AgentDialer {
                 .await
                 .map_err(|status| match status.code {
                     404 => unavailable(format!(
-                    "the {which} of VMI {name} cannot be reached: its node {node} does not exist"
-                )),
+                        "the {what} cannot be reached: its node {node} does not exist"
+                    )),
                     _ => status,
                 })?;
         let endpoint = endpoint(&node_object).map_err(|why| {
             unavailable(format!(
-                "the {which} of VMI {name} cannot be reached: node {node} {why}; is its agent running?"
+                "the {what} cannot be reached: node {node} {why}; is its agent running?"
             ))
         })?;
         let address = endpoint.authority();
-        let path = format!("/v1/namespaces/{namespace}/virtualmachineinstances/{name}/{which}");
-        let attempt = self.connect(&endpoint, &path);
+        let attempt = self.connect(&endpoint, path);
         match tokio::time::timeout(DIAL_TIMEOUT, attempt).await {
             Ok(Ok(socket)) => Ok(socket),
             Ok(Err(failure)) => Err(failure.status(node, &address)),

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use apimachinery::wsstream;
-use futures::{future, StreamExt};
+use futures::{future, SinkExt, StreamExt};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
@@ -64,6 +64,8 @@ pub struct EndpointConfig {
     pub node_name: String,
     /// `DIR/node/<node>`, holding `vmi/<ns>/<name>/run/{console,vnc}.sock`.
     pub node_dir: PathBuf,
+    /// Whose guests `/v1/metrics` reports on (none: it reports none).
+    pub hypervisor: Option<std::sync::Arc<dyn crate::hypervisor::Hypervisor>>,
 }
 
 /// What the Node publishes about the endpoint.
@@ -186,7 +188,12 @@ enum Guest {
     Socket(PathBuf, std::os::unix::net::UnixStream),
     Port(std::net::TcpStream),
     Log(PathBuf, bool),
+    /// The node's metrics, sent as one message.
+    Metrics,
 }
+
+/// Where the API server asks for the node's metrics.
+const METRICS_PATH: &str = "/v1/metrics";
 
 /// How long a port-forward waits for the guest to accept.
 const PORT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -250,6 +257,9 @@ fn open(
         ));
     }
     let path = request.uri().path();
+    if path == METRICS_PATH {
+        return Ok(Guest::Metrics);
+    }
     let Some(target) = target(path) else {
         return Err((
             http::StatusCode::NOT_FOUND,
@@ -417,6 +427,22 @@ async fn handle(
             send_log(socket, &path, follow).await;
             Ok(())
         }
+        Some(Guest::Metrics) => {
+            let readings = match &config.hypervisor {
+                Some(hypervisor) => hypervisor.readings().await,
+                None => Vec::new(),
+            };
+            let text = crate::node_metrics::render(&config.node_name, &readings);
+            let mut socket = socket;
+            socket
+                .send(tokio_tungstenite::tungstenite::Message::binary(
+                    text.into_bytes(),
+                ))
+                .await
+                .map_err(|e| format!("sending metrics: {e}"))?;
+            let _ = socket.close(None).await;
+            Ok(())
+        }
         // Every port-forward connection is its own; none takes another's over.
         Some(Guest::Port(guest)) => {
             guest
@@ -551,6 +577,7 @@ mod tests {
             client_ca: Vec::new(),
             node_name: "n2".into(),
             node_dir: PathBuf::from("/nonexistent"),
+            hypervisor: None,
         };
         let request = Request::builder()
             .uri("/v1/namespaces/default/virtualmachineinstances/vm/console")

@@ -236,6 +236,12 @@ pub trait Hypervisor: Send + Sync + 'static {
     async fn release_leftover(&self, _namespace: &str, _name: &str) {}
     /// (namespace, name) of VMIs whose guest changed on its own (exited), so the agent
     /// looks at them at once instead of at the next re-check.
+    /// What each guest running here has used so far, by (namespace, name): the node's
+    /// metrics. Simulated guests use nothing and report nothing.
+    async fn readings(&self) -> Vec<((String, String), crate::readings::Readings)> {
+        Vec::new()
+    }
+
     fn changes(&self) -> Option<tokio::sync::broadcast::Receiver<(String, String)>> {
         None
     }

@@ -181,6 +181,7 @@ fn run_node(args: NodeArgs) -> anyhow::Result<()> {
             client_ca,
             node_name: name.clone(),
             node_dir: data_dir.join("node").join(&name),
+            hypervisor: Some(hypervisor.clone()),
         })
         .await
         .context("cannot serve the node's console endpoint")?;
@@ -430,6 +431,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
                 client_ca: certificates_der(&server.pki.ca_cert_pem)?,
                 node_name: node_name.clone(),
                 node_dir: args.data_dir.join("node").join(&node_name),
+                hypervisor: Some(hypervisor.clone()),
             })
             .await
             .context("cannot serve the local node's console endpoint")?;

@@ -303,6 +303,26 @@ impl ApiServer {
                     Some(routes::Route::Console) => {
                         crate::console::serve(&self.registry, &self.consoles, parts, path).await
                     }
+                    Some(routes::Route::NodeMetrics) => {
+                        let node = path.name.as_deref().unwrap_or_default();
+                        let text = self
+                            .consoles
+                            .agents
+                            .fetch(&self.registry, node, "metrics", "/v1/metrics")
+                            .await?;
+                        let open = String::from_utf8_lossy(&text);
+                        let (content_type, body) =
+                            if accept.is_some_and(|a| a.contains("application/openmetrics-text")) {
+                                (metrics::OPENMETRICS, open.into_owned())
+                            } else {
+                                (metrics::TEXT, metrics::classic(&open))
+                            };
+                        Ok(Response::builder()
+                            .status(StatusCode::OK)
+                            .header(header::CONTENT_TYPE, content_type)
+                            .body(axum::body::Body::from(body))
+                            .expect("a valid response"))
+                    }
                     Some(routes::Route::PodLog) => {
                         crate::pod_logs::serve(
                             &self.registry,

@@ -125,7 +125,7 @@ impl ApiServer {
             Some(Route::KubeVirtSubresource) => {
                 return crate::subresources::handle(&self.registry, method, path, body).await
             }
-            Some(Route::Console | Route::Rbac | Route::PodLog) | None => {}
+            Some(Route::Console | Route::Rbac | Route::PodLog | Route::NodeMetrics) | None => {}
         }
         let reg = self
             .registry

@@ -26,6 +26,8 @@ pub(super) enum Route {
     Rbac,
     /// A launcher Pod's log (`kubectl logs`).
     PodLog,
+    /// A node agent's metrics (`/api/v1/nodes/NAME/proxy/metrics`, as the kubelet's).
+    NodeMetrics,
 }
 
 /// How a route is matched: group, resource, which requests, and whether its resource is
@@ -64,6 +66,10 @@ fn console(r: &Request<'_>) -> bool {
 
 fn pod_log(r: &Request<'_>) -> bool {
     *r.method == Method::GET && r.path.subresource.as_deref() == Some("log")
+}
+
+fn node_metrics(r: &Request<'_>) -> bool {
+    *r.method == Method::GET && r.path.subresource.as_deref() == Some("proxy/metrics")
 }
 
 fn kubevirt_v1(r: &Request<'_>) -> bool {
@@ -123,6 +129,13 @@ const ROUTES: &[Entry] = &[
         matches: pod_log,
         namespaced: true,
         route: Route::PodLog,
+    },
+    Entry {
+        group: "",
+        resources: &["nodes"],
+        matches: node_metrics,
+        namespaced: false,
+        route: Route::NodeMetrics,
     },
     Entry {
         group: crate::subresources::GROUP,

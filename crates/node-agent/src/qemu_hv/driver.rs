@@ -21,6 +21,7 @@ use super::live_migration::Outbound;
 use super::machine::mac_for;
 use super::{start_failed, Forward, QemuNode};
 use crate::hypervisor::{GuestInfo, ImageIds, Observed, Prepared, Started, Stopping};
+use crate::readings::Readings;
 use crate::volume_sources::VolumeSources;
 
 /// Files taken out of an image (path inside it, path here) and its image ID, by (image,
@@ -76,6 +77,7 @@ impl Handle {
             pulled: HashMap::new(),
             image_ids: ImageIds::default(),
             outbound: outbound.clone(),
+            taps: super::pod::taps(vmi),
         };
         tokio::spawn(driver.run(queue));
         Handle { jobs, outbound }
@@ -116,6 +118,8 @@ pub(super) struct Driver {
     /// The image IDs the disks and kernel were pulled as.
     pub(super) image_ids: ImageIds,
     pub(super) outbound: OutboundCell,
+    /// Each tap in the Pod and the VMI interface it carries, for the metrics.
+    taps: Vec<(String, String)>,
 }
 
 impl Deref for Driver {
@@ -335,6 +339,52 @@ impl Driver {
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())
+    }
+
+    /// The guest's readings, with its (namespace, name); `None` when it does not run.
+    pub(super) async fn readings(&mut self) -> Option<((String, String), Readings)> {
+        let key = self.key.clone();
+        let taps = self.taps.clone();
+        let entry = self.instance().await?;
+        let instance = &entry.instance;
+        let mut readings = Readings::default();
+        let vcpus: Vec<(u64, u64)> = match instance.qmp.execute("query-cpus-fast", None).await {
+            Ok(cpus) => cpus
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|c| Some((c["cpu-index"].as_u64()?, c["thread-id"].as_u64()?)))
+                .collect(),
+            Err(e) => {
+                tracing::debug!("query-cpus-fast of {}/{}: {e}", key.0, key.1);
+                Vec::new()
+            }
+        };
+        crate::readings::from_proc(instance.pid, &vcpus, &mut readings);
+        match instance
+            .qmp
+            .execute("query-memory-size-summary", None)
+            .await
+        {
+            Ok(summary) => readings.memory_domain_bytes = summary["base-memory"].as_u64(),
+            Err(e) => tracing::debug!("query-memory-size-summary of {}/{}: {e}", key.0, key.1),
+        }
+        match instance.qmp.execute("query-blockstats", None).await {
+            Ok(stats) => readings.drives = crate::readings::drives(&stats),
+            Err(e) => tracing::debug!("query-blockstats of {}/{}: {e}", key.0, key.1),
+        }
+        // QEMU runs in the Pod's network namespace, where the taps are.
+        let dev =
+            std::fs::read_to_string(format!("/proc/{}/net/dev", instance.pid)).unwrap_or_default();
+        let devices = crate::readings::net_dev(&dev);
+        readings.interfaces = taps
+            .iter()
+            .filter_map(|(tap, name)| {
+                let (_, counters) = devices.iter().find(|(device, _)| device == tap)?;
+                Some(crate::readings::interface(name, counters))
+            })
+            .collect();
+        Some((key, readings))
     }
 
     /// Kills the VMI's QEMU and removes its files; the hypervisor then lets the driver go.

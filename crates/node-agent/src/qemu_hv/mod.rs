@@ -481,6 +481,25 @@ impl Hypervisor for Qemu {
         }
     }
 
+    async fn readings(&self) -> Vec<((String, String), crate::readings::Readings)> {
+        let drivers: Vec<Handle> = self.lock_drivers().values().cloned().collect();
+        // A driver busy with a long job (a migration's hand-over) is left out of this
+        // scrape rather than holding it up.
+        let asked = drivers.iter().map(|driver| {
+            tokio::time::timeout(
+                Duration::from_secs(1),
+                driver.ask(|d| Box::pin(d.readings())),
+            )
+        });
+        futures::future::join_all(asked)
+            .await
+            .into_iter()
+            .flatten()
+            .flatten()
+            .flatten()
+            .collect()
+    }
+
     fn local_vmis(&self) -> Vec<(String, String)> {
         let root = self.node.config.node_dir.join("vmi");
         let mut found = Vec::new();

@@ -32,6 +32,16 @@ fn pod_interface(vmi: &VirtualMachineInstance) -> Option<(usize, &Interface)> {
         .find(|(_, iface)| vmi.spec.on_pod_network(&iface.name))
 }
 
+/// Each tap the VMI's Pod holds and the interface it carries: `tap0` the pod network's,
+/// `tap<n>` the n-th Multus network's.
+pub(super) fn taps(vmi: &VirtualMachineInstance) -> Vec<(String, String)> {
+    pod_interface(vmi)
+        .map(|(_, iface)| (network::masquerade::TAP.to_string(), iface.name.clone()))
+        .into_iter()
+        .chain(secondary_interfaces(vmi).map(|(n, iface)| (format!("tap{n}"), iface.name.clone())))
+        .collect()
+}
+
 /// The ports of a masquerade interface that reach the guest (none listed: every port).
 fn forwarded_ports(iface: &Interface) -> Vec<(Protocol, u16)> {
     iface

@@ -1,0 +1,190 @@
+//! What a guest has used so far, as KubeVirt's domain stats report it: QEMU's CPU time
+//! and each vCPU thread's (from `/proc`, as libvirt reads them), guest and resident
+//! memory, each drive's I/O (QMP `query-blockstats`) and each interface's traffic (its
+//! tap in QEMU's network namespace, from `/proc/<pid>/net/dev`).
+
+use std::path::Path;
+
+/// One guest's readings.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Readings {
+    /// QEMU's user + system CPU time.
+    pub cpu_seconds: f64,
+    pub cpu_user_seconds: f64,
+    pub cpu_system_seconds: f64,
+    /// Each vCPU's (index, seconds on a CPU).
+    pub vcpu_seconds: Vec<(u64, f64)>,
+    /// The guest's memory (`query-memory-size-summary`).
+    pub memory_domain_bytes: Option<u64>,
+    /// QEMU's resident set.
+    pub memory_resident_bytes: Option<u64>,
+    pub drives: Vec<Drive>,
+    pub interfaces: Vec<Interface>,
+}
+
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Drive {
+    /// The disk's name in the VMI.
+    pub name: String,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub read_ops: u64,
+    pub write_ops: u64,
+    pub flush_ops: u64,
+    pub read_seconds: f64,
+    pub write_seconds: f64,
+    pub flush_seconds: f64,
+}
+
+/// Traffic as the guest sees it (its receive is what its tap sent).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Interface {
+    /// The interface's name in the VMI.
+    pub name: String,
+    pub receive_bytes: u64,
+    pub transmit_bytes: u64,
+    pub receive_packets: u64,
+    pub transmit_packets: u64,
+    pub receive_errors: u64,
+    pub transmit_errors: u64,
+    pub receive_dropped: u64,
+    pub transmit_dropped: u64,
+}
+
+/// User and system CPU seconds of a `/proc/.../stat` line.
+pub fn cpu_times(stat: &str, ticks_per_second: f64) -> Option<(f64, f64)> {
+    // The command name may hold spaces and parentheses: fields count from the last ')'.
+    let after = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let user: f64 = fields.get(11)?.parse().ok()?;
+    let system: f64 = fields.get(12)?.parse().ok()?;
+    Some((user / ticks_per_second, system / ticks_per_second))
+}
+
+/// `VmRSS` of a `/proc/<pid>/status`, in bytes.
+pub fn resident_bytes(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// The counters of `/proc/<pid>/net/dev` for each device: (name, the 16 numbers).
+pub fn net_dev(text: &str) -> Vec<(String, Vec<u64>)> {
+    text.lines()
+        .skip(2)
+        .filter_map(|line| {
+            let (name, numbers) = line.split_once(':')?;
+            let numbers: Vec<u64> = numbers
+                .split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect();
+            (numbers.len() >= 16).then(|| (name.trim().to_string(), numbers))
+        })
+        .collect()
+}
+
+/// The guest's side of a tap's counters (`net_dev` order: receive bytes, packets,
+/// errors, drops..., then transmit bytes at 8).
+pub fn interface(name: &str, tap: &[u64]) -> Interface {
+    Interface {
+        name: name.to_string(),
+        // What the tap received, the guest sent.
+        transmit_bytes: tap[0],
+        transmit_packets: tap[1],
+        transmit_errors: tap[2],
+        transmit_dropped: tap[3],
+        receive_bytes: tap[8],
+        receive_packets: tap[9],
+        receive_errors: tap[10],
+        receive_dropped: tap[11],
+    }
+}
+
+/// The drives of a `query-blockstats` answer, named by their disks (`drive-<disk>`).
+pub fn drives(blockstats: &serde_json::Value) -> Vec<Drive> {
+    let number = |v: &serde_json::Value, key: &str| v[key].as_u64().unwrap_or(0);
+    let seconds = |v: &serde_json::Value, key: &str| v[key].as_u64().unwrap_or(0) as f64 / 1e9;
+    blockstats
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let node = entry["node-name"].as_str().unwrap_or("");
+            let name = node.strip_prefix("drive-")?;
+            let stats = &entry["stats"];
+            Some(Drive {
+                name: name.to_string(),
+                read_bytes: number(stats, "rd_bytes"),
+                write_bytes: number(stats, "wr_bytes"),
+                read_ops: number(stats, "rd_operations"),
+                write_ops: number(stats, "wr_operations"),
+                flush_ops: number(stats, "flush_operations"),
+                read_seconds: seconds(stats, "rd_total_time_ns"),
+                write_seconds: seconds(stats, "wr_total_time_ns"),
+                flush_seconds: seconds(stats, "flush_total_time_ns"),
+            })
+        })
+        .collect()
+}
+
+/// The `/proc` readings of QEMU `pid` and its vCPU threads `(index, thread id)`.
+pub fn from_proc(pid: u32, vcpus: &[(u64, u64)], readings: &mut Readings) {
+    let ticks = rustix::param::clock_ticks_per_second() as f64;
+    let proc = Path::new("/proc").join(pid.to_string());
+    if let Some((user, system)) = std::fs::read_to_string(proc.join("stat"))
+        .ok()
+        .and_then(|s| cpu_times(&s, ticks))
+    {
+        readings.cpu_user_seconds = user;
+        readings.cpu_system_seconds = system;
+        readings.cpu_seconds = user + system;
+    }
+    readings.memory_resident_bytes = std::fs::read_to_string(proc.join("status"))
+        .ok()
+        .and_then(|s| resident_bytes(&s));
+    readings.vcpu_seconds = vcpus
+        .iter()
+        .filter_map(|(index, thread)| {
+            let stat = std::fs::read_to_string(proc.join(format!("task/{thread}/stat"))).ok()?;
+            let (user, system) = cpu_times(&stat, ticks)?;
+            Some((*index, user + system))
+        })
+        .collect();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_files_read_as_the_kernel_writes_them() {
+        let stat = "4242 (qemu-system-x86 (x)) S 1 4242 4242 0 -1 4194560 3000 0 0 0 250 50 0 0 20 0 5 0 100 1000000 2000 18446744073709551615";
+        assert_eq!(cpu_times(stat, 100.0), Some((2.5, 0.5)));
+        assert_eq!(
+            resident_bytes("Name:\tqemu\nVmRSS:\t  204800 kB\n"),
+            Some(200 * 1024 * 1024)
+        );
+        let dev = "Inter-|   Receive |  Transmit\n face |bytes packets errs drop fifo frame compressed multicast|bytes packets errs drop fifo colls carrier compressed\n  tap0: 1000 10 0 1 0 0 0 0 5000 50 0 0 0 0 0 0\n    lo: 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
+        let devices = net_dev(dev);
+        assert_eq!(devices[0].0, "tap0");
+        let guest = interface("default", &devices[0].1);
+        assert_eq!((guest.transmit_bytes, guest.receive_bytes), (1000, 5000));
+        assert_eq!((guest.transmit_dropped, guest.receive_packets), (1, 50));
+    }
+
+    #[test]
+    fn blockstats_name_drives_by_their_disks() {
+        let answer = serde_json::json!([
+            {"device": "", "node-name": "drive-root", "qdev": "/machine/peripheral/root/virtio-backend",
+             "stats": {"rd_bytes": 4096, "wr_bytes": 512, "rd_operations": 8, "wr_operations": 1,
+                       "flush_operations": 2, "rd_total_time_ns": 1_500_000_000u64}},
+            {"device": "pflash0", "stats": {"rd_bytes": 1}}
+        ]);
+        let drives = drives(&answer);
+        assert_eq!(drives.len(), 1);
+        assert_eq!(drives[0].name, "root");
+        assert_eq!((drives[0].read_bytes, drives[0].write_ops), (4096, 1));
+        assert_eq!(drives[0].read_seconds, 1.5);
+    }
+}
