@@ -37,6 +37,22 @@ async fn start() -> Option<(Cluster, Images)> {
 }
 
 /// The claim of a DataVolume, and the file behind it.
+/// Waits until DataVolume `name` has an event `reason` whose message contains `says`.
+async fn data_volume_event(c: &Cluster, name: &str, reason: &str, says: &str) {
+    let path = format!(
+        "/api/v1/namespaces/{NS}/events?fieldSelector=involvedObject.kind%3DDataVolume,involvedObject.name%3D{name},reason%3D{reason}"
+    );
+    c.api
+        .eventually(&path, Duration::from_secs(30), |r| {
+            r.body["items"].as_array().is_some_and(|items| {
+                items
+                    .iter()
+                    .any(|e| e["message"].as_str().unwrap_or("").contains(says))
+            })
+        })
+        .await;
+}
+
 async fn claim_of(c: &Cluster, name: &str) -> (Value, PathBuf) {
     let claim = c
         .api
@@ -205,7 +221,16 @@ async fn bad_sources_fail_with_the_servers_answer_and_transient_errors_are_retri
         unauthorized["status"]
     );
 
+    // CDI's events: the failure's words as a Warning, and a retried import's success.
+    data_volume_event(&c, "missing", "ImportFailed", "404").await;
     let flaky = cdi::wait_phase(&c.api, NS, "flaky", "Succeeded").await;
+    for (reason, says) in [
+        ("ImportScheduled", "Import into flaky scheduled"),
+        ("ImportInProgress", "Import into flaky in progress"),
+        ("ImportSucceeded", "Successfully imported into PVC flaky"),
+    ] {
+        data_volume_event(&c, "flaky", reason, says).await;
+    }
     assert!(
         flaky["status"]["restartCount"]
             .as_i64()

@@ -57,6 +57,32 @@ async fn migrations_of(c: &Cluster, vmi: &str) -> Vec<Value> {
     items
 }
 
+/// Waits until `kind` `name` has an event `reason` whose message contains `says`.
+async fn wait_event(c: &Cluster, kind: &str, name: &str, reason: &str, says: &str) -> Value {
+    let path = format!(
+        "/api/v1/namespaces/{NS}/events?fieldSelector=involvedObject.kind%3D{kind},involvedObject.name%3D{name},reason%3D{reason}"
+    );
+    let found = c
+        .api
+        .eventually(&path, WAIT, |r| {
+            r.body["items"].as_array().is_some_and(|items| {
+                items
+                    .iter()
+                    .any(|e| e["message"].as_str().unwrap_or("").contains(says))
+            })
+        })
+        .await;
+    found.body["items"]
+        .as_array()
+        .and_then(|items| {
+            items
+                .iter()
+                .find(|e| e["message"].as_str().unwrap_or("").contains(says))
+        })
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// Waits until the migration is final and let go by the controller.
 async fn wait_final(c: &Cluster, name: &str) -> Value {
     let path = format!("{}/{name}", vmims(NS));
@@ -147,6 +173,27 @@ async fn migrate_moves_the_vmi_through_kubevirts_phases() {
         node_of(&before).as_str()
     );
     c.wait_printable(NS, "roamer", "Running").await;
+    // What each side reported, as KubeVirt's components say it.
+    let target = node_of(&after);
+    for (reason, says) in [
+        ("PreparingTarget", "Migration Target is listening at"),
+        ("Migrating", "VirtualMachineInstance is migrating."),
+        (
+            "Migrated",
+            &format!("The VirtualMachineInstance migrated to node {target}.")[..],
+        ),
+    ] {
+        wait_event(&c, "VirtualMachineInstance", "roamer", reason, says).await;
+    }
+    let succeeded = wait_event(
+        &c,
+        "VirtualMachineInstanceMigration",
+        &name,
+        "SuccessfulMigration",
+        "Source node reported migration succeeded",
+    )
+    .await;
+    assert_eq!(succeeded["source"]["component"], "migration-controller");
 
     // Not running: 409 as virt-api answers.
     c.create_vm(NS, &vm("parked", Some("Halted"), json!({})))
@@ -328,6 +375,23 @@ async fn migrate_cancel_aborts_the_running_migration() {
     assert_eq!(state["failureReason"], "Live migration has been aborted");
     assert_eq!(node_of(&vmi), node_of(&before));
     assert_eq!(vmi["status"]["phase"], "Running");
+    wait_event(
+        &c,
+        "VirtualMachineInstanceMigration",
+        &name,
+        "SuccessfulAbortMigration",
+        "Migration is ready to be canceled by virt-handler.",
+    )
+    .await;
+    let failed = wait_event(
+        &c,
+        "VirtualMachineInstance",
+        "slow",
+        "Migrated",
+        "reason:Live migration has been aborted",
+    )
+    .await;
+    assert_eq!(failed["type"], "Warning", "{failed}");
 }
 
 #[tokio::test]
