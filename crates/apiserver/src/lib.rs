@@ -114,6 +114,8 @@ pub struct ServerConfig {
     pub service_cidr: ipnet::Ipv4Net,
     /// `--event-ttl`: how long Events are kept after their last write.
     pub event_ttl: std::time::Duration,
+    /// Whether the server keeps metrics (`--no-signals` turns them and events off).
+    pub signals: bool,
 }
 
 /// The host of an `https://HOST[:PORT]` URL (an IPv6 address without its brackets).
@@ -477,7 +479,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     }
     let infos: Vec<&'static apimachinery::resource::ResourceInfo> =
         registry.registrations().iter().map(|r| r.info).collect();
-    let server_metrics = Arc::new(metrics::ServerMetrics::new());
+    let server_metrics = Arc::new(metrics::ServerMetrics::new(config.signals));
     server_metrics.follow_vmi_phases(registry.store.clone());
     let server = Arc::new(http::ApiServer {
         registry: registry.clone(),

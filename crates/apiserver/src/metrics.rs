@@ -137,6 +137,8 @@ struct PhaseLabels {
 
 /// The server's metrics that live between scrapes.
 pub struct ServerMetrics {
+    /// Off: nothing is counted and `/metrics` is empty (for measuring what they cost).
+    enabled: bool,
     metrics: Metrics,
     requests: Family<CodeLabels, Counter>,
     durations: Family<RequestLabels, Histogram>,
@@ -156,12 +158,12 @@ impl Drop for InFlight {
 
 impl Default for ServerMetrics {
     fn default() -> Self {
-        Self::new()
+        Self::new(true)
     }
 }
 
 impl ServerMetrics {
-    pub fn new() -> ServerMetrics {
+    pub fn new(enabled: bool) -> ServerMetrics {
         let mut metrics = Metrics::default();
         let requests = Family::<CodeLabels, Counter>::default();
         let durations = Family::<RequestLabels, Histogram>::new_with_constructor(
@@ -198,6 +200,7 @@ impl ServerMetrics {
             phase_transitions.clone(),
         );
         ServerMetrics {
+            enabled,
             metrics,
             requests,
             durations,
@@ -209,7 +212,9 @@ impl ServerMetrics {
 
     /// Counts a request as in flight until the guard is dropped.
     pub fn in_flight(&self, labels: &RequestLabels, long_running: bool) -> InFlight {
-        let gauge = if long_running {
+        let gauge = if !self.enabled {
+            Gauge::default()
+        } else if long_running {
             self.longrunning.get_or_create(labels).clone()
         } else {
             let kind = if labels.mutating() {
@@ -236,6 +241,9 @@ impl ServerMetrics {
         code: u16,
         took: Option<Duration>,
     ) {
+        if !self.enabled {
+            return;
+        }
         self.requests
             .get_or_create(&CodeLabels {
                 verb: labels.verb.clone(),
@@ -263,6 +271,9 @@ impl ServerMetrics {
         accept: Option<&str>,
     ) -> (&'static str, String) {
         let mut now = Metrics::default();
+        if !self.enabled {
+            return metrics::render(&now, accept);
+        }
         storage_objects(registry, &mut now).await;
         kubevirt_series(registry, &mut now).await;
         metrics::render_all(&[&self.metrics, &now], accept)
@@ -270,6 +281,9 @@ impl ServerMetrics {
 
     /// Observes each VMI's phase transitions as they are written, until the process ends.
     pub fn follow_vmi_phases(self: &Arc<Self>, store: Arc<dyn Store>) {
+        if !self.enabled {
+            return;
+        }
         let this = self.clone();
         tokio::spawn(async move {
             let mut seen: HashMap<String, HashSet<String>> = HashMap::new();

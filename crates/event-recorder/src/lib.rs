@@ -19,6 +19,15 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
 
+/// Whether this process records events at all (see [`disable`]).
+static DISABLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Stops every recorder of the process from recording: what a benchmark compares
+/// against to learn what events cost (`virtplane server --no-signals`).
+pub fn disable() {
+    DISABLED.store(true, Ordering::Relaxed);
+}
+
 /// Events queued before new ones are dropped.
 const QUEUE: usize = 1000;
 /// client-go's spam filter: burst and refill period per object.
@@ -104,6 +113,9 @@ impl Recorder {
         reason: &str,
         message: String,
     ) {
+        if DISABLED.load(Ordering::Relaxed) {
+            return;
+        }
         let record = Record {
             regarding: regarding.clone(),
             kind,

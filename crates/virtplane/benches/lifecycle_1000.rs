@@ -10,6 +10,9 @@
 //! the first event that shows each one `printableStatus: Running`. create→Running runs
 //! from the moment the VM's POST is sent.
 //!
+//! It runs twice: with Events and metrics, then with `--no-signals`, and prints what
+//! the signals cost.
+//!
 //! Knobs (environment): `VIRTPLANE_BIN` (default: the binary cargo built for this bench,
 //! i.e. the release one), `BENCH_VMS` (1000), `BENCH_NODES` (100), `BENCH_CONCURRENCY`
 //! (32 requests in flight), `BENCH_CONNECTIONS` (8 HTTP/1.1 connections),
@@ -53,6 +56,7 @@ async fn start(
     nodes: usize,
     connections: usize,
     etcd: Option<&Etcd>,
+    signals: bool,
 ) -> Result<(Virtplane, Api)> {
     let nodes_arg = nodes.to_string();
     let mut args = vec![
@@ -66,6 +70,9 @@ async fn start(
     ];
     if let Some(etcd) = etcd {
         args.extend(["--store".into(), format!("etcd={}", etcd.url)]);
+    }
+    if !signals {
+        args.push("--no-signals".into());
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let server = Virtplane::start(Launch {
@@ -203,7 +210,40 @@ fn ms(d: Duration) -> String {
     format!("{:.0} ms", support::stats::ms(d))
 }
 
+/// What one run measured: until all were Running, and the server's CPU meanwhile.
+struct Figures {
+    last_running: Duration,
+    cpu: Option<Duration>,
+}
+
+/// Runs the lifecycle with Events and metrics, then beside it without them
+/// (`--no-signals`): what the signals cost.
 async fn run() -> Result<()> {
+    let with = measure(true).await?;
+    let without = measure(false).await?;
+    let change = |a: f64, b: f64| (a / b - 1.0) * 100.0;
+    println!(
+        "  signals (Events and metrics) cost: all Running {:+.1}% ({} against {}), server CPU {}",
+        change(
+            with.last_running.as_secs_f64(),
+            without.last_running.as_secs_f64()
+        ),
+        ms(with.last_running),
+        ms(without.last_running),
+        match (with.cpu, without.cpu) {
+            (Some(a), Some(b)) => format!(
+                "{:+.1}% ({} against {})",
+                change(a.as_secs_f64(), b.as_secs_f64()),
+                ms(a),
+                ms(b)
+            ),
+            _ => "not measured".into(),
+        }
+    );
+    Ok(())
+}
+
+async fn measure(signals: bool) -> Result<Figures> {
     let count = size::<usize>("BENCH_VMS", 1000, 50);
     let nodes = size::<usize>("BENCH_NODES", 100, 5);
     let concurrency = knob::<usize>("BENCH_CONCURRENCY", 32).max(1);
@@ -218,11 +258,12 @@ async fn run() -> Result<()> {
     };
     println!(
         "lifecycle_1000: {count} VMs (runStrategy Always) on {nodes} simulated nodes, boot delay 0 ms; \
-         {concurrency} creates in flight over {connections} connections; store {}; binary {}",
+         {concurrency} creates in flight over {connections} connections; store {}; {}; binary {}",
         etcd.as_ref().map_or("sqlite (embedded)", |e| e.version.as_str()),
+        if signals { "Events and metrics on" } else { "--no-signals" },
         virtplane_binary().display()
     );
-    let (mut server, api) = start(dir.path(), nodes, connections, etcd.as_ref()).await?;
+    let (mut server, api) = start(dir.path(), nodes, connections, etcd.as_ref(), signals).await?;
 
     // Watch from the current resourceVersion, so nothing is missed.
     let list: Value = api.clients[0]
@@ -370,5 +411,5 @@ async fn run() -> Result<()> {
         TARGET.as_secs(),
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    Ok(())
+    Ok(Figures { last_running, cpu })
 }

@@ -143,6 +143,9 @@ pub struct ServerArgs {
     /// `--event-ttl`); the store deletes them then.
     #[arg(long, default_value = "1h", value_parser = parse_duration)]
     pub event_ttl: Duration,
+    /// Record no Events and keep no metrics: for measuring what they cost (benches).
+    #[arg(long)]
+    pub no_signals: bool,
     /// A URL clients reach the API at, for the kubeconfigs this server writes
     /// (DIR/admin.kubeconfig, DIR/node-join.kubeconfig, users'): one context per URL, the
     /// first current. Give every server's URL, and node agents move to the next server

@@ -362,6 +362,9 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
         Some(hypervisor(args.hypervisor.as_deref(), &args.sim, &host)?)
     };
     runtime()?.block_on(async move {
+        if args.no_signals {
+            event_recorder::disable();
+        }
         let store = store_choice.open(&args.data_dir, &args.etcd).await?;
         let server = apiserver::start(apiserver::ServerConfig {
             data_dir: args.data_dir.clone(),
@@ -376,6 +379,7 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
             kubeconfig_servers: args.kubeconfig_servers.clone(),
             service_cidr: address_plan.service_cidr,
             event_ttl: args.event_ttl,
+            signals: !args.no_signals,
         })
         .await?;
         let client = kube::Client::new(server.internal.clone(), "default");
