@@ -274,6 +274,13 @@ impl ServerMetrics {
         if !self.enabled {
             return metrics::render(&now, accept);
         }
+        let dropped: Counter = Counter::default();
+        dropped.inc_by(event_recorder::dropped_total());
+        now.register(
+            "virtplane_events_dropped",
+            "Events the server's recorders dropped: their queue full, an object over its rate, or not written after every attempt",
+            dropped,
+        );
         storage_objects(registry, &mut now).await;
         kubevirt_series(registry, &mut now).await;
         metrics::render_all(&[&self.metrics, &now], accept)

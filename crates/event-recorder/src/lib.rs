@@ -28,6 +28,18 @@ pub fn disable() {
     DISABLED.store(true, Ordering::Relaxed);
 }
 
+/// Events dropped by every recorder of the process (see [`dropped_total`]).
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// How many events this process's recorders dropped so far (queue full, over an
+/// object's rate, or not written after every attempt).
+pub fn dropped_total() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
+/// Events taken from the queue and written at once, at most.
+const BATCH: usize = 64;
+
 /// Events queued before new ones are dropped.
 const QUEUE: usize = 1000;
 /// client-go's spam filter: burst and refill period per object.
@@ -125,6 +137,7 @@ impl Recorder {
         };
         if self.queue.try_send(record).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
+            DROPPED.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -141,6 +154,17 @@ struct Key {
     kind: EventType,
     reason: String,
     message: String,
+}
+
+impl Key {
+    fn of(record: &Record) -> Key {
+        Key {
+            object: object_key(&record.regarding),
+            kind: record.kind,
+            reason: record.reason.clone(),
+            message: record.message.clone(),
+        }
+    }
 }
 
 /// An Event written, to be bumped by its repeats.
@@ -177,36 +201,70 @@ fn object_key(r: &ObjectReference) -> (String, String, String, String) {
 }
 
 impl Writer {
+    /// Writes what is queued, a batch at a time: repeats of one event within a batch are
+    /// counted into one write, and the batch's distinct events are written at once.
     async fn run(mut self, mut pending: mpsc::Receiver<Record>) {
-        while let Some(record) = pending.recv().await {
-            if !self.allowed(&record.regarding) {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-            let mut backoff = Duration::from_millis(500);
-            for attempt in 1..=ATTEMPTS {
-                match self.write(&record).await {
-                    Ok(()) => break,
-                    Err(e) if attempt < ATTEMPTS => {
-                        tracing::debug!(
-                            "writing event {}: {e}; again in {backoff:?}",
-                            record.reason
-                        );
-                        tokio::time::sleep(backoff).await;
-                        backoff *= 2;
+        let mut batch = Vec::with_capacity(BATCH);
+        while pending.recv_many(&mut batch, BATCH).await > 0 {
+            let mut distinct: Vec<(Key, Record, i32)> = Vec::new();
+            let mut index: HashMap<Key, usize> = HashMap::new();
+            for record in batch.drain(..) {
+                if !self.allowed(&record.regarding) {
+                    self.drop_events(1);
+                    continue;
+                }
+                let key = Key::of(&record);
+                match index.get(&key) {
+                    Some(&i) => {
+                        distinct[i].2 += 1;
+                        distinct[i].1.at = record.at;
                     }
-                    Err(e) => {
-                        tracing::warn!(
-                            "event {} for {}/{} dropped: {e}",
-                            record.reason,
-                            record.regarding.namespace.as_deref().unwrap_or(""),
-                            record.regarding.name.as_deref().unwrap_or("")
-                        );
-                        self.dropped.fetch_add(1, Ordering::Relaxed);
+                    None => {
+                        index.insert(key.clone(), distinct.len());
+                        distinct.push((key, record, 1));
                     }
                 }
             }
+            let writes = distinct.into_iter().map(|(key, record, times)| {
+                let earlier = self.written.remove(&key);
+                let sink = Sink {
+                    client: self.client.clone(),
+                    component: self.component.clone(),
+                    host: self.host.clone(),
+                };
+                async move {
+                    let outcome = sink.write_with_retries(earlier, &record, times).await;
+                    (key, times, outcome)
+                }
+            });
+            for (key, times, outcome) in futures::future::join_all(writes).await {
+                match outcome {
+                    Some(written) => self.remember(key, written),
+                    None => self.drop_events(times as u64),
+                }
+            }
         }
+    }
+
+    fn drop_events(&self, count: u64) {
+        self.dropped.fetch_add(count, Ordering::Relaxed);
+        DROPPED.fetch_add(count, Ordering::Relaxed);
+    }
+
+    /// Keeps `written` for its repeats, forgetting the least recently written beyond
+    /// `REMEMBERED`.
+    fn remember(&mut self, key: Key, written: Written) {
+        if self.written.len() >= REMEMBERED {
+            if let Some(oldest) = self
+                .written
+                .iter()
+                .min_by_key(|(_, w)| w.last)
+                .map(|(k, _)| k.clone())
+            {
+                self.written.remove(&oldest);
+            }
+        }
+        self.written.insert(key, written);
     }
 
     /// Takes a token from the object's bucket (refilled one per `REFILL`, up to `BURST`).
@@ -230,18 +288,55 @@ impl Writer {
             false
         }
     }
+}
 
-    async fn write(&mut self, record: &Record) -> Result<(), kube::Error> {
-        let key = Key {
-            object: object_key(&record.regarding),
-            kind: record.kind,
-            reason: record.reason.clone(),
-            message: record.message.clone(),
-        };
+/// Where a batch's writes go: the API, as this recorder's component.
+struct Sink {
+    client: Client,
+    component: String,
+    host: Option<String>,
+}
+
+impl Sink {
+    /// Writes the event (`times` occurrences of it), as a bump of the `earlier` Event
+    /// when there is one; `None` when every attempt failed (logged).
+    async fn write_with_retries(
+        &self,
+        mut earlier: Option<Written>,
+        record: &Record,
+        times: i32,
+    ) -> Option<Written> {
+        let mut backoff = Duration::from_millis(500);
+        for attempt in 1..=ATTEMPTS {
+            match self.write(&mut earlier, record, times).await {
+                Ok(written) => return Some(written),
+                Err(e) if attempt < ATTEMPTS => {
+                    tracing::debug!("writing event {}: {e}; again in {backoff:?}", record.reason);
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                }
+                Err(e) => tracing::warn!(
+                    "event {} for {}/{} dropped: {e}",
+                    record.reason,
+                    record.regarding.namespace.as_deref().unwrap_or(""),
+                    record.regarding.name.as_deref().unwrap_or("")
+                ),
+            }
+        }
+        None
+    }
+
+    async fn write(
+        &self,
+        earlier: &mut Option<Written>,
+        record: &Record,
+        times: i32,
+    ) -> Result<Written, kube::Error> {
         let at = record.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        if let Some(written) = self.written.get_mut(&key) {
+        if let Some(written) = earlier.as_ref() {
             let events: Api<Event> = Api::namespaced(self.client.clone(), &written.namespace);
-            let patch = json!({"count": written.count + 1, "lastTimestamp": at});
+            let count = written.count + times;
+            let patch = json!({"count": count, "lastTimestamp": at});
             match events
                 .patch(
                     &written.name,
@@ -251,14 +346,15 @@ impl Writer {
                 .await
             {
                 Ok(_) => {
-                    written.count += 1;
-                    written.last = Instant::now();
-                    return Ok(());
+                    return Ok(Written {
+                        namespace: written.namespace.clone(),
+                        name: written.name.clone(),
+                        count,
+                        last: Instant::now(),
+                    })
                 }
                 // Expired (or deleted): a new Event.
-                Err(kube::Error::Api(status)) if status.code == 404 => {
-                    self.written.remove(&key);
-                }
+                Err(kube::Error::Api(status)) if status.code == 404 => *earlier = None,
                 Err(e) => return Err(e),
             }
         }
@@ -283,33 +379,18 @@ impl Writer {
             "source": {"component": self.component, "host": self.host},
             "firstTimestamp": at,
             "lastTimestamp": at,
-            "count": 1,
+            "count": times,
             "reportingComponent": self.component,
             "reportingInstance": self.host.as_deref().unwrap_or(&self.component),
         }))
         .map_err(kube::Error::SerdeError)?;
         let events: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
         events.create(&PostParams::default(), &event).await?;
-        if self.written.len() >= REMEMBERED {
-            // The least recently written goes.
-            if let Some(oldest) = self
-                .written
-                .iter()
-                .min_by_key(|(_, w)| w.last)
-                .map(|(k, _)| k.clone())
-            {
-                self.written.remove(&oldest);
-            }
-        }
-        self.written.insert(
-            key,
-            Written {
-                namespace,
-                name,
-                count: 1,
-                last: Instant::now(),
-            },
-        );
-        Ok(())
+        Ok(Written {
+            namespace,
+            name,
+            count: times,
+            last: Instant::now(),
+        })
     }
 }

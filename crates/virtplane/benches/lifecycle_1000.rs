@@ -206,6 +206,34 @@ async fn describe_stuck(api: &Api, seen: &HashMap<String, Instant>) -> String {
         .join("; ")
 }
 
+/// How many Events the bench namespace holds, and how many the server's recorders
+/// dropped (from its `/metrics`).
+async fn events_and_drops(api: &Api) -> Result<(u64, u64)> {
+    let list: Value = api.clients[0]
+        .get(format!(
+            "{}/api/v1/namespaces/{NAMESPACE}/events?limit=1",
+            api.url
+        ))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let stored = list["items"].as_array().map_or(0, |i| i.len() as u64)
+        + list["metadata"]["remainingItemCount"].as_u64().unwrap_or(0);
+    let metrics = api.clients[0]
+        .get(format!("{}/metrics", api.url))
+        .send()
+        .await?
+        .text()
+        .await?;
+    let dropped = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("virtplane_events_dropped_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0) as u64;
+    Ok((stored, dropped))
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.0} ms", support::stats::ms(d))
 }
@@ -363,6 +391,12 @@ async fn measure(signals: bool) -> Result<Figures> {
                 kept.display()
             )
         }
+    }
+    if signals {
+        // Recorded asynchronously: given a moment to land before they are counted.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (stored, dropped) = events_and_drops(&api).await?;
+        println!("  events: {stored} stored, {dropped} dropped by the server's recorders");
     }
     let mut latencies: Vec<Duration> = sent_at
         .iter()
