@@ -382,6 +382,16 @@ impl EventsView {
         Ok(kv)
     }
 
+    /// The view's answer to a write of `value` at `key`, from the store's to its core form.
+    fn as_view(&self, key: &str, value: Bytes, written: Result<KeyValue>) -> Result<KeyValue> {
+        let kv = written.map_err(|e| self.view_error(e))?;
+        Ok(KeyValue {
+            key: key.into(),
+            value,
+            ..kv
+        })
+    }
+
     fn view_error(&self, e: StoreError) -> StoreError {
         match e {
             StoreError::Conflict {
@@ -441,16 +451,8 @@ impl Store for EventsView {
         match self.core_key(key) {
             Some(core) => {
                 let stored = convert(&value, v1_to_core)?;
-                let kv = self
-                    .inner
-                    .create(&core, stored)
-                    .await
-                    .map_err(|e| self.view_error(e))?;
-                Ok(KeyValue {
-                    key: key.into(),
-                    value,
-                    ..kv
-                })
+                let written = self.inner.create(&core, stored).await;
+                self.as_view(key, value, written)
             }
             None => self.inner.create(key, value).await,
         }
@@ -460,16 +462,8 @@ impl Store for EventsView {
         match self.core_key(key) {
             Some(core) => {
                 let stored = convert(&value, v1_to_core)?;
-                let kv = self
-                    .inner
-                    .update(&core, stored, expected)
-                    .await
-                    .map_err(|e| self.view_error(e))?;
-                Ok(KeyValue {
-                    key: key.into(),
-                    value,
-                    ..kv
-                })
+                let written = self.inner.update(&core, stored, expected).await;
+                self.as_view(key, value, written)
             }
             None => self.inner.update(key, value, expected).await,
         }
@@ -479,16 +473,8 @@ impl Store for EventsView {
         match self.core_key(key) {
             Some(core) => {
                 let stored = convert(&value, v1_to_core)?;
-                let kv = self
-                    .inner
-                    .create_expiring(&core, stored, ttl)
-                    .await
-                    .map_err(|e| self.view_error(e))?;
-                Ok(KeyValue {
-                    key: key.into(),
-                    value,
-                    ..kv
-                })
+                let written = self.inner.create_expiring(&core, stored, ttl).await;
+                self.as_view(key, value, written)
             }
             None => self.inner.create_expiring(key, value, ttl).await,
         }
@@ -504,16 +490,11 @@ impl Store for EventsView {
         match self.core_key(key) {
             Some(core) => {
                 let stored = convert(&value, v1_to_core)?;
-                let kv = self
+                let written = self
                     .inner
                     .update_expiring(&core, stored, expected, ttl)
-                    .await
-                    .map_err(|e| self.view_error(e))?;
-                Ok(KeyValue {
-                    key: key.into(),
-                    value,
-                    ..kv
-                })
+                    .await;
+                self.as_view(key, value, written)
             }
             None => self.inner.update_expiring(key, value, expected, ttl).await,
         }
