@@ -125,9 +125,11 @@ async fn nodes_are_registered_heartbeaten_and_patchable() {
             "/api/v1/nodes?watch=true&fieldSelector=metadata.name%3Dsim-node-1&resourceVersion={rv}"
         ))
         .await;
-    // Our own patch, then heartbeats (nothing else writes this node): each keeps them.
-    let mut seen = 0;
-    while seen < 3 {
+    // Our own patch, then heartbeats (and node IPAM's writes, which may land after our
+    // patch): each keeps them. Watched until the heartbeat annotation (written with the
+    // first beat, then once a minute) came after the patch too.
+    let (mut seen, mut annotated) = (0, false);
+    while seen < 3 || !annotated {
         let e = watch.next().await;
         assert_eq!(e["type"], "MODIFIED", "{e}");
         let obj = &e["object"];
@@ -136,7 +138,12 @@ async fn nodes_are_registered_heartbeaten_and_patchable() {
         }
         assert_eq!(obj["spec"]["taints"][0]["key"], "maintenance", "{obj}");
         assert_eq!(node_ready(obj), "True");
+        annotated |= obj["metadata"]["annotations"]["kubevirt.io/heartbeat"].is_string();
         seen += 1;
+        assert!(
+            seen < 100,
+            "no heartbeat annotation after 100 writes: {obj}"
+        );
     }
     let later = node(&c, "sim-node-1").await;
     assert_eq!(later["metadata"]["labels"]["rack"], "r7");
