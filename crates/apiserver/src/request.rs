@@ -582,7 +582,8 @@ mod tests {
             info(Method::POST, "/healthz").verb,
             Verb::Other("post".into())
         );
-        assert_eq!(parse("/metrics"), None);
+        assert_eq!(parse("/metrics"), Some(Target::Metrics));
+        assert_eq!(parse("/metricsz"), None);
     }
 
     #[test]
