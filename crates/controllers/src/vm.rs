@@ -1,5 +1,9 @@
 //! The VirtualMachine controller: keeps one VMI per VM as its runStrategy and queued
 //! state-change requests say, and reports what it sees in the VM's status.
+//!
+//! The decisions themselves live in `run_strategy` and the status texts in
+//! `kubevirt_api::vm_status`; what stays here is one sync's I/O (create or delete the
+//! VMI, write the status, say so in events), which reads best in one place.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

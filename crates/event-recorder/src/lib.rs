@@ -10,7 +10,6 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event, ObjectReference};
@@ -78,24 +77,21 @@ struct Record {
 #[derive(Clone)]
 pub struct Recorder {
     queue: mpsc::Sender<Record>,
-    dropped: Arc<AtomicU64>,
 }
 
 impl Recorder {
     /// Starts the writer task (on the current Tokio runtime).
     pub fn start(client: Client, component: &str, host: Option<&str>) -> Recorder {
         let (queue, pending) = mpsc::channel(QUEUE);
-        let dropped = Arc::new(AtomicU64::new(0));
         let writer = Writer {
             client,
             component: component.to_string(),
             host: host.map(str::to_string),
-            dropped: dropped.clone(),
             written: HashMap::new(),
             budgets: HashMap::new(),
         };
         tokio::spawn(writer.run(pending));
-        Recorder { queue, dropped }
+        Recorder { queue }
     }
 
     /// A reference to `obj` for an event (kind, apiVersion, namespace, name, uid).
@@ -136,14 +132,8 @@ impl Recorder {
             at: chrono::Utc::now(),
         };
         if self.queue.try_send(record).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
             DROPPED.fetch_add(1, Ordering::Relaxed);
         }
-    }
-
-    /// Events dropped so far: queue full, the object over its rate, or not written.
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
     }
 }
 
@@ -185,7 +175,6 @@ struct Writer {
     client: Client,
     component: String,
     host: Option<String>,
-    dropped: Arc<AtomicU64>,
     written: HashMap<Key, Written>,
     budgets: HashMap<(String, String, String, String), Budget>,
 }
@@ -247,7 +236,6 @@ impl Writer {
     }
 
     fn drop_events(&self, count: u64) {
-        self.dropped.fetch_add(count, Ordering::Relaxed);
         DROPPED.fetch_add(count, Ordering::Relaxed);
     }
 

@@ -54,7 +54,7 @@ pub struct Interface {
 /// User and system CPU seconds of a `/proc/.../stat` line.
 pub fn cpu_times(stat: &str, ticks_per_second: f64) -> Option<(f64, f64)> {
     // The command name may hold spaces and parentheses: fields count from the last ')'.
-    let after = &stat[stat.rfind(')')? + 2..];
+    let after = stat.get(stat.rfind(')')? + 2..)?;
     let fields: Vec<&str> = after.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
     let user: f64 = fields.get(11)?.parse().ok()?;
@@ -161,6 +161,10 @@ mod tests {
     fn proc_files_read_as_the_kernel_writes_them() {
         let stat = "4242 (qemu-system-x86 (x)) S 1 4242 4242 0 -1 4194560 3000 0 0 0 250 50 0 0 20 0 5 0 100 1000000 2000 18446744073709551615";
         assert_eq!(cpu_times(stat, 100.0), Some((2.5, 0.5)));
+        // Cut or damaged lines read as nothing, never a panic.
+        assert_eq!(cpu_times("4242 (qemu)", 100.0), None);
+        assert_eq!(cpu_times("4242 (qemu) S 1 2", 100.0), None);
+        assert_eq!(cpu_times("no parenthesis", 100.0), None);
         assert_eq!(
             resident_bytes("Name:\tqemu\nVmRSS:\t  204800 kB\n"),
             Some(200 * 1024 * 1024)

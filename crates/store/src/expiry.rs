@@ -60,14 +60,6 @@ impl Deadlines {
         }
         due
     }
-
-    pub fn len(&self) -> usize {
-        self.queue.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
-    }
 }
 
 #[cfg(test)]
@@ -88,6 +80,6 @@ mod tests {
         let due: Vec<_> = deadlines.take_due(20).into_iter().map(|e| e.key).collect();
         assert_eq!(due, ["a", "b"]);
         assert!(deadlines.take_due(20).is_empty());
-        assert_eq!(deadlines.len(), 1);
+        assert_eq!(deadlines.next(), Some(30));
     }
 }

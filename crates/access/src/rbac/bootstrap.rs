@@ -2,6 +2,9 @@
 //! parts that matter without kube's controllers), KubeVirt's and CDI's aggregated roles
 //! as their operators install them, and the role node agents run with.
 //!
+//! One file on purpose: it is a table of data (each role's rules beside its binding), read
+//! top to bottom against kube's and KubeVirt's policy; split, a role and its binding part.
+//!
 //! At every start, each one is created when missing; an existing one is reconciled
 //! additively (missing rules, selectors or subjects are added) unless it carries
 //! `rbac.authorization.kubernetes.io/autoupdate: "false"`, as kube-apiserver's
