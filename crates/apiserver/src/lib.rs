@@ -31,6 +31,7 @@ mod protobuf;
 pub mod rbac;
 pub mod registry;
 pub mod request;
+mod resource_metrics;
 mod review;
 mod stored;
 pub mod subresources;
@@ -321,6 +322,20 @@ fn extra_resources() -> Vec<ExtraResource> {
             verbs: &["create"],
         });
     }
+    // metrics-server's resources, which `kubectl top` looks for.
+    for (name, kind, namespaced) in [
+        ("nodes", "NodeMetrics", false),
+        ("pods", "PodMetrics", true),
+    ] {
+        extras.push(ExtraResource {
+            group: resource_metrics::GROUP,
+            version: resource_metrics::VERSION,
+            name,
+            kind,
+            namespaced,
+            verbs: &["get", "list"],
+        });
+    }
     extras.push(ExtraResource {
         group: upload::GROUP,
         version: upload::VERSION,
@@ -480,7 +495,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let infos: Vec<&'static apimachinery::resource::ResourceInfo> =
         registry.registrations().iter().map(|r| r.info).collect();
     let server_metrics = Arc::new(metrics::ServerMetrics::new(config.signals));
-    server_metrics.follow_vmi_phases(registry.store.clone());
+    server_metrics.follow_phases(registry.store.clone());
     let server = Arc::new(http::ApiServer {
         registry: registry.clone(),
         authenticator,

@@ -5,6 +5,8 @@
 
 use prometheus_client::registry::Registry;
 
+pub mod usage;
+
 pub use prometheus_client;
 
 /// What `Content-Type` OpenMetrics answers carry.

@@ -30,6 +30,8 @@ use tokio_util::io::ReaderStream;
 
 use qemu::console::Takeovers;
 
+use crate::connections::{Connections, Kind};
+
 /// The client the endpoint serves (the API server's `AGENT_CLIENT_USER`).
 pub const APISERVER_USER: &str = "system:virtplane-apiserver";
 /// The Node annotation with the hex SHA-256 of the serving certificate.
@@ -124,8 +126,12 @@ pub async fn serve(config: EndpointConfig) -> Result<Published, EndpointError> {
         "console endpoint of node {} on port {port}",
         config.node_name
     );
-    let takeovers = Arc::new(Takeovers::default());
-    tokio::spawn(accept_loop(listener, acceptor, Arc::new(config), takeovers));
+    tokio::spawn(accept_loop(
+        listener,
+        acceptor,
+        Arc::new(config),
+        Arc::new(Kept::default()),
+    ));
     Ok(Published { port, fingerprint })
 }
 
@@ -133,7 +139,7 @@ async fn accept_loop(
     listener: TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
     config: Arc<EndpointConfig>,
-    takeovers: Arc<Takeovers>,
+    kept: Arc<Kept>,
 ) {
     loop {
         let (tcp, peer) = match listener.accept().await {
@@ -146,9 +152,9 @@ async fn accept_loop(
         };
         let acceptor = acceptor.clone();
         let config = config.clone();
-        let takeovers = takeovers.clone();
+        let kept = kept.clone();
         tokio::spawn(async move {
-            if let Err(why) = handle(tcp, acceptor, &config, &takeovers).await {
+            if let Err(why) = handle(tcp, acceptor, &config, &kept).await {
                 tracing::debug!("console endpoint: connection from {peer}: {why}");
             }
         });
@@ -184,16 +190,36 @@ enum What {
 /// What the endpoint relays to.
 #[derive(Debug)]
 enum Guest {
-    /// A QEMU socket, which the newest client takes over (by its path).
-    Socket(PathBuf, std::os::unix::net::UnixStream),
-    Port(std::net::TcpStream),
+    /// A QEMU socket, which the newest client takes over (by its path), and what it is
+    /// to the VMI (namespace, name).
+    Socket(
+        PathBuf,
+        std::os::unix::net::UnixStream,
+        Kind,
+        String,
+        String,
+    ),
+    /// A guest's port, for the VMI (namespace, name).
+    Port(std::net::TcpStream, String, String),
     Log(PathBuf, bool),
     /// The node's metrics, sent as one message.
     Metrics,
+    /// What the node and its guests use now (`crate::usage::Report`), as one message.
+    Usage,
+}
+
+/// What the endpoint keeps between connections.
+#[derive(Default)]
+struct Kept {
+    takeovers: Arc<Takeovers>,
+    connections: Arc<Connections>,
+    usage: crate::usage::Usage,
 }
 
 /// Where the API server asks for the node's metrics.
 const METRICS_PATH: &str = "/v1/metrics";
+/// Where the API server asks what the node and its guests use (`kubectl top`).
+const USAGE_PATH: &str = metrics::usage::USAGE_PATH;
 
 /// How long a port-forward waits for the guest to accept.
 const PORT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -257,8 +283,10 @@ fn open(
         ));
     }
     let path = request.uri().path();
-    if path == METRICS_PATH {
-        return Ok(Guest::Metrics);
+    match path {
+        METRICS_PATH => return Ok(Guest::Metrics),
+        USAGE_PATH => return Ok(Guest::Usage),
+        _ => {}
     }
     let Some(target) = target(path) else {
         return Err((
@@ -268,7 +296,10 @@ fn open(
     };
     let socket = match target.what {
         What::Socket(socket) => socket,
-        What::Port(port) => return connect_port(config, &target, port).map(Guest::Port),
+        What::Port(port) => {
+            return connect_port(config, &target, port)
+                .map(|stream| Guest::Port(stream, target.namespace.into(), target.name.into()))
+        }
         What::Log { serial, follow } => {
             let dir = config
                 .node_dir
@@ -309,7 +340,18 @@ fn open(
             ),
         )
     })?;
-    Ok(Guest::Socket(socket_path, stream))
+    let kind = if socket == "vnc.sock" {
+        Kind::Vnc
+    } else {
+        Kind::Console
+    };
+    Ok(Guest::Socket(
+        socket_path,
+        stream,
+        kind,
+        target.namespace.into(),
+        target.name.into(),
+    ))
 }
 
 /// Connects to `port` at the VMI's Pod IP. A blocking connect, inside the websocket
@@ -386,7 +428,7 @@ async fn handle(
     tcp: TcpStream,
     acceptor: tokio_rustls::TlsAcceptor,
     config: &EndpointConfig,
-    takeovers: &Arc<Takeovers>,
+    kept: &Kept,
 ) -> Result<(), String> {
     let _ = tcp.set_nodelay(true);
     let tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp))
@@ -414,8 +456,9 @@ async fn handle(
     .map_err(|e| format!("websocket handshake: {e}"))?;
     match guest {
         None => Err("handshake completed without a target".into()),
-        Some(Guest::Socket(path, guest)) => {
-            let mut claim = takeovers.claim(&path);
+        Some(Guest::Socket(path, guest, kind, namespace, name)) => {
+            let _open = kept.connections.open(kind, &namespace, &name);
+            let mut claim = kept.takeovers.claim(&path);
             guest
                 .set_nonblocking(true)
                 .map_err(|e| format!("QEMU socket: {e}"))?;
@@ -432,19 +475,21 @@ async fn handle(
                 Some(hypervisor) => hypervisor.readings().await,
                 None => Vec::new(),
             };
-            let text = crate::node_metrics::render(&config.node_name, &readings);
-            let mut socket = socket;
-            socket
-                .send(tokio_tungstenite::tungstenite::Message::binary(
-                    text.into_bytes(),
-                ))
-                .await
-                .map_err(|e| format!("sending metrics: {e}"))?;
-            let _ = socket.close(None).await;
-            Ok(())
+            let text =
+                crate::node_metrics::render(&config.node_name, &readings, &kept.connections.now());
+            send_once(socket, text.into_bytes(), "metrics").await
+        }
+        Some(Guest::Usage) => {
+            let report = match &config.hypervisor {
+                Some(hypervisor) => kept.usage.report(hypervisor.as_ref()).await,
+                None => metrics::usage::Report::default(),
+            };
+            let json = serde_json::to_vec(&report).map_err(|e| format!("usage: {e}"))?;
+            send_once(socket, json, "usage").await
         }
         // Every port-forward connection is its own; none takes another's over.
-        Some(Guest::Port(guest)) => {
+        Some(Guest::Port(guest, namespace, name)) => {
+            let _open = kept.connections.open(Kind::PortForward, &namespace, &name);
             guest
                 .set_nonblocking(true)
                 .map_err(|e| format!("guest port: {e}"))?;
@@ -453,6 +498,23 @@ async fn handle(
             Ok(())
         }
     }
+}
+
+/// Sends `message` as the whole answer and closes.
+async fn send_once<S>(
+    mut socket: tokio_tungstenite::WebSocketStream<S>,
+    message: Vec<u8>,
+    what: &str,
+) -> Result<(), String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    socket
+        .send(tokio_tungstenite::tungstenite::Message::binary(message))
+        .await
+        .map_err(|e| format!("sending {what}: {e}"))?;
+    let _ = socket.close(None).await;
+    Ok(())
 }
 
 /// Sends the log at `path` to its end and, when `follow`ing, what is added to it, until

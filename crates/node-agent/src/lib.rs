@@ -5,6 +5,7 @@
 pub mod bootstrap;
 mod cloud_init;
 mod cluster_dns;
+pub mod connections;
 mod context;
 pub mod endpoint;
 pub mod host_paths;
@@ -24,6 +25,7 @@ mod service_proxy;
 pub mod sim;
 pub mod sim_ipam;
 mod sysprep;
+pub mod usage;
 mod vmi;
 mod vmi_status;
 pub mod volume_sources;

@@ -1,54 +1,25 @@
 //! The node's metrics: each guest's readings under KubeVirt's domain-stats names, with
-//! the `node`, `namespace` and `name` labels virt-handler puts on every series.
+//! the `node`, `namespace` and `name` labels virt-handler puts on every series and the
+//! VMI's own labels as `kubernetes_vmi_label_*`; the progress of migrations sent from
+//! here; the console, VNC and port-forward connections open now.
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::TypedMetric;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
+use crate::connections::Kind;
 use crate::readings::Readings;
 
 type Seconds = Counter<f64, AtomicU64>;
+type Labels = Vec<(String, String)>;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Vmi {
-    node: String,
-    namespace: String,
-    name: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Vcpu {
-    node: String,
-    namespace: String,
-    name: String,
-    id: String,
-    state: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Drive {
-    node: String,
-    namespace: String,
-    name: String,
-    drive: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Nic {
-    node: String,
-    namespace: String,
-    name: String,
-    interface: String,
-}
-
-/// A family of counters of one label set, registered under `name`.
-fn counters<L, C>(registry: &mut Registry, name: &str, help: &str) -> Family<L, C>
+/// A family of `M`, registered under `name`.
+fn family<M>(registry: &mut Registry, name: &str, help: &str) -> Family<Labels, M>
 where
-    L: Clone + std::hash::Hash + Eq + EncodeLabelSet + std::fmt::Debug + Send + Sync + 'static,
-    C: prometheus_client::metrics::TypedMetric
+    M: TypedMetric
         + prometheus_client::encoding::EncodeMetric
         + Default
         + std::fmt::Debug
@@ -56,160 +27,206 @@ where
         + Sync
         + 'static,
 {
-    let family = Family::<L, C>::default();
+    let family = Family::<Labels, M>::default();
     registry.register(name, help, family.clone());
     family
 }
 
-/// OpenMetrics text of the guests' readings on `node`.
-pub fn render(node: &str, guests: &[((String, String), Readings)]) -> String {
+/// `base` and then `extra`.
+fn with(base: &Labels, extra: &[(&str, &str)]) -> Labels {
+    let mut labels = base.clone();
+    labels.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    labels
+}
+
+/// OpenMetrics text of `node`'s guests and the connections open to them.
+pub fn render(
+    node: &str,
+    guests: &[((String, String), Readings)],
+    connections: &[((Kind, String, String), i64)],
+) -> String {
     let mut registry = Registry::default();
-    let cpu: Family<Vmi, Seconds> = counters(
-        &mut registry,
+    let r = &mut registry;
+    let cpu: Family<_, Seconds> = family(
+        r,
         "kubevirt_vmi_cpu_usage_seconds",
         "Total CPU time spent in all modes (sum of both vcpu and hypervisor usage)",
     );
-    let cpu_user: Family<Vmi, Seconds> = counters(
-        &mut registry,
+    let cpu_user: Family<_, Seconds> = family(
+        r,
         "kubevirt_vmi_cpu_user_usage_seconds",
         "Total CPU time spent in user mode",
     );
-    let cpu_system: Family<Vmi, Seconds> = counters(
-        &mut registry,
+    let cpu_system: Family<_, Seconds> = family(
+        r,
         "kubevirt_vmi_cpu_system_usage_seconds",
         "Total CPU time spent in system mode",
     );
-    let vcpu: Family<Vcpu, Seconds> = counters(
-        &mut registry,
+    let vcpu: Family<_, Seconds> = family(
+        r,
         "kubevirt_vmi_vcpu_seconds",
         "Total amount of time spent in each state by each vcpu (cpu_time excluding hypervisor time)",
     );
-    let domain: Family<Vmi, Gauge> = counters(
-        &mut registry,
+    let domain: Family<_, Gauge> = family(
+        r,
         "kubevirt_vmi_memory_domain_bytes",
         "The amount of memory in bytes allocated to the domain",
     );
-    let resident: Family<Vmi, Gauge> = counters(
-        &mut registry,
+    let resident: Family<_, Gauge> = family(
+        r,
         "kubevirt_vmi_memory_resident_bytes",
         "Resident set size of the process running the domain",
     );
-    let read_bytes: Family<Drive, Counter> = counters(
-        &mut registry,
+    let overhead: Family<_, Gauge> = family(
+        r,
+        "kubevirt_vmi_launcher_memory_overhead_bytes",
+        "Memory the process running the domain holds beyond the guest's RAM",
+    );
+    let read_bytes: Family<_, Counter> = family(
+        r,
         "kubevirt_vmi_storage_read_traffic_bytes",
         "Total number of bytes read from storage",
     );
-    let write_bytes: Family<Drive, Counter> = counters(
-        &mut registry,
+    let write_bytes: Family<_, Counter> = family(
+        r,
         "kubevirt_vmi_storage_write_traffic_bytes",
         "Total number of written bytes",
     );
-    let read_ops: Family<Drive, Counter> = counters(
-        &mut registry,
+    let read_ops: Family<_, Counter> = family(
+        r,
         "kubevirt_vmi_storage_iops_read",
         "Total number of I/O read operations",
     );
-    let write_ops: Family<Drive, Counter> = counters(
-        &mut registry,
+    let write_ops: Family<_, Counter> = family(
+        r,
         "kubevirt_vmi_storage_iops_write",
         "Total number of I/O write operations",
     );
-    let flushes: Family<Drive, Counter> = counters(
-        &mut registry,
+    let flushes: Family<_, Counter> = family(
+        r,
         "kubevirt_vmi_storage_flush_requests",
         "Total storage flush requests",
     );
-    let read_time: Family<Drive, Seconds> = counters(
-        &mut registry,
+    let read_time: Family<_, Seconds> = family(
+        r,
         "kubevirt_vmi_storage_read_times_seconds",
         "Total time spent on read operations",
     );
-    let write_time: Family<Drive, Seconds> = counters(
-        &mut registry,
+    let write_time: Family<_, Seconds> = family(
+        r,
         "kubevirt_vmi_storage_write_times_seconds",
         "Total time spent on write operations",
     );
-    let flush_time: Family<Drive, Seconds> = counters(
-        &mut registry,
+    let flush_time: Family<_, Seconds> = family(
+        r,
         "kubevirt_vmi_storage_flush_times_seconds",
         "Total time spent on cache flushing",
     );
-    let nic = |registry: &mut Registry, name: &str, help: &str| -> Family<Nic, Counter> {
-        counters(registry, name, help)
-    };
-    let rx_bytes = nic(
-        &mut registry,
+    let rx_bytes: Family<_, Counter> = family(
+        r,
         "kubevirt_vmi_network_receive_bytes",
         "Total network traffic received in bytes",
     );
-    let tx_bytes = nic(
-        &mut registry,
+    let tx_bytes: Family<_, Counter> = family(
+        r,
         "kubevirt_vmi_network_transmit_bytes",
         "Total network traffic transmitted in bytes",
     );
-    let rx_packets = nic(
-        &mut registry,
+    let rx_packets: Family<_, Counter> = family(
+        r,
         "kubevirt_vmi_network_receive_packets",
         "Total network traffic received packets",
     );
-    let tx_packets = nic(
-        &mut registry,
+    let tx_packets: Family<_, Counter> = family(
+        r,
         "kubevirt_vmi_network_transmit_packets",
         "Total network traffic transmitted packets",
     );
-    let rx_errors = nic(
-        &mut registry,
+    let rx_errors: Family<_, Counter> = family(
+        r,
         "kubevirt_vmi_network_receive_errors",
         "Total network received error packets",
     );
-    let tx_errors = nic(
-        &mut registry,
+    let tx_errors: Family<_, Counter> = family(
+        r,
         "kubevirt_vmi_network_transmit_errors",
         "Total network transmit error packets",
     );
-    let rx_dropped = nic(
-        &mut registry,
+    let rx_dropped: Family<_, Counter> = family(
+        r,
         "kubevirt_vmi_network_receive_packets_dropped",
         "The total number of rx packets dropped on vNIC interfaces",
     );
-    let tx_dropped = nic(
-        &mut registry,
+    let tx_dropped: Family<_, Counter> = family(
+        r,
         "kubevirt_vmi_network_transmit_packets_dropped",
         "The total number of tx packets dropped on vNIC interfaces",
     );
+    let migration_total: Family<_, Counter> = family(
+        r,
+        "kubevirt_vmi_migration_data_bytes",
+        "The total Guest OS data to be migrated to the new VM",
+    );
+    let migration_processed: Family<_, Gauge> = family(
+        r,
+        "kubevirt_vmi_migration_data_processed_bytes",
+        "The total Guest OS data processed and migrated to the new VM",
+    );
+    let migration_remaining: Family<_, Gauge> = family(
+        r,
+        "kubevirt_vmi_migration_data_remaining_bytes",
+        "The remaining guest OS data to be migrated to the new VM",
+    );
+    let migration_dirty: Family<_, Gauge> = family(
+        r,
+        "kubevirt_vmi_migration_dirty_memory_rate_bytes",
+        "The rate of memory being dirty in the Guest OS",
+    );
+    let migration_rate: Family<_, Gauge> = family(
+        r,
+        "kubevirt_vmi_migration_memory_transfer_rate_bytes",
+        "The rate at which the memory is being transferred",
+    );
 
-    for ((namespace, name), r) in guests {
-        let vmi = Vmi {
-            node: node.into(),
-            namespace: namespace.clone(),
-            name: name.clone(),
-        };
-        cpu.get_or_create(&vmi).inc_by(r.cpu_seconds);
-        cpu_user.get_or_create(&vmi).inc_by(r.cpu_user_seconds);
-        cpu_system.get_or_create(&vmi).inc_by(r.cpu_system_seconds);
-        for (id, seconds) in &r.vcpu_seconds {
-            vcpu.get_or_create(&Vcpu {
-                node: node.into(),
-                namespace: namespace.clone(),
-                name: name.clone(),
-                id: id.to_string(),
-                state: "running".into(),
-            })
-            .inc_by(*seconds);
+    for ((namespace, name), reading) in guests {
+        let mut vmi: Labels = vec![
+            ("node".into(), node.into()),
+            ("namespace".into(), namespace.clone()),
+            ("name".into(), name.clone()),
+        ];
+        vmi.extend(
+            reading
+                .labels
+                .iter()
+                .map(|(key, value)| (metrics::vmi_label_name(key), value.clone())),
+        );
+        // A guest whose driver was busy reports its migration alone, not zeroes.
+        if reading.memory_resident_bytes.is_some() {
+            cpu.get_or_create(&vmi).inc_by(reading.cpu_seconds);
+            cpu_user
+                .get_or_create(&vmi)
+                .inc_by(reading.cpu_user_seconds);
+            cpu_system
+                .get_or_create(&vmi)
+                .inc_by(reading.cpu_system_seconds);
         }
-        if let Some(bytes) = r.memory_domain_bytes {
-            domain.get_or_create(&vmi).set(bytes as i64);
+        for (id, seconds) in &reading.vcpu_seconds {
+            let id = id.to_string();
+            vcpu.get_or_create(&with(&vmi, &[("id", &id), ("state", "running")]))
+                .inc_by(*seconds);
         }
-        if let Some(bytes) = r.memory_resident_bytes {
-            resident.get_or_create(&vmi).set(bytes as i64);
+        let gauges = [
+            (&domain, reading.memory_domain_bytes),
+            (&resident, reading.memory_resident_bytes),
+            (&overhead, reading.overhead_bytes),
+        ];
+        for (gauge, bytes) in gauges {
+            if let Some(bytes) = bytes {
+                gauge.get_or_create(&vmi).set(bytes as i64);
+            }
         }
-        for d in &r.drives {
-            let drive = Drive {
-                node: node.into(),
-                namespace: namespace.clone(),
-                name: name.clone(),
-                drive: d.name.clone(),
-            };
+        for d in &reading.drives {
+            let drive = with(&vmi, &[("drive", &d.name)]);
             read_bytes.get_or_create(&drive).inc_by(d.read_bytes);
             write_bytes.get_or_create(&drive).inc_by(d.write_bytes);
             read_ops.get_or_create(&drive).inc_by(d.read_ops);
@@ -219,22 +236,57 @@ pub fn render(node: &str, guests: &[((String, String), Readings)]) -> String {
             write_time.get_or_create(&drive).inc_by(d.write_seconds);
             flush_time.get_or_create(&drive).inc_by(d.flush_seconds);
         }
-        for i in &r.interfaces {
-            let label = Nic {
-                node: node.into(),
-                namespace: namespace.clone(),
-                name: name.clone(),
-                interface: i.name.clone(),
-            };
-            rx_bytes.get_or_create(&label).inc_by(i.receive_bytes);
-            tx_bytes.get_or_create(&label).inc_by(i.transmit_bytes);
-            rx_packets.get_or_create(&label).inc_by(i.receive_packets);
-            tx_packets.get_or_create(&label).inc_by(i.transmit_packets);
-            rx_errors.get_or_create(&label).inc_by(i.receive_errors);
-            tx_errors.get_or_create(&label).inc_by(i.transmit_errors);
-            rx_dropped.get_or_create(&label).inc_by(i.receive_dropped);
-            tx_dropped.get_or_create(&label).inc_by(i.transmit_dropped);
+        for i in &reading.interfaces {
+            let nic = with(&vmi, &[("interface", &i.name)]);
+            rx_bytes.get_or_create(&nic).inc_by(i.receive_bytes);
+            tx_bytes.get_or_create(&nic).inc_by(i.transmit_bytes);
+            rx_packets.get_or_create(&nic).inc_by(i.receive_packets);
+            tx_packets.get_or_create(&nic).inc_by(i.transmit_packets);
+            rx_errors.get_or_create(&nic).inc_by(i.receive_errors);
+            tx_errors.get_or_create(&nic).inc_by(i.transmit_errors);
+            rx_dropped.get_or_create(&nic).inc_by(i.receive_dropped);
+            tx_dropped.get_or_create(&nic).inc_by(i.transmit_dropped);
         }
+        if let Some(m) = &reading.migration {
+            migration_total.get_or_create(&vmi).inc_by(m.total_bytes);
+            let gauges = [
+                (&migration_processed, m.processed_bytes),
+                (&migration_remaining, m.remaining_bytes),
+                (&migration_dirty, m.dirty_rate_bytes),
+                (&migration_rate, m.transfer_rate_bytes),
+            ];
+            for (gauge, bytes) in gauges {
+                gauge.get_or_create(&vmi).set(bytes as i64);
+            }
+        }
+    }
+
+    let console: Family<_, Gauge> = family(
+        r,
+        "kubevirt_console_active_connections",
+        "Amount of active Console connections, broken down by namespace and vmi name",
+    );
+    let vnc: Family<_, Gauge> = family(
+        r,
+        "kubevirt_vnc_active_connections",
+        "Amount of active VNC connections, broken down by namespace and vmi name",
+    );
+    let tunnels: Family<_, Gauge> = family(
+        r,
+        "kubevirt_portforward_active_tunnels",
+        "Amount of active portforward tunnels, broken down by namespace and vmi name",
+    );
+    for ((kind, namespace, name), open) in connections {
+        let labels: Labels = vec![
+            ("namespace".into(), namespace.clone()),
+            ("vmi".into(), name.clone()),
+        ];
+        let gauge = match kind {
+            Kind::Console => &console,
+            Kind::Vnc => &vnc,
+            Kind::PortForward => &tunnels,
+        };
+        gauge.get_or_create(&labels).set(*open);
     }
     metrics::render(&registry, Some("application/openmetrics-text")).1
 }
@@ -250,6 +302,13 @@ mod tests {
             cpu_seconds: 1.5,
             vcpu_seconds: vec![(0, 1.25)],
             memory_domain_bytes: Some(128 << 20),
+            memory_resident_bytes: Some(40 << 20),
+            overhead_bytes: Some(30 << 20),
+            labels: [("kubevirt.io/vm".to_string(), "vm1".to_string())].into(),
+            migration: Some(crate::readings::Migration {
+                remaining_bytes: 4096,
+                ..Default::default()
+            }),
             drives: vec![DriveReading {
                 name: "root".into(),
                 read_bytes: 4096,
@@ -262,15 +321,24 @@ mod tests {
             }],
             ..Default::default()
         };
-        let text = render("n1", &[(("default".into(), "vm1".into()), readings)]);
+        let text = render(
+            "n1",
+            &[(("default".into(), "vm1".into()), readings)],
+            &[((Kind::Vnc, "default".into(), "vm1".into()), 2)],
+        );
+        let vmi =
+            r#"node="n1",namespace="default",name="vm1",kubernetes_vmi_label_kubevirt_io_vm="vm1""#;
         for line in [
-            r#"kubevirt_vmi_cpu_usage_seconds_total{node="n1",namespace="default",name="vm1"} 1.5"#,
-            r#"kubevirt_vmi_vcpu_seconds_total{node="n1",namespace="default",name="vm1",id="0",state="running"} 1.25"#,
-            r#"kubevirt_vmi_memory_domain_bytes{node="n1",namespace="default",name="vm1"} 134217728"#,
-            r#"kubevirt_vmi_storage_read_traffic_bytes_total{node="n1",namespace="default",name="vm1",drive="root"} 4096"#,
-            r#"kubevirt_vmi_network_receive_bytes_total{node="n1",namespace="default",name="vm1",interface="default"} 10"#,
+            format!("kubevirt_vmi_cpu_usage_seconds_total{{{vmi}}} 1.5"),
+            format!(r#"kubevirt_vmi_vcpu_seconds_total{{{vmi},id="0",state="running"}} 1.25"#),
+            format!("kubevirt_vmi_memory_domain_bytes{{{vmi}}} 134217728"),
+            format!("kubevirt_vmi_launcher_memory_overhead_bytes{{{vmi}}} 31457280"),
+            format!(r#"kubevirt_vmi_storage_read_traffic_bytes_total{{{vmi},drive="root"}} 4096"#),
+            format!(r#"kubevirt_vmi_network_receive_bytes_total{{{vmi},interface="default"}} 10"#),
+            format!("kubevirt_vmi_migration_data_remaining_bytes{{{vmi}}} 4096"),
+            r#"kubevirt_vnc_active_connections{namespace="default",vmi="vm1"} 2"#.to_string(),
         ] {
-            assert!(text.contains(line), "{line} in\n{text}");
+            assert!(text.contains(&line), "{line} in\n{text}");
         }
     }
 }

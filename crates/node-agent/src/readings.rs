@@ -18,8 +18,25 @@ pub struct Readings {
     pub memory_domain_bytes: Option<u64>,
     /// QEMU's resident set.
     pub memory_resident_bytes: Option<u64>,
+    /// QEMU's resident memory outside the guest's RAM: what running the guest costs
+    /// beyond the memory it was given (`kubevirt_vmi_launcher_memory_overhead_bytes`).
+    pub overhead_bytes: Option<u64>,
     pub drives: Vec<Drive>,
     pub interfaces: Vec<Interface>,
+    /// The VMI's labels, which KubeVirt copies onto every series as `kubernetes_vmi_label_*`.
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// The outgoing migration, while the guest is being sent from here.
+    pub migration: Option<Migration>,
+}
+
+/// An outgoing migration's progress, as QEMU's `query-migrate` reports it.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Migration {
+    pub processed_bytes: u64,
+    pub remaining_bytes: u64,
+    pub total_bytes: u64,
+    pub dirty_rate_bytes: u64,
+    pub transfer_rate_bytes: u64,
 }
 
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -67,6 +84,31 @@ pub fn resident_bytes(status: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
+}
+
+/// Resident bytes of the guest's RAM in a `/proc/<pid>/smaps`: the mappings exactly as
+/// large as the RAM QEMU was given (`guest_bytes`), which is how QEMU allocates it.
+pub fn guest_ram_resident(smaps: &str, guest_bytes: u64) -> Option<u64> {
+    let guest_kib = guest_bytes / 1024;
+    let mut found = None;
+    let mut size_kib = 0;
+    for line in smaps.lines() {
+        let kib = |field: &str| -> Option<u64> {
+            line.strip_prefix(field)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        };
+        if let Some(size) = kib("Size:") {
+            size_kib = size;
+        } else if let Some(rss) = kib("Rss:") {
+            if size_kib == guest_kib {
+                *found.get_or_insert(0) += rss * 1024;
+            }
+        }
+    }
+    found
 }
 
 /// The counters of `/proc/<pid>/net/dev` for each device: (name, the 16 numbers).
@@ -153,9 +195,28 @@ pub fn from_proc(pid: u32, vcpus: &[(u64, u64)], readings: &mut Readings) {
         .collect();
 }
 
+/// QEMU's memory beyond the guest's RAM of `guest_bytes` (read after `from_proc`).
+pub fn overhead(pid: u32, guest_bytes: u64, readings: &mut Readings) {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
+    if let (Some(resident), Some(guest)) = (
+        readings.memory_resident_bytes,
+        guest_ram_resident(&smaps, guest_bytes),
+    ) {
+        readings.overhead_bytes = Some(resident.saturating_sub(guest));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_guests_ram_is_the_mapping_of_its_size() {
+        let smaps = "7f55c7e00000-7f55cfe00000 rw-p 00000000 00:00 0\nSize:             131072 kB\nRss:               40960 kB\n\
+                     7f55d0000000-7f560ffff000 rwxp 00000000 00:00 0\nSize:            1048572 kB\nRss:                2048 kB\n";
+        assert_eq!(guest_ram_resident(smaps, 128 << 20), Some(40 << 20));
+        assert_eq!(guest_ram_resident(smaps, 256 << 20), None);
+    }
 
     #[test]
     fn proc_files_read_as_the_kernel_writes_them() {

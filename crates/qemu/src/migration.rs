@@ -140,6 +140,12 @@ pub struct Progress {
     /// RAM bytes sent.
     pub transferred: u64,
     pub remaining: u64,
+    /// The guest's RAM, what the migration moves at least once.
+    pub ram_total: u64,
+    /// How fast the guest dirties RAM (pages per second × page size), bytes per second.
+    pub dirty_rate_bytes: u64,
+    /// How fast RAM goes over the wire, bytes per second.
+    pub transfer_rate_bytes: u64,
     /// Disk bytes copied by the mirrors.
     pub disk_copied: u64,
     /// `PreCopy` or `PostCopy`.
@@ -161,6 +167,13 @@ impl Progress {
             setup_time_ms: u("/setup-time"),
             transferred: u("/ram/transferred"),
             remaining: u("/ram/remaining"),
+            ram_total: u("/ram/total"),
+            dirty_rate_bytes: u("/ram/dirty-pages-rate") * u("/ram/page-size"),
+            // `mbps` is megabits (10^6) per second.
+            transfer_rate_bytes: reply
+                .pointer("/ram/mbps")
+                .and_then(Value::as_f64)
+                .map_or(0, |mbps| (mbps * 1e6 / 8.0) as u64),
             disk_copied: 0,
             paused_guest: false,
             error: reply["error-desc"].as_str().map(str::to_string),
@@ -649,6 +662,16 @@ mod tests {
         assert_eq!(
             (p.total_time_ms, p.downtime_ms, p.transferred),
             (420, 7, 1048576)
+        );
+        let active = Progress::from_reply(&json!({"status": "active", "ram": {"total": 134217728,
+            "remaining": 4096, "dirty-pages-rate": 100, "page-size": 4096, "mbps": 800.0}}));
+        assert_eq!(
+            (
+                active.ram_total,
+                active.dirty_rate_bytes,
+                active.transfer_rate_bytes
+            ),
+            (134217728, 409600, 100_000_000)
         );
         let failed = Progress::from_reply(&json!({"status": "failed", "error-desc": "boom"}));
         assert_eq!(failed.error.as_deref(), Some("boom"));

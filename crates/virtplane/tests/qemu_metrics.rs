@@ -37,6 +37,97 @@ fn required() -> bool {
     std::env::var_os("CI").is_some() || std::env::var_os("VIRTPLANE_REQUIRE_QEMU").is_some()
 }
 
+/// `metrics.k8s.io` has the guest's launcher Pod and its node, and `kubectl top` shows them.
+async fn top_shows_the_guest(env: &Env, name: &str) {
+    let pods = env
+        .api
+        .get(&format!(
+            "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods?labelSelector=vm.kubevirt.io/name={name}"
+        ))
+        .await;
+    assert_eq!(pods.status, 200, "{}", pods.text);
+    let body: Value = serde_json::from_str(&pods.text).unwrap();
+    assert_eq!(body["kind"], "PodMetricsList", "{body}");
+    let items = body["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "{body}");
+    let launcher = items[0]["metadata"]["name"].as_str().unwrap().to_string();
+    assert!(
+        launcher.starts_with(&format!("virt-launcher-{name}-")),
+        "{body}"
+    );
+    let compute = &items[0]["containers"][0];
+    assert_eq!(compute["name"], "compute", "{body}");
+    let kib: u64 = compute["usage"]["memory"]
+        .as_str()
+        .and_then(|m| m.strip_suffix("Ki"))
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("memory of {body}"));
+    assert!(kib > 1024, "{body}");
+    assert!(
+        compute["usage"]["cpu"]
+            .as_str()
+            .is_some_and(|c| c.ends_with('n')),
+        "{body}"
+    );
+
+    let node = env
+        .api
+        .get(&format!("/apis/metrics.k8s.io/v1beta1/nodes/{}", env.node))
+        .await;
+    assert_eq!(node.status, 200, "{}", node.text);
+    let node: Value = serde_json::from_str(&node.text).unwrap();
+    assert_eq!(node["kind"], "NodeMetrics", "{node}");
+    assert!(
+        node["usage"]["memory"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("Ki")),
+        "{node}"
+    );
+    let missing = env
+        .api
+        .get("/apis/metrics.k8s.io/v1beta1/nodes/nowhere")
+        .await;
+    assert_eq!(missing.status, 404, "{}", missing.text);
+    assert!(
+        missing
+            .text
+            .contains(r#"nodemetrics.metrics.k8s.io \"nowhere\" not found"#),
+        "{}",
+        missing.text
+    );
+
+    let kubeconfig = env.kubeconfig();
+    let top = |args: &[&str]| {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("top")
+            .args(args)
+            .output()
+    };
+    match top(&["pod", "-n", "default", "--containers", &launcher]) {
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && text.contains(&launcher) && text.contains("compute"),
+                "kubectl top pod: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let out = top(&["node", &env.node]).expect("kubectl");
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && text.contains("CPU(cores)") && text.contains(&env.node),
+                "kubectl top node: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Err(e) => {
+            assert!(!required(), "kubectl: {e}");
+            eprintln!("SKIP kubectl top: kubectl cannot run: {e}");
+        }
+    }
+}
+
 /// A Debian tool the test needs, or `None` after saying loudly that it is missing.
 fn tool(name: &str, test: &str) -> Option<&'static str> {
     let path: &'static str = match name {
@@ -54,7 +145,24 @@ fn tool(name: &str, test: &str) -> Option<&'static str> {
     None
 }
 
+/// `text` with the keys of `kubernetes_vmi_label_*` labels in lower case. They copy the
+/// VMI's label keys with their case, as KubeVirt's do (`kubevirt.io/nodeName`), which
+/// promtool's snake_case lint flags; everything else must pass it as written.
+fn vmi_label_keys_lowered(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("kubernetes_vmi_label_") {
+        out.push_str(&rest[..at]);
+        let end = rest[at..].find('=').map_or(rest.len(), |e| at + e);
+        out.push_str(&rest[at..end].to_lowercase());
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 fn promtool_accepts(promtool: &str, text: &str, what: &str) {
+    let text = vmi_label_keys_lowered(text);
     let mut child = Command::new(promtool)
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -125,8 +233,39 @@ async fn a_guests_metrics_move_as_it_works_and_prometheus_reads_them() {
         "{before}"
     );
 
-    // The guest burns CPU and reads its scratch disk: both counters move.
+    // The VMI's labels ride on its series; QEMU's memory beyond the guest's is its
+    // overhead, a part of what it holds.
+    assert!(
+        before.lines().any(|l| l.starts_with(&format!(
+            "kubevirt_vmi_cpu_usage_seconds_total{{node=\"{}\",namespace=\"default\",name=\"{name}\",",
+            env.node
+        )) && l.contains(&format!("kubernetes_vmi_label_kubevirt_io_vm=\"{name}\""))),
+        "{before}"
+    );
+    let resident = sample(&before, "kubevirt_vmi_memory_resident_bytes", name, "").unwrap();
+    let overhead = sample(
+        &before,
+        "kubevirt_vmi_launcher_memory_overhead_bytes",
+        name,
+        "",
+    );
+    assert!(
+        overhead.is_some_and(|o| o > 0.0 && o < resident),
+        "overhead {overhead:?} of resident {resident}"
+    );
+
+    // The guest burns CPU and reads its scratch disk: both counters move. Its console
+    // counts as open meanwhile.
     let mut console = env.console(name).await.expect("a console");
+    let open = node_metrics(&env).await;
+    assert_eq!(
+        open.lines()
+            .find(|l| l.starts_with("kubevirt_console_active_connections{")
+                && l.contains(&format!("vmi=\"{name}\"")))
+            .and_then(|l| l.rsplit(' ').next()),
+        Some("1"),
+        "{open}"
+    );
     let said = console
         .run(
             &format!("dd if=/dev/{scratch} of=/dev/null bs=64k count=512 2>/dev/null; i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done; echo WORKED-$i"),
@@ -137,6 +276,17 @@ async fn a_guests_metrics_move_as_it_works_and_prometheus_reads_them() {
     console.close().await;
     assert_eq!(said.as_deref(), Some("WORKED-30000"));
     let after = node_metrics(&env).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while node_metrics(&env)
+        .await
+        .contains("kubevirt_console_active_connections{")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a closed console still counts"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(
         cpu(&after).unwrap() > cpu_before,
         "CPU did not move:\n{after}"
@@ -146,6 +296,8 @@ async fn a_guests_metrics_move_as_it_works_and_prometheus_reads_them() {
         "reads did not move: {read_before} → {:?}",
         read(&after)
     );
+
+    top_shows_the_guest(&env, name).await;
 
     let server = env.api.get("/metrics").await;
     assert_eq!(server.status, 200, "{}", server.text);

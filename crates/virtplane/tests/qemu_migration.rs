@@ -255,6 +255,35 @@ async fn a_running_guest_moves_to_another_node_and_carries_on() {
             .is_some_and(|b| b >= 512 * 1024),
         "{state}"
     );
+    // The server's metrics tell the migration's downtime and how long it took.
+    let downtime = transfer["downtimeMilliseconds"].as_u64().expect("downtime") as f64 / 1000.0;
+    let deadline = Instant::now() + SHORT;
+    loop {
+        let metrics = to.api.get("/metrics").await.text;
+        let shown = metrics_sample(
+            &metrics,
+            "kubevirt_vmi_migration_last_downtime_duration_seconds",
+            &format!("name=\"{name}\""),
+        );
+        let total = metrics_sample(
+            &metrics,
+            "kubevirt_vmi_migration_total_time_seconds_count",
+            "",
+        );
+        let succeeded = metrics_sample(
+            &metrics,
+            "kubevirt_vmi_migration_phase_transition_time_from_creation_seconds_count",
+            "phase=\"Succeeded\"",
+        );
+        if shown == Some(downtime) && total >= Some(1.0) && succeeded >= Some(1.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "downtime {downtime} s: {shown:?}, total-time count {total:?}, Succeeded count {succeeded:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // Encrypted by default, with credentials the controller signed for this migration.
     assert_eq!(
@@ -476,6 +505,14 @@ async fn wait_gone(env: &Env, path: &str, within: Duration) {
     }
 }
 
+/// The value of the first sample of `metric` whose labels hold `labels`.
+fn metrics_sample(text: &str, metric: &str, labels: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(metric) && l[metric.len()..].starts_with(['{', ' ']))
+        .filter(|l| l.contains(labels))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
 /// Cancel, a killed target QEMU and a killed target agent: each migration fails, the
 /// guest runs on at the source, and the target lets go of what it prepared. The cluster's
 /// KubeVirt configuration caps the bandwidth, so that each migration is caught mid-way.
@@ -526,9 +563,33 @@ async fn a_cancelled_or_broken_migration_leaves_the_guest_running_at_the_source(
     from.api.merge("/api/v1/nodes/node-b", &cordon(false)).await;
     from.wait_ready(name).await;
 
-    // 1. Cancel: deleting the running migration aborts it.
+    // 1. Cancel: deleting the running migration aborts it. Before that, the source's
+    // metrics show it on its way.
     let running = start_moving(&from, "cancel-me", name).await;
     assert_eq!(running["status"]["migrationState"]["targetNode"], "node-b");
+    let on_its_way = format!("name=\"{name}\"");
+    let deadline = Instant::now() + SHORT;
+    loop {
+        let path = format!("/api/v1/nodes/{}/proxy/metrics", from.node);
+        let metrics = from.api.get(&path).await.text;
+        let gauge = |metric: &str| metrics_sample(&metrics, metric, &on_its_way);
+        let processed = gauge("kubevirt_vmi_migration_data_processed_bytes");
+        let remaining = gauge("kubevirt_vmi_migration_data_remaining_bytes");
+        let total = gauge("kubevirt_vmi_migration_data_bytes_total");
+        let rate = gauge("kubevirt_vmi_migration_memory_transfer_rate_bytes");
+        if processed > Some(0.0)
+            && remaining > Some(0.0)
+            && total >= Some((128u64 << 20) as f64)
+            && rate > Some(0.0)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no progress of the migration in the source's metrics: processed {processed:?}, remaining {remaining:?}, total {total:?}, rate {rate:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     let deleted = from.api.delete(&format!("{VMIMS}/cancel-me"), None).await;
     assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.body);
     wait_gone(&from, &format!("{VMIMS}/cancel-me"), SHORT).await;

@@ -169,6 +169,14 @@ fn kube_roles() -> Vec<Value> {
                 ),
             ],
         ),
+        // metrics-server's: whoever may view may read `metrics.k8s.io` (`kubectl top`).
+        cluster_role(
+            kube_meta(
+                "system:aggregated-metrics-reader",
+                &[(AGG_VIEW, "true"), (AGG_EDIT, "true"), (AGG_ADMIN, "true")],
+            ),
+            vec![rule(READ, &["metrics.k8s.io"], &["nodes", "pods"])],
+        ),
         aggregated(kube_meta("admin", &[]), AGG_ADMIN),
         aggregated(kube_meta("edit", &[(AGG_ADMIN, "true")]), AGG_EDIT),
         aggregated(kube_meta("view", &[(AGG_EDIT, "true")]), AGG_VIEW),

@@ -125,6 +125,22 @@ impl ApiServer {
             Some(Route::KubeVirtSubresource) => {
                 return crate::subresources::handle(&self.registry, method, path, body).await
             }
+            Some(Route::ResourceMetrics) => {
+                if path.version != crate::resource_metrics::VERSION {
+                    return Err(not_found_path());
+                }
+                // The Nodes or Pods the selectors choose, as a LIST of them would.
+                let objects = self
+                    .registry
+                    .find("", "v1", &path.resource)
+                    .ok_or_else(not_found_path)?;
+                let selection =
+                    super::read::list_request(&objects, path.namespace.as_deref(), query)?;
+                let agents = &self.consoles.agents;
+                let body = crate::resource_metrics::serve(&self.registry, agents, path, &selection)
+                    .await?;
+                return Ok(super::response::json_response(http::StatusCode::OK, &body));
+            }
             Some(Route::Console | Route::Rbac | Route::PodLog | Route::NodeMetrics) | None => {}
         }
         let reg = self

@@ -1,6 +1,7 @@
 //! The resources served by handlers of their own rather than by the generic registry, in
 //! one table: the access and identity reviews (answered, never stored), CDI's upload
-//! token requests, KubeVirt's subresource API with its console and VNC websockets, and
+//! token requests, KubeVirt's subresource API with its console and VNC websockets,
+//! launcher Pods' logs, node agents' metrics and `metrics.k8s.io`, and
 //! the RBAC kinds (stored by the registry, but a write waits until authorization sees it).
 
 use http::Method;
@@ -28,6 +29,8 @@ pub(super) enum Route {
     PodLog,
     /// A node agent's metrics (`/api/v1/nodes/NAME/proxy/metrics`, as the kubelet's).
     NodeMetrics,
+    /// `metrics.k8s.io` NodeMetrics and PodMetrics (`kubectl top`).
+    ResourceMetrics,
 }
 
 /// How a route is matched: group, resource, which requests, and whether its resource is
@@ -70,6 +73,10 @@ fn pod_log(r: &Request<'_>) -> bool {
 
 fn node_metrics(r: &Request<'_>) -> bool {
     *r.method == Method::GET && r.path.subresource.as_deref() == Some("proxy/metrics")
+}
+
+fn read(r: &Request<'_>) -> bool {
+    *r.method == Method::GET
 }
 
 fn kubevirt_v1(r: &Request<'_>) -> bool {
@@ -136,6 +143,20 @@ const ROUTES: &[Entry] = &[
         matches: node_metrics,
         namespaced: false,
         route: Route::NodeMetrics,
+    },
+    Entry {
+        group: crate::resource_metrics::GROUP,
+        resources: &["nodes"],
+        matches: read,
+        namespaced: false,
+        route: Route::ResourceMetrics,
+    },
+    Entry {
+        group: crate::resource_metrics::GROUP,
+        resources: &["pods"],
+        matches: read,
+        namespaced: true,
+        route: Route::ResourceMetrics,
     },
     Entry {
         group: crate::subresources::GROUP,
@@ -237,5 +258,9 @@ mod tests {
             crate::upload::RESOURCE
         ));
         assert!(!namespaced_route(AUTHORIZATION, "subjectaccessreviews"));
+        let top = path(crate::resource_metrics::GROUP, "pods", None, None);
+        assert_eq!(routed(Method::GET, &top), Some(Route::ResourceMetrics));
+        assert!(namespaced_route(crate::resource_metrics::GROUP, "pods"));
+        assert!(!namespaced_route(crate::resource_metrics::GROUP, "nodes"));
     }
 }

@@ -4,7 +4,7 @@
 //! jobs on the driver's queue, run one after another with the driver's state in hand, so
 //! no lock is shared between VMIs and nothing waits on one VMI's QMP for another's sake.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Deref;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -60,6 +60,10 @@ impl Running {
 pub(super) struct Handle {
     jobs: mpsc::Sender<Job>,
     pub(super) outbound: OutboundCell,
+    /// (namespace, name) of the VMI.
+    pub(super) key: (String, String),
+    /// The VMI's labels as last seen, for its metrics.
+    pub(super) labels: Arc<Mutex<BTreeMap<String, String>>>,
 }
 
 impl Handle {
@@ -80,7 +84,20 @@ impl Handle {
             taps: super::pod::taps(vmi),
         };
         tokio::spawn(driver.run(queue));
-        Handle { jobs, outbound }
+        let handle = Handle {
+            jobs,
+            outbound,
+            key: (vmi.namespace().to_string(), vmi.name_any()),
+            labels: Arc::default(),
+        };
+        handle.saw(vmi);
+        handle
+    }
+
+    /// Keeps what of the VMI its metrics carry (its labels, which may change).
+    pub(super) fn saw(&self, vmi: &VirtualMachineInstance) {
+        *self.labels.lock().unwrap_or_else(|p| p.into_inner()) =
+            vmi.metadata.labels.clone().unwrap_or_default();
     }
 
     /// Runs `job` on the driver and returns its answer; `None` when the driver is gone.
@@ -368,6 +385,9 @@ impl Driver {
         {
             Ok(summary) => readings.memory_domain_bytes = summary["base-memory"].as_u64(),
             Err(e) => tracing::debug!("query-memory-size-summary of {}/{}: {e}", key.0, key.1),
+        }
+        if let Some(guest) = readings.memory_domain_bytes {
+            crate::readings::overhead(instance.pid, guest, &mut readings);
         }
         match instance.qmp.execute("query-blockstats", None).await {
             Ok(stats) => readings.drives = crate::readings::drives(&stats),

@@ -442,6 +442,14 @@ pub(super) fn outgoing(outbound: &OutboundCell, migration: &str) -> Option<Sendi
     })
 }
 
+/// The progress of the outgoing migration while it moves (none once it ended).
+pub(super) fn moving(outbound: &OutboundCell) -> Option<Progress> {
+    let outbound = lock(outbound);
+    let entry = outbound.as_ref()?;
+    let moving = entry.result.borrow().is_none();
+    moving.then(|| entry.progress.borrow().clone())
+}
+
 /// Asks the outgoing migration `migration` to stop; it then ends as failed.
 pub(super) fn abort_outgoing(outbound: &OutboundCell, migration: &str) {
     if let Some(entry) = lock(outbound).as_ref().filter(|o| o.migration == migration) {

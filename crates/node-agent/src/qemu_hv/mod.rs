@@ -144,10 +144,13 @@ impl Qemu {
 
     /// The driver of a VMI, started on first use.
     fn driver(&self, vmi: &VirtualMachineInstance) -> Handle {
-        self.lock_drivers()
+        let handle = self
+            .lock_drivers()
             .entry(vmi.uid().to_string())
             .or_insert_with(|| Handle::spawn(self.node.clone(), vmi))
-            .clone()
+            .clone();
+        handle.saw(vmi);
+        handle
     }
 
     /// Runs `job` on the VMI's driver. A driver that is gone (it ended with a cleanup
@@ -484,19 +487,39 @@ impl Hypervisor for Qemu {
     async fn readings(&self) -> Vec<((String, String), crate::readings::Readings)> {
         let drivers: Vec<Handle> = self.lock_drivers().values().cloned().collect();
         // A driver busy with a long job (a migration's hand-over) is left out of this
-        // scrape rather than holding it up.
+        // scrape rather than holding it up; its migration's progress is read all the same.
         let asked = drivers.iter().map(|driver| {
             tokio::time::timeout(
                 Duration::from_secs(1),
                 driver.ask(|d| Box::pin(d.readings())),
             )
         });
-        futures::future::join_all(asked)
-            .await
-            .into_iter()
-            .flatten()
-            .flatten()
-            .flatten()
+        let answers = futures::future::join_all(asked).await;
+        drivers
+            .iter()
+            .zip(answers)
+            .filter_map(|(driver, answer)| {
+                let migration =
+                    live_migration::moving(&driver.outbound).map(|p| crate::readings::Migration {
+                        processed_bytes: p.transferred,
+                        remaining_bytes: p.remaining,
+                        total_bytes: p.ram_total,
+                        dirty_rate_bytes: p.dirty_rate_bytes,
+                        transfer_rate_bytes: p.transfer_rate_bytes,
+                    });
+                let mut readings = match answer.ok().flatten().flatten() {
+                    Some((_, readings)) => readings,
+                    None if migration.is_some() => crate::readings::Readings::default(),
+                    None => return None,
+                };
+                readings.migration = migration;
+                readings.labels = driver
+                    .labels
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                Some((driver.key.clone(), readings))
+            })
             .collect()
     }
 
