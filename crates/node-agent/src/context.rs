@@ -26,6 +26,18 @@ pub(crate) struct Context {
     pub(crate) prepare_failures: std::sync::Mutex<HashMap<String, (String, u32)>>,
 }
 
+/// The span of what is done for one VMI: every line logged in it names the VMI. At error
+/// level so that no filter (`RUST_LOG=warn`) drops the context of the lines it keeps.
+/// The VMI's name is `vmi`, since JSON lines give each span's own name as `name`.
+pub(crate) fn vmi_span(vmi: &VirtualMachineInstance) -> tracing::Span {
+    tracing::error_span!(
+        "vmi",
+        namespace = vmi.namespace(),
+        vmi = vmi.metadata.name.as_deref().unwrap_or(""),
+        uid = vmi.uid()
+    )
+}
+
 /// How often the same failure to prepare a VMI (other than waiting for an image or an
 /// object) may come in a row before the VMI fails, as a virt-launcher that cannot start
 /// fails its VMI and leaves the restart to the VM's crash-loop backoff.

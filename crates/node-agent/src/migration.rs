@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -337,41 +338,55 @@ async fn send(
 /// Once the target has taken the VMI (`nodeName` names it), the source's stopped copy
 /// goes. The VMI then leaves this agent's watch, so this looks for itself.
 fn let_go(ctx: Arc<Context>, vmi: VirtualMachineInstance) {
-    tokio::spawn(async move {
-        let api = Api::<VirtualMachineInstance>::namespaced(ctx.client.clone(), vmi.namespace());
-        let mut delay = Duration::from_millis(20);
-        for _ in 0..2000 {
-            match api.get_opt(&vmi.name_any()).await {
-                Ok(Some(now)) if now.uid() == vmi.uid() => {
-                    let state = now.migration_state().cloned().unwrap_or_default();
-                    let node = now.node_name();
-                    if node.is_some() && node == state.target_node.as_deref() {
-                        break;
+    tokio::spawn(
+        async move {
+            let api =
+                Api::<VirtualMachineInstance>::namespaced(ctx.client.clone(), vmi.namespace());
+            let mut delay = Duration::from_millis(20);
+            for _ in 0..2000 {
+                match api.get_opt(&vmi.name_any()).await {
+                    Ok(Some(now)) if now.uid() == vmi.uid() => {
+                        let state = now.migration_state().cloned().unwrap_or_default();
+                        let node = now.node_name();
+                        if node.is_some() && node == state.target_node.as_deref() {
+                            break;
+                        }
+                        if state.failed == Some(true) {
+                            // The source agent's own pass resumes the guest here.
+                            return;
+                        }
                     }
-                    if state.failed == Some(true) {
-                        // The source agent's own pass resumes the guest here.
-                        return;
+                    // Gone, or no longer this node's to read: it runs elsewhere.
+                    Ok(_) => break,
+                    Err(kube::Error::Api(s)) if s.code == 403 => break,
+                    Err(e) => {
+                        tracing::warn!("looking at {} after its migration: {e}", vmi.name_any())
                     }
                 }
-                // Gone, or no longer this node's to read: it runs elsewhere.
-                Ok(_) => break,
-                Err(kube::Error::Api(s)) if s.code == 403 => break,
-                Err(e) => tracing::warn!("looking at {} after its migration: {e}", vmi.name_any()),
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_millis(500));
             }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_millis(500));
+            tracing::info!(
+                "{}/{} runs on its new node: letting the source copy go",
+                vmi.namespace().to_string(),
+                vmi.name_any()
+            );
+            ctx.hypervisor.cleanup(&vmi).await;
         }
-        tracing::info!(
-            "{}/{} runs on its new node: letting the source copy go",
-            vmi.namespace().to_string(),
-            vmi.name_any()
-        );
-        ctx.hypervisor.cleanup(&vmi).await;
-    });
+        .in_current_span(),
+    );
 }
 
 /// The target's part, for a VMI labelled with one of our nodes as its migration target.
 pub async fn target(
+    vmi: Arc<VirtualMachineInstance>,
+    ctx: Arc<Context>,
+) -> Result<Action, kube::Error> {
+    let span = crate::context::vmi_span(&vmi);
+    target_vmi(vmi, ctx).instrument(span).await
+}
+
+async fn target_vmi(
     vmi: Arc<VirtualMachineInstance>,
     ctx: Arc<Context>,
 ) -> Result<Action, kube::Error> {

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
@@ -179,6 +180,7 @@ pub(crate) fn error_policy(
     error: &kube::Error,
     ctx: Arc<Context>,
 ) -> Action {
+    let _vmi = crate::context::vmi_span(&vmi).entered();
     let key = kubevirt_api::backoff::object_key(Some(vmi.namespace()), vmi.name());
     let retry = ctx.backoff.failed(key.clone());
     tracing::warn!("node agent: sync of {key} failed, retrying in {retry:?}: {error}");
@@ -241,6 +243,14 @@ async fn reconcile(
     vmi: Arc<VirtualMachineInstance>,
     ctx: Arc<Context>,
 ) -> Result<Action, kube::Error> {
+    let span = crate::context::vmi_span(&vmi);
+    reconcile_vmi(vmi, ctx).instrument(span).await
+}
+
+async fn reconcile_vmi(
+    vmi: Arc<VirtualMachineInstance>,
+    ctx: Arc<Context>,
+) -> Result<Action, kube::Error> {
     let node = vmi.node_name().unwrap_or("");
     if !ctx.nodes.contains(node) {
         return Ok(Action::await_change());
@@ -254,6 +264,7 @@ async fn reconcile(
     let hv = &ctx.hypervisor;
     let phase = vmi.phase();
     let is_final = phase.is_final();
+    tracing::debug!("sync: phase {phase:?}");
 
     if vmi.metadata.deletion_timestamp.is_some() {
         // A guest being deleted does not move any more.

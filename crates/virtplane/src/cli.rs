@@ -16,6 +16,17 @@ use crate::{store_choice, upload};
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// How log lines are written to stderr: `text`, or `json` (one object per line, with
+    /// the fields of the spans it was logged in: a request's `audit_id`, a VMI's
+    /// `namespace`, `vmi` and `uid`).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]

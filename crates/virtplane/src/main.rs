@@ -33,12 +33,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // One TLS implementation for every client and server in the process.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        cli::LogFormat::Text => logs.init(),
+        cli::LogFormat::Json => logs.json().with_current_span(false).init(),
+    }
     let result = match cli.command {
         Command::Server(args) => run_server(*args),
         Command::Node(args) => run_node(args),

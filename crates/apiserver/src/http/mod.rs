@@ -12,6 +12,7 @@ use axum::extract::{Request, State};
 use axum::response::Response;
 use axum::Router;
 use http::{header, HeaderValue, StatusCode};
+use tracing::Instrument;
 
 use crate::audit::{Trail, AUDIT_ID_HEADER};
 use crate::discovery::Discovery;
@@ -68,6 +69,15 @@ async fn handle(State(server): State<Arc<ApiServer>>, request: Request) -> Respo
     server.handle(request).await
 }
 
+fn user_agent(request: &Request) -> String {
+    request
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
 /// What a request's metrics need, learnt while it is served.
 #[derive(Default)]
 struct Measured {
@@ -87,10 +97,36 @@ impl ApiServer {
         let mut trail = Trail::begin(request.headers(), request.uri(), peer, self.audit.is_some());
         let started = std::time::Instant::now();
         let mut measured = Measured::default();
-        let (mut response, failure) = match self.serve(request, &mut trail, &mut measured).await {
+        // Every line logged while the request is served names its audit ID (an error-level
+        // span, so that no filter drops the context of the lines it keeps).
+        let span = tracing::error_span!("request", audit_id = %trail.id);
+        let asked = tracing::enabled!(tracing::Level::DEBUG).then(|| {
+            (
+                request.method().clone(),
+                request.uri().clone(),
+                user_agent(&request),
+            )
+        });
+        let served = self.serve(request, &mut trail, &mut measured);
+        let (mut response, failure) = match served.instrument(span.clone()).await {
             Ok(response) => (response, None),
             Err(status) => (status_response(&status), Some(status)),
         };
+        // kube-apiserver's `HTTP` line (its -v=3), at debug, in the request's span (entered:
+        // the JSON format lists the current span, not an event's explicit parent).
+        if let Some((method, uri, user_agent)) = asked {
+            span.in_scope(|| {
+                tracing::debug!(
+                    verb = %method,
+                    uri = %uri,
+                    code = response.status().as_u16(),
+                    latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+                    user_agent,
+                    src = ?peer,
+                    "HTTP"
+                )
+            });
+        }
         if let Some((labels, dry_run)) = &measured.labels {
             let took = (!measured.long_running).then(|| started.elapsed());
             self.metrics

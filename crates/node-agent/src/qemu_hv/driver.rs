@@ -9,6 +9,7 @@ use std::ops::Deref;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 use futures::future::BoxFuture;
 use kube::ResourceExt;
@@ -83,7 +84,7 @@ impl Handle {
             outbound: outbound.clone(),
             taps: super::pod::taps(vmi),
         };
-        tokio::spawn(driver.run(queue));
+        tokio::spawn(driver.run(queue).instrument(crate::context::vmi_span(vmi)));
         let handle = Handle {
             jobs,
             outbound,

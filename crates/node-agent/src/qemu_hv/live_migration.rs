@@ -5,6 +5,7 @@
 //! driver's queue for longer than one call.
 
 use std::net::TcpListener;
+use tracing::Instrument;
 
 use kube::ResourceExt;
 use kubevirt_api::model::VirtualMachineInstance;
@@ -380,24 +381,27 @@ impl Driver {
                 let (plan, relays) = self.outgoing_plan(to, disks, tuning).await?;
                 let changes = self.changes.clone();
                 let key = (vmi.namespace().to_string(), vmi.name_any());
-                tokio::spawn(async move {
-                    let result = qm::send(qmp, &plan, &progress_tx, abort_rx).await;
-                    relays.iter().for_each(tokio::task::JoinHandle::abort);
-                    match &result {
-                        Ok(p) => tracing::info!(
-                            "{}/{} moved: {} ms, downtime {} ms, {} B of memory, {} B of disk",
-                            key.0,
-                            key.1,
-                            p.total_time_ms,
-                            p.downtime_ms,
-                            p.transferred,
-                            p.disk_copied
-                        ),
-                        Err(e) => tracing::warn!("{}/{} did not move: {e}", key.0, key.1),
+                tokio::spawn(
+                    async move {
+                        let result = qm::send(qmp, &plan, &progress_tx, abort_rx).await;
+                        relays.iter().for_each(tokio::task::JoinHandle::abort);
+                        match &result {
+                            Ok(p) => tracing::info!(
+                                "{}/{} moved: {} ms, downtime {} ms, {} B of memory, {} B of disk",
+                                key.0,
+                                key.1,
+                                p.total_time_ms,
+                                p.downtime_ms,
+                                p.transferred,
+                                p.disk_copied
+                            ),
+                            Err(e) => tracing::warn!("{}/{} did not move: {e}", key.0, key.1),
+                        }
+                        result_tx.send_replace(Some(result));
+                        let _ = changes.send(key);
                     }
-                    result_tx.send_replace(Some(result));
-                    let _ = changes.send(key);
-                });
+                    .in_current_span(),
+                );
             }
             Some(_) => {
                 // Started by an agent before a restart: its driver is gone, so it is
