@@ -108,7 +108,11 @@ pub async fn run(client: Client, sign: Option<SignRequest>) {
     });
     Controller::new(api, watcher::Config::default())
         .with_config(crate::controller_config())
-        .run(reconcile, error_policy, ctx.clone())
+        .run(
+            crate::workqueue::measured("certificatesigningrequest", reconcile),
+            error_policy,
+            ctx.clone(),
+        )
         .for_each(|result| {
             match result {
                 Ok((csr, _)) => ctx.backoff.succeeded(&csr.name),

@@ -208,7 +208,11 @@ pub async fn run(client: Client) {
     controller
         .reconcile_on(by_pod)
         .reconcile_on(by_slice)
-        .run(reconcile, error_policy, ctx.clone())
+        .run(
+            crate::workqueue::measured("endpointslice", reconcile),
+            error_policy,
+            ctx.clone(),
+        )
         .for_each(|result| {
             match result {
                 Ok((svc, _)) => ctx

@@ -267,7 +267,11 @@ pub async fn run(client: Client, shared: crate::informer::Shared) {
         .reconcile_on(pod_events)
         .reconcile_all_on(resync)
         .with_config(crate::controller_config())
-        .run(reconcile, error_policy, ctx.clone())
+        .run(
+            crate::workqueue::measured("launcher-pod", reconcile),
+            error_policy,
+            ctx.clone(),
+        )
         .for_each(|result| {
             match result {
                 Ok((vmi, _)) => ctx

@@ -157,6 +157,7 @@ where
         election: election.clone(),
         observed: None,
     };
+    crate::workqueue::leading(&election.name, false);
     loop {
         match candidate.try_acquire_or_renew().await {
             Ok(true) => {}
@@ -190,6 +191,7 @@ where
             }
         };
         let term = Term(Some(term));
+        crate::workqueue::leading(&election.name, true);
         term.spawn(work());
         let mut renewed = Instant::now();
         loop {
@@ -209,6 +211,7 @@ where
             election.namespace,
             election.name
         );
+        crate::workqueue::leading(&election.name, false);
         drop(term);
     }
 }

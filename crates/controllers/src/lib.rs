@@ -18,6 +18,7 @@ pub mod scheduler;
 pub mod vm;
 pub mod vm_volumes;
 pub mod volumes;
+pub mod workqueue;
 mod writes;
 
 use std::time::Duration;

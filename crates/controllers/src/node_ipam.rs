@@ -93,7 +93,11 @@ pub async fn run(client: Client, plan: AddressPlan) {
         backoff: Backoff::default(),
     });
     controller
-        .run(reconcile, error_policy, ctx.clone())
+        .run(
+            crate::workqueue::measured("nodeipam", reconcile),
+            error_policy,
+            ctx.clone(),
+        )
         .for_each(|result| {
             match result {
                 Ok((node, _)) => ctx.backoff.succeeded(&node.name),

@@ -132,7 +132,11 @@ pub async fn run(client: Client, shared: crate::informer::Shared) {
         .reconcile_on(shared.vmis.follow(owning_vm))
         .owns(data_volumes, kube::runtime::watcher::Config::default())
         .with_config(crate::controller_config())
-        .run(reconcile, error_policy, ctx.clone())
+        .run(
+            crate::workqueue::measured("virtualmachine", reconcile),
+            error_policy,
+            ctx.clone(),
+        )
         .for_each(|result| {
             match result {
                 Ok((vm, _)) => ctx

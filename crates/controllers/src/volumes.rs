@@ -43,7 +43,11 @@ pub async fn run(client: Client, pool: PathBuf) {
     });
     Controller::new(api, watcher::Config::default())
         .with_config(crate::controller_config())
-        .run(reconcile, error_policy, ctx.clone())
+        .run(
+            crate::workqueue::measured("persistentvolumeclaim", reconcile),
+            error_policy,
+            ctx.clone(),
+        )
         .for_each(|result| {
             match result {
                 Ok((claim, _)) => ctx

@@ -5,6 +5,7 @@
 
 use prometheus_client::registry::Registry;
 
+pub mod process;
 pub mod usage;
 
 pub use prometheus_client;

@@ -29,6 +29,7 @@ use store::{
 };
 use tokio::sync::oneshot;
 
+mod commit_metrics;
 mod layout;
 
 /// Most writes committed in one transaction; bounds the latency of the first one queued.
@@ -380,7 +381,12 @@ impl Writer {
         }
         let (outcomes, committed) = match self.resolve() {
             Err(err) => (vec![Err(err); ops.len()], None),
-            Ok(()) => self.commit(ops, &expires, &settled),
+            Ok(()) => {
+                let (writes, began) = (ops.len(), Instant::now());
+                let commit = self.commit(ops, &expires, &settled);
+                commit_metrics::committed(writes, began.elapsed());
+                commit
+            }
         };
         let wrote = committed.is_some();
         match committed {

@@ -87,6 +87,7 @@ impl ApiServer {
         let pre_deadline = timeout
             .checked_sub(Duration::from_secs(2))
             .filter(|d| !d.is_zero());
+        let watching = self.metrics.watching(info);
         let lines = async_stream_lines(events, deadline, ticker, pre_deadline, move |event| {
             if let Some(rv) = event.as_ref().and_then(WatchEvent::revision) {
                 last_revision = Some(rv);
@@ -102,6 +103,12 @@ impl ApiServer {
                     WatchEvent::Bookmark(rv)
                 }
             };
+            if matches!(
+                event,
+                WatchEvent::Added(_) | WatchEvent::Modified(_) | WatchEvent::Deleted(_)
+            ) {
+                watching.sent();
+            }
             let (kind, object) = match event {
                 WatchEvent::Added(kv) => ("ADDED", kv),
                 WatchEvent::Modified(kv) => ("MODIFIED", kv),

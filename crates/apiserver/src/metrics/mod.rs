@@ -127,6 +127,33 @@ struct KindLabels {
     request_kind: String,
 }
 
+/// What kube-apiserver labels a watch's metrics with.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WatchLabels {
+    group: String,
+    version: String,
+    kind: String,
+}
+
+/// Held while a watch is open: counts it among the registered watchers, and its events.
+pub struct Watching {
+    open: Gauge,
+    events: Counter,
+}
+
+impl Watching {
+    /// One more event sent.
+    pub fn sent(&self) {
+        self.events.inc();
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        self.open.dec();
+    }
+}
+
 /// The server's metrics that live between scrapes.
 pub struct ServerMetrics {
     /// Off: nothing is counted and `/metrics` is empty (for measuring what they cost).
@@ -137,6 +164,8 @@ pub struct ServerMetrics {
     inflight: Family<KindLabels, Gauge>,
     longrunning: Family<RequestLabels, Gauge>,
     phases: Arc<PhaseHistograms>,
+    watchers: Family<WatchLabels, Gauge>,
+    watch_events: Family<WatchLabels, Counter>,
 }
 
 /// Held while a request is in flight (or a long-running one open): the gauge it counts in.
@@ -184,6 +213,18 @@ impl ServerMetrics {
             longrunning.clone(),
         );
         let phases = PhaseHistograms::register(&mut metrics);
+        let watchers = Family::<WatchLabels, Gauge>::default();
+        let watch_events = Family::<WatchLabels, Counter>::default();
+        metrics.register(
+            "apiserver_registered_watchers",
+            "Number of currently registered watchers for a given resources",
+            watchers.clone(),
+        );
+        metrics.register(
+            "apiserver_watch_events",
+            "Number of events sent in watch clients",
+            watch_events.clone(),
+        );
         ServerMetrics {
             enabled,
             metrics,
@@ -192,6 +233,8 @@ impl ServerMetrics {
             inflight,
             longrunning,
             phases,
+            watchers,
+            watch_events,
         }
     }
 
@@ -215,6 +258,27 @@ impl ServerMetrics {
         };
         gauge.inc();
         InFlight(gauge)
+    }
+
+    /// Counts a watch of `info`'s objects as open until the guard drops.
+    pub fn watching(&self, info: &apimachinery::resource::ResourceInfo) -> Watching {
+        if !self.enabled {
+            return Watching {
+                open: Gauge::default(),
+                events: Counter::default(),
+            };
+        }
+        let labels = WatchLabels {
+            group: info.group.into(),
+            version: info.version.into(),
+            kind: info.kind.into(),
+        };
+        let open = self.watchers.get_or_create(&labels).clone();
+        open.inc();
+        Watching {
+            open,
+            events: self.watch_events.get_or_create(&labels).clone(),
+        }
     }
 
     /// Counts an answered request; its latency unless it is long-running (a watch's
@@ -266,6 +330,7 @@ impl ServerMetrics {
             "Events the server's recorders dropped: their queue full, an object over its rate, or not written after every attempt",
             dropped,
         );
+        metrics::process::register_parts(&mut now);
         storage_objects(registry, &mut now).await;
         kubevirt_series(registry, &mut now).await;
         metrics::render_all(&[&self.metrics, &now], accept)

@@ -44,7 +44,11 @@ pub async fn run(client: Client) {
     let api = Api::<DataSource>::all(client.clone());
     Controller::new(api, watcher::Config::default())
         .with_config(crate::controller_config())
-        .run(reconcile, error_policy, Arc::new(client))
+        .run(
+            crate::workqueue::measured("datasource", reconcile),
+            error_policy,
+            Arc::new(client),
+        )
         .for_each(|_| futures::future::ready(()))
         .await;
 }

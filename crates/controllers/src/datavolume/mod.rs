@@ -85,7 +85,11 @@ pub async fn run(client: Client, dirs: Dirs, insecure_registries: Vec<String>) {
     tokio::spawn(data_source::run(ctx.client.clone()));
     controller
         .with_config(crate::controller_config())
-        .run(reconcile, error_policy, ctx.clone())
+        .run(
+            crate::workqueue::measured("datavolume", reconcile),
+            error_policy,
+            ctx.clone(),
+        )
         .for_each(|result| {
             match result {
                 Ok((dv, _)) => ctx

@@ -1,0 +1,59 @@
+"""The server's own metrics at /metrics, beside the request and KubeVirt series: the
+store's commits, the watches it serves, each controller's work and the lease it holds.
+The server runs its local node with simulated guests."""
+
+import re
+
+import pytest
+
+from conftest import Server, vm_manifest, wait_until
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = Server(tmp_path_factory.mktemp("virtplane-server-metrics"), ("--hypervisor", "sim"))
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def samples(text, name):
+    """{labels text: value} of the samples of metric `name`."""
+    found = {}
+    for line in text.splitlines():
+        m = re.match(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", line)
+        if m:
+            found[m.group(1) or ""] = float(m.group(2))
+    return found
+
+
+def test_store_watches_controllers_and_the_lease_are_measured(server):
+    server.kubectl("apply", "-f", str(server.write("measured.yaml", vm_manifest("measured", "Always")))).ok()
+
+    def running():
+        reply = server.raw("GET", "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances/measured")
+        return reply.status == 200 and reply.json().get("status", {}).get("phase") == "Running"
+    wait_until(running, what="measured Running")
+
+    def scraped():
+        text = server.raw("GET", "/metrics").body.decode()
+        vm_work = samples(text, "workqueue_work_duration_seconds_count")
+        return text if any('name="virtualmachine"' in k and v > 0 for k, v in vm_work.items()) else None
+    text = wait_until(scraped, what="the VM controller's work in /metrics")
+
+    commits = samples(text, "virtplane_store_commit_duration_seconds_count")
+    assert commits.get("", 0) > 0, commits
+    writes = samples(text, "virtplane_store_commit_writes_sum")
+    assert writes.get("", 0) >= commits[""], writes
+
+    watchers = samples(text, "apiserver_registered_watchers")
+    vmi_watchers = [v for k, v in watchers.items() if 'kind="VirtualMachineInstance"' in k]
+    assert vmi_watchers and vmi_watchers[0] >= 1, watchers
+    events = samples(text, "apiserver_watch_events_total")
+    assert any('kind="VirtualMachine"' in k and v > 0 for k, v in events.items()), events
+
+    leading = samples(text, "leader_election_master_status")
+    assert leading.get('{name="virtplane-controller-manager"}') == 1.0, leading
+    unfinished = samples(text, "virtplane_workqueue_processing")
+    assert all(v >= 0 for v in unfinished.values()), unfinished
+    assert "workqueue_retries_total" in text, text[:2000]
