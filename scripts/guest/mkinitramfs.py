@@ -30,6 +30,7 @@ MODULES = [
     "isofs",                            # NoCloud / ConfigDrive ISOs, cdroms
     "button", "evdev",                  # the ACPI power button, read by acpid
     "virtio_rng", "i6300esb",
+    "virtio_balloon",                   # memory stats for the node's metrics
 ]
 # insmod arguments. scan=sync: SCSI scanning finishes before insmod returns,
 # so disks behind virtio-scsi exist when /init looks for the seed.

@@ -82,6 +82,59 @@ pub fn render(
         "kubevirt_vmi_launcher_memory_overhead_bytes",
         "Memory the process running the domain holds beyond the guest's RAM",
     );
+    let guest_gauge = |r: &mut Registry, name: &str, help: &str| -> Family<Labels, Gauge> {
+        family(r, name, help)
+    };
+    let available = guest_gauge(
+        r,
+        "kubevirt_vmi_memory_available_bytes",
+        "Amount of usable memory as seen by the domain. This value may not be accurate if a balloon driver is in use or if the guest OS does not initialize all assigned pages",
+    );
+    let unused = guest_gauge(
+        r,
+        "kubevirt_vmi_memory_unused_bytes",
+        "The amount of memory left completely unused by the system. Memory that is available but used for reclaimable caches should NOT be reported as free",
+    );
+    let usable = guest_gauge(
+        r,
+        "kubevirt_vmi_memory_usable_bytes",
+        "The amount of memory which can be reclaimed by balloon without pushing the guest system to swap, corresponds to 'Available' in /proc/meminfo",
+    );
+    let used = guest_gauge(
+        r,
+        "kubevirt_vmi_memory_used_bytes",
+        "Amount of `used` memory as seen by the domain",
+    );
+    let cached = guest_gauge(
+        r,
+        "kubevirt_vmi_memory_cached_bytes",
+        "The amount of memory that is being used to cache I/O and is available to be reclaimed, corresponds to the sum of `Buffers` + `Cached` + `SwapCached` in `/proc/meminfo`",
+    );
+    let swap_in = guest_gauge(
+        r,
+        "kubevirt_vmi_memory_swap_in_traffic_bytes",
+        "The total amount of data read from swap space of the guest in bytes",
+    );
+    let swap_out = guest_gauge(
+        r,
+        "kubevirt_vmi_memory_swap_out_traffic_bytes",
+        "The total amount of memory written out to swap space of the guest in bytes",
+    );
+    let balloon = guest_gauge(
+        r,
+        "kubevirt_vmi_memory_actual_balloon_bytes",
+        "Current balloon size in bytes",
+    );
+    let major_faults: Family<_, Counter> = family(
+        r,
+        "kubevirt_vmi_memory_pgmajfault",
+        "The number of page faults when disk IO was required. Page faults occur when a process makes a valid access to virtual memory that is not available",
+    );
+    let minor_faults: Family<_, Counter> = family(
+        r,
+        "kubevirt_vmi_memory_pgminfault",
+        "The number of other page faults, when disk IO was not required. Page faults occur when a process makes a valid access to virtual memory that is not available",
+    );
     let read_bytes: Family<_, Counter> = family(
         r,
         "kubevirt_vmi_storage_read_traffic_bytes",
@@ -223,6 +276,38 @@ pub fn render(
         for (gauge, bytes) in gauges {
             if let Some(bytes) = bytes {
                 gauge.get_or_create(&vmi).set(bytes as i64);
+            }
+        }
+        if let Some(bytes) = reading.actual_balloon_bytes {
+            balloon.get_or_create(&vmi).set(bytes as i64);
+        }
+        if let Some(memory) = &reading.guest_memory {
+            // KubeVirt's recording rule: available less usable.
+            let in_use = memory
+                .available_bytes
+                .zip(memory.usable_bytes)
+                .map(|(available, usable)| available.saturating_sub(usable));
+            let gauges = [
+                (&available, memory.available_bytes),
+                (&unused, memory.unused_bytes),
+                (&usable, memory.usable_bytes),
+                (&used, in_use),
+                (&cached, memory.cached_bytes),
+                (&swap_in, memory.swap_in_bytes),
+                (&swap_out, memory.swap_out_bytes),
+            ];
+            for (gauge, bytes) in gauges {
+                if let Some(bytes) = bytes {
+                    gauge.get_or_create(&vmi).set(bytes as i64);
+                }
+            }
+            for (counter, faults) in [
+                (&major_faults, memory.major_faults),
+                (&minor_faults, memory.minor_faults),
+            ] {
+                if let Some(faults) = faults {
+                    counter.get_or_create(&vmi).inc_by(faults);
+                }
             }
         }
         for d in &reading.drives {

@@ -18,6 +18,10 @@ pub struct Readings {
     pub memory_domain_bytes: Option<u64>,
     /// QEMU's resident set.
     pub memory_resident_bytes: Option<u64>,
+    /// The guest's own account of its memory (the balloon's stats), once it gave one.
+    pub guest_memory: Option<GuestMemory>,
+    /// The guest's memory with the balloon taken out (`query-balloon`).
+    pub actual_balloon_bytes: Option<u64>,
     /// QEMU's resident memory outside the guest's RAM: what running the guest costs
     /// beyond the memory it was given (`kubevirt_vmi_launcher_memory_overhead_bytes`).
     pub overhead_bytes: Option<u64>,
@@ -27,6 +31,41 @@ pub struct Readings {
     pub labels: std::collections::BTreeMap<String, String>,
     /// The outgoing migration, while the guest is being sent from here.
     pub migration: Option<Migration>,
+}
+
+/// The virtio balloon's guest stats, named as libvirt and KubeVirt name them.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct GuestMemory {
+    /// All the memory the guest's kernel sees (`stat-total-memory`).
+    pub available_bytes: Option<u64>,
+    /// Memory the guest leaves unused (`stat-free-memory`).
+    pub unused_bytes: Option<u64>,
+    /// Memory the guest could use without swapping (`stat-available-memory`).
+    pub usable_bytes: Option<u64>,
+    pub cached_bytes: Option<u64>,
+    pub swap_in_bytes: Option<u64>,
+    pub swap_out_bytes: Option<u64>,
+    pub major_faults: Option<u64>,
+    pub minor_faults: Option<u64>,
+}
+
+/// The stats of a `qom-get guest-stats` answer; `None` until the guest reported any (QEMU
+/// says -1 for a stat the guest does not report, and 0 as the time of no report yet).
+pub fn guest_memory(answer: &serde_json::Value) -> Option<GuestMemory> {
+    if answer["last-update"].as_u64().unwrap_or(0) == 0 {
+        return None;
+    }
+    let stat = |name: &str| answer["stats"][name].as_u64();
+    Some(GuestMemory {
+        available_bytes: stat("stat-total-memory"),
+        unused_bytes: stat("stat-free-memory"),
+        usable_bytes: stat("stat-available-memory"),
+        cached_bytes: stat("stat-disk-caches"),
+        swap_in_bytes: stat("stat-swap-in"),
+        swap_out_bytes: stat("stat-swap-out"),
+        major_faults: stat("stat-major-faults"),
+        minor_faults: stat("stat-minor-faults"),
+    })
 }
 
 /// An outgoing migration's progress, as QEMU's `query-migrate` reports it.
@@ -209,6 +248,19 @@ pub fn overhead(pid: u32, guest_bytes: u64, readings: &mut Readings) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn balloon_stats_read_once_the_guest_reported() {
+        let none = serde_json::json!({"stats": {"stat-total-memory": -1}, "last-update": 0});
+        assert_eq!(guest_memory(&none), None);
+        let some = serde_json::json!({"last-update": 1700000000u64, "stats": {
+            "stat-total-memory": 120_000_000u64, "stat-available-memory": 100_000_000u64,
+            "stat-free-memory": 90_000_000u64, "stat-swap-in": -1}});
+        let memory = guest_memory(&some).expect("stats");
+        assert_eq!(memory.available_bytes, Some(120_000_000));
+        assert_eq!(memory.usable_bytes, Some(100_000_000));
+        assert_eq!(memory.swap_in_bytes, None);
+    }
 
     #[test]
     fn the_guests_ram_is_the_mapping_of_its_size() {

@@ -44,6 +44,7 @@ fn spec(dir: &std::path::Path) -> MachineSpec {
         disks: vec![],
         nics: vec![],
         rng: false,
+        balloon: false,
         watchdog: None,
         console_socket: dir.join("console.sock"),
         console_log: dir.join("serial.log"),

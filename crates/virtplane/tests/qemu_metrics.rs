@@ -207,7 +207,10 @@ async fn a_guests_metrics_move_as_it_works_and_prometheus_reads_them() {
         .unwrap_or_else(|| panic!("no target of scratch: {}", vmi["status"]))
         .to_string();
 
+    let began = std::time::Instant::now();
     let before = node_metrics(&env).await;
+    // A figure, not a check: what one scrape of a node with one guest takes here.
+    eprintln!("node scrape with one guest: {:?}", began.elapsed());
     let cpu = |text: &str| sample(text, "kubevirt_vmi_cpu_usage_seconds_total", name, "");
     let read = |text: &str| {
         sample(
@@ -276,6 +279,28 @@ async fn a_guests_metrics_move_as_it_works_and_prometheus_reads_them() {
     console.close().await;
     assert_eq!(said.as_deref(), Some("WORKED-30000"));
     let after = node_metrics(&env).await;
+    // The balloon's stats, asked for at the first scrape, come every 5 s: the guest's
+    // own account of its memory, used less than it has.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = node_metrics(&env).await;
+        let available = sample(&text, "kubevirt_vmi_memory_available_bytes", name, "");
+        let used = sample(&text, "kubevirt_vmi_memory_used_bytes", name, "");
+        let balloon = sample(&text, "kubevirt_vmi_memory_actual_balloon_bytes", name, "");
+        if let (Some(available), Some(used)) = (available, used) {
+            assert!(
+                used > 0.0 && used < available && available <= (128u64 << 20) as f64,
+                "used {used} of available {available}"
+            );
+            assert_eq!(balloon, Some((128u64 << 20) as f64), "{text}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no balloon stats of {name}:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while node_metrics(&env)
         .await
@@ -355,6 +380,7 @@ async fn prometheus_answers_the_consoles_queries(prometheus: &str, env: &Env, na
         format!("rate(kubevirt_vmi_cpu_usage_seconds_total{{name=\"{name}\"}}[1m])"),
         format!("rate(kubevirt_vmi_storage_read_traffic_bytes_total{{name=\"{name}\"}}[1m])"),
         format!("kubevirt_vmi_memory_domain_bytes{{name=\"{name}\"}}"),
+        format!("last_over_time(kubevirt_vmi_memory_used_bytes{{name=\"{name}\"}}[1m])"),
         format!("kubevirt_vmi_info{{name=\"{name}\"}}"),
         "sum(rate(apiserver_request_total[1m]))".to_string(),
     ];

@@ -228,6 +228,8 @@ crate::open_struct! {
         interfaces: Vec<Interface> = "interfaces",
         autoattach_serial_console: bool = "autoattachSerialConsole",
         autoattach_graphics_device: bool = "autoattachGraphicsDevice",
+        /// A virtio memory balloon (default on), which reports the guest's memory stats.
+        autoattach_mem_balloon: bool = "autoattachMemBalloon",
         host_devices: Vec<Value> = "hostDevices",
         gpus: Vec<Value> = "gpus",
         watchdog: Watchdog = "watchdog",

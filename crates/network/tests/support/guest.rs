@@ -69,6 +69,7 @@ pub fn machine(dir: &Path, kernel: PathBuf, initrd: PathBuf, netns: PathBuf) -> 
             boot_index: None,
         }],
         rng: false,
+        balloon: false,
         watchdog: None,
         console_socket: dir.join("console.sock"),
         console_log: dir.join("serial.log"),

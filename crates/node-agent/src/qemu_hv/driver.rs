@@ -56,6 +56,9 @@ impl Running {
     }
 }
 
+/// How often a guest's balloon reports its memory stats once asked for them.
+const BALLOON_STATS_SECONDS: u64 = 5;
+
 /// What the hypervisor holds of a VMI's driver: its queue and its outgoing migration.
 #[derive(Clone)]
 pub(super) struct Handle {
@@ -389,6 +392,27 @@ impl Driver {
         }
         if let Some(guest) = readings.memory_domain_bytes {
             crate::readings::overhead(instance.pid, guest, &mut readings);
+        }
+        let balloon = format!("/machine/peripheral/{}", qemu::machine::BALLOON);
+        let stats = json!({"path": balloon, "property": "guest-stats"});
+        match instance.qmp.execute("qom-get", Some(stats)).await {
+            Ok(stats) => {
+                readings.guest_memory = crate::readings::guest_memory(&stats);
+                if readings.guest_memory.is_none() {
+                    // The guest reports only once asked to, every few seconds from now.
+                    let polling = json!({"path": balloon, "property": "guest-stats-polling-interval",
+                                         "value": BALLOON_STATS_SECONDS});
+                    if let Err(e) = instance.qmp.execute("qom-set", Some(polling)).await {
+                        tracing::debug!("asking {}/{}'s balloon for stats: {e}", key.0, key.1);
+                    }
+                }
+                match instance.qmp.execute("query-balloon", None).await {
+                    Ok(balloon) => readings.actual_balloon_bytes = balloon["actual"].as_u64(),
+                    Err(e) => tracing::debug!("query-balloon of {}/{}: {e}", key.0, key.1),
+                }
+            }
+            // No balloon (`autoattachMemBalloon: false`): no guest memory stats.
+            Err(e) => tracing::debug!("balloon stats of {}/{}: {e}", key.0, key.1),
         }
         match instance.qmp.execute("query-blockstats", None).await {
             Ok(stats) => readings.drives = crate::readings::drives(&stats),

@@ -234,6 +234,9 @@ pub enum Firmware {
     },
 }
 
+/// The balloon device's id (`/machine/peripheral/balloon0` in QOM).
+pub const BALLOON: &str = "balloon0";
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MachineSpec {
     pub name: String,
@@ -258,6 +261,8 @@ pub struct MachineSpec {
     pub disks: Vec<Disk>,
     pub nics: Vec<Nic>,
     pub rng: bool,
+    /// A virtio balloon (`balloon0`), whose guest stats tell the guest's memory use.
+    pub balloon: bool,
     /// An i6300esb watchdog with this action.
     pub watchdog: Option<WatchdogAction>,
     /// The serial console: a unix socket clients attach to, and a log of all output.
@@ -556,8 +561,14 @@ impl MachineSpec {
         }
     }
 
-    /// The random number generator and the watchdog.
+    /// The random number generator, the balloon and the watchdog.
     fn push_devices(&self, a: &mut Argv) {
+        if self.balloon {
+            a.push_json(
+                "-device",
+                json!({"driver": "virtio-balloon-pci", "id": BALLOON}),
+            );
+        }
         if self.rng {
             a.push_json(
                 "-object",

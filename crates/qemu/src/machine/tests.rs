@@ -53,6 +53,7 @@ fn spec() -> MachineSpec {
             boot_index: None,
         }],
         rng: true,
+        balloon: true,
         watchdog: None,
         console_socket: "/r/console.sock".into(),
         console_log: "/r/serial.log".into(),

@@ -259,6 +259,7 @@ pub(super) fn machine_spec(
         disks,
         nics,
         rng: devices.rng.is_some(),
+        balloon: devices.autoattach_mem_balloon.unwrap_or(true),
         watchdog,
         // In `run/`, the one dir QEMU may write (see `crate::qemu_user`).
         console_socket: dir.join(RUN_DIR).join("console.sock"),
