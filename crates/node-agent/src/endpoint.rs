@@ -471,12 +471,18 @@ async fn handle(
             Ok(())
         }
         Some(Guest::Metrics) => {
+            let began = std::time::Instant::now();
             let readings = match &config.hypervisor {
                 Some(hypervisor) => hypervisor.readings().await,
                 None => Vec::new(),
             };
-            let text =
-                crate::node_metrics::render(&config.node_name, &readings, &kept.connections.now());
+            let scrape = crate::node_metrics::Scrape {
+                node: &config.node_name,
+                guests: &readings,
+                connections: &kept.connections.now(),
+                read_seconds: began.elapsed().as_secs_f64(),
+            };
+            let text = crate::node_metrics::render(&scrape);
             send_once(socket, text.into_bytes(), "metrics").await
         }
         Some(Guest::Usage) => {

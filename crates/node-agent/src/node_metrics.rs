@@ -39,14 +39,37 @@ fn with(base: &Labels, extra: &[(&str, &str)]) -> Labels {
     labels
 }
 
-/// OpenMetrics text of `node`'s guests and the connections open to them.
-pub fn render(
-    node: &str,
-    guests: &[((String, String), Readings)],
-    connections: &[((Kind, String, String), i64)],
-) -> String {
+/// What one scrape of a node found.
+pub struct Scrape<'a> {
+    pub node: &'a str,
+    pub guests: &'a [((String, String), Readings)],
+    pub connections: &'a [((Kind, String, String), i64)],
+    /// How long reading the guests took, all of them at once.
+    pub read_seconds: f64,
+}
+
+/// OpenMetrics text of a scrape: the node's guests and the connections open to them.
+pub fn render(scrape: &Scrape<'_>) -> String {
+    let Scrape {
+        node,
+        guests,
+        connections,
+        read_seconds,
+    } = *scrape;
     let mut registry = Registry::default();
     let r = &mut registry;
+    let node_read: Gauge<f64, AtomicU64> = Gauge::default();
+    node_read.set(read_seconds);
+    r.register(
+        "virtplane_node_metrics_read_seconds",
+        "How long this scrape took to read the node's guests (QMP and /proc), all at once",
+        node_read,
+    );
+    let guest_read: Family<_, Gauge<f64, AtomicU64>> = family(
+        r,
+        "virtplane_vmi_metrics_read_seconds",
+        "How long this scrape took to read the guest (QMP round trips and /proc)",
+    );
     let cpu: Family<_, Seconds> = family(
         r,
         "kubevirt_vmi_cpu_usage_seconds",
@@ -255,6 +278,7 @@ pub fn render(
         );
         // A guest whose driver was busy reports its migration alone, not zeroes.
         if reading.memory_resident_bytes.is_some() {
+            guest_read.get_or_create(&vmi).set(reading.read_seconds);
             cpu.get_or_create(&vmi).inc_by(reading.cpu_seconds);
             cpu_user
                 .get_or_create(&vmi)
@@ -406,11 +430,12 @@ mod tests {
             }],
             ..Default::default()
         };
-        let text = render(
-            "n1",
-            &[(("default".into(), "vm1".into()), readings)],
-            &[((Kind::Vnc, "default".into(), "vm1".into()), 2)],
-        );
+        let text = render(&Scrape {
+            node: "n1",
+            guests: &[(("default".into(), "vm1".into()), readings)],
+            connections: &[((Kind::Vnc, "default".into(), "vm1".into()), 2)],
+            read_seconds: 0.002,
+        });
         let vmi =
             r#"node="n1",namespace="default",name="vm1",kubernetes_vmi_label_kubevirt_io_vm="vm1""#;
         for line in [
@@ -422,6 +447,7 @@ mod tests {
             format!(r#"kubevirt_vmi_network_receive_bytes_total{{{vmi},interface="default"}} 10"#),
             format!("kubevirt_vmi_migration_data_remaining_bytes{{{vmi}}} 4096"),
             r#"kubevirt_vnc_active_connections{namespace="default",vmi="vm1"} 2"#.to_string(),
+            "virtplane_node_metrics_read_seconds 0.002".to_string(),
         ] {
             assert!(text.contains(&line), "{line} in\n{text}");
         }

@@ -31,6 +31,8 @@ pub struct Readings {
     pub labels: std::collections::BTreeMap<String, String>,
     /// The outgoing migration, while the guest is being sent from here.
     pub migration: Option<Migration>,
+    /// How long reading all this took (QMP round trips and `/proc`).
+    pub read_seconds: f64,
 }
 
 /// The virtio balloon's guest stats, named as libvirt and KubeVirt name them.

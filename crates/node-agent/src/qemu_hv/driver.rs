@@ -368,6 +368,7 @@ impl Driver {
         let taps = self.taps.clone();
         let entry = self.instance().await?;
         let instance = &entry.instance;
+        let began = Instant::now();
         let mut readings = Readings::default();
         let vcpus: Vec<(u64, u64)> = match instance.qmp.execute("query-cpus-fast", None).await {
             Ok(cpus) => cpus
@@ -429,6 +430,7 @@ impl Driver {
                 Some(crate::readings::interface(name, counters))
             })
             .collect();
+        readings.read_seconds = began.elapsed().as_secs_f64();
         Some((key, readings))
     }
 
