@@ -57,3 +57,14 @@ def test_store_watches_controllers_and_the_lease_are_measured(server):
     unfinished = samples(text, "virtplane_workqueue_processing")
     assert all(v >= 0 for v in unfinished.values()), unfinished
     assert "workqueue_retries_total" in text, text[:2000]
+
+    # The VMI's default interface (masquerade on the pod network), and its addresses.
+    vnics = samples(text, "kubevirt_vmi_vnic_info")
+    assert any('name="measured"' in k and 'vnic_name="default"' in k and 'binding_name="masquerade"' in k
+               and 'network="pod networking"' in k for k in vnics), vnics
+    vmi = server.get_json("/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances/measured")
+    ips = [ip for i in vmi["status"].get("interfaces", []) for ip in i.get("ipAddresses", [])]
+    assert ips, vmi["status"]  # the simulated node gives its Pods addresses too
+    addresses = samples(text, "kubevirt_vmi_status_addresses")
+    for ip in ips:
+        assert any(f'address="{ip}"' in k and 'name="measured"' in k for k in addresses), (ip, addresses)

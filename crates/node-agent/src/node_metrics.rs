@@ -90,6 +90,11 @@ pub fn render(scrape: &Scrape<'_>) -> String {
         "kubevirt_vmi_vcpu_seconds",
         "Total amount of time spent in each state by each vcpu (cpu_time excluding hypervisor time)",
     );
+    let vcpu_delay: Family<_, Seconds> = family(
+        r,
+        "kubevirt_vmi_vcpu_delay_seconds",
+        "Amount of time spent by each vcpu waiting in the queue instead of running",
+    );
     let domain: Family<_, Gauge> = family(
         r,
         "kubevirt_vmi_memory_domain_bytes",
@@ -287,6 +292,12 @@ pub fn render(scrape: &Scrape<'_>) -> String {
                 .get_or_create(&vmi)
                 .inc_by(reading.cpu_system_seconds);
         }
+        for (id, seconds) in &reading.vcpu_delay_seconds {
+            let id = id.to_string();
+            vcpu_delay
+                .get_or_create(&with(&vmi, &[("id", &id)]))
+                .inc_by(*seconds);
+        }
         for (id, seconds) in &reading.vcpu_seconds {
             let id = id.to_string();
             vcpu.get_or_create(&with(&vmi, &[("id", &id), ("state", "running")]))
@@ -410,6 +421,7 @@ mod tests {
         let readings = Readings {
             cpu_seconds: 1.5,
             vcpu_seconds: vec![(0, 1.25)],
+            vcpu_delay_seconds: vec![(0, 0.5)],
             memory_domain_bytes: Some(128 << 20),
             memory_resident_bytes: Some(40 << 20),
             overhead_bytes: Some(30 << 20),
@@ -441,6 +453,7 @@ mod tests {
         for line in [
             format!("kubevirt_vmi_cpu_usage_seconds_total{{{vmi}}} 1.5"),
             format!(r#"kubevirt_vmi_vcpu_seconds_total{{{vmi},id="0",state="running"}} 1.25"#),
+            format!(r#"kubevirt_vmi_vcpu_delay_seconds_total{{{vmi},id="0"}} 0.5"#),
             format!("kubevirt_vmi_memory_domain_bytes{{{vmi}}} 134217728"),
             format!("kubevirt_vmi_launcher_memory_overhead_bytes{{{vmi}}} 31457280"),
             format!(r#"kubevirt_vmi_storage_read_traffic_bytes_total{{{vmi},drive="root"}} 4096"#),

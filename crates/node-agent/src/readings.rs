@@ -14,6 +14,8 @@ pub struct Readings {
     pub cpu_system_seconds: f64,
     /// Each vCPU's (index, seconds on a CPU).
     pub vcpu_seconds: Vec<(u64, f64)>,
+    /// Each vCPU's (index, seconds it waited for a host CPU while runnable).
+    pub vcpu_delay_seconds: Vec<(u64, f64)>,
     /// The guest's memory (`query-memory-size-summary`).
     pub memory_domain_bytes: Option<u64>,
     /// QEMU's resident set.
@@ -118,6 +120,13 @@ pub fn cpu_times(stat: &str, ticks_per_second: f64) -> Option<(f64, f64)> {
     let user: f64 = fields.get(11)?.parse().ok()?;
     let system: f64 = fields.get(12)?.parse().ok()?;
     Some((user / ticks_per_second, system / ticks_per_second))
+}
+
+/// Seconds a task waited on a run queue, from its `/proc/.../schedstat` (nanoseconds on a
+/// CPU, nanoseconds waiting, timeslices).
+pub fn run_delay(schedstat: &str) -> Option<f64> {
+    let waited: u64 = schedstat.split_whitespace().nth(1)?.parse().ok()?;
+    Some(waited as f64 / 1e9)
 }
 
 /// `VmRSS` of a `/proc/<pid>/status`, in bytes.
@@ -234,6 +243,14 @@ pub fn from_proc(pid: u32, vcpus: &[(u64, u64)], readings: &mut Readings) {
             Some((*index, user + system))
         })
         .collect();
+    readings.vcpu_delay_seconds = vcpus
+        .iter()
+        .filter_map(|(index, thread)| {
+            let schedstat =
+                std::fs::read_to_string(proc.join(format!("task/{thread}/schedstat"))).ok()?;
+            Some((*index, run_delay(&schedstat)?))
+        })
+        .collect();
 }
 
 /// QEMU's memory beyond the guest's RAM of `guest_bytes` (read after `from_proc`).
@@ -280,6 +297,8 @@ mod tests {
         assert_eq!(cpu_times("4242 (qemu)", 100.0), None);
         assert_eq!(cpu_times("4242 (qemu) S 1 2", 100.0), None);
         assert_eq!(cpu_times("no parenthesis", 100.0), None);
+        assert_eq!(run_delay("216043 1500000000 1\n"), Some(1.5));
+        assert_eq!(run_delay("216043"), None);
         assert_eq!(
             resident_bytes("Name:\tqemu\nVmRSS:\t  204800 kB\n"),
             Some(200 * 1024 * 1024)

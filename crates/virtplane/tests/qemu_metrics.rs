@@ -234,6 +234,16 @@ async fn a_guests_metrics_move_as_it_works_and_prometheus_reads_them() {
         sample(&before, "kubevirt_vmi_vcpu_seconds_total", name, "id=\"0\"").is_some(),
         "{before}"
     );
+    assert!(
+        sample(
+            &before,
+            "kubevirt_vmi_vcpu_delay_seconds_total",
+            name,
+            "id=\"0\""
+        )
+        .is_some(),
+        "{before}"
+    );
     assert_eq!(
         sample(&before, "kubevirt_vmi_memory_domain_bytes", name, ""),
         Some((128u64 << 20) as f64),

@@ -89,6 +89,86 @@ fn labels(pairs: &[(&str, String)]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `kubevirt_vmi_status_addresses` and `kubevirt_vmi_vnic_info` of the VMIs.
+#[derive(Default)]
+struct Nics {
+    addresses: Family<Vec<(String, String)>, Gauge>,
+    vnics: Family<Vec<(String, String)>, Gauge>,
+}
+
+impl Nics {
+    fn add(&self, vmi: &Value) {
+        let (namespace, name) = (
+            text(vmi, "/metadata/namespace"),
+            text(vmi, "/metadata/name"),
+        );
+        let node = text(vmi, "/status/nodeName");
+        let list = |pointer: &str| {
+            vmi.pointer(pointer)
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        };
+        for status in list("/status/interfaces") {
+            let ips = status["ipAddresses"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            for ip in ips.iter().filter_map(Value::as_str) {
+                self.addresses
+                    .get_or_create(&labels(&[
+                        ("node", node.to_string()),
+                        ("namespace", namespace.to_string()),
+                        ("name", name.to_string()),
+                        ("vnic_name", text(&status, "/name").to_string()),
+                        (
+                            "interface_name",
+                            text(&status, "/interfaceName").to_string(),
+                        ),
+                        ("address", ip.to_string()),
+                        ("type", "InternalIP".to_string()),
+                    ]))
+                    .set(1);
+            }
+        }
+        let networks = list("/spec/networks");
+        for nic in list("/spec/domain/devices/interfaces") {
+            let vnic = text(&nic, "/name");
+            let binding = ["masquerade", "bridge", "sriov", "slirp", "passt"]
+                .into_iter()
+                .find(|b| nic.get(*b).is_some());
+            let (binding_type, binding_name) = match (binding, text(&nic, "/binding/name")) {
+                (Some(core), _) => ("core", core),
+                (None, "") => ("core", "bridge"),
+                (None, plugin) => ("plugin", plugin),
+            };
+            let network = networks
+                .iter()
+                .find(|n| text(n, "/name") == vnic)
+                .map(|n| match text(n, "/multus/networkName") {
+                    "" => "pod networking".to_string(),
+                    multus => multus.to_string(),
+                })
+                .unwrap_or_default();
+            let model = match text(&nic, "/model") {
+                "" => "virtio",
+                model => model,
+            };
+            self.vnics
+                .get_or_create(&labels(&[
+                    ("name", name.to_string()),
+                    ("namespace", namespace.to_string()),
+                    ("vnic_name", vnic.to_string()),
+                    ("binding_type", binding_type.to_string()),
+                    ("network", network),
+                    ("binding_name", binding_name.to_string()),
+                    ("model", model.to_string()),
+                ]))
+                .set(1);
+        }
+    }
+}
+
 /// KubeVirt's virt-controller series: `kubevirt_vmi_info`, `kubevirt_vm_info`, and the
 /// migrations' results, times and counts by phase.
 pub(super) async fn kubevirt_series(registry: &Registry, out: &mut Metrics) {
@@ -98,6 +178,7 @@ pub(super) async fn kubevirt_series(registry: &Registry, out: &mut Metrics) {
     let vmi_info = Family::<Vec<(String, String)>, Gauge>::default();
     let downtime =
         Family::<Vec<(String, String)>, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+    let nics = Nics::default();
     for vmi in stored(
         registry,
         &Registry::resource_prefix(&VIRTUAL_MACHINE_INSTANCE),
@@ -105,6 +186,7 @@ pub(super) async fn kubevirt_series(registry: &Registry, out: &mut Metrics) {
     .await
     {
         let name = text(&vmi, "/metadata/name");
+        nics.add(&vmi);
         let transfer = "/status/migrationState/transfer/downtimeMilliseconds";
         if let Some(milliseconds) = vmi.pointer(transfer).and_then(Value::as_u64) {
             downtime
@@ -180,6 +262,16 @@ pub(super) async fn kubevirt_series(registry: &Registry, out: &mut Metrics) {
         "kubevirt_vmi_migration_last_downtime_duration_seconds",
         "How long the guest was paused in the VMI's last live migration",
         downtime,
+    );
+    out.register(
+        "kubevirt_vmi_status_addresses",
+        "The addresses of a VirtualMachineInstance. This metric provides the address of an available network interface associated with the VMI in the 'address' label, and about the type of address, such as internal IP, in the 'type' label",
+        nics.addresses,
+    );
+    out.register(
+        "kubevirt_vmi_vnic_info",
+        "Details of VirtualMachineInstance (VMI) vNIC interfaces, such as vNIC name, binding type, network name, and binding name for each vNIC of a running instance",
+        nics.vnics,
     );
 
     let vm_info = Family::<Vec<(String, String)>, Gauge>::default();
