@@ -7,6 +7,11 @@
 //!    node agent runs inside it, QEMU does not) with 0 and with 5 running VMs, and as an
 //!    upper bound from the server's start, before its first VM. Target: at most 10 MiB per
 //!    VM.
+//! 3. The node's metrics while those VMs run: 10 scrapes through the API server
+//!    (`/api/v1/nodes/NODE/proxy/metrics`) beside `GET /healthz` on the same client, and
+//!    the agent's own time to read its guests, in all and per VMI (the
+//!    `virtplane_*_metrics_read_seconds` it reports). Targets (issue 34, for 100 VMIs):
+//!    a scrape ≤ 50 ms, ≤ 1 ms per VMI.
 //!
 //! `cargo build --release --bin virtplane && cargo bench -p virtplane --bench qemu_boot`
 //!
@@ -248,6 +253,88 @@ async fn wait_boot(
         }
         alive()?;
         tokio::time::sleep(poll).await;
+    }
+}
+
+/// Scrapes of the node's metrics while the memory VMs run.
+const SCRAPES: usize = 10;
+
+/// A node's metrics scraped through the API server (`/api/v1/nodes/NODE/proxy/metrics`),
+/// beside `GET /healthz` over the same client in the same loop: what any round trip costs.
+struct Scrapes {
+    scrape: Vec<Duration>,
+    health: Vec<Duration>,
+    /// The agent's own time to read all guests (`virtplane_node_metrics_read_seconds`).
+    read_node: Vec<Duration>,
+    /// Its time per guest (`virtplane_vmi_metrics_read_seconds`), every guest of every scrape.
+    read_vmi: Vec<Duration>,
+}
+
+impl Scrapes {
+    async fn measure(api: &Api, count: usize) -> Result<Scrapes> {
+        let mut scrapes = Scrapes {
+            scrape: Vec::new(),
+            health: Vec::new(),
+            read_node: Vec::new(),
+            read_vmi: Vec::new(),
+        };
+        let metrics = format!("{}/api/v1/nodes/{NODE}/proxy/metrics", api.url);
+        let health = format!("{}/healthz", api.url);
+        let seconds = |line: &str| -> Option<Duration> {
+            Duration::try_from_secs_f64(line.rsplit(' ').next()?.parse().ok()?).ok()
+        };
+        for _ in 0..count {
+            let began = Instant::now();
+            api.client.get(&health).send().await?.error_for_status()?;
+            scrapes.health.push(began.elapsed());
+            let began = Instant::now();
+            let text = api
+                .client
+                .get(&metrics)
+                .send()
+                .await?
+                .error_for_status()?
+                .text()
+                .await?;
+            scrapes.scrape.push(began.elapsed());
+            for line in text.lines() {
+                if line.starts_with("virtplane_node_metrics_read_seconds ") {
+                    scrapes.read_node.extend(seconds(line));
+                } else if line.starts_with("virtplane_vmi_metrics_read_seconds{") {
+                    scrapes.read_vmi.extend(seconds(line));
+                }
+            }
+        }
+        if scrapes.read_vmi.is_empty() {
+            bail!("the node's metrics had no virtplane_vmi_metrics_read_seconds of its VMs");
+        }
+        for list in [
+            &mut scrapes.scrape,
+            &mut scrapes.health,
+            &mut scrapes.read_node,
+            &mut scrapes.read_vmi,
+        ] {
+            list.sort();
+        }
+        Ok(scrapes)
+    }
+
+    fn print(&self, vms: usize) {
+        let p50 = |list: &[Duration]| match list.is_empty() {
+            true => f64::NAN,
+            false => ms(percentile(list, 0.5)),
+        };
+        println!(
+            "  node metrics with {vms} running VMs, {} scrapes: p50 {:.1} ms through the API server \
+             (GET /healthz on the same client {:.1} ms); the agent read its guests in {:.1} ms, \
+             {:.2} ms per VMI (p50 of {} readings); targets: <= 50 ms for 100 VMIs, <= 1 ms per VMI",
+            self.scrape.len(),
+            p50(&self.scrape),
+            p50(&self.health),
+            p50(&self.read_node),
+            p50(&self.read_vmi),
+            self.read_vmi.len()
+        );
     }
 }
 
@@ -673,6 +760,7 @@ async fn run() -> Result<()> {
         .filter_map(|p| p.trim().parse().ok())
         .filter_map(rss)
         .sum();
+    let scrapes = Scrapes::measure(&api, SCRAPES).await?;
     delete_vms(&mut server, &api, &names).await?;
 
     println!(
@@ -796,6 +884,7 @@ async fn run() -> Result<()> {
         mib(qemu_rss),
         mib(qemu_rss) / memory_vms as f64
     );
+    scrapes.print(memory_vms);
     if std::env::var_os("BENCH_KEEP").is_some() {
         println!(
             "  kept {} (server log {})",
