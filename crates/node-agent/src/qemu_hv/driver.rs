@@ -44,6 +44,8 @@ pub(super) struct Running {
     /// QEMU's run-state changes, until QEMU is gone.
     events: Option<watch::Receiver<RunStatus>>,
     pub(super) stop_started: Option<Instant>,
+    /// What the metrics read of this QEMU once: it does not change while it runs.
+    facts: Option<Facts>,
 }
 
 impl Running {
@@ -52,8 +54,63 @@ impl Running {
             events: Some(instance.run_status_changes()),
             instance,
             stop_started: None,
+            facts: None,
         }
     }
+}
+
+/// A running QEMU's answers that stay as they are (virtplane hot-plugs no vCPUs, resizes
+/// no memory and never moves the balloon), asked once so that a scrape costs two QMP
+/// round trips per guest, not six: under TCG each waits for a busy main loop.
+#[derive(Clone, Default)]
+struct Facts {
+    /// (vCPU index, thread id).
+    vcpus: Vec<(u64, u64)>,
+    memory_domain_bytes: Option<u64>,
+    actual_balloon_bytes: Option<u64>,
+    /// Whether it has a balloon, now asked for its stats every few seconds.
+    balloon: bool,
+}
+
+impl Facts {
+    async fn read(instance: &Instance, key: &(String, String)) -> Facts {
+        let mut facts = Facts::default();
+        let qmp = &instance.qmp;
+        match qmp.execute("query-cpus-fast", None).await {
+            Ok(cpus) => {
+                facts.vcpus = cpus
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| Some((c["cpu-index"].as_u64()?, c["thread-id"].as_u64()?)))
+                    .collect()
+            }
+            Err(e) => tracing::debug!("query-cpus-fast of {}/{}: {e}", key.0, key.1),
+        }
+        match qmp.execute("query-memory-size-summary", None).await {
+            Ok(summary) => facts.memory_domain_bytes = summary["base-memory"].as_u64(),
+            Err(e) => tracing::debug!("query-memory-size-summary of {}/{}: {e}", key.0, key.1),
+        }
+        // The guest's balloon reports only once asked to, every few seconds from now.
+        let polling = json!({"path": balloon_path(), "property": "guest-stats-polling-interval",
+                             "value": BALLOON_STATS_SECONDS});
+        match qmp.execute("qom-set", Some(polling)).await {
+            Ok(_) => facts.balloon = true,
+            // No balloon (`autoattachMemBalloon: false`): no guest memory stats.
+            Err(e) => tracing::debug!("asking {}/{}'s balloon for stats: {e}", key.0, key.1),
+        }
+        if facts.balloon {
+            match qmp.execute("query-balloon", None).await {
+                Ok(balloon) => facts.actual_balloon_bytes = balloon["actual"].as_u64(),
+                Err(e) => tracing::debug!("query-balloon of {}/{}: {e}", key.0, key.1),
+            }
+        }
+        facts
+    }
+}
+
+fn balloon_path() -> String {
+    format!("/machine/peripheral/{}", qemu::machine::BALLOON)
 }
 
 /// How often a guest's balloon reports its memory stats once asked for them.
@@ -367,53 +424,27 @@ impl Driver {
         let key = self.key.clone();
         let taps = self.taps.clone();
         let entry = self.instance().await?;
-        let instance = &entry.instance;
         let began = Instant::now();
-        let mut readings = Readings::default();
-        let vcpus: Vec<(u64, u64)> = match instance.qmp.execute("query-cpus-fast", None).await {
-            Ok(cpus) => cpus
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|c| Some((c["cpu-index"].as_u64()?, c["thread-id"].as_u64()?)))
-                .collect(),
-            Err(e) => {
-                tracing::debug!("query-cpus-fast of {}/{}: {e}", key.0, key.1);
-                Vec::new()
-            }
-        };
-        crate::readings::from_proc(instance.pid, &vcpus, &mut readings);
-        match instance
-            .qmp
-            .execute("query-memory-size-summary", None)
-            .await
-        {
-            Ok(summary) => readings.memory_domain_bytes = summary["base-memory"].as_u64(),
-            Err(e) => tracing::debug!("query-memory-size-summary of {}/{}: {e}", key.0, key.1),
+        if entry.facts.is_none() {
+            entry.facts = Some(Facts::read(&entry.instance, &key).await);
         }
+        let facts = entry.facts.clone().unwrap_or_default();
+        let instance = &entry.instance;
+        let mut readings = Readings {
+            memory_domain_bytes: facts.memory_domain_bytes,
+            actual_balloon_bytes: facts.actual_balloon_bytes,
+            ..Readings::default()
+        };
+        crate::readings::from_proc(instance.pid, &facts.vcpus, &mut readings);
         if let Some(guest) = readings.memory_domain_bytes {
             crate::readings::overhead(instance.pid, guest, &mut readings);
         }
-        let balloon = format!("/machine/peripheral/{}", qemu::machine::BALLOON);
-        let stats = json!({"path": balloon, "property": "guest-stats"});
-        match instance.qmp.execute("qom-get", Some(stats)).await {
-            Ok(stats) => {
-                readings.guest_memory = crate::readings::guest_memory(&stats);
-                if readings.guest_memory.is_none() {
-                    // The guest reports only once asked to, every few seconds from now.
-                    let polling = json!({"path": balloon, "property": "guest-stats-polling-interval",
-                                         "value": BALLOON_STATS_SECONDS});
-                    if let Err(e) = instance.qmp.execute("qom-set", Some(polling)).await {
-                        tracing::debug!("asking {}/{}'s balloon for stats: {e}", key.0, key.1);
-                    }
-                }
-                match instance.qmp.execute("query-balloon", None).await {
-                    Ok(balloon) => readings.actual_balloon_bytes = balloon["actual"].as_u64(),
-                    Err(e) => tracing::debug!("query-balloon of {}/{}: {e}", key.0, key.1),
-                }
+        if facts.balloon {
+            let stats = json!({"path": balloon_path(), "property": "guest-stats"});
+            match instance.qmp.execute("qom-get", Some(stats)).await {
+                Ok(stats) => readings.guest_memory = crate::readings::guest_memory(&stats),
+                Err(e) => tracing::debug!("balloon stats of {}/{}: {e}", key.0, key.1),
             }
-            // No balloon (`autoattachMemBalloon: false`): no guest memory stats.
-            Err(e) => tracing::debug!("balloon stats of {}/{}: {e}", key.0, key.1),
         }
         match instance.qmp.execute("query-blockstats", None).await {
             Ok(stats) => readings.drives = crate::readings::drives(&stats),
