@@ -101,7 +101,7 @@ impl PhaseHistograms {
         &self,
         store: &dyn Store,
         kind: Followed,
-        seen: &mut HashMap<String, HashSet<String>>,
+        seen: &mut HashMap<String, Seen>,
     ) -> Result<(), store::StoreError> {
         let prefix = Registry::resource_prefix(match kind {
             Followed::Vmis => &kubevirt_api::resources::VIRTUAL_MACHINE_INSTANCE,
@@ -111,11 +111,10 @@ impl PhaseHistograms {
         seen.clear();
         for kv in &listed.items {
             if let Ok(object) = serde_json::from_slice::<Phased>(&kv.value) {
-                let mut known: HashSet<String> =
-                    object.phases().map(|(p, _)| p.to_string()).collect();
-                if object.migration_milliseconds().is_some() {
-                    known.insert(TIMED.to_string());
-                }
+                let known = Seen {
+                    phases: object.phases().map(|(p, _)| p.to_string()).collect(),
+                    timed: object.migration_milliseconds().is_some(),
+                };
                 seen.insert(object.metadata.uid.clone(), known);
             }
         }
@@ -131,7 +130,7 @@ impl PhaseHistograms {
             }
             let known = seen.entry(object.metadata.uid.clone()).or_default();
             for (phase, at) in object.phases() {
-                if !known.insert(phase.to_string()) {
+                if !known.phases.insert(phase.to_string()) {
                     continue;
                 }
                 if let Some(seconds) = object.since_creation(at) {
@@ -147,11 +146,10 @@ impl PhaseHistograms {
                 }
             }
             // A succeeded migration's time, once: its VMIM may learn it after the phase.
-            if kind == Followed::Migrations && known.contains("Succeeded") {
+            if kind == Followed::Migrations && !known.timed && known.phases.contains("Succeeded") {
                 if let Some(took) = object.migration_milliseconds() {
-                    if known.insert(TIMED.to_string()) {
-                        self.migration_total.observe(took as f64 / 1000.0);
-                    }
+                    known.timed = true;
+                    self.migration_total.observe(took as f64 / 1000.0);
                 }
             }
         }
@@ -159,8 +157,13 @@ impl PhaseHistograms {
     }
 }
 
-/// Beside an object's phases seen so far: its migration's time was observed.
-const TIMED: &str = " timed";
+/// What was observed of an object so far.
+#[derive(Default)]
+struct Seen {
+    phases: HashSet<String>,
+    /// Its migration's time (a VMIM's).
+    timed: bool,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Followed {
