@@ -253,15 +253,29 @@ pub fn from_proc(pid: u32, vcpus: &[(u64, u64)], readings: &mut Readings) {
         .collect();
 }
 
-/// QEMU's memory beyond the guest's RAM of `guest_bytes` (read after `from_proc`).
-pub fn overhead(pid: u32, guest_bytes: u64, readings: &mut Readings) {
-    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap_or_default();
-    if let (Some(resident), Some(guest)) = (
-        readings.memory_resident_bytes,
-        guest_ram_resident(&smaps, guest_bytes),
-    ) {
-        readings.overhead_bytes = Some(resident.saturating_sub(guest));
-    }
+/// QEMU's resident memory beyond the guest's RAM of `guest_bytes`: its resident set less
+/// the guest RAM's share, both from one read of `/proc/PID/smaps` (which walks the guest's
+/// page tables: milliseconds per GiB).
+pub fn overhead(pid: u32, guest_bytes: u64) -> Option<u64> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    let resident = total_resident(&smaps);
+    let guest = guest_ram_resident(&smaps, guest_bytes)?;
+    Some(resident.saturating_sub(guest))
+}
+
+/// The sum of every mapping's `Rss:` in an smaps text.
+fn total_resident(smaps: &str) -> u64 {
+    smaps
+        .lines()
+        .filter_map(|line| {
+            line.strip_prefix("Rss:")?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum::<u64>()
+        * 1024
 }
 
 #[cfg(test)]
@@ -286,6 +300,7 @@ mod tests {
         let smaps = "7f55c7e00000-7f55cfe00000 rw-p 00000000 00:00 0\nSize:             131072 kB\nRss:               40960 kB\n\
                      7f55d0000000-7f560ffff000 rwxp 00000000 00:00 0\nSize:            1048572 kB\nRss:                2048 kB\n";
         assert_eq!(guest_ram_resident(smaps, 128 << 20), Some(40 << 20));
+        assert_eq!(total_resident(smaps), 42 << 20);
         assert_eq!(guest_ram_resident(smaps, 256 << 20), None);
     }
 

@@ -18,6 +18,7 @@ use qemu::{Instance, RunState, RunStatus};
 use serde_json::json;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::guest_metrics::GuestMetrics;
 use super::live_migration::Outbound;
 use super::machine::mac_for;
 use super::{start_failed, Forward, QemuNode};
@@ -44,8 +45,8 @@ pub(super) struct Running {
     /// QEMU's run-state changes, until QEMU is gone.
     events: Option<watch::Receiver<RunStatus>>,
     pub(super) stop_started: Option<Instant>,
-    /// What the metrics read of this QEMU once: it does not change while it runs.
-    facts: Option<Facts>,
+    /// What its metrics keep between scrapes.
+    metrics: GuestMetrics,
 }
 
 impl Running {
@@ -54,67 +55,10 @@ impl Running {
             events: Some(instance.run_status_changes()),
             instance,
             stop_started: None,
-            facts: None,
+            metrics: GuestMetrics::default(),
         }
     }
 }
-
-/// A running QEMU's answers that stay as they are (virtplane hot-plugs no vCPUs, resizes
-/// no memory and never moves the balloon), asked once so that a scrape costs two QMP
-/// round trips per guest, not six: under TCG each waits for a busy main loop.
-#[derive(Clone, Default)]
-struct Facts {
-    /// (vCPU index, thread id).
-    vcpus: Vec<(u64, u64)>,
-    memory_domain_bytes: Option<u64>,
-    actual_balloon_bytes: Option<u64>,
-    /// Whether it has a balloon, now asked for its stats every few seconds.
-    balloon: bool,
-}
-
-impl Facts {
-    async fn read(instance: &Instance, key: &(String, String)) -> Facts {
-        let mut facts = Facts::default();
-        let qmp = &instance.qmp;
-        match qmp.execute("query-cpus-fast", None).await {
-            Ok(cpus) => {
-                facts.vcpus = cpus
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|c| Some((c["cpu-index"].as_u64()?, c["thread-id"].as_u64()?)))
-                    .collect()
-            }
-            Err(e) => tracing::debug!("query-cpus-fast of {}/{}: {e}", key.0, key.1),
-        }
-        match qmp.execute("query-memory-size-summary", None).await {
-            Ok(summary) => facts.memory_domain_bytes = summary["base-memory"].as_u64(),
-            Err(e) => tracing::debug!("query-memory-size-summary of {}/{}: {e}", key.0, key.1),
-        }
-        // The guest's balloon reports only once asked to, every few seconds from now.
-        let polling = json!({"path": balloon_path(), "property": "guest-stats-polling-interval",
-                             "value": BALLOON_STATS_SECONDS});
-        match qmp.execute("qom-set", Some(polling)).await {
-            Ok(_) => facts.balloon = true,
-            // No balloon (`autoattachMemBalloon: false`): no guest memory stats.
-            Err(e) => tracing::debug!("asking {}/{}'s balloon for stats: {e}", key.0, key.1),
-        }
-        if facts.balloon {
-            match qmp.execute("query-balloon", None).await {
-                Ok(balloon) => facts.actual_balloon_bytes = balloon["actual"].as_u64(),
-                Err(e) => tracing::debug!("query-balloon of {}/{}: {e}", key.0, key.1),
-            }
-        }
-        facts
-    }
-}
-
-fn balloon_path() -> String {
-    format!("/machine/peripheral/{}", qemu::machine::BALLOON)
-}
-
-/// How often a guest's balloon reports its memory stats once asked for them.
-const BALLOON_STATS_SECONDS: u64 = 5;
 
 /// What the hypervisor holds of a VMI's driver: its queue and its outgoing migration.
 #[derive(Clone)]
@@ -424,44 +368,7 @@ impl Driver {
         let key = self.key.clone();
         let taps = self.taps.clone();
         let entry = self.instance().await?;
-        let began = Instant::now();
-        if entry.facts.is_none() {
-            entry.facts = Some(Facts::read(&entry.instance, &key).await);
-        }
-        let facts = entry.facts.clone().unwrap_or_default();
-        let instance = &entry.instance;
-        let mut readings = Readings {
-            memory_domain_bytes: facts.memory_domain_bytes,
-            actual_balloon_bytes: facts.actual_balloon_bytes,
-            ..Readings::default()
-        };
-        crate::readings::from_proc(instance.pid, &facts.vcpus, &mut readings);
-        if let Some(guest) = readings.memory_domain_bytes {
-            crate::readings::overhead(instance.pid, guest, &mut readings);
-        }
-        if facts.balloon {
-            let stats = json!({"path": balloon_path(), "property": "guest-stats"});
-            match instance.qmp.execute("qom-get", Some(stats)).await {
-                Ok(stats) => readings.guest_memory = crate::readings::guest_memory(&stats),
-                Err(e) => tracing::debug!("balloon stats of {}/{}: {e}", key.0, key.1),
-            }
-        }
-        match instance.qmp.execute("query-blockstats", None).await {
-            Ok(stats) => readings.drives = crate::readings::drives(&stats),
-            Err(e) => tracing::debug!("query-blockstats of {}/{}: {e}", key.0, key.1),
-        }
-        // QEMU runs in the Pod's network namespace, where the taps are.
-        let dev =
-            std::fs::read_to_string(format!("/proc/{}/net/dev", instance.pid)).unwrap_or_default();
-        let devices = crate::readings::net_dev(&dev);
-        readings.interfaces = taps
-            .iter()
-            .filter_map(|(tap, name)| {
-                let (_, counters) = devices.iter().find(|(device, _)| device == tap)?;
-                Some(crate::readings::interface(name, counters))
-            })
-            .collect();
-        readings.read_seconds = began.elapsed().as_secs_f64();
+        let readings = entry.metrics.read(&entry.instance, &key, &taps).await;
         Some((key, readings))
     }
 

@@ -21,6 +21,7 @@ use crate::qemu_user::{QemuUsers, RUN_DIR};
 use crate::volume_sources::VolumeSources;
 
 mod driver;
+mod guest_metrics;
 mod live_migration;
 mod machine;
 mod pod;
