@@ -5,6 +5,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use http::HeaderMap;
 
@@ -79,6 +81,8 @@ pub struct ClientCertificateIdentity(pub UserInfo);
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenFileError {
+    #[error(transparent)]
+    Server(#[from] crate::pki::PkiError),
     #[error("cannot read token file {path}: {source}")]
     Read {
         path: PathBuf,
@@ -95,21 +99,142 @@ pub enum TokenFileError {
     },
 }
 
+/// Where bearer tokens come from: the server's own `tokens.json` (which `virtplane user
+/// add --token` extends) and kube-apiserver's `--token-auth-file`. Both are read again
+/// when they change, so a token added or removed works without a restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TokenFormat {
+    ServerJson,
+    StaticCsv,
+}
+
+/// What tells that a token file changed: it is replaced by a rename (a new inode) or
+/// written in place (a new mtime or length).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Stamp {
+    inode: u64,
+    modified: Option<std::time::SystemTime>,
+    len: u64,
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some(Stamp {
+        inode: meta.ino(),
+        modified: meta.modified().ok(),
+        len: meta.len(),
+    })
+}
+
+/// How often known tokens' files are looked at again (so a removed token stops working
+/// within this long); an unknown token looks at once.
+const RECHECK: Duration = Duration::from_secs(1);
+
 pub struct Authenticator {
-    tokens: HashMap<String, TokenUser>,
+    sources: Vec<(PathBuf, TokenFormat)>,
+    tokens: RwLock<HashMap<String, TokenUser>>,
+    /// When the sources were last looked at, and what they looked like then.
+    checked: Mutex<(Option<Instant>, Vec<Option<Stamp>>)>,
 }
 
 impl Authenticator {
+    /// A fixed set of tokens.
     pub fn new(tokens: impl IntoIterator<Item = (String, TokenUser)>) -> Self {
         Authenticator {
-            tokens: tokens.into_iter().collect(),
+            sources: Vec::new(),
+            tokens: RwLock::new(tokens.into_iter().collect()),
+            checked: Mutex::new((None, Vec::new())),
         }
     }
 
-    /// Adds the users of a kube-apiserver `--token-auth-file`; a token it repeats wins.
-    pub fn with_token_file(mut self, path: &Path) -> Result<Self, TokenFileError> {
-        self.tokens.extend(read_token_file(path)?);
+    /// The tokens of the server's `tokens.json` (see `pki::add_token`), followed.
+    pub fn with_server_tokens(self, path: &Path) -> Result<Self, TokenFileError> {
+        self.with_source(path, TokenFormat::ServerJson)
+    }
+
+    /// Adds the users of a kube-apiserver `--token-auth-file`, followed; a token it
+    /// repeats wins.
+    pub fn with_token_file(self, path: &Path) -> Result<Self, TokenFileError> {
+        self.with_source(path, TokenFormat::StaticCsv)
+    }
+
+    fn with_source(mut self, path: &Path, format: TokenFormat) -> Result<Self, TokenFileError> {
+        self.sources.push((path.to_path_buf(), format));
+        let tokens = self.load()?;
+        let stamps = self.stamps();
+        *self.tokens.get_mut().unwrap_or_else(|e| e.into_inner()) = tokens;
+        *self.checked.get_mut().unwrap_or_else(|e| e.into_inner()) = (Some(Instant::now()), stamps);
         Ok(self)
+    }
+
+    fn stamps(&self) -> Vec<Option<Stamp>> {
+        self.sources.iter().map(|(path, _)| stamp(path)).collect()
+    }
+
+    /// Every source's tokens, later sources winning.
+    fn load(&self) -> Result<HashMap<String, TokenUser>, TokenFileError> {
+        let mut tokens = HashMap::new();
+        for (path, format) in &self.sources {
+            match format {
+                TokenFormat::StaticCsv => tokens.extend(read_token_file(path)?),
+                TokenFormat::ServerJson => {
+                    tokens.extend(crate::pki::read_tokens(path)?.unwrap_or_default())
+                }
+            }
+        }
+        Ok(tokens)
+    }
+
+    /// Reads the sources again if they changed since they were last looked at (at most
+    /// once per `RECHECK` unless `now`). A source that cannot be read keeps the tokens
+    /// as they were, with a warning.
+    fn refresh(&self, now: bool) {
+        if self.sources.is_empty() {
+            return;
+        }
+        let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        if !now && checked.0.is_some_and(|at| at.elapsed() < RECHECK) {
+            return;
+        }
+        checked.0 = Some(Instant::now());
+        let stamps = self.stamps();
+        if stamps == checked.1 {
+            return;
+        }
+        match self.load() {
+            Ok(tokens) => {
+                *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = tokens;
+                checked.1 = stamps;
+            }
+            Err(e) => tracing::warn!("bearer tokens not reloaded, the ones read before stay: {e}"),
+        }
+    }
+
+    fn token_user(&self, token: &str) -> Option<TokenUser> {
+        self.tokens
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(token)
+            .cloned()
+    }
+
+    /// The user of a bearer token.
+    pub fn user_of_token(&self, token: &str) -> Option<UserInfo> {
+        self.refresh(false);
+        let user = self.token_user(token).or_else(|| {
+            self.refresh(true);
+            self.token_user(token)
+        })?;
+        Some(
+            UserInfo {
+                name: user.user,
+                uid: user.uid.unwrap_or_default(),
+                groups: user.groups,
+                extra: BTreeMap::new(),
+            }
+            .authenticated(),
+        )
     }
 
     /// The user behind a request.
@@ -133,16 +258,8 @@ impl Authenticator {
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim)
             .filter(|t| !t.is_empty());
-        match token.and_then(|t| self.tokens.get(t)) {
-            Some(user) => Authentication::User(
-                UserInfo {
-                    name: user.user.clone(),
-                    uid: user.uid.clone().unwrap_or_default(),
-                    groups: user.groups.clone(),
-                    extra: BTreeMap::new(),
-                }
-                .authenticated(),
-            ),
+        match token.and_then(|t| self.user_of_token(t)) {
+            Some(user) => Authentication::User(user),
             None => Authentication::Failed,
         }
     }

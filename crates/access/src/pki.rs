@@ -75,6 +75,59 @@ fn read(path: &Path) -> Result<Option<String>, PkiError> {
     }
 }
 
+/// Where the server's own bearer tokens are kept in a PKI dir.
+pub fn tokens_path(dir: &Path) -> PathBuf {
+    dir.join("tokens.json")
+}
+
+/// The bearer tokens of a `tokens.json` (token → user), `None` when there is none yet.
+pub fn read_tokens(path: &Path) -> Result<Option<BTreeMap<String, TokenUser>>, PkiError> {
+    let Some(text) = read(path)? else {
+        return Ok(None);
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| PkiError::Corrupt {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
+}
+
+/// Issues a new bearer token for `user` in `groups` and keeps it in the PKI dir's
+/// `tokens.json`, which a running server reads again when it changes. Writers take an
+/// exclusive lock on `tokens.lock`, so two at once cannot lose each other's token.
+pub fn add_token(dir: &Path, user: &str, groups: &[String]) -> Result<String, PkiError> {
+    let io_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| PkiError::Io { path, source }
+    };
+    let lock_path = dir.join("tokens.lock");
+    let lock = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(io_err(&lock_path))?;
+    lock.lock().map_err(io_err(&lock_path))?;
+    let path = tokens_path(dir);
+    let mut tokens = read_tokens(&path)?.ok_or_else(|| PkiError::Corrupt {
+        path: path.clone(),
+        message: "missing: start the server once to create it".into(),
+    })?;
+    let token = random_token();
+    tokens.insert(
+        token.clone(),
+        TokenUser {
+            user: user.to_string(),
+            uid: None,
+            groups: groups.to_vec(),
+        },
+    );
+    let text = serde_json::to_string_pretty(&tokens).unwrap_or_default();
+    write_private(&path, &text)?;
+    Ok(token)
+}
+
 /// Writes a file readable by its owner only: it holds private keys or tokens.
 pub fn write_private(path: &Path, contents: &str) -> Result<(), PkiError> {
     use std::os::unix::fs::OpenOptionsExt;
@@ -179,12 +232,9 @@ impl Pki {
             }
         };
 
-        let tokens_path = dir.join("tokens.json");
-        let tokens: BTreeMap<String, TokenUser> = match read(&tokens_path)? {
-            Some(text) => serde_json::from_str(&text).map_err(|e| PkiError::Corrupt {
-                path: tokens_path.clone(),
-                message: e.to_string(),
-            })?,
+        let tokens_path = tokens_path(dir);
+        let tokens: BTreeMap<String, TokenUser> = match read_tokens(&tokens_path)? {
+            Some(tokens) => tokens,
             None => {
                 let mut tokens = BTreeMap::new();
                 tokens.insert(

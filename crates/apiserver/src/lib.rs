@@ -39,6 +39,7 @@ pub mod tls;
 pub mod upload;
 mod version;
 pub mod watch;
+mod web_console;
 
 /// The private body decoders, for the fuzz targets in `fuzz/` only.
 #[doc(hidden)]
@@ -488,7 +489,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
                 name: "RBAC authorizer".into(),
                 status: Box::new(status),
             })?;
-    let mut authenticator = access::authn::Authenticator::new(pki.tokens.clone());
+    let mut authenticator = access::authn::Authenticator::new([])
+        .with_server_tokens(&access::pki::tokens_path(&pki.dir))?;
     if let Some(path) = &config.token_auth_file {
         authenticator = authenticator.with_token_file(path)?;
     }
@@ -513,6 +515,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, ServerError> {
         limits: limits::Limits::new(&config.limits),
         audit: auditor,
         metrics: server_metrics,
+        sessions: web_console::Sessions::default(),
     });
     let kubeconfig_servers = match config.kubeconfig_servers.as_slice() {
         [] => vec![url.clone()],

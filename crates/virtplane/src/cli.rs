@@ -50,7 +50,8 @@ pub enum Command {
 #[derive(Subcommand)]
 pub enum UserAction {
     /// Issue a client certificate signed by the cluster CA (CN = NAME, O = each --group),
-    /// write DATA_DIR/users/NAME.kubeconfig and print its path; with --role, also bind
+    /// write DATA_DIR/users/NAME.kubeconfig and print its path (with --token: a bearer
+    /// token instead, for the web console or any client, printed alone); with --role, also bind
     /// that ClusterRole to the user (in --namespace, else cluster-wide) through the API
     /// with DATA_DIR/admin.kubeconfig, so the server must be running.
     Add {
@@ -64,6 +65,10 @@ pub enum UserAction {
         /// A ClusterRole to bind: edit, admin, view, kubevirt.io:edit, ...
         #[arg(long)]
         role: Option<String>,
+        /// Issue a bearer token (kept in DATA_DIR/pki/tokens.json; a running server takes
+        /// it at once) instead of a client certificate, and print it.
+        #[arg(long)]
+        token: bool,
         /// The server's data dir, whose CA signs the certificate.
         #[arg(long, default_value = "./virtplane-data")]
         data_dir: PathBuf,

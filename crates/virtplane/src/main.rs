@@ -54,6 +54,7 @@ fn main() -> ExitCode {
                     groups,
                     namespace,
                     role,
+                    token,
                     data_dir,
                 },
         } => user::add(user::AddUser {
@@ -61,6 +62,7 @@ fn main() -> ExitCode {
             groups,
             namespace,
             role,
+            token,
             data_dir,
         }),
     };

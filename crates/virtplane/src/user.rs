@@ -1,6 +1,6 @@
 //! `virtplane user add`: a client certificate signed by the cluster CA (CN = user,
-//! O = groups) in a kubeconfig of its own, and optionally a binding of a role to it,
-//! made through the API with the admin kubeconfig.
+//! O = groups) in a kubeconfig of its own, or a bearer token (`--token`), and optionally
+//! a binding of a role to it, made through the API with the admin kubeconfig.
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +16,8 @@ pub struct AddUser {
     pub groups: Vec<String>,
     pub namespace: Option<String>,
     pub role: Option<String>,
+    /// A bearer token instead of a client certificate.
+    pub token: bool,
     pub data_dir: PathBuf,
 }
 
@@ -55,6 +57,15 @@ pub fn add(user: AddUser) -> anyhow::Result<()> {
     check_name(&user.name)?;
     if user.namespace.is_some() && user.role.is_none() {
         bail!("--namespace says where to bind --role; give --role too");
+    }
+    if user.token {
+        let token = access::pki::add_token(&user.data_dir.join("pki"), &user.name, &user.groups)
+            .with_context(|| format!("data dir {}", user.data_dir.display()))?;
+        println!("{token}");
+        if let Some(role) = &user.role {
+            bind(&user, role)?;
+        }
+        return Ok(());
     }
     let pki = Pki::load_ca(&user.data_dir.join("pki"))
         .with_context(|| format!("data dir {}", user.data_dir.display()))?;

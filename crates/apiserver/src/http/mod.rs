@@ -59,6 +59,8 @@ pub struct ApiServer {
     pub audit: Option<crate::audit::Auditor>,
     /// What `/metrics` answers.
     pub metrics: Arc<crate::metrics::ServerMetrics>,
+    /// The web console's signed-in browsers.
+    pub sessions: crate::web_console::Sessions,
 }
 
 pub fn router(server: Arc<ApiServer>) -> Router {
@@ -158,6 +160,12 @@ impl ApiServer {
         if let Some(endpoint) = crate::upload::Endpoint::of_path(parts.uri.path()) {
             return Ok(self.uploads.serve(endpoint, parts, body).await);
         }
+        // The web console's page, files and sign-in (its API calls come below, as any).
+        if crate::web_console::is_console_request(&parts) {
+            return Ok(
+                crate::web_console::serve(&self.sessions, &self.authenticator, parts, body).await,
+            );
+        }
         let registry = &self.registry;
         let target = request::parse_path(parts.uri.path(), |g, v, p| {
             if routes::namespaced_route(g, p) {
@@ -174,7 +182,11 @@ impl ApiServer {
         // Requests without credentials are anonymous only where kube-apiserver's
         // anonymous authenticator would be configured to let them in (health, version).
         let certificate = parts.extensions.get::<ClientCertificateIdentity>();
-        let user = match self.authenticator.authenticate(&parts.headers, certificate) {
+        let proven = match self.sessions.authenticate(&parts, &self.authenticator) {
+            Some(session) => Authentication::User(session?),
+            None => self.authenticator.authenticate(&parts.headers, certificate),
+        };
+        let user = match proven {
             Authentication::User(user) => Some(user),
             Authentication::None if matches!(target, Some(Target::Health(_) | Target::Version)) => {
                 Some(UserInfo::anonymous())
