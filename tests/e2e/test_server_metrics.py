@@ -71,3 +71,21 @@ def test_store_watches_controllers_and_the_lease_are_measured(server):
     addresses = samples(text, "kubevirt_vmi_status_addresses")
     for ip in ips:
         assert any(f'address="{ip}"' in k and 'name="measured"' in k for k in addresses), (ip, addresses)
+
+
+def test_what_each_vm_asks_for_is_measured(server):
+    vm = vm_manifest("sized")
+    domain = vm["spec"]["template"]["spec"]["domain"]
+    domain["cpu"] = {"cores": 2, "sockets": 1, "threads": 1}
+    domain["memory"] = {"guest": "128Mi"}
+    domain["resources"] = {"requests": {"memory": "200Mi", "cpu": "500m"}, "limits": {"cpu": "2"}}
+    server.kubectl("apply", "-f", str(server.write("sized.yaml", vm))).ok()
+    text = server.raw("GET", "/metrics").text
+    who = 'name="sized",namespace="default"'
+    requests = samples(text, "kubevirt_vm_resource_requests")
+    assert requests.get(f'{{{who},resource="memory",unit="bytes",source="guest"}}') == 128 * 2**20, requests
+    assert requests.get(f'{{{who},resource="cpu",unit="cores",source="domain"}}') == 2, requests
+    assert requests.get(f'{{{who},resource="memory",unit="bytes",source="requests"}}') == 200 * 2**20, requests
+    assert requests.get(f'{{{who},resource="cpu",unit="cores",source="requests"}}') == 0.5, requests
+    limits = samples(text, "kubevirt_vm_resource_limits")
+    assert limits == {f'{{{who},resource="cpu",unit="cores"}}': 2}, limits

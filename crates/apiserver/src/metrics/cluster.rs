@@ -169,6 +169,69 @@ impl Nics {
     }
 }
 
+/// What each VM's template asks for, as virt-controller reports it: the guest's memory
+/// and CPU topology (`source` "guest" and "domain"), the template's resource requests
+/// (`source` "requests") and limits.
+#[derive(Default)]
+struct VmResources {
+    requests: Family<Vec<(String, String)>, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    limits: Family<Vec<(String, String)>, Gauge<f64, std::sync::atomic::AtomicU64>>,
+}
+
+impl VmResources {
+    fn add(&self, vm: &Value) {
+        use kubevirt_api::quantity::Quantity;
+        let domain = "/spec/template/spec/domain";
+        let series = |resource: &str, unit: &str, source: &str| {
+            labels(&[
+                ("name", text(vm, "/metadata/name").to_string()),
+                ("namespace", text(vm, "/metadata/namespace").to_string()),
+                ("resource", resource.to_string()),
+                ("unit", unit.to_string()),
+                ("source", source.to_string()),
+            ])
+        };
+        let quantity = |pointer: &str| vm.pointer(pointer).and_then(Quantity::from_json);
+        if let Some(guest) = quantity(&format!("{domain}/memory/guest")) {
+            self.requests
+                .get_or_create(&series("memory", "bytes", "guest"))
+                .set(guest.value() as f64);
+        }
+        for unit in ["cores", "sockets", "threads"] {
+            if let Some(count) = vm
+                .pointer(&format!("{domain}/cpu/{unit}"))
+                .and_then(Value::as_u64)
+            {
+                self.requests
+                    .get_or_create(&series("cpu", unit, "domain"))
+                    .set(count as f64);
+            }
+        }
+        // Limits carry no `source`: they come from the template's resources alone.
+        let limit = |resource: &str, unit: &str| {
+            let mut labels = series(resource, unit, "");
+            labels.retain(|(key, _)| key != "source");
+            labels
+        };
+        for (kind, family) in [("requests", &self.requests), ("limits", &self.limits)] {
+            let labels = |resource: &str, unit: &str| match kind {
+                "requests" => series(resource, unit, "requests"),
+                _ => limit(resource, unit),
+            };
+            if let Some(memory) = quantity(&format!("{domain}/resources/{kind}/memory")) {
+                family
+                    .get_or_create(&labels("memory", "bytes"))
+                    .set(memory.value() as f64);
+            }
+            if let Some(cpu) = quantity(&format!("{domain}/resources/{kind}/cpu")) {
+                family
+                    .get_or_create(&labels("cpu", "cores"))
+                    .set(cpu.milli_value() as f64 / 1000.0);
+            }
+        }
+    }
+}
+
 /// KubeVirt's virt-controller series: `kubevirt_vmi_info`, `kubevirt_vm_info`, and the
 /// migrations' results, times and counts by phase.
 pub(super) async fn kubevirt_series(registry: &Registry, out: &mut Metrics) {
@@ -275,7 +338,9 @@ pub(super) async fn kubevirt_series(registry: &Registry, out: &mut Metrics) {
     );
 
     let vm_info = Family::<Vec<(String, String)>, Gauge>::default();
+    let resources = VmResources::default();
     for vm in stored(registry, &Registry::resource_prefix(&VIRTUAL_MACHINE)).await {
+        resources.add(&vm);
         let annotations = "/spec/template/metadata/annotations";
         let status = text(&vm, "/status/printableStatus").to_lowercase();
         let group = match status.as_str() {
@@ -319,6 +384,16 @@ pub(super) async fn kubevirt_series(registry: &Registry, out: &mut Metrics) {
         "kubevirt_vm_info",
         "Information about Virtual Machines",
         vm_info,
+    );
+    out.register(
+        "kubevirt_vm_resource_requests",
+        "Resources requested by Virtual Machine",
+        resources.requests,
+    );
+    out.register(
+        "kubevirt_vm_resource_limits",
+        "Resources limit by Virtual Machine",
+        resources.limits,
     );
 
     const BUCKETS: [&str; 4] = ["pending", "scheduling", "running", "unset"];
