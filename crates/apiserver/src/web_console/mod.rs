@@ -180,7 +180,7 @@ fn static_file(parts: &Parts) -> Response {
         return with_security_headers(response);
     }
     let (asset, immutable) = match assets::find(path) {
-        Some(asset) if path != "index.html" => (asset, path.starts_with("assets/")),
+        Some(asset) if path != "index.html" => (asset, content_hashed(path)),
         _ if path.starts_with("assets/") => {
             return status_response(&Status::failure(
                 404,
@@ -224,7 +224,7 @@ fn static_file(parts: &Parts) -> Response {
     if gzip_ok {
         headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
     }
-    // File names under assets/ carry a hash of their content; index.html names them.
+    // A file whose name carries a hash of its content never changes; index.html names them.
     headers.insert(
         header::CACHE_CONTROL,
         HeaderValue::from_static(if immutable {
@@ -234,6 +234,18 @@ fn static_file(parts: &Parts) -> Response {
         }),
     );
     with_security_headers(response)
+}
+
+/// Whether a file's name carries the bundler's hash of its content (`app-T4V4ZZ23.js`).
+fn content_hashed(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let stem = name.split('.').next().unwrap_or(name);
+    stem.rsplit_once('-').is_some_and(|(_, hash)| {
+        hash.len() == 8
+            && hash
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+    })
 }
 
 fn with_security_headers(mut response: Response) -> Response {
@@ -256,4 +268,39 @@ fn with_security_headers(mut response: Response) -> Response {
         HeaderValue::from_static("no-referrer"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_files_named_by_their_content_are_kept_forever() {
+        assert!(content_hashed("assets/app-T4V4ZZ23.js"));
+        assert!(content_hashed("assets/app-53ZRKHSW.css.LEGAL.txt"));
+        assert!(!content_hashed("assets/favicon.svg"));
+        assert!(!content_hashed("index.html"));
+        assert!(!content_hashed("assets/my-file.js"));
+    }
+
+    #[test]
+    fn browsers_asking_for_the_root_go_to_the_console_and_api_clients_do_not() {
+        let parts = |path: &str, accept: &str| {
+            http::Request::builder()
+                .uri(path)
+                .header("accept", accept)
+                .body(())
+                .expect("request")
+                .into_parts()
+                .0
+        };
+        assert!(is_console_request(&parts(
+            "/",
+            "text/html,application/xhtml+xml"
+        )));
+        assert!(!is_console_request(&parts("/", "application/json")));
+        assert!(is_console_request(&parts("/ui/vms/default/x", "*/*")));
+        assert!(!is_console_request(&parts("/uix", "text/html")));
+        assert!(!is_console_request(&parts("/api/v1/pods", "text/html")));
+    }
 }

@@ -1,0 +1,86 @@
+// Every migration in scope, live.
+import { PageSection, Title, Toolbar, ToolbarContent, ToolbarItem } from '@patternfly/react-core';
+import { Table, Tbody, Td, Th, Thead, Tr } from '@patternfly/react-table';
+import { useMemo } from 'react';
+import { paths } from '../api/paths';
+import { formatTime } from '../api/time';
+import type { VirtualMachineInstanceMigration } from '../api/types';
+import { href, Link } from '../app/router';
+import { ErrorAlert } from '../components/ErrorAlert';
+import { EmptyRow, LoadingRow } from '../components/ListState';
+import { NamespaceSelect } from '../components/NamespaceSelect';
+import { StatusLabel } from '../components/StatusLabel';
+import { useScopedList } from '../state/scoped';
+import { migrationTimes } from './migrationState';
+
+export function MigrationsPage() {
+  const migrations = useScopedList<VirtualMachineInstanceMigration>(paths.vmims);
+  const rows = useMemo(
+    () =>
+      [...migrations.items.values()].sort((a, b) =>
+        (a.metadata.creationTimestamp ?? '') < (b.metadata.creationTimestamp ?? '') ? 1 : -1,
+      ),
+    [migrations.items],
+  );
+  return (
+    <>
+      <PageSection>
+        <Title headingLevel="h1">Migrations</Title>
+      </PageSection>
+      <PageSection>
+        <Toolbar>
+          <ToolbarContent>
+            <ToolbarItem>
+              <NamespaceSelect />
+            </ToolbarItem>
+          </ToolbarContent>
+        </Toolbar>
+        {migrations.fatal ? <ErrorAlert error={migrations.error} title="Cannot list migrations" /> : null}
+        <Table aria-label="Migrations" isStickyHeader gridBreakPoint="grid-md" variant="compact">
+          <Thead>
+            <Tr>
+              <Th>Name</Th>
+              <Th>Namespace</Th>
+              <Th>VMI</Th>
+              <Th>Phase</Th>
+              <Th>Source node</Th>
+              <Th>Target node</Th>
+              <Th>Started</Th>
+              <Th>Ended</Th>
+            </Tr>
+          </Thead>
+          <Tbody>
+            {!migrations.loaded ? (
+              <LoadingRow colSpan={8} />
+            ) : rows.length === 0 ? (
+              <EmptyRow colSpan={8} title="No migrations" />
+            ) : (
+              rows.map((m) => {
+                const ns = m.metadata.namespace ?? '';
+                const state = m.status?.migrationState;
+                const t = migrationTimes(m);
+                const phase = m.status?.phase || 'Pending';
+                return (
+                  <Tr key={`${ns}/${m.metadata.name}`}>
+                    <Td dataLabel="Name">{m.metadata.name}</Td>
+                    <Td dataLabel="Namespace">{ns}</Td>
+                    <Td dataLabel="VMI">
+                      <Link to={href.vm(ns, m.spec.vmiName, 'migrations')}>{m.spec.vmiName}</Link>
+                    </Td>
+                    <Td dataLabel="Phase">
+                      <StatusLabel status={phase} />
+                    </Td>
+                    <Td dataLabel="Source node">{state?.sourceNode ?? '—'}</Td>
+                    <Td dataLabel="Target node">{state?.targetNode ?? '—'}</Td>
+                    <Td dataLabel="Started">{formatTime(t.started)}</Td>
+                    <Td dataLabel="Ended">{formatTime(t.ended)}</Td>
+                  </Tr>
+                );
+              })
+            )}
+          </Tbody>
+        </Table>
+      </PageSection>
+    </>
+  );
+}

@@ -1,0 +1,2 @@
+// Side-effect stylesheet imports are bundled by esbuild.
+declare module '*.css';

@@ -1,0 +1,79 @@
+// The migrations of this VM's instance, with progress for the one under way.
+import { Table, Tbody, Td, Th, Thead, Tr } from '@patternfly/react-table';
+import { formatTime } from '../../api/time';
+import type { VirtualMachineInstance, VirtualMachineInstanceMigration } from '../../api/types';
+import { ProgressCell } from '../../components/ProgressCell';
+import { StatusLabel } from '../../components/StatusLabel';
+import { migrationTimes } from '../../migrations/migrationState';
+import { isMigrationActive, migrationProgress } from '../vmState';
+
+export function MigrationsTab({
+  vmi,
+  name,
+  migrations,
+}: {
+  vmi?: VirtualMachineInstance;
+  name: string;
+  migrations: VirtualMachineInstanceMigration[];
+}) {
+  const mine = migrations
+    .filter((m) => m.spec.vmiName === name)
+    .sort((a, b) => ((a.metadata.creationTimestamp ?? '') < (b.metadata.creationTimestamp ?? '') ? 1 : -1));
+  const vmiState = vmi?.status?.migrationState;
+  return (
+    <Table aria-label="Migrations" variant="compact" gridBreakPoint="grid-md">
+      <Thead>
+        <Tr>
+          <Th>Name</Th>
+          <Th>Phase</Th>
+          <Th>Progress</Th>
+          <Th>Source node</Th>
+          <Th>Target node</Th>
+          <Th>Started</Th>
+          <Th>Ended</Th>
+        </Tr>
+      </Thead>
+      <Tbody>
+        {mine.length === 0 ? (
+          <Tr>
+            <Td colSpan={7}>This virtual machine has not been migrated.</Td>
+          </Tr>
+        ) : (
+          mine.map((m) => {
+            const phase = m.status?.phase || 'Pending';
+            // The VMI's migrationState describes its latest migration only.
+            const state =
+              vmiState && vmiState.migrationUid === m.metadata.uid ? vmiState : m.status?.migrationState;
+            const pct = isMigrationActive(m) ? migrationProgress(state) : phase === 'Succeeded' ? 100 : undefined;
+            const t = migrationTimes(m, state);
+            return (
+              <Tr key={m.metadata.uid ?? m.metadata.name}>
+                <Td dataLabel="Name">{m.metadata.name}</Td>
+                <Td dataLabel="Phase">
+                  <StatusLabel status={phase} />
+                  {phase === 'Failed' && state?.failureReason ? <div>{state.failureReason}</div> : null}
+                </Td>
+                <Td dataLabel="Progress">
+                  {pct !== undefined ? (
+                    <ProgressCell
+                      value={pct}
+                      label={`Progress of migration ${m.metadata.name}`}
+                      done={phase === 'Succeeded'}
+                      failed={phase === 'Failed'}
+                    />
+                  ) : (
+                    phase
+                  )}
+                </Td>
+                <Td dataLabel="Source node">{state?.sourceNode ?? '—'}</Td>
+                <Td dataLabel="Target node">{state?.targetNode ?? '—'}</Td>
+                <Td dataLabel="Started">{formatTime(t.started)}</Td>
+                <Td dataLabel="Ended">{formatTime(t.ended)}</Td>
+              </Tr>
+            );
+          })
+        )}
+      </Tbody>
+    </Table>
+  );
+}
