@@ -389,6 +389,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tokens_added_or_removed_while_the_server_runs_count_at_once() {
+        let dir =
+            std::env::temp_dir().join(format!("virtplane-token-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = crate::pki::tokens_path(&dir);
+        std::fs::write(&path, "{}").unwrap();
+        let authenticator = Authenticator::new([]).with_server_tokens(&path).unwrap();
+        let token = crate::pki::add_token(&dir, "alice", &["devs".to_string()]).unwrap();
+        // An unknown token makes the authenticator look again at once.
+        let alice = authenticator
+            .user_of_token(&token)
+            .expect("a token added now");
+        assert_eq!(alice.name, "alice");
+        assert!(alice.in_group("devs") && alice.in_group(AUTHENTICATED_GROUP));
+        std::fs::write(&path, "{}").unwrap();
+        std::thread::sleep(RECHECK + Duration::from_millis(50));
+        assert_eq!(authenticator.user_of_token(&token), None, "a token removed");
+        // A damaged file keeps the tokens read before it.
+        let token = crate::pki::add_token(&dir, "bob", &[]).unwrap();
+        assert!(authenticator.user_of_token(&token).is_some());
+        std::fs::write(&path, "{not json").unwrap();
+        std::thread::sleep(RECHECK + Duration::from_millis(50));
+        assert!(authenticator.user_of_token(&token).is_some());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn token_file_as_kube_apiserver_reads_it() {
         let dir = std::env::temp_dir().join(format!("virtplane-tokens-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
