@@ -75,7 +75,7 @@ describe('watchOnce', () => {
 });
 
 describe('listAll', () => {
-  it('follows continue tokens with limit=500', async () => {
+  it('shows a first page of 500, then follows continue tokens with pages of 10000', async () => {
     const pages = [
       { metadata: { continue: 'c1', resourceVersion: '10' }, items: [obj('a', '1')] },
       { metadata: { resourceVersion: '11' }, items: [obj('b', '2')] },
@@ -94,7 +94,7 @@ describe('listAll', () => {
     expect(r.resourceVersion).toBe('11');
     expect(calls).toEqual([
       '/apis/kubevirt.io/v1/virtualmachines?limit=500',
-      '/apis/kubevirt.io/v1/virtualmachines?limit=500&continue=c1',
+      '/apis/kubevirt.io/v1/virtualmachines?limit=10000&continue=c1',
     ]);
     expect(seen).toEqual([1]);
   });

@@ -188,6 +188,7 @@ impl Virtplane {
         }
     }
 
+    #[allow(dead_code)] // web_console keeps to `default`
     pub async fn create_namespace(&self, name: &str) -> Result<()> {
         let r = self
             .client
