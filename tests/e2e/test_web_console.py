@@ -87,6 +87,9 @@ def cluster(registry):
             node_b.kill()
         node_log.close()
         srv.stop()
+        # QEMU outlives its node agent by design (a restarted agent adopts it): a test that
+        # failed half-way leaves its guests running, so they go with the work dir.
+        subprocess.run(["pkill", "-f", f"qemu-system.*{work}"], check=False)
         shutil.rmtree(work, ignore_errors=True)
 
 
