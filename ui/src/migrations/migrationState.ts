@@ -12,3 +12,9 @@ export function migrationTimes(
     ended: state?.endTimestamp ?? at('Succeeded') ?? at('Failed'),
   };
 }
+
+/** Orders migrations newest first (by creation time). */
+export function newestFirst(a: VirtualMachineInstanceMigration, b: VirtualMachineInstanceMigration): number {
+  const at = (m: VirtualMachineInstanceMigration) => m.metadata.creationTimestamp ?? '';
+  return at(a) < at(b) ? 1 : at(a) > at(b) ? -1 : 0;
+}

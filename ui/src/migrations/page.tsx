@@ -3,7 +3,6 @@ import { PageSection, Title, Toolbar, ToolbarContent, ToolbarItem } from '@patte
 import { Table, Tbody, Td, Th, Thead, Tr } from '@patternfly/react-table';
 import { useMemo } from 'react';
 import { paths } from '../api/paths';
-import { formatTime } from '../api/time';
 import type { VirtualMachineInstanceMigration } from '../api/types';
 import { href, Link } from '../app/router';
 import { ErrorAlert } from '../components/ErrorAlert';
@@ -11,15 +10,14 @@ import { EmptyRow, LoadingRow } from '../components/ListState';
 import { NamespaceSelect } from '../components/NamespaceSelect';
 import { StatusLabel } from '../components/StatusLabel';
 import { useScopedList } from '../state/scoped';
-import { migrationTimes } from './migrationState';
+import { MigrationRouteCells } from './MigrationRouteCells';
+import { newestFirst } from './migrationState';
 
 export function MigrationsPage() {
   const migrations = useScopedList<VirtualMachineInstanceMigration>(paths.vmims);
   const rows = useMemo(
     () =>
-      [...migrations.items.values()].sort((a, b) =>
-        (a.metadata.creationTimestamp ?? '') < (b.metadata.creationTimestamp ?? '') ? 1 : -1,
-      ),
+      [...migrations.items.values()].sort(newestFirst),
     [migrations.items],
   );
   return (
@@ -58,7 +56,6 @@ export function MigrationsPage() {
               rows.map((m) => {
                 const ns = m.metadata.namespace ?? '';
                 const state = m.status?.migrationState;
-                const t = migrationTimes(m);
                 const phase = m.status?.phase || 'Pending';
                 return (
                   <Tr key={`${ns}/${m.metadata.name}`}>
@@ -70,10 +67,7 @@ export function MigrationsPage() {
                     <Td dataLabel="Phase">
                       <StatusLabel status={phase} />
                     </Td>
-                    <Td dataLabel="Source node">{state?.sourceNode ?? '—'}</Td>
-                    <Td dataLabel="Target node">{state?.targetNode ?? '—'}</Td>
-                    <Td dataLabel="Started">{formatTime(t.started)}</Td>
-                    <Td dataLabel="Ended">{formatTime(t.ended)}</Td>
+                    <MigrationRouteCells migration={m} state={state} />
                   </Tr>
                 );
               })

@@ -118,7 +118,8 @@ impl GuestMetrics {
                 let last = stats["last-update"].as_u64().unwrap_or(0);
                 self.balloon = (last > 0).then(|| BalloonStats {
                     memory: memory.clone(),
-                    next_report: last + BALLOON_STATS_SECONDS,
+                    // QEMU's number: saturating, so a wild one cannot overflow.
+                    next_report: last.saturating_add(BALLOON_STATS_SECONDS),
                 });
                 memory
             }
@@ -144,6 +145,10 @@ impl GuestMetrics {
         let kept = self.overhead.clone();
         let reading = tokio::task::spawn_blocking(move || {
             let bytes = crate::readings::overhead(pid, guest_bytes);
+            if bytes.is_none() {
+                // QEMU gone, or no mapping of the guest's size: the last reading stays.
+                tracing::debug!("no memory overhead read from /proc/{pid}/smaps");
+            }
             let mut kept = kept.lock().unwrap_or_else(|e| e.into_inner());
             *kept = Overhead {
                 bytes: bytes.or(kept.bytes),

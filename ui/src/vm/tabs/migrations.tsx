@@ -1,10 +1,10 @@
 // The migrations of this VM's instance, with progress for the one under way.
 import { Table, Tbody, Td, Th, Thead, Tr } from '@patternfly/react-table';
-import { formatTime } from '../../api/time';
 import type { VirtualMachineInstance, VirtualMachineInstanceMigration } from '../../api/types';
 import { ProgressCell } from '../../components/ProgressCell';
 import { StatusLabel } from '../../components/StatusLabel';
-import { migrationTimes } from '../../migrations/migrationState';
+import { MigrationRouteCells } from '../../migrations/MigrationRouteCells';
+import { newestFirst } from '../../migrations/migrationState';
 import { isMigrationActive, migrationProgress } from '../vmState';
 
 export function MigrationsTab({
@@ -18,7 +18,7 @@ export function MigrationsTab({
 }) {
   const mine = migrations
     .filter((m) => m.spec.vmiName === name)
-    .sort((a, b) => ((a.metadata.creationTimestamp ?? '') < (b.metadata.creationTimestamp ?? '') ? 1 : -1));
+    .sort(newestFirst);
   const vmiState = vmi?.status?.migrationState;
   return (
     <Table aria-label="Migrations" variant="compact" gridBreakPoint="grid-md">
@@ -45,7 +45,6 @@ export function MigrationsTab({
             const state =
               vmiState && vmiState.migrationUid === m.metadata.uid ? vmiState : m.status?.migrationState;
             const pct = isMigrationActive(m) ? migrationProgress(state) : phase === 'Succeeded' ? 100 : undefined;
-            const t = migrationTimes(m, state);
             return (
               <Tr key={m.metadata.uid ?? m.metadata.name}>
                 <Td dataLabel="Name">{m.metadata.name}</Td>
@@ -65,10 +64,7 @@ export function MigrationsTab({
                     phase
                   )}
                 </Td>
-                <Td dataLabel="Source node">{state?.sourceNode ?? '—'}</Td>
-                <Td dataLabel="Target node">{state?.targetNode ?? '—'}</Td>
-                <Td dataLabel="Started">{formatTime(t.started)}</Td>
-                <Td dataLabel="Ended">{formatTime(t.ended)}</Td>
+                <MigrationRouteCells migration={m} state={state} />
               </Tr>
             );
           })
