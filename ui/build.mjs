@@ -94,7 +94,11 @@ const result = await esbuild.build({
   // es2020 that we target (Chrome/Edge 89+, Firefox 89+, Safari 15+) runs that.
   supported: { 'top-level-await': true },
   outdir: assets,
+  // xterm.js, noVNC and uPlot load when a console or chart first opens (dynamic imports):
+  // the VM list starts with half the script to compile.
+  splitting: true,
   entryNames: 'app-[hash]',
+  chunkNames: 'chunk-[hash]',
   assetNames: '[name]-[hash]',
   publicPath: '/ui/assets',
   loader: { '.woff2': 'file', '.woff': 'file', '.svg': 'file', '.png': 'file', '.jpg': 'file' },
@@ -109,6 +113,9 @@ const outputs = Object.keys(result.metafile.outputs).map((p) => join(root, p));
 const js = outputs.find((p) => /app-[^/]+\.js$/.test(p));
 const css = outputs.find((p) => /app-[^/]+\.css$/.test(p));
 if (!js || !css) throw new Error(`esbuild produced no app js/css: ${outputs.join(', ')}`);
+// A lazily loaded chunk's CSS would never be loaded: every style must come with the app.
+const chunkCss = outputs.filter((p) => p.endsWith('.css') && p !== css);
+if (chunkCss.length) throw new Error(`CSS imported only by a lazily loaded module: ${chunkCss.join(', ')}`);
 const url = (p) => '/ui/' + relative(dist, p).split('\\').join('/');
 
 const html = `<!doctype html>

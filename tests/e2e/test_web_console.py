@@ -3,8 +3,10 @@ server whose local QEMU node and a second QEMU node (`node-b`) run real guests.
 
 As an admin: sign in with a token from `virtplane user add --token`, create a VM from the
 form, see it Running, type into its serial console and read the guest's answer, see the VNC
-screen draw, migrate it to the other node and watch the migration reach Succeeded, stop it
-and delete it. As a view-only user: actions are disabled and a forged call is refused by
+screen draw, migrate it to the other node and watch the migration's progress bar move and
+reach Succeeded (the guest holds 24 MB of random data and migrations are held to 8 MiB/s,
+so that the move lasts seconds even under TCG), stop it
+and delete it; upload a disk image into a new DataVolume. As a view-only user: actions are disabled and a forged call is refused by
 the server. A wrong token is refused. Screenshots of each step are kept in
 $VIRTPLANE_ARTIFACTS (default target/ui-artifacts) as the test's artifacts.
 
@@ -215,6 +217,9 @@ def test_an_admin_runs_a_vm_from_the_browser(cluster, browser, registry):
             break
         assert time.monotonic() < deadline, f"no answer on the serial console: {serial.inner_text()[-1500:]!r}"
     steps.shot("serial-console")
+    # Memory that is not zero, for the migration below to move.
+    page.keyboard.type("head -c 24000000 /dev/urandom > /tmp/fill && echo filled-$((2*21))\n")
+    expect_text(page, serial, r"filled-42", 60, steps, "fill")
 
     # The VNC screen draws (noVNC's canvas is not one flat colour).
     page.get_by_role("tab", name="VNC").click()
@@ -234,14 +239,35 @@ def test_an_admin_runs_a_vm_from_the_browser(cluster, browser, registry):
     assert page.get_by_role("button", name="Send Ctrl-Alt-Del").is_enabled()
     steps.shot("vnc")
 
-    # Live migration to the other node, watched to Succeeded.
+    # Live migration to the other node: its progress bar moves (read from the source
+    # node's metrics) and reaches Succeeded.
+    kubevirt = {"apiVersion": "kubevirt.io/v1", "kind": "KubeVirt", "metadata": {"name": "kubevirt"},
+                "spec": {"configuration": {"migrations": {"bandwidthPerMigration": "8Mi"}}}}
+    created = cluster.raw("POST", "/apis/kubevirt.io/v1/namespaces/kubevirt/kubevirts", body=kubevirt,
+                          headers={"Content-Type": "application/json"})
+    assert created.status == 201, created.text
     source = cluster.get_json(f"/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances/{VM}")["status"]["nodeName"]
     page.get_by_role("button", name="Migrate", exact=True).click()
     dialog = page.get_by_role("dialog")
     dialog.get_by_role("button", name="Migrate", exact=True).click()
     page.get_by_role("tab", name="Migrations").click()
-    expect_text(page, page.locator("main"), r"\bSucceeded\b", 180, steps, "migration")
+    bar = page.locator('[role="progressbar"][aria-label^="Progress of migration"]')
+    seen: list[float] = []
+    deadline = time.monotonic() + 180
+    while not re.search(r"\bSucceeded\b", page.locator("main").inner_text()):
+        assert time.monotonic() < deadline, f"the migration did not succeed; progress seen: {seen}"
+        if bar.count() == 1:
+            value = bar.get_attribute("aria-valuenow")
+            if value is not None and (not seen or seen[-1] != float(value)):
+                seen.append(float(value))
+                if 0 < seen[-1] < 100 and sum(0 < v < 100 for v in seen) == 1:
+                    steps.shot("migrating")
+        page.wait_for_timeout(100)
     steps.shot("migrated")
+    assert any(0 < v < 100 for v in seen), f"no progress between 0 and 100 was shown: {seen}"
+    assert seen == sorted(seen), f"the progress went back: {seen}"
+    assert bar.get_attribute("aria-valuenow") == "100"
+    expect_text(page, page.locator("main"), r"MiB in [\d.]+ m?s, downtime \d+ ms", 10, steps, "moved")
     target = cluster.get_json(f"/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances/{VM}")["status"]["nodeName"]
     assert target != source, (source, target)
     page.get_by_role("tab", name="Overview").click()
@@ -264,6 +290,36 @@ def test_an_admin_runs_a_vm_from_the_browser(cluster, browser, registry):
     page.get_by_role("button", name="Log out").click()
     page.get_by_label("Token").wait_for()
     assert page.evaluate("() => fetch('/ui/session').then(r => r.status)") == 401
+    context.close()
+
+
+def test_an_admin_uploads_a_disk_image_from_the_browser(cluster, browser, tmp_path):
+    """A DataVolume made from a file picked in the browser, sent through CDI's upload API."""
+    image = tmp_path / "disk.qcow2"
+    raw = tmp_path / "disk.raw"
+    raw.write_bytes(b"uploaded-from-the-browser" * 40_000 + bytes(8 << 20))
+    subprocess.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(raw), str(image)], check=True)
+    context, page, steps = signed_in_page(browser, cluster, token(cluster, "ui-uploader", "cluster-admin"), "upload")
+    page.get_by_role("link", name="DataVolumes").click()
+    page.get_by_role("button", name="Create DataVolume").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_label("Name", exact=True).fill("up1")
+    dialog.get_by_label("Source").select_option(label="Upload a file")
+    dialog.get_by_label("Size").fill("64Mi")
+    dialog.locator("#dv-file").set_input_files(str(image))
+    expect_text(page, dialog, r"disk\.qcow2", 10, steps, "file-picked")
+    steps.shot("upload-form")
+    dialog.get_by_role("button", name="Create", exact=True).click()
+    # The modal closes once the upload is done; the DataVolume then imports it.
+    page.get_by_role("dialog").wait_for(state="detached", timeout=120_000)
+
+    def succeeded():
+        dv = cluster.get_json("/apis/cdi.kubevirt.io/v1beta1/namespaces/default/datavolumes/up1")
+        assert dv.get("status", {}).get("phase") != "Failed", dv
+        return dv.get("status", {}).get("phase") == "Succeeded"
+    wait_until(succeeded, timeout=120, interval=0.5, what="the uploaded DataVolume to succeed")
+    expect_text(page, page.locator("main"), r"up1[\s\S]*Succeeded", 30, steps, "dv-succeeded")
+    steps.shot("upload-succeeded")
     context.close()
 
 

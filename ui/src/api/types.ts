@@ -141,11 +141,13 @@ export interface MigrationState {
   failed?: boolean;
   failureReason?: string;
   mode?: string;
+  /** virtplane's account of a finished migration (what moved, how long it took). */
   transfer?: {
-    dataProcessedBytes?: number;
-    dataRemainingBytes?: number;
-    dataTotalBytes?: number;
-    [other: string]: number | undefined;
+    totalTimeMilliseconds?: number;
+    downtimeMilliseconds?: number;
+    setupTimeMilliseconds?: number;
+    memoryBytes?: number;
+    diskBytes?: number;
   };
 }
 

@@ -75,28 +75,51 @@ describe('watchOnce', () => {
 });
 
 describe('listAll', () => {
-  it('shows a first page of 500, then follows continue tokens with pages of 10000', async () => {
-    const pages = [
-      { metadata: { continue: 'c1', resourceVersion: '10' }, items: [obj('a', '1')] },
-      { metadata: { resourceVersion: '11' }, items: [obj('b', '2')] },
-    ];
+  it('asks for a first page of 500 and the whole collection at once, and shows the page first', async () => {
     const calls: string[] = [];
+    let answerWhole: (r: Response) => void = () => undefined;
     vi.stubGlobal(
       'fetch',
-      vi.fn(async (url: string) => {
+      vi.fn((url: string) => {
         calls.push(url);
-        return new Response(JSON.stringify(pages[calls.length - 1]), { status: 200 });
+        if (url.endsWith('limit=500')) {
+          const page = { metadata: { continue: 'c1', resourceVersion: '10' }, items: [obj('a', '1')] };
+          return Promise.resolve(new Response(JSON.stringify(page), { status: 200 }));
+        }
+        return new Promise<Response>((resolve) => (answerWhole = resolve));
       }),
     );
     const seen: number[] = [];
-    const r = await listAll('/apis/kubevirt.io/v1/virtualmachines', undefined, (items) => seen.push(items.length));
+    const listed = listAll('/apis/kubevirt.io/v1/virtualmachines', undefined, (items) => seen.push(items.length));
+    await vi.waitFor(() => expect(seen).toEqual([1]));
+    const whole = { metadata: { resourceVersion: '11' }, items: [obj('a', '1'), obj('b', '2')] };
+    answerWhole(new Response(JSON.stringify(whole), { status: 200 }));
+    const r = await listed;
     expect(r.items.map((i) => i.metadata.name)).toEqual(['a', 'b']);
     expect(r.resourceVersion).toBe('11');
-    expect(calls).toEqual([
-      '/apis/kubevirt.io/v1/virtualmachines?limit=500',
-      '/apis/kubevirt.io/v1/virtualmachines?limit=10000&continue=c1',
-    ]);
-    expect(seen).toEqual([1]);
+    expect(calls.sort()).toEqual(['/apis/kubevirt.io/v1/virtualmachines', '/apis/kubevirt.io/v1/virtualmachines?limit=500']);
+  });
+
+  it('does not show a first page that comes after the whole list, nor one of a small collection', async () => {
+    let answerPage: (r: Response) => void = () => undefined;
+    vi.stubGlobal(
+      'fetch',
+      vi.fn((url: string) =>
+        url.endsWith('limit=500')
+          ? new Promise<Response>((resolve) => (answerPage = resolve))
+          : Promise.resolve(new Response(JSON.stringify({ metadata: { resourceVersion: '5' }, items: [obj('a', '1')] }))),
+      ),
+    );
+    const seen: number[] = [];
+    await listAll('/api/v1/nodes', undefined, (items) => seen.push(items.length));
+    answerPage(new Response(JSON.stringify({ metadata: { continue: 'c' }, items: [obj('a', '1')] })));
+    await new Promise((r) => setTimeout(r, 0));
+    expect(seen).toEqual([]);
+  });
+
+  it('reports the whole request\'s error', async () => {
+    vi.stubGlobal('fetch', vi.fn(async () => new Response(JSON.stringify({ kind: 'Status', code: 403, message: 'no' }), { status: 403 })));
+    await expect(listAll('/api/v1/nodes', undefined, () => undefined)).rejects.toMatchObject({ code: 403 });
   });
 
   it('sends the CSRF header and same-origin credentials', async () => {
@@ -125,6 +148,8 @@ describe('Informer', () => {
     vi.stubGlobal(
       'fetch',
       vi.fn(async (url: string) => {
+        // Each list also asks for a first page: a small collection's, shown by nobody.
+        if (url.endsWith('limit=500')) return new Response(JSON.stringify({ metadata: {}, items: [] }));
         urls.push(url);
         const r = responses[i++];
         if (!r) {

@@ -1,6 +1,7 @@
 // A uPlot time series chart that follows its container's width.
 import { useEffect, useRef } from 'react';
-import uPlot, { type AlignedData, type Options } from 'uplot';
+import type uPlot from 'uplot';
+import type { AlignedData, Options } from 'uplot';
 
 export interface ChartSeries {
   label: string;
@@ -28,10 +29,29 @@ export function TimeChart({
   const el = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
   const labels = series.map((s) => s.label).join('|');
+  // The newest data, for a chart made after uPlot has loaded.
+  const data = useRef<AlignedData>([]);
+  data.current = [times, ...series.map((s) => s.values)] as AlignedData;
 
   useEffect(() => {
-    const node = el.current;
-    if (!node) return;
+    let gone = false;
+    let destroy: (() => void) | undefined;
+    // uPlot loads with the first chart shown, not with the VM list.
+    import('uplot').then(
+      ({ default: UPlot }) => {
+        if (!gone && el.current) destroy = draw(UPlot, el.current);
+      },
+      (e: Error) => console.error(`the chart ${title} cannot be drawn: uPlot did not load: ${e.message}`),
+    );
+    return () => {
+      gone = true;
+      destroy?.();
+    };
+    // Rebuilt only when the set of series changes; data updates go through setData.
+  }, [labels]);
+
+  /** Draws the chart in `node`; returns what removes it. */
+  function draw(UPlot: typeof uPlot, node: HTMLDivElement): () => void {
     const text = cssVar('--pf-t--global--text--color--subtle', '#6a6e73');
     const grid = cssVar('--pf-t--global--border--color--default', '#d2d2d2');
     const axis = { stroke: text, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } };
@@ -54,8 +74,7 @@ export function TimeChart({
       ],
       axes: [axis, { ...axis, size: 80, values: (_u: uPlot, vals: number[]) => vals.map((v) => format(v)) }],
     };
-    const data = [times, ...series.map((s) => s.values)] as AlignedData;
-    const u = new uPlot(opts, data, node);
+    const u = new UPlot(opts, data.current, node);
     plot.current = u;
     const ro = new ResizeObserver(() => u.setSize({ width: Math.max(200, node.clientWidth), height: 220 }));
     ro.observe(node);
@@ -64,8 +83,7 @@ export function TimeChart({
       u.destroy();
       plot.current = null;
     };
-    // Rebuilt only when the set of series changes; data updates go through setData.
-  }, [labels]);
+  }
 
   useEffect(() => {
     plot.current?.setData([times, ...series.map((s) => s.values)] as AlignedData);

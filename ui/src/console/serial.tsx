@@ -1,7 +1,6 @@
 // The serial console: xterm.js over the VMI's console websocket (raw bytes both ways).
 import { Button, FlexItem } from '@patternfly/react-core';
-import { FitAddon } from '@xterm/addon-fit';
-import { Terminal } from '@xterm/xterm';
+import type { Terminal } from '@xterm/xterm';
 import { useEffect, useRef, useState } from 'react';
 import { consoleSocketUrl } from '../api/paths';
 import { readClipboard } from '../components/clipboard';
@@ -10,6 +9,9 @@ import { ConnectionBar, type ConnState } from './ConnectionBar';
 
 export const SUBPROTOCOL = 'plain.kubevirt.io';
 
+/** xterm.js loads when a serial console first opens, not with the VM list. */
+const loadXterm = () => Promise.all([import('@xterm/xterm'), import('@xterm/addon-fit')]);
+
 export function SerialConsole({ namespace, name }: { namespace: string; name: string }) {
   const box = useRef<HTMLDivElement>(null);
   const term = useRef<Terminal | null>(null);
@@ -17,11 +19,38 @@ export function SerialConsole({ namespace, name }: { namespace: string; name: st
   const [state, setState] = useState<ConnState>('connecting');
   const [detail, setDetail] = useState('');
   const [attempt, setAttempt] = useState(0);
+  // The terminal exists: the socket opens only then, so no early output is lost.
+  const [ready, setReady] = useState(false);
   const notify = useNotify();
 
   // One terminal for the life of the view; keystrokes go to whichever socket is open.
   useEffect(() => {
-    if (!box.current) return;
+    let gone = false;
+    let dispose: (() => void) | undefined;
+    loadXterm().then(
+      ([{ Terminal }, { FitAddon }]) => {
+        if (gone || !box.current) return;
+        dispose = openTerminal(box.current, Terminal, FitAddon);
+        setReady(true);
+      },
+      (e: Error) => {
+        if (gone) return;
+        setState('disconnected');
+        setDetail(`The terminal could not be loaded: ${e.message}`);
+      },
+    );
+    return () => {
+      gone = true;
+      dispose?.();
+    };
+  }, []);
+
+  /** Opens xterm in `box`, wired to the socket; returns what closes it. */
+  function openTerminal(
+    box: HTMLDivElement,
+    Terminal: typeof import('@xterm/xterm').Terminal,
+    FitAddon: typeof import('@xterm/addon-fit').FitAddon,
+  ): () => void {
     const t = new Terminal({
       cursorBlink: true,
       scrollback: 5000,
@@ -31,7 +60,7 @@ export function SerialConsole({ namespace, name }: { namespace: string; name: st
     });
     const fit = new FitAddon();
     t.loadAddon(fit);
-    t.open(box.current);
+    t.open(box);
     const refit = () => {
       try {
         fit.fit();
@@ -41,7 +70,7 @@ export function SerialConsole({ namespace, name }: { namespace: string; name: st
     };
     refit();
     const ro = new ResizeObserver(refit);
-    ro.observe(box.current);
+    ro.observe(box);
     const enc = new TextEncoder();
     const send = (data: Uint8Array) => {
       const ws = socket.current;
@@ -58,9 +87,10 @@ export function SerialConsole({ namespace, name }: { namespace: string; name: st
       t.dispose();
       term.current = null;
     };
-  }, []);
+  }
 
   useEffect(() => {
+    if (!ready) return;
     let live = true;
     setState('connecting');
     setDetail('');
@@ -91,7 +121,7 @@ export function SerialConsole({ namespace, name }: { namespace: string; name: st
       ws.close();
       if (socket.current === ws) socket.current = null;
     };
-  }, [namespace, name, attempt]);
+  }, [namespace, name, attempt, ready]);
 
   const paste = async () => {
     try {

@@ -1,5 +1,5 @@
 // The VNC screen: noVNC's RFB client over the VMI's vnc websocket.
-import RFB from '@novnc/novnc';
+import type RFB from '@novnc/novnc';
 import { Button, FlexItem } from '@patternfly/react-core';
 import { useEffect, useRef, useState } from 'react';
 import { consoleSocketUrl } from '../api/paths';
@@ -18,21 +18,42 @@ export function VncConsole({ namespace, name }: { namespace: string; name: strin
   const notify = useNotify();
 
   useEffect(() => {
-    if (!screen.current) return;
     let live = true;
+    let client: RFB | undefined;
     setState('connecting');
     setDetail('');
-    const client = new RFB(screen.current, consoleSocketUrl(namespace, name, 'vnc'), { wsProtocols: [SUBPROTOCOL] });
+    // noVNC loads when a VNC screen first opens, not with the VM list.
+    import('@novnc/novnc').then(
+      ({ default: Rfb }) => {
+        if (live && screen.current) client = connect(Rfb, screen.current);
+      },
+      (e: Error) => {
+        if (!live) return;
+        setState('disconnected');
+        setDetail(`The VNC client could not be loaded: ${e.message}`);
+      },
+    );
+    return () => {
+      live = false;
+      rfb.current = null;
+      client?.disconnect();
+    };
+  }, [namespace, name, attempt]);
+
+  /** Connects noVNC in `screen`; its events update the view while it is current. */
+  function connect(Rfb: typeof RFB, screen: HTMLDivElement): RFB {
+    const client = new Rfb(screen, consoleSocketUrl(namespace, name, 'vnc'), { wsProtocols: [SUBPROTOCOL] });
     client.scaleViewport = true;
     client.resizeSession = false;
     client.background = '#222';
+    const live = () => rfb.current === client;
     client.addEventListener('connect', () => {
-      if (!live) return;
+      if (!live()) return;
       setState('connected');
       client.focus();
     });
     client.addEventListener('disconnect', (ev: Event) => {
-      if (!live) return;
+      if (!live()) return;
       const clean = (ev as CustomEvent<{ clean: boolean }>).detail?.clean;
       setState('disconnected');
       setDetail(clean ? '' : 'The connection was lost or taken over by another viewer.');
@@ -40,15 +61,11 @@ export function VncConsole({ namespace, name }: { namespace: string; name: strin
     });
     client.addEventListener('securityfailure', (ev: Event) => {
       const reason = (ev as CustomEvent<{ reason?: string }>).detail?.reason;
-      if (live) setDetail(`VNC security negotiation failed${reason ? `: ${reason}` : ''}.`);
+      if (live()) setDetail(`VNC security negotiation failed${reason ? `: ${reason}` : ''}.`);
     });
     rfb.current = client;
-    return () => {
-      live = false;
-      rfb.current = null;
-      client.disconnect();
-    };
-  }, [namespace, name, attempt]);
+    return client;
+  }
 
   const paste = async () => {
     try {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { VirtualMachine, VirtualMachineInstance, VirtualMachineInstanceMigration } from '../api/types';
-import { actionApplicability, activeMigration, migrationProgress, parseProgress, runStrategy, statusColor, type VmAction } from './vmState';
+import { actionApplicability, activeMigration, parseProgress, runStrategy, statusColor, type VmAction } from './vmState';
 
 const vm = (spec: Partial<VirtualMachine['spec']> = {}): VirtualMachine => ({
   metadata: { name: 'v', namespace: 'n' },
@@ -64,13 +64,6 @@ describe('activeMigration', () => {
 });
 
 describe('progress', () => {
-  it('computes a migration percentage from transfer data', () => {
-    expect(migrationProgress({ transfer: { dataProcessedBytes: 25, dataTotalBytes: 100 } })).toBe(25);
-    expect(migrationProgress({ transfer: { dataProcessedBytes: 30, dataRemainingBytes: 10 } })).toBe(75);
-    expect(migrationProgress({ transfer: { memoryBytes: 5 } })).toBeUndefined();
-    expect(migrationProgress({ completed: true })).toBe(100);
-    expect(migrationProgress(undefined)).toBeUndefined();
-  });
   it('reads CDI progress strings', () => {
     expect(parseProgress('45.2%')).toBe(45.2);
     expect(parseProgress('N/A')).toBeUndefined();

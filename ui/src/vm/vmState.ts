@@ -2,7 +2,6 @@
 // of VM/VMI/migration status the pages share.
 import type {
   Condition,
-  MigrationState,
   VirtualMachine,
   VirtualMachineInstance,
   VirtualMachineInstanceMigration,
@@ -104,18 +103,6 @@ export function actionApplicability(
     case 'delete':
       return yes;
   }
-}
-
-/** Percent done of a migration, when the server reports how much data moved. */
-export function migrationProgress(state: MigrationState | undefined): number | undefined {
-  if (!state) return undefined;
-  if (state.completed) return 100;
-  const t = state.transfer;
-  const done = t?.dataProcessedBytes;
-  if (done === undefined) return undefined;
-  const total = t?.dataTotalBytes ?? (t?.dataRemainingBytes !== undefined ? done + t.dataRemainingBytes : undefined);
-  if (!total) return undefined;
-  return Math.max(0, Math.min(100, (done / total) * 100));
 }
 
 /** Parses CDI's "45.2%" progress; undefined for "N/A" or nothing. */

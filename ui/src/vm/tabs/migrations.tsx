@@ -1,11 +1,13 @@
-// The migrations of this VM's instance, with progress for the one under way.
+// The migrations of this VM's instance, with progress for the one under way (read from the
+// source node's metrics) and what each finished one moved.
 import { Table, Tbody, Td, Th, Thead, Tr } from '@patternfly/react-table';
 import type { VirtualMachineInstance, VirtualMachineInstanceMigration } from '../../api/types';
 import { ProgressCell } from '../../components/ProgressCell';
 import { StatusLabel } from '../../components/StatusLabel';
 import { MigrationRouteCells } from '../../migrations/MigrationRouteCells';
+import { transferSummary, useLiveMigrationProgress } from '../../migrations/liveProgress';
 import { newestFirst } from '../../migrations/migrationState';
-import { isMigrationActive, migrationProgress } from '../vmState';
+import { isMigrationActive } from '../vmState';
 
 export function MigrationsTab({
   vmi,
@@ -20,6 +22,14 @@ export function MigrationsTab({
     .filter((m) => m.spec.vmiName === name)
     .sort(newestFirst);
   const vmiState = vmi?.status?.migrationState;
+  const active = mine.find(isMigrationActive);
+  const liveState = active && vmiState?.migrationUid === active.metadata.uid ? vmiState : active?.status?.migrationState;
+  const live = useLiveMigrationProgress(
+    !!active,
+    liveState?.sourceNode ?? vmi?.status?.nodeName,
+    vmi?.metadata.namespace ?? active?.metadata.namespace ?? '',
+    name,
+  );
   return (
     <Table aria-label="Migrations" variant="compact" gridBreakPoint="grid-md">
       <Thead>
@@ -44,7 +54,8 @@ export function MigrationsTab({
             // The VMI's migrationState describes its latest migration only.
             const state =
               vmiState && vmiState.migrationUid === m.metadata.uid ? vmiState : m.status?.migrationState;
-            const pct = isMigrationActive(m) ? migrationProgress(state) : phase === 'Succeeded' ? 100 : undefined;
+            const pct = m === active ? live : phase === 'Succeeded' ? 100 : undefined;
+            const moved = transferSummary(state);
             return (
               <Tr key={m.metadata.uid ?? m.metadata.name}>
                 <Td dataLabel="Name">{m.metadata.name}</Td>
@@ -63,6 +74,7 @@ export function MigrationsTab({
                   ) : (
                     phase
                   )}
+                  {moved ? <div>{moved}</div> : null}
                 </Td>
                 <MigrationRouteCells migration={m} state={state} />
               </Tr>
