@@ -335,6 +335,14 @@ fn main() {
             ours.as_secs_f64() / total.as_secs_f64(),
             cpu_ours / cpu
         );
+        if name.starts_with("curl -o") {
+            bench_report::lower("import", "HTTP qcow2 import", ours.as_secs_f64(), "s")
+                .beside("curl + qemu-img convert", total.as_secs_f64())
+                .record();
+            bench_report::lower("import", "HTTP qcow2 import: CPU", cpu_ours, "s")
+                .beside("curl + qemu-img convert", cpu)
+                .record();
+        }
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("load average at the end: {}", load.trim());

@@ -143,5 +143,24 @@ fn main() -> ExitCode {
         whole.len(),
         percentile(&whole, 0.5).as_secs_f64() * 1e3
     );
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    bench_report::lower(
+        "services",
+        &format!("{services} Services: full table applied"),
+        ms(first),
+        "ms",
+    )
+    .beside("an empty table", ms(reference))
+    .target(1000.0)
+    .record();
+    bench_report::lower(
+        "services",
+        "one endpoint changed p99",
+        ms(percentile(&times, 0.99)),
+        "ms",
+    )
+    .beside("the whole table again p50", ms(percentile(&whole, 0.5)))
+    .target(100.0)
+    .record();
     ExitCode::SUCCESS
 }

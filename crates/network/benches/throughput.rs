@@ -230,6 +230,12 @@ async fn main() -> ExitCode {
         "guest → pod is {:.1}% of veth (issue 32 asks ≥ 80%; under TCG the guest's CPU bounds it)",
         100.0 * path / veth
     );
+    bench_report::higher("throughput", "pod → pod", pods, "MiB/s")
+        .beside("veth", veth)
+        .record();
+    bench_report::higher("throughput", "guest → pod", path, "MiB/s")
+        .beside("guest → tap", tap)
+        .record();
     instance.kill();
     node.namespaces.kill = None;
     ExitCode::SUCCESS

@@ -153,6 +153,23 @@ fn main() -> ExitCode {
         ms(percentile(&times, 0.5)),
         ms(percentile(&times, 0.99))
     );
+    bench_report::lower(
+        "policies",
+        &format!("{} NetworkPolicies: whole table", policies.len()),
+        ms(computed + applied),
+        "ms",
+    )
+    .beside("no Pod isolated", ms(empty_apply))
+    .target(2000.0)
+    .record();
+    bench_report::lower(
+        "policies",
+        "one label change p99",
+        ms(percentile(&times, 0.99)),
+        "ms",
+    )
+    .target(100.0)
+    .record();
     let _ = ns.delete();
     ExitCode::SUCCESS
 }

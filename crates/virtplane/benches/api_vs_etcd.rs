@@ -700,6 +700,24 @@ fn print_on_etcd(runs: &EtcdRuns, results: &[Vec<Creates>], lists: &[Lists], fai
         "target: two servers > one: {} ({two:.0}/s vs {one:.0}/s)",
         if two > one { "MET" } else { "NOT MET" }
     );
+    bench_report::higher("api_vs_etcd", "etcd: creates, 1 server", one, "creates/s")
+        .beside("raw etcd", raw)
+        .record();
+    bench_report::higher("api_vs_etcd", "etcd: creates, 2 servers", two, "creates/s")
+        .beside("1 server", one)
+        .record();
+    // The target: the server's own CPU per create no more than etcd's.
+    let etcd_cpu = mean(&results[1], |c| c.etcd_cpu_ms);
+    bench_report::lower(
+        "api_vs_etcd",
+        "etcd: server CPU per create (etcd's excluded)",
+        mean(&results[1], |c| c.cpu_ms) - etcd_cpu,
+        "ms",
+    )
+    .beside("etcd's CPU per create", etcd_cpu)
+    .target(etcd_cpu)
+    .record();
+    bench_report::lower("api_vs_etcd", "etcd: failover", failover.as_secs_f64(), "s").record();
 }
 
 /// Creates/s (and p99) of each RBAC round: admin, editor, editor, admin.
@@ -908,4 +926,29 @@ fn print_table(report: &Report) {
         "target: creates/s with {clients} clients >= etcd's: {verdict} ({:.0}/s vs {:.0}/s, {r:.2}x)",
         conc[0].per_second, conc[1].per_second
     );
+    bench_report::higher(
+        "api_vs_etcd",
+        &format!("SQLite: creates, {clients} clients"),
+        conc[0].per_second,
+        "creates/s",
+    )
+    .beside("raw etcd", conc[1].per_second)
+    .record();
+    bench_report::lower(
+        "api_vs_etcd",
+        &format!("SQLite: LIST {} VMs (median)", list[0].items),
+        list[0].median_ms,
+        "ms",
+    )
+    .beside("etcd range", list[1].median_ms)
+    .target(20.0)
+    .record();
+    bench_report::lower(
+        "api_vs_etcd",
+        &format!("SQLite: LIST {} VMs body", list[0].items),
+        list[0].bytes as f64 / 1e6,
+        "MB",
+    )
+    .beside("etcd range", list[1].bytes as f64 / 1e6)
+    .record();
 }

@@ -1427,7 +1427,7 @@ impl Context1 {
     }
 }
 
-fn print_part(title: &str, r: &Results) {
+fn print_part(title: &str, guest: &str, r: &Results) {
     println!("{title}");
     println!(
         "  {:<34} {:>18} {:>18} {:>14} {:>10} {:>11} {:>18} {:>14} {:>8} {:>7}",
@@ -1483,6 +1483,7 @@ fn print_part(title: &str, r: &Results) {
         r.bare.med_downtime(),
         verdict(worst <= TARGET_DOWNTIME_MS)
     );
+    record_part(guest, r);
     for (label, kind) in [
         ("virtplane TLS off, POST →", &r.vp_plain),
         ("virtplane TLS, POST →", &r.vp_tls),
@@ -1494,6 +1495,40 @@ fn print_part(title: &str, r: &Results) {
             .map(|(n, t)| format!("{n} {t:.0}"))
             .collect();
         println!("  {label} {}", steps.join(", "));
+    }
+}
+
+/// The report's figures of one part: the move (VMIM created → Succeeded) and the
+/// downtime, each beside bare QEMU moving the same guest, with the targets
+/// (within 50 ms of bare QEMU's wall time, and 5 ms of its downtime).
+fn record_part(guest: &str, r: &Results) {
+    if r.bare.samples.is_empty() {
+        return;
+    }
+    let bare_wall = r.bare.med_wall();
+    let bare_downtime = r.bare.med_downtime();
+    for (label, kind) in [("TLS off", &r.vp_plain), ("TLS", &r.vp_tls)] {
+        if kind.samples.is_empty() {
+            continue;
+        }
+        bench_report::lower(
+            "migration",
+            &format!("{guest}, {label}: migration wall time (median)"),
+            kind.med_wall(),
+            "ms",
+        )
+        .beside("bare QEMU", bare_wall)
+        .target(bare_wall + 50.0)
+        .record();
+        bench_report::lower(
+            "migration",
+            &format!("{guest}, {label}: downtime (median)"),
+            kind.med_downtime(),
+            "ms",
+        )
+        .beside("bare QEMU", bare_downtime)
+        .target(bare_downtime + 5.0)
+        .record();
     }
 }
 
@@ -1595,6 +1630,7 @@ async fn qemu_parts(dir: &Path, parts: &[u32], count: usize, timeout: Duration) 
     if parts.contains(&1) {
         print_part(
             &format!("1. idle guest, 256 MiB: {count} virtplane migrations with each TLS setting (back and forth between {NODE_A} and {NODE_B}), {} bare", 2 * count),
+            "idle guest",
             &idle,
         );
     }
@@ -1607,6 +1643,7 @@ async fn qemu_parts(dir: &Path, parts: &[u32], count: usize, timeout: Duration) 
                 rates.join(", "),
                 warmup.as_millis()
             ),
+            "dirtying guest",
             &dirty,
         );
     }
