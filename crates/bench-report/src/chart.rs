@@ -29,6 +29,8 @@ pub fn horizontal_bars(
     if bars.is_empty() {
         return Ok(None);
     }
+    // The axis counts from the bottom: reversed, the first bar is drawn at the top.
+    let bars: Vec<&Bar> = bars.iter().rev().collect();
     let to_axis = |v: f64| match scale {
         Scale::Linear => v,
         Scale::Log => v.log10(),

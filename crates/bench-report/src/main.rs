@@ -30,6 +30,9 @@ struct Args {
     /// The run was the smoke profile (not a measurement).
     #[arg(long)]
     smoke: bool,
+    /// A paragraph for the report's reader (how the run was made, what went wrong).
+    #[arg(long)]
+    note: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -51,6 +54,7 @@ fn main() -> anyhow::Result<()> {
         benches: args.benches,
         failed: args.failed,
         figures,
+        note: args.note,
     };
     // A smoke run is never the "last report" a measured one is compared with.
     let last = last.filter(|l| l.smoke == run.smoke);

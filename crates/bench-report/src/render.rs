@@ -29,6 +29,9 @@ pub struct Run {
     pub benches: Vec<String>,
     pub failed: Vec<String>,
     pub figures: Vec<Figure>,
+    /// What the reader should know about this run (e.g. how it was made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// What the report's directory gets: file name → contents.
@@ -120,6 +123,9 @@ pub fn render(run: &Run, last: Option<&Run>) -> anyhow::Result<BTreeMap<String, 
             None => " (none was kept: this is the first)".into(),
         }
     )?;
+    if let Some(note) = &run.note {
+        writeln!(page, "{note}\n")?;
+    }
     if !run.failed.is_empty() {
         writeln!(
             page,
@@ -242,6 +248,7 @@ mod tests {
             benches: vec!["qemu_boot".into(), "api_vs_etcd".into(), "migration".into()],
             failed: vec!["migration".into()],
             figures,
+            note: None,
         }
     }
 
@@ -284,10 +291,12 @@ mod tests {
     fn a_first_report_says_so_and_a_smoke_one_says_it_is_no_measurement() {
         let mut smoke = run(vec![lower("qemu_boot", "start p50", 330.0, "ms")]);
         smoke.smoke = true;
+        smoke.note = Some("Made by hand.".into());
         let files = render(&smoke, None).unwrap();
         let page = &files["README.md"];
         assert!(page.contains("none was kept: this is the first"), "{page}");
         assert!(page.contains("they are not measurements"), "{page}");
+        assert!(page.contains("\n\nMade by hand.\n\n"), "{page}");
         assert!(!files.contains_key(VS_LAST_SVG));
         assert!(!files.contains_key(VS_REFERENCE_SVG));
     }
