@@ -21,7 +21,7 @@ export const PROGRESS_POLL_MS = 500;
 export function progressFromMetrics(samples: Sample[], namespace: string, name: string): number | undefined {
   const mine = (metric: string) =>
     samples.find((s) => s.name === metric && s.labels.namespace === namespace && s.labels.name === name)?.value;
-  const total = mine('kubevirt_vmi_migration_data_bytes_total') ?? mine('kubevirt_vmi_migration_data_bytes');
+  const total = mine('kubevirt_vmi_migration_data_bytes_total');
   const remaining = mine('kubevirt_vmi_migration_data_remaining_bytes');
   if (remaining === undefined) return undefined;
   if (total && total > 0) return clamp(((total - remaining) / total) * 100);

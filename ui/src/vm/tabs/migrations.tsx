@@ -21,12 +21,15 @@ export function MigrationsTab({
   const mine = migrations
     .filter((m) => m.spec.vmiName === name)
     .sort(newestFirst);
-  const vmiState = vmi?.status?.migrationState;
+  // The VMI's migrationState describes its latest migration only.
+  const stateOf = (m: VirtualMachineInstanceMigration) => {
+    const vmiState = vmi?.status?.migrationState;
+    return vmiState && vmiState.migrationUid === m.metadata.uid ? vmiState : m.status?.migrationState;
+  };
   const active = mine.find(isMigrationActive);
-  const liveState = active && vmiState?.migrationUid === active.metadata.uid ? vmiState : active?.status?.migrationState;
   const live = useLiveMigrationProgress(
     !!active,
-    liveState?.sourceNode ?? vmi?.status?.nodeName,
+    (active && stateOf(active)?.sourceNode) ?? vmi?.status?.nodeName,
     vmi?.metadata.namespace ?? active?.metadata.namespace ?? '',
     name,
   );
@@ -51,9 +54,7 @@ export function MigrationsTab({
         ) : (
           mine.map((m) => {
             const phase = m.status?.phase || 'Pending';
-            // The VMI's migrationState describes its latest migration only.
-            const state =
-              vmiState && vmiState.migrationUid === m.metadata.uid ? vmiState : m.status?.migrationState;
+            const state = stateOf(m);
             const pct = m === active ? live : phase === 'Succeeded' ? 100 : undefined;
             const moved = transferSummary(state);
             return (
