@@ -109,14 +109,47 @@ const result = await esbuild.build({
   plugins: [dropWebFonts, narrowPatternflyImports],
 });
 
+// The page's first script: asks for the session and the first page's lists while the app
+// loads (src/boot/early.ts). A classic script, so it runs before the app's module.
+const earlyBuild = await esbuild.build({
+  absWorkingDir: root,
+  entryPoints: ['src/boot/early.ts'],
+  bundle: true,
+  minify: true,
+  format: 'iife',
+  target: 'es2020',
+  outdir: assets,
+  entryNames: 'early-[hash]',
+  legalComments: 'linked',
+  metafile: true,
+  logLevel: 'warning',
+});
+const earlyJs = Object.keys(earlyBuild.metafile.outputs)
+  .map((p) => join(root, p))
+  .find((p) => /early-[^/]+\.js$/.test(p));
+if (!earlyJs) throw new Error('esbuild produced no early script');
+
 const outputs = Object.keys(result.metafile.outputs).map((p) => join(root, p));
 const js = outputs.find((p) => /app-[^/]+\.js$/.test(p));
 const css = outputs.find((p) => /app-[^/]+\.css$/.test(p));
 if (!js || !css) throw new Error(`esbuild produced no app js/css: ${outputs.join(', ')}`);
-// A lazily loaded chunk's CSS would never be loaded: every style must come with the app.
-const chunkCss = outputs.filter((p) => p.endsWith('.css') && p !== css);
-if (chunkCss.length) throw new Error(`CSS imported only by a lazily loaded module: ${chunkCss.join(', ')}`);
+// esbuild also writes, beside each lazily loaded chunk, the CSS of what it imports, which
+// nothing would load: it must all be in the app's stylesheet already (then the file goes),
+// or the build fails.
+const cssInputs = (file) => Object.keys(result.metafile.outputs[relative(root, file)].inputs);
+const inApp = new Set(cssInputs(css));
+for (const chunkCss of outputs.filter((p) => p.endsWith('.css') && p !== css)) {
+  const missing = cssInputs(chunkCss).filter((input) => !inApp.has(input));
+  if (missing.length) throw new Error(`CSS imported only by a lazily loaded module: ${missing.join(', ')}`);
+  await rm(chunkCss);
+  await rm(`${chunkCss}.LEGAL.txt`, { force: true });
+}
 const url = (p) => '/ui/' + relative(dist, p).split('\\').join('/');
+// The app's own chunks are fetched at once with it, not after it has been parsed.
+const preloads = result.metafile.outputs[relative(root, js)].imports
+  .filter((i) => i.kind === 'import-statement')
+  .map((i) => `<link rel="modulepreload" href="${url(join(root, i.path))}">`)
+  .join('\n');
 
 const html = `<!doctype html>
 <html lang="en">
@@ -125,8 +158,10 @@ const html = `<!doctype html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta name="color-scheme" content="light dark">
 <title>virtplane</title>
+<script src="${url(earlyJs)}"></script>
 <link rel="icon" href="/ui/assets/favicon.svg" type="image/svg+xml">
 <link rel="stylesheet" href="${url(css)}">
+${preloads}
 <script type="module" src="${url(js)}"></script>
 </head>
 <body>

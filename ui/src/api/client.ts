@@ -1,5 +1,6 @@
 // The one place that talks HTTP to the API server: adds the CSRF header and turns
 // non-2xx answers into ApiErrors.
+import { takeEarlyGet } from './early';
 import { ApiError, errorFromResponse } from './status';
 
 let csrfToken = '';
@@ -46,7 +47,9 @@ export async function rawRequest(
   path: string,
   opts: RequestOptions = {},
 ): Promise<Response> {
-  const res = await fetch(path, requestInit(method, opts));
+  // The early script may have asked for this already, while the app loaded.
+  const early = method === 'GET' ? takeEarlyGet(path) : undefined;
+  const res = await (early ?? fetch(path, requestInit(method, opts)));
   if (!res.ok) {
     const err = await errorFromResponse(res);
     if (res.status === 401 && unauthorizedHandler) unauthorizedHandler();

@@ -1,5 +1,6 @@
 // The console's sign-in session: a token exchanged for an HttpOnly cookie + CSRF token.
 import { getCsrfToken } from './client';
+import { takeEarlySession } from './early';
 import { errorFromResponse } from './status';
 
 export interface User {
@@ -16,7 +17,8 @@ const SESSION = '/ui/session';
 
 /** The current session, or null when neither a cookie nor a client certificate names a user. */
 export async function fetchSession(): Promise<Session | null> {
-  const res = await fetch(SESSION, { credentials: 'same-origin', headers: { Accept: 'application/json' } });
+  const res = await (takeEarlySession() ??
+    fetch(SESSION, { credentials: 'same-origin', headers: { Accept: 'application/json' } }));
   if (res.status === 401) return null;
   if (!res.ok) throw await errorFromResponse(res);
   return (await res.json()) as Session;

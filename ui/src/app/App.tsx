@@ -1,22 +1,25 @@
 // Session gate and page switch.
 import { Bullseye, PageSection, Spinner, Title } from '@patternfly/react-core';
-import { useCallback, useEffect, useMemo, useState } from 'react';
+import { lazy, Suspense, useCallback, useEffect, useMemo, useState } from 'react';
 import { setCsrfToken, setUnauthorizedHandler } from '../api/client';
 import { fetchSession, signOut, type Session } from '../api/session';
 import { accessCache } from '../api/ssar';
-import { DataVolumesPage } from '../datavolumes/page';
-import { MigrationsPage } from '../migrations/page';
-import { NodesPage } from '../nodes/page';
 import { stopAllInformers } from '../state/informers';
 import { NamespaceProvider } from '../state/namespace';
 import { NotifyProvider } from '../state/notify';
 import { SessionContext } from '../state/session';
-import { CreateVmPage } from '../vm/create';
-import { VmDetailPage } from '../vm/detail';
 import { VmListPage } from '../vm/list';
 import { LoginPage } from './LoginPage';
 import { BASE, href, Link, matchRoute, navigate, useLocation, type Route } from './router';
 import { Shell } from './Shell';
+
+// The VM list is in the first script; every other page loads when first opened, so a
+// new tab on the list compiles a third less (the YAML library, forms, detail tabs).
+const CreateVmPage = lazy(() => import('../vm/create').then((m) => ({ default: m.CreateVmPage })));
+const VmDetailPage = lazy(() => import('../vm/detail').then((m) => ({ default: m.VmDetailPage })));
+const MigrationsPage = lazy(() => import('../migrations/page').then((m) => ({ default: m.MigrationsPage })));
+const NodesPage = lazy(() => import('../nodes/page').then((m) => ({ default: m.NodesPage })));
+const DataVolumesPage = lazy(() => import('../datavolumes/page').then((m) => ({ default: m.DataVolumesPage })));
 
 type AuthState =
   | { kind: 'checking' }
@@ -115,11 +118,21 @@ export function App() {
       <NamespaceProvider>
         <NotifyProvider>
           <Shell pathname={pathname}>
-            <PageFor route={route} search={search} />
+            <Suspense fallback={<PageLoading />}>
+              <PageFor route={route} search={search} />
+            </Suspense>
           </Shell>
         </NotifyProvider>
       </NamespaceProvider>
     </SessionContext.Provider>
+  );
+}
+
+function PageLoading() {
+  return (
+    <Bullseye style={{ minHeight: '40vh' }}>
+      <Spinner aria-label="Loading the page" />
+    </Bullseye>
   );
 }
 

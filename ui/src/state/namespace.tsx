@@ -1,6 +1,7 @@
 // The namespace the list pages show: all namespaces, or one when the user may not list
 // cluster-wide (a 403 on the cluster-wide list switches to `default`).
 import { createContext, useContext, useState, type ReactNode } from 'react';
+import { rememberedNamespace, rememberNamespace } from './rememberedNamespace';
 
 export const ALL_NAMESPACES = '';
 
@@ -14,24 +15,12 @@ interface NamespaceContextValue {
 
 const NamespaceContext = createContext<NamespaceContextValue | null>(null);
 
-const KEY = 'virtplane-namespace';
-
 export function NamespaceProvider({ children }: { children: ReactNode }) {
-  const [namespace, setNs] = useState<string>(() => {
-    try {
-      return sessionStorage.getItem(KEY) ?? ALL_NAMESPACES;
-    } catch {
-      return ALL_NAMESPACES;
-    }
-  });
+  const [namespace, setNs] = useState<string>(() => rememberedNamespace() ?? ALL_NAMESPACES);
   const [clusterWideDenied, setClusterWideDenied] = useState(false);
   const setNamespace = (ns: string) => {
     setNs(ns);
-    try {
-      sessionStorage.setItem(KEY, ns);
-    } catch {
-      // Not remembered across reloads; fine.
-    }
+    rememberNamespace(ns);
   };
   return (
     <NamespaceContext.Provider value={{ namespace, setNamespace, clusterWideDenied, setClusterWideDenied }}>
