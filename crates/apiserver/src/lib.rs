@@ -11,6 +11,7 @@ mod coordination;
 mod core;
 pub mod discovery;
 pub mod endpoint_slices;
+pub mod event_writer;
 pub mod events;
 mod gc;
 mod health;

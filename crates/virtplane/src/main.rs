@@ -387,6 +387,11 @@ fn run_server(mut args: ServerArgs) -> anyhow::Result<()> {
             signals: !args.no_signals,
         })
         .await?;
+        // This process's controllers and node agents write their events to the registry.
+        match apiserver::event_writer::RegistryEventWriter::new(server.registry.clone()) {
+            Some(writer) => event_recorder::write_in_process(Arc::new(writer)),
+            None => tracing::warn!("no Event resource registered: events go through the API"),
+        }
         let client = kube::Client::new(server.internal.clone(), "default");
         let pki = server.pki.clone();
         let issue: controllers::migration::IssueCredentials =
