@@ -100,6 +100,9 @@ def test_a_crash_loop_bumps_one_event_instead_of_adding_objects(server):
                            "-o", "wide").ok().out
     row = parse_table(table)[0]
     assert int(row["COUNT"]) >= 3, table
+    # Created and bumped by the VM controller, which is each write's field manager.
+    managers = {entry["manager"] for entry in created()[0]["metadata"]["managedFields"]}
+    assert managers == {"virtualmachine-controller"}, managers
     server.kubectl("delete", "vm", "crashy", "--wait=false").ok()
 
 

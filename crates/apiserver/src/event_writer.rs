@@ -24,6 +24,15 @@ impl RegistryEventWriter {
     }
 }
 
+/// A write by `component` (its field manager), a virtplane component.
+fn written_by(component: &str) -> WriteOptions {
+    WriteOptions {
+        field_manager: component.to_string(),
+        privileged: true,
+        ..WriteOptions::default()
+    }
+}
+
 fn failure(status: apimachinery::status::Status) -> WriteError {
     if status.code == 404 {
         WriteError::NotFound
@@ -40,13 +49,8 @@ impl EventWriter for RegistryEventWriter {
         component: &str,
         event: Value,
     ) -> Result<(), WriteError> {
-        let options = WriteOptions {
-            field_manager: component.to_string(),
-            privileged: true,
-            ..WriteOptions::default()
-        };
         self.registry
-            .create(&self.events, Some(namespace), event, &options)
+            .create(&self.events, Some(namespace), event, &written_by(component))
             .await
             .map(drop)
             .map_err(failure)
@@ -56,10 +60,11 @@ impl EventWriter for RegistryEventWriter {
         &self,
         namespace: &str,
         name: &str,
+        component: &str,
         count: i32,
         last_timestamp: &str,
     ) -> Result<(), WriteError> {
-        let options = WriteOptions::default();
+        let options = written_by(component);
         self.registry
             .update_with(
                 &self.events,

@@ -375,7 +375,13 @@ impl Sink {
             let count = written.count + times;
             match self
                 .target
-                .bump(&written.namespace, &written.name, count, &at)
+                .bump(
+                    &written.namespace,
+                    &written.name,
+                    &self.component,
+                    count,
+                    &at,
+                )
                 .await
             {
                 Ok(()) => {
@@ -450,7 +456,14 @@ mod tests {
             self.created.lock().unwrap().push(event);
             Ok(())
         }
-        async fn bump(&self, _: &str, name: &str, count: i32, _: &str) -> Result<(), WriteError> {
+        async fn bump(
+            &self,
+            _: &str,
+            name: &str,
+            _: &str,
+            count: i32,
+            _: &str,
+        ) -> Result<(), WriteError> {
             self.bumped.lock().unwrap().push((name.to_string(), count));
             Ok(())
         }
@@ -522,6 +535,34 @@ mod tests {
         }
         settle(&kept, objects).await;
         assert_eq!(kept.created.lock().unwrap().len(), objects);
+    }
+
+    #[tokio::test]
+    async fn the_spam_filter_stays_bounded_and_keeps_the_recent_objects() {
+        let mut writer = Writer {
+            target: Arc::new(Kept::default()),
+            component: "test-controller".into(),
+            host: None,
+            written: HashMap::new(),
+            budgets: HashMap::new(),
+        };
+        // A loud object spends its burst, then many others each take one token.
+        for _ in 0..BURST as usize {
+            assert!(writer.allowed(&vm("loud")));
+        }
+        assert!(!writer.allowed(&vm("loud")));
+        for i in 0..3 * REMEMBERED {
+            assert!(writer.allowed(&vm(&format!("vm-{i}"))));
+            assert!(
+                writer.budgets.len() <= REMEMBERED,
+                "{} buckets",
+                writer.budgets.len()
+            );
+        }
+        // The most recent objects keep their (spent) buckets.
+        let recent = format!("vm-{}", 3 * REMEMBERED - 1);
+        let tokens = writer.budgets[&object_key(&vm(&recent))].tokens;
+        assert!(tokens < BURST, "{tokens}");
     }
 
     #[test]

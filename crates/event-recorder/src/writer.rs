@@ -28,7 +28,8 @@ impl std::fmt::Display for WriteError {
 /// Stores Events.
 #[async_trait]
 pub trait EventWriter: Send + Sync {
-    /// Creates `event` (a core `v1` Event as JSON) in `namespace`, written by `component`.
+    /// Creates `event` (a core `v1` Event as JSON) in `namespace`; `component` is the
+    /// writer (the field manager of the write).
     async fn create(
         &self,
         namespace: &str,
@@ -36,11 +37,12 @@ pub trait EventWriter: Send + Sync {
         event: Value,
     ) -> Result<(), WriteError>;
 
-    /// Sets the `count` and `lastTimestamp` of the Event `namespace/name`.
+    /// Sets the `count` and `lastTimestamp` of the Event `namespace/name`, as `component`.
     async fn bump(
         &self,
         namespace: &str,
         name: &str,
+        component: &str,
         count: i32,
         last_timestamp: &str,
     ) -> Result<(), WriteError>;
@@ -69,14 +71,20 @@ impl EventWriter for ApiWriter {
     async fn create(
         &self,
         namespace: &str,
-        _component: &str,
+        component: &str,
         event: Value,
     ) -> Result<(), WriteError> {
         let event: Event =
             serde_json::from_value(event).map_err(|e| WriteError::Failed(e.to_string()))?;
         let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
         events
-            .create(&PostParams::default(), &event)
+            .create(
+                &PostParams {
+                    field_manager: Some(component.to_string()),
+                    ..PostParams::default()
+                },
+                &event,
+            )
             .await
             .map(drop)
             .map_err(api_error)
@@ -86,13 +94,18 @@ impl EventWriter for ApiWriter {
         &self,
         namespace: &str,
         name: &str,
+        component: &str,
         count: i32,
         last_timestamp: &str,
     ) -> Result<(), WriteError> {
         let events: Api<Event> = Api::namespaced(self.client.clone(), namespace);
         let patch = json!({"count": count, "lastTimestamp": last_timestamp});
+        let params = PatchParams {
+            field_manager: Some(component.to_string()),
+            ..PatchParams::default()
+        };
         events
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(name, &params, &Patch::Merge(&patch))
             .await
             .map(drop)
             .map_err(api_error)

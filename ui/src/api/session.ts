@@ -15,10 +15,14 @@ export interface Session {
 
 const SESSION = '/ui/session';
 
+/** GET /ui/session (the early script asks it too, before the app has loaded). */
+export function requestSession(): Promise<Response> {
+  return fetch(SESSION, { credentials: 'same-origin', headers: { Accept: 'application/json' } });
+}
+
 /** The current session, or null when neither a cookie nor a client certificate names a user. */
 export async function fetchSession(): Promise<Session | null> {
-  const res = await (takeEarlySession() ??
-    fetch(SESSION, { credentials: 'same-origin', headers: { Accept: 'application/json' } }));
+  const res = await (takeEarlySession() ?? requestSession());
   if (res.status === 401) return null;
   if (!res.ok) throw await errorFromResponse(res);
   return (await res.json()) as Session;

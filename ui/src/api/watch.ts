@@ -53,6 +53,11 @@ export interface ListResult<T> {
 /** The first page: enough rows to show at once. */
 export const PAGE_SIZE = 500;
 
+/** The requests listAll makes for `path`: the first page, and the whole collection. */
+export function listRequests(path: string): { firstPage: string; whole: string } {
+  return { firstPage: withQuery(path, { limit: PAGE_SIZE }), whole: path };
+}
+
 /**
  * Lists every object of a collection. The whole collection is asked for in one request
  * and, when `onPage` wants rows early, a first page of PAGE_SIZE at the same time: the
@@ -66,8 +71,9 @@ export async function listAll<T extends KubeObject>(
   onPage?: (itemsSoFar: T[]) => void,
 ): Promise<ListResult<T>> {
   let done = false;
+  const { firstPage, whole: wholePath } = listRequests(path);
   if (onPage) {
-    request<KubeList<T>>('GET', withQuery(path, { limit: PAGE_SIZE }), { signal }).then(
+    request<KubeList<T>>('GET', firstPage, { signal }).then(
       (page) => {
         if (!done && page.metadata?.continue) onPage(page.items ?? []);
       },
@@ -75,7 +81,7 @@ export async function listAll<T extends KubeObject>(
       () => undefined,
     );
   }
-  const whole = await request<KubeList<T>>('GET', path, { signal });
+  const whole = await request<KubeList<T>>('GET', wholePath, { signal });
   done = true;
   return { items: whole.items ?? [], resourceVersion: whole.metadata?.resourceVersion ?? '' };
 }
